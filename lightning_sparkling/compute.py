@@ -1,0 +1,98 @@
+"""``estimate_compute``: parameters per phase and training FLOPs (``6 N_active D``, the paper's accounting)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lightning_sparkling.plan import _check_model_kind, build_meta_gpt, grown_config
+from lightning_sparkling.stage import GrowthStage
+
+
+@dataclass(frozen=True)
+class ComputeEstimate:
+    """Parameters and FLOPs of a progressive run.
+
+    Attributes:
+        configs: litgpt ``Config`` of each phase (before growth, after each stage).
+        active_params / total_params: one entry per phase. Active counts the experts a token uses
+            (``n_expert_per_token`` routed experts, shared experts, router); embeddings included, once when tied.
+        phase_steps: optimizer steps trained in each phase.
+        flops: ``sum_k 6 * active_params[k] * tokens_per_step * phase_steps[k]``.
+        flops_from_scratch: ``6 * active_params[-1] * tokens_per_step * total_steps`` (the final width throughout).
+        flops_saved: the fraction saved, ``1 - flops / flops_from_scratch`` (the paper's "FLOPs Saved").
+    """
+
+    configs: tuple
+    active_params: tuple[int, ...]
+    total_params: tuple[int, ...]
+    phase_steps: tuple[int, ...]
+    flops: float
+    flops_from_scratch: float
+    flops_saved: float
+
+
+def count_params(config, *, tie_embeddings: bool = False) -> tuple[int, int]:
+    """``(active, total)`` parameter counts of ``GPT(config)`` (built on the meta device).
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> cfg = Config(n_embd=8, n_head=2, n_layer=1, intermediate_size=16, vocab_size=10, padded_vocab_size=10,
+        ...              mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False)
+        >>> count_params(cfg)   # wte 80 + lm_head 80 + ln_f 8 + norms 16 + qkv 192 + proj 64 + mlp 384
+        (824, 824)
+    """
+    model = build_meta_gpt(config)
+    total = sum(p.numel() for p in model.parameters())
+    if tie_embeddings:
+        total -= model.lm_head.weight.numel()
+    inactive = 0
+    if config.mlp_class_name == "LLaMAMoE":
+        for block in model.transformer.h:
+            experts = getattr(block.mlp, "experts", None)
+            if experts is not None:
+                per_expert = sum(p.numel() for p in experts[0].parameters())
+                inactive += per_expert * (len(experts) - config.n_expert_per_token)
+    return total - inactive, total
+
+
+def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, total_steps: int, tokens_per_step: int,
+                     tie_embeddings: bool = False) -> ComputeEstimate:
+    """Training FLOPs of a run that grows by ``stages``, against training the final width from scratch.
+
+    Args:
+        config: litgpt ``Config`` of the starting model.
+        stages: growth stages in ``at_step`` order.
+        total_steps: optimizer steps of the whole run.
+        tokens_per_step: tokens per optimizer step (global batch size x sequence length).
+        tie_embeddings: ``lm_head`` and ``wte`` share a weight (counted once).
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> cfg = Config(n_embd=64, n_head=4, n_layer=2, intermediate_size=128, vocab_size=256,
+        ...              mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False)
+        >>> est = estimate_compute(cfg, GrowthStage(500, intermediate_size=256), total_steps=1000,
+        ...                        tokens_per_step=4096)
+        >>> 0 < est.flops_saved < 0.5
+        True
+    """
+    stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
+    configs = [config]
+    for k, stage in enumerate(stages):
+        if k and stage.at_step <= stages[k - 1].at_step:
+            raise ValueError(f"stages must have increasing at_step, got {[s.at_step for s in stages]}")
+        if stage.at_step > total_steps:
+            raise ValueError(f"GrowthStage(at_step={stage.at_step}) is past total_steps={total_steps}")
+        _check_model_kind(configs[-1], stage)
+        configs.append(grown_config(configs[-1], stage.widths))
+    bounds = [0] + [s.at_step for s in stages] + [total_steps]
+    phase_steps = tuple(b - a for a, b in zip(bounds[:-1], bounds[1:]))
+    counts = [count_params(c, tie_embeddings=tie_embeddings) for c in configs]
+    active = tuple(a for a, _ in counts)
+    total = tuple(t for _, t in counts)
+    flops = float(sum(6 * n * tokens_per_step * steps for n, steps in zip(active, phase_steps)))
+    scratch = float(6 * active[-1] * tokens_per_step * total_steps)
+    return ComputeEstimate(configs=tuple(configs), active_params=active, total_params=total, phase_steps=phase_steps,
+                           flops=flops, flops_from_scratch=scratch, flops_saved=1.0 - flops / scratch if scratch else 0.0)

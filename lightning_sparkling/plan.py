@@ -1,0 +1,379 @@
+"""From a litgpt ``Config`` and a :class:`GrowthStage` to a :class:`GrowthPlan`: the grown ``Config`` and, for every
+tensor of the ``GPT`` that changes, which dimension grows, on which width axis, fan-in or fan-out, with which init
+and which scale. No model tensors are touched here (the structure comes from a ``GPT`` built on the meta device).
+
+Width axes and who reads or writes them (DESIGN.md section 1):
+
+=========================  ==========================================  ===========================================
+axis                       fan-out (writers: new rows / coords)        fan-in (readers: new columns, scaled alpha)
+=========================  ==========================================  ===========================================
+``n_embd``                 ``wte`` columns, ``attn.proj``, MLP/expert  ``attn.qkv``, MLP ``fc*``, expert ``fc_*``,
+                           ``proj``; norms (``norm_1/2``, post-norms,   router ``gate``, ``lm_head``
+                           ``ln_f``) copy or draw new coordinates
+``intermediate_size``      dense ``mlp.fc_1``/``fc_2``/``fc``           dense ``mlp.proj``
+``moe_intermediate_size``  every expert's ``fc_1``/``fc_2``             every expert's ``proj``
+``shared_expert_size``     shared experts' ``fc_1``/``fc_2``            shared experts' ``proj``
+=========================  ==========================================  ===========================================
+
+``shared_expert_size`` is ``moe_intermediate_size * n_shared_expert``: it grows with the expert size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from lightning_sparkling.scaling import copy_source_index, fan_in_scale, make_generator
+from lightning_sparkling.stage import GrowthStage
+
+SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
+SUPPORTED_NORMS = ("RMSNorm", "LayerNorm")
+SHARED_EXPERT_AXIS = "shared_expert_size"
+
+
+class GrowthError(ValueError):
+    """A model or stage that cannot be grown; raised before anything is modified."""
+
+
+@dataclass(frozen=True)
+class AxisChange:
+    """One width that grows in a stage.
+
+    Attributes:
+        name: ``n_embd``, ``intermediate_size``, ``moe_intermediate_size`` or ``shared_expert_size``.
+        old: width before. new: width after.
+        alpha: the fan-in scale for the readers of this width.
+        src: copy index map, shape ``(new - old,)``: new channel ``old + j`` copies ``src[j]``. Shared by every
+            tensor on this width.
+    """
+
+    name: str
+    old: int
+    new: int
+    alpha: float
+    src: torch.Tensor = field(repr=False)
+
+
+@dataclass(frozen=True)
+class DimGrowth:
+    """One growing dimension of a tensor: ``dim`` grows along ``axis`` as ``role`` with init ``mode``."""
+
+    dim: int
+    axis: str
+    role: str  # "fan_out" | "fan_in"
+    mode: str  # "copy" | "random" | "zero"
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """How one tensor (a ``state_dict`` entry of the GPT) grows.
+
+    The dimensions in ``dims`` are applied in order (rows before columns), then the whole tensor is multiplied by
+    ``scale`` (``alpha`` for fan-in weights, compensation factors for ``scale_embeddings`` / tied embeddings).
+    ``unit_offset`` marks a Gemma-style ``RMSNorm`` whose effective weight is ``1 + w``: ``scale`` then applies
+    to ``1 + w``.
+    """
+
+    name: str
+    old_shape: tuple[int, ...]
+    new_shape: tuple[int, ...]
+    dims: tuple[DimGrowth, ...]
+    scale: float = 1.0
+    unit_offset: bool = False
+    stats_of: str | None = None  # "random" draws match this tensor's statistics (itself when None)
+
+    @property
+    def fan_in_axes(self) -> tuple[str, ...]:
+        return tuple(d.axis for d in self.dims if d.role == "fan_in")
+
+    def new_region(self) -> list[tuple[slice, ...]]:
+        """Disjoint rectangular pieces covering the entries that did not exist before the growth.
+
+        For a weight grown on rows and columns this is ``[rows_new, :]`` and ``[rows_old, cols_new]``.
+
+        Example::
+
+            >>> plan = TensorPlan("w", (2, 3), (4, 5), (DimGrowth(0, "a", "fan_out", "copy"),
+            ...                                        DimGrowth(1, "b", "fan_in", "copy")))
+            >>> plan.new_region()
+            [(slice(2, 4, None), slice(None, None, None)), (slice(None, 2, None), slice(3, 5, None))]
+        """
+        pieces = []
+        grown = sorted({d.dim for d in self.dims})
+        for k, dim in enumerate(grown):
+            index = [slice(None)] * len(self.new_shape)
+            for earlier in grown[:k]:
+                index[earlier] = slice(None, self.old_shape[earlier])
+            index[dim] = slice(self.old_shape[dim], self.new_shape[dim])
+            pieces.append(tuple(index))
+        return pieces
+
+
+@dataclass
+class GrowthPlan:
+    """Everything a growth does, decided before any tensor is touched.
+
+    Attributes:
+        stage: the stage. stage_index: its position in the callback's list (part of every random seed).
+        old_config / new_config: litgpt ``Config`` before and after.
+        axes: the widths that grow, by name.
+        tensors: ``{state_dict name: TensorPlan}`` for every tensor that changes; tensors not listed keep their
+            values. A tied ``lm_head.weight`` / ``transformer.wte.weight`` appears under both names.
+        tied_embeddings: the plan is for a model whose ``lm_head`` and ``wte`` share one weight.
+        seed: the growth seed.
+    """
+
+    stage: GrowthStage
+    stage_index: int
+    old_config: object
+    new_config: object
+    axes: dict[str, AxisChange]
+    tensors: dict[str, TensorPlan]
+    tied_embeddings: bool
+    seed: int
+
+    def alphas(self) -> dict[str, float]:
+        """Fan-in scale per growing axis, e.g. ``{"n_embd": 0.5, "intermediate_size": 0.5}``."""
+        return {name: axis.alpha for name, axis in self.axes.items()}
+
+    def tensor_generator(self, name: str) -> torch.Generator:
+        """The generator for ``random`` draws of tensor ``name`` (independent of growth order and rank)."""
+        return make_generator(self.seed, "stage", self.stage_index, "tensor", name)
+
+
+def build_meta_gpt(config) -> nn.Module:
+    """A litgpt ``GPT(config)`` on the meta device: structure and shapes, no memory."""
+    from litgpt.model import GPT
+
+    with torch.device("meta"):
+        return GPT(config)
+
+
+def grown_config(config, widths: dict[str, int]):
+    """A **new** litgpt ``Config`` with ``widths`` applied, pinning what ``__post_init__`` would re-derive.
+
+    ``head_size``, ``n_head``, ``n_query_groups`` and ``intermediate_size`` are passed explicitly so that growing
+    ``n_embd`` leaves heads, head size and RoPE (``rope_n_elem = rotary_percentage * head_size``) unchanged.
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> small = Config(n_embd=64, n_head=4, n_layer=1, intermediate_size=128, vocab_size=100)
+        >>> big = grown_config(small, {"n_embd": 128})
+        >>> (big.n_embd, big.head_size, big.n_head, big.intermediate_size)
+        (128, 16, 4, 128)
+    """
+    from litgpt import Config
+
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    values.update(
+        head_size=config.head_size,
+        n_head=config.n_head,
+        n_query_groups=config.n_query_groups,
+        intermediate_size=config.intermediate_size,
+    )
+    values.update(widths)
+    return Config(**values)
+
+
+def _check_model_kind(config, stage: GrowthStage) -> None:
+    if getattr(config, "latent_attention", None):
+        raise GrowthError(
+            "multi-head latent attention (config.latent_attention) is not supported: its low-rank projections "
+            "have no exact width growth here; use CausalSelfAttention models"
+        )
+    if config.mlp_class_name not in SUPPORTED_MLPS:
+        raise GrowthError(f"config.mlp_class_name={config.mlp_class_name!r} is not supported: use one of {SUPPORTED_MLPS}")
+    if config.norm_class_name not in SUPPORTED_NORMS:
+        raise GrowthError(
+            f"config.norm_class_name={config.norm_class_name!r} is not supported: use one of {SUPPORTED_NORMS}"
+        )
+    is_moe = config.mlp_class_name == "LLaMAMoE"
+    has_dense = not is_moe or bool(config.first_k_dense_replace)
+    if stage.moe_intermediate_size is not None and not is_moe:
+        raise GrowthError(
+            f"moe_intermediate_size={stage.moe_intermediate_size}: this model has no experts "
+            f"(mlp_class_name={config.mlp_class_name!r}); grow intermediate_size instead"
+        )
+    if stage.intermediate_size is not None and not has_dense:
+        raise GrowthError(
+            f"intermediate_size={stage.intermediate_size}: every MLP of this model is a LLaMAMoE of experts "
+            "(no dense blocks); grow moe_intermediate_size instead"
+        )
+    current = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
+               "moe_intermediate_size": config.moe_intermediate_size}
+    for axis, new in stage.widths.items():
+        old = current[axis]
+        if new <= old:
+            what = "shrinks" if new < old else "does not change"
+            raise GrowthError(
+                f"GrowthStage(at_step={stage.at_step}) {axis}={new} {what} the model ({axis} is {old}): "
+                "a stage must make every width it names larger"
+            )
+
+
+def _axis_changes(config, stage: GrowthStage, *, seed: int, stage_index: int) -> dict[str, AxisChange]:
+    old_widths = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
+                  "moe_intermediate_size": config.moe_intermediate_size}
+    changes = {}
+    targets = dict(stage.widths)
+    if "moe_intermediate_size" in targets and config.n_shared_expert:
+        old_widths[SHARED_EXPERT_AXIS] = config.moe_intermediate_size * config.n_shared_expert
+        targets[SHARED_EXPERT_AXIS] = stage.moe_intermediate_size * config.n_shared_expert
+    for name, new in targets.items():
+        old = old_widths[name]
+        src = copy_source_index(old, new, make_generator(seed, "stage", stage_index, "axis", name))
+        alpha = fan_in_scale(old, new, init=stage.init, rms_preserving=stage.rms_preserving)
+        changes[name] = AxisChange(name=name, old=old, new=new, alpha=alpha, src=src)
+    return changes
+
+
+def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
+                tied_embeddings: bool = False) -> GrowthPlan:
+    """Plan growing a litgpt ``GPT(config)`` by ``stage``.
+
+    Args:
+        config: the litgpt ``Config`` of the model as it is now.
+        stage: the growth.
+        seed: growth seed; ``(seed, stage_index)`` fixes every copy map and random draw.
+        stage_index: position of the stage in a multi-stage schedule.
+        tied_embeddings: the model's ``lm_head.weight`` is its ``transformer.wte.weight``.
+
+    Raises:
+        GrowthError: for a model kind that cannot be grown exactly (latent attention, unknown MLP/norm classes,
+            tied embeddings with a parameter-free final norm) or a stage that does not fit the model (shrinking,
+            a width the model lacks).
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> cfg = Config(n_embd=64, n_head=4, n_layer=2, intermediate_size=128, vocab_size=100,
+        ...              mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False)
+        >>> plan = plan_growth(cfg, GrowthStage(10, intermediate_size=256))
+        >>> plan.tensors["transformer.h.0.mlp.proj.weight"].new_shape
+        (64, 256)
+    """
+    _check_model_kind(config, stage)
+    axes = _axis_changes(config, stage, seed=seed, stage_index=stage_index)
+    new_config = grown_config(config, stage.widths)
+    old_model = build_meta_gpt(config)
+    fan_out, fan_in = stage.fan_out_init, stage.fan_in_init
+    tensors: dict[str, TensorPlan] = {}
+    old_shapes = {name: tuple(p.shape) for name, p in old_model.state_dict(keep_vars=True).items()}
+    E = axes.get("n_embd")
+
+    def add(name: str, dims: list[DimGrowth], scale: float = 1.0, unit_offset: bool = False,
+            stats_of: str | None = None) -> None:
+        dims = [d for d in dims if d.axis in axes]
+        if not dims and scale == 1.0:
+            return
+        shape = list(old_shapes[name])
+        for d in dims:
+            shape[d.dim] = axes[d.axis].new
+        tensors[name] = TensorPlan(name, old_shapes[name], tuple(shape), tuple(sorted(dims, key=lambda d: d.dim)),
+                                   scale, unit_offset, stats_of)
+
+    def norm_mode() -> str:
+        # A zero norm weight on coordinates whose input is also zero blocks every gradient path into them, so a
+        # zero fan-out copies norm weights (paper 3.2.4: copy or random both keep RMS(z)).
+        return "random" if fan_out == "random" else "copy"
+
+    def add_norm(prefix: str, module: nn.Module, scale: float = 1.0) -> None:
+        unit_offset = bool(getattr(module, "add_unit_offset", False))
+        if getattr(module, "weight", None) is not None:
+            add(f"{prefix}.weight", [DimGrowth(0, "n_embd", "fan_out", norm_mode())], scale, unit_offset)
+        if getattr(module, "bias", None) is not None:
+            add(f"{prefix}.bias", [DimGrowth(0, "n_embd", "fan_out", fan_out)], scale)
+
+    def alpha_of(axis: str) -> float:
+        return axes[axis].alpha if axis in axes else 1.0
+
+    def add_linear_fan_in(prefix: str, axis: str) -> None:  # readers of `axis`: new columns, bias unchanged
+        add(f"{prefix}.weight", [DimGrowth(1, axis, "fan_in", fan_in)], alpha_of(axis))
+
+    def add_mlp(prefix: str, mlp: nn.Module, inner: str) -> None:
+        cls = type(mlp).__name__
+        if cls == "GptNeoxMLP":
+            writers = {"fc": fan_out}
+        elif cls in ("LLaMAMLP", "GemmaMLP"):
+            # zero on a gated MLP zeroes the up projection (fc_2) and copies the gate (fc_1): act(gate) * 0 keeps
+            # the new channels silent at growth, while zeroing both would leave them with a zero gradient forever.
+            writers = {"fc_1": "copy" if fan_out == "zero" else fan_out, "fc_2": fan_out}
+        else:
+            raise GrowthError(f"{prefix} is a {cls}; supported MLPs are {SUPPORTED_MLPS}")
+        for fc, mode in writers.items():
+            add(f"{prefix}.{fc}.weight",
+                [DimGrowth(0, inner, "fan_out", mode), DimGrowth(1, "n_embd", "fan_in", fan_in)], alpha_of("n_embd"))
+            if getattr(mlp, fc).bias is not None:
+                add(f"{prefix}.{fc}.bias", [DimGrowth(0, inner, "fan_out", mode)])
+        add(f"{prefix}.proj.weight",
+            [DimGrowth(0, "n_embd", "fan_out", fan_out), DimGrowth(1, inner, "fan_in", fan_in)], alpha_of(inner))
+        if mlp.proj.bias is not None:
+            add(f"{prefix}.proj.bias", [DimGrowth(0, "n_embd", "fan_out", fan_out)])
+
+    # embeddings, final norm, output head
+    embed_scale = math.sqrt(E.old / E.new) if (E and config.scale_embeddings) else 1.0
+    add("transformer.wte.weight", [DimGrowth(1, "n_embd", "fan_out", fan_out)], embed_scale)
+    if tied_embeddings:
+        if E:
+            ln_f = old_model.transformer.ln_f
+            if getattr(ln_f, "weight", None) is None:
+                raise GrowthError(
+                    "tied embeddings with a parameter-free final norm (ln_f) cannot be grown exactly: the lm_head "
+                    "fan-in scale is folded into ln_f's weight; untie the embeddings"
+                )
+            # One tensor is both the embedding (fan-out, its new columns follow the fan-out side) and lm_head
+            # (fan-in). lm_head therefore reads copies of its own copied columns: its alpha is that of the pair
+            # (fan_out, fan_out), and it is folded into ln_f, whose output only lm_head reads (the paper
+            # multiplies the logits by it).
+            lm_alpha = fan_in_scale(E.old, E.new, init=f"{fan_out}-{fan_out}", rms_preserving=stage.rms_preserving)
+            add_norm("transformer.ln_f", ln_f, scale=lm_alpha / embed_scale)
+        tensors_alias = tensors.get("transformer.wte.weight")
+        if tensors_alias is not None:
+            tensors["lm_head.weight"] = dataclasses.replace(tensors_alias, name="lm_head.weight")
+    else:
+        add_norm("transformer.ln_f", old_model.transformer.ln_f)
+        add_linear_fan_in("lm_head", "n_embd")
+
+    for i, block in enumerate(old_model.transformer.h):
+        p = f"transformer.h.{i}"
+        for norm in ("norm_1", "norm_2", "post_attention_norm", "post_mlp_norm"):
+            module = getattr(block, norm)
+            if module is not None and not isinstance(module, nn.Identity):
+                add_norm(f"{p}.{norm}", module)
+        add_linear_fan_in(f"{p}.attn.qkv", "n_embd")
+        add(f"{p}.attn.proj.weight", [DimGrowth(0, "n_embd", "fan_out", fan_out)])
+        if block.attn.proj.bias is not None:
+            add(f"{p}.attn.proj.bias", [DimGrowth(0, "n_embd", "fan_out", fan_out)])
+        mlp = block.mlp
+        if type(mlp).__name__ == "LLaMAMoE":
+            add_linear_fan_in(f"{p}.mlp.gate", "n_embd")  # nn.Linear or GroupedTopkRouter: (n_expert, n_embd)
+            for e in range(len(mlp.experts)):
+                add_mlp(f"{p}.mlp.experts.{e}", mlp.experts[e], "moe_intermediate_size")
+            if getattr(mlp, "shared_experts", None) is not None:
+                add_mlp(f"{p}.mlp.shared_experts", mlp.shared_experts, SHARED_EXPERT_AXIS)
+        else:
+            add_mlp(f"{p}.mlp", mlp, "intermediate_size")
+
+    _check_against_grown(old_model, new_config, tensors, old_shapes)
+    return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
+                      tensors=tensors, tied_embeddings=tied_embeddings, seed=seed)
+
+
+def _check_against_grown(old_model: nn.Module, new_config, tensors: dict[str, TensorPlan],
+                         old_shapes: dict[str, tuple[int, ...]]) -> None:
+    """Every tensor of ``GPT(new_config)`` must be either planned with its exact shape or unchanged."""
+    new_shapes = {name: tuple(t.shape) for name, t in build_meta_gpt(new_config).state_dict(keep_vars=True).items()}
+    if set(new_shapes) != set(old_shapes):
+        raise GrowthError(f"growth would change the set of tensors: {sorted(set(new_shapes) ^ set(old_shapes))}")
+    for name, new_shape in new_shapes.items():
+        planned = tensors[name].new_shape if name in tensors else old_shapes[name]
+        if planned != new_shape:
+            raise GrowthError(
+                f"cannot grow tensor {name!r}: GPT(grown config) has shape {new_shape} but the growth rules give "
+                f"{planned}; this module kind is not supported"
+            )

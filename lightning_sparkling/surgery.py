@@ -1,0 +1,258 @@
+"""``grow_model``: apply a :class:`~lightning_sparkling.plan.GrowthPlan` to a litgpt ``GPT`` in place.
+
+Data flow: ``plan_growth`` (shapes, copy maps, alphas) -> :func:`grow_tensors` (new tensors, pure, the model is
+untouched) -> :func:`swap_in` (new ``Parameter``\\ s on the same module objects, module attributes and ``config``
+updated; undone if anything fails) -> a structural check against ``GPT(grown_config)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from lightning_sparkling.operators import TensorStats, expand_dim
+from lightning_sparkling.plan import AxisChange, GrowthError, GrowthPlan, TensorPlan, build_meta_gpt, plan_growth
+from lightning_sparkling.stage import GrowthStage
+
+
+@dataclass
+class GrowthResult:
+    """What a growth did; what the optimizer patch and the re-warmup need.
+
+    Attributes:
+        plan: the plan that was applied (grown config, axes with copy maps and alphas, per-tensor specs).
+        old_params / new_params: ``{name: Parameter}`` for every parameter that was replaced (names as in
+            ``model.named_parameters()``); the optimizer patch maps ``old_params[n] -> new_params[n]``.
+        seconds: wall-clock time of the growth.
+    """
+
+    plan: GrowthPlan
+    old_params: dict[str, nn.Parameter] = field(repr=False)
+    new_params: dict[str, nn.Parameter] = field(repr=False)
+    seconds: float = 0.0
+
+    @property
+    def old_config(self):
+        return self.plan.old_config
+
+    @property
+    def new_config(self):
+        return self.plan.new_config
+
+    @property
+    def alpha(self) -> dict[str, float]:
+        """Scale applied to each changed parameter (``alpha`` for fan-in weights, 1 for fan-out)."""
+        return {name: self.plan.tensors[name].scale for name in self.new_params}
+
+    @property
+    def new_entries(self) -> dict[str, list[tuple[slice, ...]]]:
+        """``{name: disjoint slices of the entries that are new}`` for every changed parameter."""
+        return {name: self.plan.tensors[name].new_region() for name in self.new_params}
+
+    @property
+    def sources(self) -> dict[str, torch.Tensor]:
+        """Copy index map per width axis: new channel ``old + j`` of that width copies channel ``src[j]``."""
+        return {name: axis.src for name, axis in self.plan.axes.items()}
+
+
+def grow_tensor(
+    t: torch.Tensor,
+    spec: TensorPlan,
+    axes: Mapping[str, AxisChange],
+    *,
+    generator: torch.Generator | None = None,
+    mode: str | None = None,
+    scale: float | None = None,
+    stats: TensorStats | None = None,
+) -> torch.Tensor:
+    """Grow one tensor by its :class:`TensorPlan`: new slices dimension by dimension, then the scale.
+
+    Args:
+        t: the tensor as it is (shape ``spec.old_shape``).
+        spec: its plan.
+        axes: the plan's width axes (copy maps).
+        generator: for ``random`` slices.
+        mode: override every dimension's init (optimizer state uses ``zero`` or ``copy``).
+        scale: override ``spec.scale``.
+        stats: distribution for ``random`` slices (defaults to ``t``'s own, taken before growing).
+
+    Returns:
+        A new tensor of shape ``spec.new_shape``, same dtype and device.
+    """
+    if tuple(t.shape) != spec.old_shape:
+        raise GrowthError(f"tensor {spec.name!r} has shape {tuple(t.shape)}, the plan expects {spec.old_shape}")
+    stats = stats or (TensorStats.of(t) if any(d.mode == "random" for d in spec.dims) and mode is None else None)
+    out = t.detach()
+    for d in spec.dims:
+        out = expand_dim(out, d.dim, axes[d.axis].src, mode or d.mode, generator=generator, stats=stats)
+    factor = spec.scale if scale is None else scale
+    if factor != 1.0:
+        if spec.unit_offset and scale is None:  # Gemma RMSNorm: the effective weight is 1 + w
+            out = ((1.0 + out.float()) * factor - 1.0).to(t.dtype)
+        else:
+            out = (out.float() * factor).to(t.dtype)
+    if out is t:
+        out = t.detach().clone()
+    return out
+
+
+def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Grow every planned tensor found in ``tensors`` (pure: inputs are not modified).
+
+    ``tensors`` may hold a subset (e.g. one layer at a time under FSDP); the result does not depend on which
+    subset or order, since each tensor has its own seeded generator.
+    """
+    out = {}
+    for name, t in tensors.items():
+        spec = plan.tensors.get(name)
+        if spec is not None:
+            out[name] = grow_tensor(t, spec, plan.axes, generator=plan.tensor_generator(name))
+    return out
+
+
+def _is_tied(model: nn.Module) -> bool:
+    return model.lm_head.weight is model.transformer.wte.weight
+
+
+def check_plain_gpt(model: nn.Module) -> None:
+    """Refuse anything that is not a plain litgpt ``GPT`` of its own ``config`` (same modules and shapes)."""
+    from litgpt.model import GPT
+
+    if not isinstance(model, GPT):
+        raise GrowthError(f"grow_model needs a litgpt.GPT, got {type(model).__name__}")
+    expected = {n: tuple(t.shape) for n, t in build_meta_gpt(model.config).state_dict(keep_vars=True).items()}
+    actual = {n: tuple(t.shape) for n, t in model.state_dict(keep_vars=True).items()}
+    if expected != actual:
+        diff = sorted(set(expected.items()) ^ set(actual.items()))[:5]
+        raise GrowthError(f"the model is not a plain GPT of its config (tensors differ, e.g. {diff}); cannot grow it")
+    if any(getattr(b.attn, "kv_cache", None) is not None for b in model.transformer.h):
+        raise GrowthError("the model has a KV cache set (inference mode); call model.clear_kv_cache() before growing")
+
+
+class _Swap:
+    """Attribute and parameter assignments that can be undone in reverse order."""
+
+    def __init__(self) -> None:
+        self._log: list[tuple[nn.Module, str, bool, object]] = []
+
+    def set(self, module: nn.Module, attr: str, value: object) -> None:
+        if attr in module._parameters:
+            self._log.append((module, attr, True, module._parameters[attr]))
+            module._parameters[attr] = value
+        else:
+            self._log.append((module, attr, False, module.__dict__[attr]))
+            setattr(module, attr, value)
+
+    def undo(self) -> None:
+        for module, attr, is_param, old in reversed(self._log):
+            if is_param:
+                module._parameters[attr] = old
+            else:
+                setattr(module, attr, old)
+        self._log.clear()
+
+
+def _sync_module_attributes(swap: _Swap, module: nn.Module) -> None:
+    """Make size attributes agree with the (new) parameter shapes."""
+    if isinstance(module, nn.Linear):
+        swap.set(module, "out_features", module.weight.shape[0])
+        swap.set(module, "in_features", module.weight.shape[1])
+    elif isinstance(module, nn.Embedding):
+        swap.set(module, "embedding_dim", module.weight.shape[1])
+    elif isinstance(module, nn.LayerNorm) and module.weight is not None:
+        swap.set(module, "normalized_shape", (module.weight.shape[0],))
+    elif hasattr(module, "intermediate_size"):  # litgpt MLPs
+        fc = module.fc if hasattr(module, "fc") else module.fc_1
+        swap.set(module, "intermediate_size", fc.weight.shape[0])
+
+
+def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> None:
+    """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s) and switch every
+    ``config`` reference to the grown ``Config``. All-or-nothing: on any error the model is restored and the
+    error re-raised.
+    """
+    swap = _Swap()
+    try:
+        modules = dict(model.named_modules())
+        replaced: dict[int, nn.Parameter] = {}  # id(old Parameter) -> new one: tied weights stay one Parameter
+        touched: set[str] = set()
+        for name, value in grown.items():
+            module_name, attr = name.rsplit(".", 1)
+            module = modules[module_name]
+            old = module._parameters.get(attr)
+            if old is None:
+                raise GrowthError(f"{name!r} is not a parameter of the model")
+            new = replaced.get(id(old))
+            if new is None:
+                new = replaced[id(old)] = nn.Parameter(value, requires_grad=old.requires_grad)
+            swap.set(module, attr, new)
+            touched.add(module_name)
+            touched.add(module_name.rsplit(".", 1)[0] if "." in module_name else "")
+        for module_name in touched:
+            _sync_module_attributes(swap, modules[module_name])
+        for module in modules.values():
+            if module.__dict__.get("config") is plan.old_config:
+                swap.set(module, "config", plan.new_config)
+        if str(model) != str(build_meta_gpt(plan.new_config)):
+            raise GrowthError("the grown model's module structure differs from GPT(grown config)")
+    except BaseException:
+        swap.undo()
+        raise
+
+
+def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0) -> GrowthResult:
+    """Widen a litgpt ``GPT`` in place by ``stage`` (hidden, MLP inner and/or MoE expert inner size).
+
+    The model keeps its module objects; the grown parameters are new ``nn.Parameter`` objects (same dtype,
+    device and ``requires_grad``), and ``model.config`` becomes the grown litgpt ``Config`` so that
+    ``GPT(model.config).load_state_dict(model.state_dict(), strict=True)`` works. Heads, head size and RoPE do
+    not change. Either the whole growth happens or the model is left exactly as it was.
+
+    Args:
+        model: a plain litgpt ``GPT`` (tied ``lm_head``/``wte`` and ``scale_embeddings`` are handled).
+        stage: what to grow and how.
+        seed: growth seed; with ``stage_index`` it fixes every copy map and random draw (rank-independent).
+        stage_index: the stage's position in a multi-stage schedule.
+
+    Returns:
+        A :class:`GrowthResult` (plan, replaced/new parameters, new-entry slices, copy maps, alpha).
+
+    Raises:
+        GrowthError: before touching the model, for a model or stage that cannot be grown.
+
+    Example::
+
+        >>> from litgpt import GPT, Config
+        >>> cfg = Config(n_embd=32, n_head=4, n_layer=1, intermediate_size=64, vocab_size=64,
+        ...              mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False)
+        >>> model = GPT(cfg)
+        >>> x = torch.randint(0, 64, (1, 8))
+        >>> before = model(x)
+        >>> result = grow_model(model, GrowthStage(0, n_embd=64, intermediate_size=128))
+        >>> model.config.n_embd, torch.allclose(model(x), before, atol=1e-5)
+        (64, True)
+    """
+    start = time.perf_counter()
+    check_plain_gpt(model)
+    tied = _is_tied(model)
+    plan = plan_growth(model.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
+    current = dict(model.named_parameters(remove_duplicate=False))
+    sources = {name: current[name] for name in plan.tensors if name in current}
+    # tied: grow the shared tensor once, under the embedding's name
+    if tied and "lm_head.weight" in sources:
+        sources.pop("lm_head.weight")
+    with torch.no_grad():
+        grown = grow_tensors(plan, sources)
+    if tied and "transformer.wte.weight" in grown:
+        grown["lm_head.weight"] = grown["transformer.wte.weight"]
+    old_named = dict(model.named_parameters())
+    swap_in(model, plan, grown)
+    new_named = dict(model.named_parameters())
+    old_params = {n: old_named[n] for n in new_named if n in old_named and old_named[n] is not new_named[n]}
+    new_params = {n: new_named[n] for n in old_params}
+    return GrowthResult(plan=plan, old_params=old_params, new_params=new_params,
+                        seconds=time.perf_counter() - start)
