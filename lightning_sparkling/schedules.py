@@ -53,3 +53,41 @@ def rewarmup_lr(step: int, *, growth_step: int, lr_at_growth: float, ratio: floa
     return warmup_cosine_lr(step - growth_step, warmup_steps=min(warmup_steps, max(horizon, 0)),
                             total_steps=max(horizon, 0), lr_init=lr_at_growth, lr_max=ratio * lr_at_growth,
                             lr_min=min_lr)
+
+
+class WarmupCosineLambda:
+    """The paper's baseline schedule as a ``LambdaLR`` multiplier of the optimizer's base LR.
+
+    ``LambdaLR(optimizer, WarmupCosineLambda(warmup_steps, total_steps, min_lr_ratio))`` gives
+    ``warmup_cosine_lr(step, lr_init=0, lr_max=base_lr, lr_min=min_lr_ratio * base_lr)``. The growth callback
+    recognises it and reads ``min_lr`` from it exactly (``min_lr_ratio * base_lr``).
+
+    Args:
+        warmup_steps: linear warmup length ``T_w``.
+        total_steps: ``T``, where the LR reaches ``min_lr_ratio * base_lr``.
+        min_lr_ratio: ``eta_min / eta_max``.
+        init_lr_ratio: ``eta_0 / eta_max`` (0: warm up from zero).
+
+    Example::
+
+        >>> f = WarmupCosineLambda(warmup_steps=10, total_steps=100, min_lr_ratio=0.1)
+        >>> f(0), f(10), f(100)
+        (0.0, 1.0, 0.1)
+    """
+
+    def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1,
+                 init_lr_ratio: float = 0.0) -> None:
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.min_lr_ratio = float(min_lr_ratio)
+        self.init_lr_ratio = float(init_lr_ratio)
+        warmup_cosine_lr(0, warmup_steps=self.warmup_steps, total_steps=self.total_steps, lr_init=0, lr_max=1,
+                         lr_min=0)  # validates the steps
+
+    def __call__(self, step: int) -> float:
+        return warmup_cosine_lr(step, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
+                                lr_init=self.init_lr_ratio, lr_max=1.0, lr_min=self.min_lr_ratio)
+
+    def __repr__(self) -> str:
+        return (f"WarmupCosineLambda(warmup_steps={self.warmup_steps}, total_steps={self.total_steps}, "
+                f"min_lr_ratio={self.min_lr_ratio}, init_lr_ratio={self.init_lr_ratio})")
