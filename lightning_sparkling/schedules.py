@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 
 def warmup_cosine_lr(step: int, *, warmup_steps: int, total_steps: int, lr_init: float, lr_max: float,
                      lr_min: float) -> float:
@@ -91,3 +93,73 @@ class WarmupCosineLambda:
     def __repr__(self) -> str:
         return (f"WarmupCosineLambda(warmup_steps={self.warmup_steps}, total_steps={self.total_steps}, "
                 f"min_lr_ratio={self.min_lr_ratio}, init_lr_ratio={self.init_lr_ratio})")
+
+
+class RewarmupLambda:
+    """``rewarmup_lr`` as an absolute-LR lambda of the steps since growth (picklable: ``LambdaLR`` saves its
+    ``__dict__`` in checkpoints)."""
+
+    def __init__(self, *, growth_step: int, lr_at_growth: float, ratio: float, warmup_steps: int, total_steps: int,
+                 min_lr: float) -> None:
+        self.growth_step = int(growth_step)
+        self.lr_at_growth = float(lr_at_growth)
+        self.ratio = float(ratio)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.min_lr = float(min_lr)
+
+    def __call__(self, steps_since_growth: int) -> float:
+        return rewarmup_lr(self.growth_step + steps_since_growth, growth_step=self.growth_step,
+                           lr_at_growth=self.lr_at_growth, ratio=self.ratio, warmup_steps=self.warmup_steps,
+                           total_steps=self.total_steps, min_lr=self.min_lr)
+
+
+class NewEntryLRHolder(torch.optim.Optimizer):
+    """A parameter-less optimizer whose param groups only *hold* the learning rate of one growth stage's new
+    entries: group ``j`` mirrors param group ``j`` of the trained optimizers (flattened in order). Its ``step`` does
+    nothing. It exists so that a ``LambdaLR`` (:class:`RewarmupLR`) in ``trainer.lr_scheduler_configs`` is
+    stepped, checkpointed and restored by Lightning like any other scheduler, and is visible to
+    ``LearningRateMonitor``."""
+
+    def __init__(self, n_groups: int) -> None:
+        groups = [{"params": [torch.zeros(0, requires_grad=True)], "lr": 0.0} for _ in range(n_groups)]
+        super().__init__(groups, defaults={"lr": 0.0})
+
+    def step(self, closure=None):  # noqa: D102 - holds learning rates only
+        return None
+
+
+class RewarmupLR(torch.optim.lr_scheduler.LambdaLR):
+    """The new-entry learning-rate scheduler of one stage: ``LambdaLR`` over a :class:`NewEntryLRHolder` with
+    base LR 1 and one :class:`RewarmupLambda` per mirrored param group, so ``holder.param_groups[j]["lr"]`` is
+    ``rewarmup_lr(growth_step + last_epoch, ...)`` for that group.
+
+    Example::
+
+        >>> lam = RewarmupLambda(growth_step=10, lr_at_growth=1e-3, ratio=1.3, warmup_steps=5, total_steps=100,
+        ...                      min_lr=0.0)
+        >>> sched = RewarmupLR([lam])
+        >>> sched.optimizer.param_groups[0]["lr"]
+        0.001
+        >>> for _ in range(5):
+        ...     sched.step()
+        >>> round(sched.optimizer.param_groups[0]["lr"], 6)
+        0.0013
+    """
+
+    def __init__(self, lambdas: list[RewarmupLambda]) -> None:
+        holder = NewEntryLRHolder(len(lambdas))
+        for group in holder.param_groups:
+            group["lr"] = 1.0
+        super().__init__(holder, lr_lambda=list(lambdas))
+        holder._opt_called = True  # the holder never steps: silence torch's "scheduler before optimizer" check
+
+    def lr_for(self, group: int) -> float:
+        """The new entries' LR for the next optimizer step, from the lambda (never a stale group value)."""
+        return float(self.lr_lambdas[group](self.last_epoch))
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        # LambdaLR restores last_epoch but not the groups' lr: refresh them (LearningRateMonitor reads them)
+        for group, lam in zip(self.optimizer.param_groups, self.lr_lambdas):
+            group["lr"] = float(lam(self.last_epoch))

@@ -34,6 +34,15 @@ class GrowthResult:
     old_params: dict[str, nn.Parameter] = field(repr=False)
     new_params: dict[str, nn.Parameter] = field(repr=False)
     seconds: float = 0.0
+    _swap: _Swap | None = field(default=None, repr=False)
+
+    def rollback(self) -> None:
+        """Put the pre-growth parameters, module attributes and config back (used when a later step of a growth,
+        e.g. the optimizer patch or the loss check, fails)."""
+        if self._swap is None:
+            raise RuntimeError("this growth cannot be rolled back (already rolled back or not applied)")
+        self._swap.undo()
+        self._swap = None
 
     @property
     def old_config(self):
@@ -170,10 +179,10 @@ def _sync_module_attributes(swap: _Swap, module: nn.Module) -> None:
         swap.set(module, "intermediate_size", fc.weight.shape[0])
 
 
-def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> None:
+def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> _Swap:
     """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s) and switch every
     ``config`` reference to the grown ``Config``. All-or-nothing: on any error the model is restored and the
-    error re-raised.
+    error re-raised. Returns the undo log (``.undo()`` restores the model).
     """
     swap = _Swap()
     try:
@@ -199,6 +208,7 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
                 swap.set(module, "config", plan.new_config)
         if str(model) != str(build_meta_gpt(plan.new_config)):
             raise GrowthError("the grown model's module structure differs from GPT(grown config)")
+        return swap
     except BaseException:
         swap.undo()
         raise
@@ -250,9 +260,9 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
     if tied and "transformer.wte.weight" in grown:
         grown["lm_head.weight"] = grown["transformer.wte.weight"]
     old_named = dict(model.named_parameters())
-    swap_in(model, plan, grown)
+    swap = swap_in(model, plan, grown)
     new_named = dict(model.named_parameters())
     old_params = {n: old_named[n] for n in new_named if n in old_named and old_named[n] is not new_named[n]}
     new_params = {n: new_named[n] for n in old_params}
     return GrowthResult(plan=plan, old_params=old_params, new_params=new_params,
-                        seconds=time.perf_counter() - start)
+                        seconds=time.perf_counter() - start, _swap=swap)

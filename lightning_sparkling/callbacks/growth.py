@@ -1,0 +1,438 @@
+"""``WidthGrowthCallback``: grow a litgpt GPT's width inside a running ``Trainer.fit``.
+
+Orchestration only: the tensor math is in :mod:`lightning_sparkling.surgery`, the optimizer side in
+:mod:`lightning_sparkling.optim_state`, strategy re-wrapping in :mod:`lightning_sparkling.distributed`.
+
+Timeline of one stage with ``at_step=N`` (single device and DDP):
+
+1. ``setup``: stages are checked against ``trainer.max_steps`` and dry-run on the model's config (shapes only).
+2. ``on_fit_start``: optimizers are checked, ``min_lr`` is resolved, and (after a resume) the re-warmup
+   schedulers of stages already applied are re-registered so Lightning restores their state by position.
+3. ``on_train_batch_end`` after the optimizer step that made ``global_step == N`` (and after the step-interval
+   schedulers stepped): grow the GPT, patch every optimizer, check the loss of the grown model on the current batch,
+   re-wrap the strategy, register a :class:`~lightning_sparkling.schedules.RewarmupLR` for the new entries, log a
+   summary. Anything failing puts the pre-growth model and optimizer back and stops the run with an error.
+4. Every later optimizer step: old entries follow the user's schedule untouched; the update of new entries is
+   rescaled to their re-warmup LR (:class:`~lightning_sparkling.optim_state.NewEntryLR`).
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.types import LRSchedulerConfig
+
+from lightning_sparkling.compute import count_params
+from lightning_sparkling.distributed import rewrap_after_growth
+from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported, plan_optimizer_patch
+from lightning_sparkling.plan import GrowthError, plan_growth
+from lightning_sparkling.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
+from lightning_sparkling.stage import GrowthStage
+from lightning_sparkling.surgery import GrowthResult, grow_model
+
+
+class GrowthFailedError(RuntimeError):
+    """A growth failed mid-way; the run keeps (and stops with) its pre-growth model and optimizer."""
+
+
+def find_gpt(pl_module: torch.nn.Module):
+    """The single litgpt ``GPT`` inside ``pl_module`` (looking through ``torch.compile`` wrappers).
+
+    Raises:
+        GrowthError: when there is no ``GPT`` or more than one.
+    """
+    from litgpt.model import GPT
+
+    found = {id(m): (name, m) for name, m in pl_module.named_modules() if isinstance(m, GPT)}
+    if len(found) != 1:
+        names = ", ".join(repr(n or "<root>") for n, _ in found.values()) or "none"
+        raise GrowthError(
+            f"WidthGrowthCallback needs exactly one litgpt GPT inside the LightningModule, found {len(found)} "
+            f"({names}); hold the model to grow as one `litgpt.GPT` attribute (e.g. `self.model = GPT(config)`)"
+        )
+    return next(iter(found.values()))[1]
+
+
+def _flat_groups(optimizers: Sequence[torch.optim.Optimizer]) -> list[tuple[int, int]]:
+    return [(o, g) for o, opt in enumerate(optimizers) for g in range(len(opt.param_groups))]
+
+
+def _token_batch(batch: Any) -> torch.Tensor | None:
+    """The first 2-D integer tensor of a batch (tensor, tuple/list or dict): litgpt pretraining batches."""
+    if isinstance(batch, torch.Tensor):
+        return batch if batch.ndim == 2 and not batch.is_floating_point() else None
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else []
+    for item in items:
+        found = _token_batch(item)
+        if found is not None:
+            return found
+    return None
+
+
+class WidthGrowthCallback(Callback):
+    """Grow the width of the litgpt ``GPT`` inside a LightningModule at configured steps (SPARKLING).
+
+    At ``stage.at_step = N`` the model grows after optimizer step N and before step N+1's first micro-batch
+    (never mid-accumulation). Every optimizer the module configured is patched in place (parameters and
+    per-element state by ``stage.optimizer_state``), and the new entries get their own learning rate
+    (``rewarmup_lr``) through a ``LambdaLR`` registered in ``trainer.lr_scheduler_configs``, so Lightning steps,
+    saves and restores it; the module's own schedule keeps driving the old entries exactly as before.
+
+    Checkpoints hold a plain litgpt ``GPT`` state_dict of the config of that moment; this callback's state is
+    small (stages applied, seed, LRs at growth). Resuming grows the freshly built model before the weights load.
+
+    Args:
+        stages: one or several :class:`GrowthStage` with increasing ``at_step``.
+        min_lr: the LR the new entries' re-warmup decays to at ``trainer.max_steps``. Without it, it is read from
+            the module's schedule where that is exact (a ``LambdaLR`` of
+            :class:`~lightning_sparkling.schedules.WarmupCosineLambda`, or ``CosineAnnealingLR``'s ``eta_min``);
+            otherwise setup fails with an error asking for it.
+        seed: growth seed (copy maps and random init); identical on every rank.
+
+    Raises:
+        ValueError: for stages that are not ``GrowthStage`` or not in increasing ``at_step`` order.
+
+    Example::
+
+        from lightning_sparkling import GrowthStage, WidthGrowthCallback
+
+        growth = WidthGrowthCallback(
+            [GrowthStage(500, n_embd=512, intermediate_size=2048), GrowthStage(1000, intermediate_size=4096)],
+            min_lr=3e-5,
+        )
+        trainer = L.Trainer(max_steps=2000, callbacks=[growth])
+        trainer.fit(module, datamodule)
+    """
+
+    def __init__(self, stages: GrowthStage | Sequence[GrowthStage], *, min_lr: float | None = None,
+                 seed: int = 0) -> None:
+        stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
+        if not stages:
+            raise ValueError("WidthGrowthCallback(stages=[]): give at least one GrowthStage")
+        for s in stages:
+            if not isinstance(s, GrowthStage):
+                raise ValueError(f"WidthGrowthCallback(stages=...): expected GrowthStage objects, got {type(s).__name__}")
+        steps = [s.at_step for s in stages]
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ValueError(
+                f"WidthGrowthCallback: stages must be in strictly increasing at_step order, got at_step={steps}"
+            )
+        if min_lr is not None and (not isinstance(min_lr, (int, float)) or min_lr < 0 or not math.isfinite(min_lr)):
+            raise ValueError(f"WidthGrowthCallback(min_lr={min_lr!r}): must be a finite number >= 0")
+        self.stages: tuple[GrowthStage, ...] = tuple(stages)
+        self.min_lr = min_lr
+        self.seed = int(seed)
+        self._grown = 0
+        self._records: list[dict[str, Any]] = []  # one per applied stage (checkpointed)
+        self._regions: list[dict[str, list[tuple[slice, ...]]]] = []  # new-entry slices per applied stage
+        self._schedulers: dict[int, RewarmupLR] = {}  # stage index -> its new-entry LR scheduler
+        self._lr_hooks: list[NewEntryLR] = []
+        self._resume_hook: tuple[pl.LightningModule, Any] | None = None
+        self._min_lrs: list[float] | None = None
+        self.summaries: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ state
+    @property
+    def grown_stages(self) -> int:
+        """How many stages have been applied."""
+        return self._grown
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"grown": self._grown, "seed": self.seed, "stages": [s.to_dict() for s in self.stages],
+                "records": self._records}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        applied = [GrowthStage(**s) for s in state_dict["stages"][: state_dict["grown"]]]
+        if list(self.stages[: len(applied)]) != applied:
+            raise GrowthError(
+                "the checkpoint was grown by different stages than this WidthGrowthCallback has: "
+                f"checkpoint applied {applied}, callback has {list(self.stages[: len(applied)])}"
+            )
+        self._grown = int(state_dict["grown"])
+        self._records = list(state_dict["records"])
+
+    # ------------------------------------------------------------------ setup / validation
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        gpt = find_gpt(pl_module)
+        max_steps = trainer.max_steps
+        needs_horizon = any(s.rewarmup_ratio is not None for s in self.stages)
+        if (max_steps is None or max_steps < 0) and needs_horizon:
+            raise GrowthError(
+                "the re-warmup of new entries decays to min_lr at trainer.max_steps: set Trainer(max_steps=...) "
+                "or use GrowthStage(rewarmup_ratio=None)"
+            )
+        for s in self.stages:
+            if max_steps is not None and max_steps >= 0 and s.at_step >= max_steps:
+                raise GrowthError(
+                    f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would never "
+                    "train the grown model; lower at_step or raise max_steps"
+                )
+        config = gpt.config
+        tied = gpt.lm_head.weight is gpt.transformer.wte.weight
+        for k in range(self._grown, len(self.stages)):
+            config = plan_growth(config, self.stages[k], seed=self.seed, stage_index=k, tied_embeddings=tied).new_config
+        self._install_resume_hook(pl_module)
+
+    def _install_resume_hook(self, pl_module: pl.LightningModule) -> None:
+        """Checkpoints of grown models: grow the fresh model right before its weights are loaded.
+
+        Lightning calls ``LightningModule.on_load_checkpoint`` before loading the state_dict, but a callback's own
+        state only after it, so the module's hook is wrapped (on this instance, until training starts).
+        """
+        if self._resume_hook is not None:
+            return
+        original = pl_module.on_load_checkpoint
+
+        def on_load_checkpoint(checkpoint: dict[str, Any]) -> None:
+            state = (checkpoint.get("callbacks") or {}).get(self.state_key)
+            if state:
+                self._regrow(pl_module, int(state["grown"]), int(state["seed"]))
+            return original(checkpoint)
+
+        pl_module.on_load_checkpoint = on_load_checkpoint
+        self._resume_hook = (pl_module, original)
+
+    def _remove_resume_hook(self) -> None:
+        if self._resume_hook is not None:
+            pl_module, _ = self._resume_hook
+            pl_module.__dict__.pop("on_load_checkpoint", None)
+            self._resume_hook = None
+
+    def _regrow(self, pl_module: pl.LightningModule, grown: int, seed: int) -> None:
+        """Give a freshly built model the shapes of a checkpoint that had ``grown`` stages applied."""
+        gpt = find_gpt(pl_module)
+        for k in range(len(self._regions), grown):
+            result = grow_model(gpt, self.stages[k], seed=seed, stage_index=k)
+            self._regions.append(result.new_entries)
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for optimizer in trainer.optimizers:
+            check_optimizer_supported(optimizer)
+        if any(s.rewarmup_ratio is not None for s in self.stages):
+            self._min_lrs = self._resolve_min_lrs(trainer)
+        for k, record in enumerate(self._records):  # resumed: same scheduler layout as when saved
+            if self.stages[k].rewarmup_ratio is not None and k not in self._schedulers:
+                self._register_scheduler(trainer, k, record)
+        self._install_lr_hooks(trainer, pl_module)
+
+    def _resolve_min_lrs(self, trainer: pl.Trainer) -> list[float]:
+        groups = _flat_groups(trainer.optimizers)
+        if self.min_lr is not None:
+            return [float(self.min_lr)] * len(groups)
+        found: dict[tuple[int, int], float] = {}
+        for config in trainer.lr_scheduler_configs:
+            sched = config.scheduler
+            if not any(sched.optimizer is opt for opt in trainer.optimizers):
+                continue
+            o = next(i for i, opt in enumerate(trainer.optimizers) if sched.optimizer is opt)
+            if isinstance(sched, torch.optim.lr_scheduler.LambdaLR) and all(
+                isinstance(f, WarmupCosineLambda) for f in sched.lr_lambdas
+            ):
+                for g, (f, base) in enumerate(zip(sched.lr_lambdas, sched.base_lrs)):
+                    found[(o, g)] = base * f.min_lr_ratio
+            elif isinstance(sched, torch.optim.lr_scheduler.CosineAnnealingLR):
+                for g in range(len(sched.optimizer.param_groups)):
+                    found[(o, g)] = float(sched.eta_min)
+        missing = [og for og in groups if og not in found]
+        if missing:
+            kinds = sorted({type(c.scheduler).__name__ for c in trainer.lr_scheduler_configs}) or ["no scheduler"]
+            raise GrowthError(
+                "WidthGrowthCallback(min_lr=None): cannot read the minimum learning rate exactly from the module's "
+                f"schedule ({', '.join(kinds)}) for optimizer/param group(s) {missing}; pass "
+                "WidthGrowthCallback(..., min_lr=<LR the new entries decay to at max_steps>)"
+            )
+        return [found[og] for og in groups]
+
+    # ------------------------------------------------------------------ growth
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._remove_resume_hook()
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # at_step=0 (or a stage already due when the run starts): grow before the first micro-batch of the window
+        if trainer.global_step == 0 or self._due(trainer):
+            while self._due(trainer):
+                self._grow(trainer, pl_module, batch)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        while self._due(trainer):
+            self._grow(trainer, pl_module, batch)
+        self._log_lr_new(trainer, pl_module)
+
+    def _due(self, trainer: pl.Trainer) -> bool:
+        return self._grown < len(self.stages) and trainer.global_step >= self.stages[self._grown].at_step
+
+    def _grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any) -> None:
+        k = self._grown
+        stage = self.stages[k]
+        gpt = find_gpt(pl_module)
+        tied = gpt.lm_head.weight is gpt.transformer.wte.weight
+        params_before = count_params(gpt.config, tie_embeddings=tied)
+        device = next(gpt.parameters()).device
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        result = grow_model(gpt, stage, seed=self.seed, stage_index=k)
+        patches = []
+        try:
+            for optimizer in trainer.optimizers:
+                patches.append(plan_optimizer_patch(optimizer, result, stage.optimizer_state))
+            for patch in patches:
+                patch.apply()
+            loss = self._check_loss(pl_module, gpt, batch)
+            rewrap_after_growth(trainer, pl_module)
+        except BaseException as err:
+            for patch in reversed(patches):
+                patch.undo()
+            result.rollback()
+            raise GrowthFailedError(
+                f"growth stage {k} (GrowthStage(at_step={stage.at_step}, {stage.widths})) failed at global step "
+                f"{trainer.global_step}: {err}. The model and optimizer are the pre-growth ones."
+            ) from err
+        seconds = time.perf_counter() - start
+        record = {
+            "stage_index": k,
+            "global_step": trainer.global_step,
+            "lr_at_growth": [float(trainer.optimizers[o].param_groups[g]["lr"]) for o, g in _flat_groups(trainer.optimizers)],
+            "min_lr": list(self._min_lrs) if self._min_lrs is not None else None,
+            "total_steps": trainer.max_steps,
+        }
+        self._records.append(record)
+        self._regions.append(result.new_entries)
+        self._grown += 1
+        if stage.rewarmup_ratio is not None:
+            self._register_scheduler(trainer, k, record)
+        self._install_lr_hooks(trainer, pl_module)
+        params_after = count_params(gpt.config, tie_embeddings=tied)
+        if isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
+            pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
+        self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, loss, device)
+
+    @torch.no_grad()
+    def _check_loss(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, batch: Any) -> float:
+        """Loss of the grown model on the current batch (next-token cross-entropy of its first token tensor, or
+        ``pl_module.growth_check_loss(batch)`` when the module defines it); raises if it is not finite."""
+        custom = getattr(pl_module, "growth_check_loss", None)
+        if callable(custom):
+            loss = custom(batch)
+        else:
+            ids = _token_batch(batch)
+            if ids is None or ids.size(1) < 2:
+                g = torch.Generator().manual_seed(0)
+                ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
+            ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
+            logits = gpt(ids[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+        loss = float(loss)
+        if not math.isfinite(loss):
+            raise GrowthError(f"the grown model's loss on the current batch is not finite ({loss})")
+        return loss
+
+    # ------------------------------------------------------------------ new-entry learning rate
+    def _register_scheduler(self, trainer: pl.Trainer, k: int, record: dict[str, Any]) -> None:
+        stage = self.stages[k]
+        min_lrs = record.get("min_lr") or self._min_lrs
+        lambdas = [
+            RewarmupLambda(growth_step=record["global_step"], lr_at_growth=lr, ratio=stage.rewarmup_ratio,
+                           warmup_steps=stage.rewarmup_steps, total_steps=record["total_steps"], min_lr=min_lr)
+            for lr, min_lr in zip(record["lr_at_growth"], min_lrs)
+        ]
+        scheduler = RewarmupLR(lambdas)
+        self._schedulers[k] = scheduler
+        trainer.strategy.lr_scheduler_configs.append(
+            LRSchedulerConfig(scheduler, name=f"lr_new/stage_{k}", interval="step", frequency=1)
+        )
+
+    def _lr_fn(self, trainer: pl.Trainer, k: int, flat_group: int):
+        scheduler = self._schedulers[k]
+        growth_step = self._records[k]["global_step"]
+
+        def lr() -> float:
+            # Lightning steps step-interval schedulers after each optimizer step (automatic optimization); under
+            # manual optimization nobody does, so catch up with the global step here.
+            while scheduler.last_epoch < trainer.global_step - growth_step:
+                scheduler.step()
+            return scheduler.lr_for(flat_group)
+
+        return lr
+
+    def _install_lr_hooks(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for hook in self._lr_hooks:
+            hook.remove()
+        self._lr_hooks = []
+        if not self._schedulers:
+            return
+        gpt = find_gpt(pl_module)
+        name_of = {id(p): n for n, p in gpt.named_parameters()}
+        flat = {og: j for j, og in enumerate(_flat_groups(trainer.optimizers))}
+        for o, optimizer in enumerate(trainer.optimizers):
+            regions: dict[int, list[NewEntryRegion]] = {}
+            for g, group in enumerate(optimizer.param_groups):
+                for p in group["params"]:
+                    name = name_of.get(id(p))
+                    for k in self._schedulers:
+                        pieces = self._regions[k].get(name) if name is not None else None
+                        if pieces:
+                            regions.setdefault(g, []).append(NewEntryRegion(p, pieces, self._lr_fn(trainer, k, flat[(o, g)])))
+            if regions:
+                self._lr_hooks.append(NewEntryLR(optimizer, regions))
+
+    def _log_lr_new(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._schedulers or trainer.logger is None:
+            return
+        metrics = {}
+        for k, scheduler in self._schedulers.items():
+            growth_step = self._records[k]["global_step"]
+            step = trainer.global_step  # the LR of the next optimizer step
+            lam = scheduler.lr_lambdas[0]
+            metrics[f"growth/lr_new/stage_{k}"] = lam(step - growth_step)
+        trainer.logger.log_metrics(metrics, step=trainer.global_step)
+
+    # ------------------------------------------------------------------ reporting
+    def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, result: GrowthResult, k: int,
+                   params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
+                   device: torch.device) -> None:
+        old, new = result.old_config, result.new_config
+        widths = {axis: (getattr(old, axis), getattr(new, axis)) for axis in ("n_embd", "intermediate_size",
+                                                                               "moe_intermediate_size")
+                  if getattr(old, axis, None) != getattr(new, axis, None)}
+        if device.type == "cuda":
+            peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
+            peak_what = "peak CUDA memory during growth"
+        else:
+            peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            peak_what = "peak process RSS so far"
+        summary = {
+            "stage": k, "global_step": trainer.global_step, "widths": widths, "alpha": result.plan.alphas(),
+            "params_before": params_before[1], "params_after": params_after[1],
+            "active_params_before": params_before[0], "active_params_after": params_after[0],
+            "flops_per_token_before": 6 * params_before[0], "flops_per_token_after": 6 * params_after[0],
+            "seconds": seconds, "peak_memory_mb": peak_mb, "loss_after": loss,
+        }
+        self.summaries.append(summary)
+        lines = [f"WidthGrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
+        for axis, (a, b) in widths.items():
+            lines.append(f"  {axis:<22} {a:>8} -> {b:<8} alpha={result.plan.axes[axis].alpha:.4f}")
+        lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
+                     f"(active {params_before[0]:,} -> {params_after[0]:,})")
+        lines.append(f"  {'FLOPs/token (6N)':<22} {6 * params_before[0]:>8,} -> {6 * params_after[0]:,}")
+        lines.append(f"  {'loss after growth':<22} {loss:>8.4f}   {peak_what}: {peak_mb:,.0f} MiB")
+        rank_zero_info("\n".join(lines))
+        if trainer.logger is not None:
+            trainer.logger.log_metrics({
+                "growth/event": k + 1, "growth/seconds": seconds, "growth/params": params_after[1],
+                "growth/active_params": params_after[0], "growth/flops_per_token": 6 * params_after[0],
+                "growth/peak_memory_mb": peak_mb,
+            }, step=trainer.global_step)

@@ -1,0 +1,208 @@
+"""Optimizer side of a growth: patch parameter references and per-element state, and drive the learning rate of
+new entries.
+
+Two pieces, both independent of Lightning:
+
+- :func:`plan_optimizer_patch` / :class:`OptimizerPatch`: swap every grown ``Parameter`` in the optimizer's param
+  groups for its grown successor and grow its per-element state by the recipe (paper 4.2.1):
+  ``asymmetric`` ``S' = [S, 0]``; ``copy`` new entries copy their source's state; ``drop`` everything zero;
+  ``asymmetric-scaled`` like asymmetric with fan-in first moments scaled by ``alpha`` and second moments by
+  ``alpha^2``. Scalar state (``step``) is kept. Computed first, applied in one go, undoable.
+- :class:`NewEntryLR`: per-element learning rate for new entries of fused tensors. Right before
+  ``optimizer.step()`` it saves the new entries; right after, it rescales their update by
+  ``lr_new / lr_group``: ``p_new <- before + (lr_new / lr_group) * (after - before)``. Exact for optimizers whose
+  update is linear in the learning rate (SGD with or without momentum, Adam, AdamW with decoupled weight decay,
+  Muon): the update is computed with the same gradients and state, only its step size differs. Old entries are
+  never touched, so the user's schedule drives them exactly as before.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from lightning_sparkling.plan import GrowthError, TensorPlan
+from lightning_sparkling.surgery import GrowthResult, grow_tensor
+
+FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
+SECOND_MOMENT_KEYS = ("exp_avg_sq", "max_exp_avg_sq")
+#: optimizers whose per-element state is known: every tensor of the parameter's shape is a moment, the rest scalars
+SUPPORTED_OPTIMIZERS = ("SGD", "Adam", "AdamW", "Muon")
+
+
+def check_optimizer_supported(optimizer: torch.optim.Optimizer) -> None:
+    """Refuse optimizers whose per-element state layout is unknown (before any training step).
+
+    Raises:
+        GrowthError: naming the optimizer class and the supported ones.
+    """
+    name = type(optimizer).__name__
+    if not any(cls.__name__ in SUPPORTED_OPTIMIZERS for cls in type(optimizer).__mro__):
+        raise GrowthError(
+            f"optimizer {name} is not supported by WidthGrowthCallback: its per-element state layout is unknown, so "
+            f"growth cannot patch it. Supported: {', '.join(SUPPORTED_OPTIMIZERS)} (torch.optim)"
+        )
+
+
+def grow_state(
+    key: str, value: object, spec: TensorPlan, result: GrowthResult, recipe: str, optimizer_name: str
+) -> object:
+    """Grow one optimizer-state entry of a grown parameter by ``recipe``."""
+    if not isinstance(value, torch.Tensor) or value.ndim == 0 or tuple(value.shape) == ():
+        return value  # scalars (step) and None (SGD without momentum) are kept
+    if tuple(value.shape) != spec.old_shape:
+        raise GrowthError(
+            f"{optimizer_name} state {key!r} of {spec.name!r} has shape {tuple(value.shape)}, not the parameter's "
+            f"{spec.old_shape}: this per-element layout is unknown, growth cannot patch it"
+        )
+    axes = result.plan.axes
+    if recipe == "copy":
+        return grow_tensor(value, spec, axes, mode="copy", scale=1.0)
+    grown = grow_tensor(value, spec, axes, mode="zero", scale=1.0)
+    if recipe == "drop":
+        return torch.zeros_like(grown)
+    if recipe == "asymmetric-scaled" and spec.scale != 1.0:
+        if key in SECOND_MOMENT_KEYS:
+            power = 2
+        elif key in FIRST_MOMENT_KEYS:
+            power = 1
+        else:
+            raise GrowthError(
+                f"optimizer_state='asymmetric-scaled' does not know how {optimizer_name} state {key!r} scales; "
+                "use 'asymmetric'"
+            )
+        grown = (grown.float() * spec.scale**power).to(grown.dtype)
+    return grown
+
+
+@dataclass
+class OptimizerPatch:
+    """A computed (not yet applied) patch of one optimizer. ``apply()`` then, if needed, ``undo()``."""
+
+    optimizer: torch.optim.Optimizer
+    replacements: list[tuple[int, int, nn.Parameter, nn.Parameter]] = field(default_factory=list)  # group, idx, old, new
+    new_state: dict[nn.Parameter, dict] = field(default_factory=dict)
+    _old_state: dict[nn.Parameter, dict] = field(default_factory=dict)
+
+    def apply(self) -> None:
+        for g, i, old, new in self.replacements:
+            self.optimizer.param_groups[g]["params"][i] = new
+            if old in self.optimizer.state:
+                self._old_state[old] = self.optimizer.state.pop(old)
+            if new in self.new_state:
+                self.optimizer.state[new] = self.new_state[new]
+
+    def undo(self) -> None:
+        for g, i, old, new in self.replacements:
+            self.optimizer.param_groups[g]["params"][i] = old
+            self.optimizer.state.pop(new, None)
+            if old in self._old_state:
+                self.optimizer.state[old] = self._old_state[old]
+        self._old_state.clear()
+
+
+def plan_optimizer_patch(optimizer: torch.optim.Optimizer, result: GrowthResult, recipe: str) -> OptimizerPatch:
+    """Compute the patch of ``optimizer`` for a growth (nothing is modified).
+
+    Args:
+        optimizer: a torch optimizer holding (some of) the model's parameters.
+        result: the growth (maps old -> new parameters and gives each parameter's plan).
+        recipe: ``asymmetric``, ``copy``, ``drop`` or ``asymmetric-scaled``.
+
+    Raises:
+        GrowthError: for a state entry whose layout is unknown.
+    """
+    check_optimizer_supported(optimizer)
+    name_of = {id(p): n for n, p in result.old_params.items()}
+    patch = OptimizerPatch(optimizer)
+    for g, group in enumerate(optimizer.param_groups):
+        for i, p in enumerate(group["params"]):
+            name = name_of.get(id(p))
+            if name is None:
+                continue
+            new = result.new_params[name]
+            spec = result.plan.tensors[name]
+            patch.replacements.append((g, i, p, new))
+            state = optimizer.state.get(p)
+            if state:
+                patch.new_state[new] = {
+                    k: grow_state(k, v, spec, result, recipe, type(optimizer).__name__) for k, v in state.items()
+                }
+    return patch
+
+
+@dataclass
+class NewEntryRegion:
+    """The new entries of one stage in one parameter (disjoint slices) and how to find their learning rate."""
+
+    param: nn.Parameter
+    pieces: list[tuple[slice, ...]]
+    lr_fn: Callable[[], float]  # the new entries' learning rate for the step about to be taken
+
+
+class NewEntryLR:
+    """Drive new entries' learning rate inside fused tensors by rescaling their update after each step.
+
+    One instance per optimizer. ``regions`` maps each param group index to the new-entry regions of its
+    parameters. Hooks are torch's ``register_step_pre_hook`` / ``register_step_post_hook``, so every way of
+    calling ``optimizer.step()`` (Lightning's automatic and manual optimization, precision plugins) is covered;
+    a step skipped by a gradient scaler is skipped here too.
+
+    The cost per step is one copy of the new entries before the step and one fused ``lerp`` after it.
+
+    Args:
+        optimizer: the optimizer whose steps are rescaled.
+        regions: ``{group_index: [NewEntryRegion, ...]}``.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, regions: Mapping[int, Iterable[NewEntryRegion]]) -> None:
+        self.optimizer = optimizer
+        self.regions = {g: list(r) for g, r in regions.items() if r}
+        self._saved: list[tuple[NewEntryRegion, list[torch.Tensor], float]] = []
+        self._warned = False
+        self._handles = [optimizer.register_step_pre_hook(self._pre), optimizer.register_step_post_hook(self._post)]
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._saved = []
+
+    @torch.no_grad()
+    def _pre(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        self._saved = []
+        for g, regions in self.regions.items():
+            lr_group = float(optimizer.param_groups[g]["lr"])
+            for region in regions:
+                if region.param.grad is None:
+                    continue  # the optimizer skips it too
+                lr_new = float(region.lr_fn())
+                if lr_new == lr_group:
+                    continue
+                if lr_group == 0.0:
+                    if not self._warned:
+                        warnings.warn(
+                            "the baseline learning rate is 0 for this step, so the update-rescale cannot give new "
+                            f"entries their re-warmup rate ({lr_new:.3g}); they take no step either",
+                            stacklevel=2,
+                        )
+                        self._warned = True
+                    continue
+                before = [region.param.data[piece].clone() for piece in region.pieces]
+                self._saved.append((region, before, lr_new / lr_group))
+
+    @torch.no_grad()
+    def _post(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        for region, before, ratio in self._saved:
+            for piece, start in zip(region.pieces, before):
+                view = region.param.data[piece]
+                if start.dtype in (torch.float32, torch.float64):
+                    start.lerp_(view, ratio)  # before + ratio * (after - before)
+                    view.copy_(start)
+                else:  # low precision: do the arithmetic in float32, round once
+                    view.copy_(start.float().lerp_(view.float(), ratio))
+        self._saved = []

@@ -1,0 +1,362 @@
+"""WidthGrowthCallback inside a real Lightning fit on CPU: symmetry, re-warmup LR, resume, refusals, atomicity."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from litgpt import GPT, Config
+
+from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
+from lightning_sparkling.callbacks.growth import GrowthFailedError
+from lightning_sparkling.plan import GrowthError, grown_config
+
+from _tiny import TinyModule, make_trainer, tiny_config
+
+
+def _fit(module, stages, max_steps=40, accumulate=1, callbacks=(), min_lr=None, ckpt_path=None, **kw):
+    growth = WidthGrowthCallback(stages, min_lr=min_lr)
+    trainer = make_trainer([*callbacks, growth], max_steps=max_steps, accumulate=accumulate, **kw)
+    trainer.fit(module, ckpt_path=ckpt_path)
+    return trainer, growth
+
+
+def _copy_gap(model: GPT, growth: WidthGrowthCallback, old_inner: int) -> float:
+    """Largest relative difference between copied MLP channels and their sources (fc_1/fc_2 rows, proj columns)."""
+    src = growth_src = None
+    gaps = []
+    for block in model.transformer.h:
+        n_new = block.mlp.fc_1.weight.shape[0] - old_inner
+        if growth_src is None:
+            growth_src = torch.arange(old_inner).repeat(math.ceil(n_new / old_inner))[:n_new]
+        src = growth_src
+        for w, dim in ((block.mlp.fc_1.weight, 0), (block.mlp.fc_2.weight, 0), (block.mlp.proj.weight, 1)):
+            new = w.narrow(dim, old_inner, n_new)
+            source = w.index_select(dim, src)
+            gaps.append(((new - source).abs().max() / source.abs().max()).item())
+    return max(gaps)
+
+
+@pytest.mark.parametrize("optimizer_state", ["copy", "drop"])
+def test_symmetry_lock_persists_under_symmetric_recipe(optimizer_state):
+    """copy-copy + symmetric optimizer state + no re-warmup: copied channels stay equal to their sources."""
+    module = TinyModule(max_steps=60)
+    stage = GrowthStage(10, intermediate_size=128, optimizer_state=optimizer_state, rewarmup_ratio=None)
+    _fit(module, stage, max_steps=60)
+    assert module.model.config.intermediate_size == 128
+    assert _copy_gap(module.model, None, 64) < 1e-4
+
+
+def test_default_recipe_breaks_the_symmetry_lock():
+    module = TinyModule(max_steps=60)
+    _fit(module, GrowthStage(10, intermediate_size=128, rewarmup_steps=10), max_steps=60)
+    assert _copy_gap(module.model, None, 64) > 1e-2
+
+
+class _RecordSGD(Callback):
+    """Records, per optimizer step, each parameter before the step, its gradient and the parameter after it.
+    Placed *before* the growth callback, so its on_train_batch_end sees the stepped, not yet grown, model."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, dict, dict, dict]] = []
+        self._pending = None
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        named = dict(pl_module.model.named_parameters())
+        self._pending = (trainer.global_step, {n: p.detach().clone() for n, p in named.items()},
+                         {n: p.grad.detach().clone() for n, p in named.items() if p.grad is not None})
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self._pending is not None:
+            step, before, grads = self._pending
+            after = {n: p.detach().clone() for n, p in pl_module.model.named_parameters()}
+            self.records.append((step, before, grads, after))
+            self._pending = None
+
+
+def _applied_lr(before, grad, after, mask):
+    """-(after - before) / grad, on entries whose update is far above float32 rounding of the weight."""
+    g, w = grad[mask], before[mask]
+    keep = (g.abs() * 1e-2) > 1e4 * torch.finfo(torch.float32).eps * w.abs().clamp_min(1e-3)
+    return (-(after[mask] - w)[keep] / g[keep])
+
+
+def test_new_entries_follow_rewarmup_and_old_entries_the_user_schedule():
+    max_steps, at, lr, min_ratio = 40, 12, 0.05, 0.1
+    module = TinyModule(optimizer="sgd", lr=lr, schedule="cosine", max_steps=max_steps, min_lr_ratio=min_ratio)
+    recorder = _RecordSGD()
+    stage = GrowthStage(at, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=6)
+    _fit(module, stage, max_steps=max_steps, callbacks=[recorder])
+
+    def user_lr(s):  # CosineAnnealingLR closed form
+        return lr * min_ratio + (lr - lr * min_ratio) * (1 + math.cos(math.pi * s / max_steps)) / 2
+
+    checked_new = checked_old = 0
+    for step, before, grads, after in recorder.records:
+        if step < at:
+            continue
+        expected_new = rewarmup_lr(step, growth_step=at, lr_at_growth=user_lr(at), ratio=1.5, warmup_steps=6,
+                                   total_steps=max_steps, min_lr=lr * min_ratio)
+        for name in ("transformer.h.0.mlp.proj.weight", "transformer.h.1.attn.qkv.weight", "lm_head.weight"):
+            w, g, a = before[name], grads[name], after[name]
+            new_mask = torch.zeros_like(w, dtype=torch.bool)
+            if name.endswith("proj.weight"):
+                new_mask[32:, :] = True  # new n_embd rows
+                new_mask[:32, 64:] = True  # new inner columns
+            else:
+                new_mask[:, 32:] = True  # new n_embd columns
+            got_new = _applied_lr(w, g, a, new_mask)
+            got_old = _applied_lr(w, g, a, ~new_mask)
+            assert torch.allclose(got_new, torch.full_like(got_new, expected_new), rtol=1e-3), (step, name)
+            assert torch.allclose(got_old, torch.full_like(got_old, user_lr(step)), rtol=1e-3), (step, name)
+            checked_new += got_new.numel()
+            checked_old += got_old.numel()
+    assert checked_new > 500 and checked_old > 500
+    # the re-warmup differs from the baseline: new entries really got their own rate
+    assert rewarmup_lr(at + 6, growth_step=at, lr_at_growth=user_lr(at), ratio=1.5, warmup_steps=6,
+                       total_steps=max_steps, min_lr=lr * min_ratio) > 1.4 * user_lr(at + 6)
+
+
+def test_rewarmup_off_gives_new_entries_the_baseline_schedule():
+    module = TinyModule(optimizer="sgd", lr=0.05, schedule="cosine", max_steps=30)
+    recorder = _RecordSGD()
+    trainer, _ = _fit(module, GrowthStage(10, intermediate_size=128, rewarmup_ratio=None), max_steps=30,
+                      callbacks=[recorder])
+    assert [c.name for c in trainer.lr_scheduler_configs] == [None]  # no new-entry scheduler registered
+    step, before, grads, after = recorder.records[-1]
+    name = "transformer.h.0.mlp.proj.weight"
+    lrs = _applied_lr(before[name], grads[name], after[name], torch.ones_like(before[name], dtype=torch.bool))
+    assert torch.allclose(lrs, lrs[0].expand_as(lrs), rtol=1e-3)
+
+
+def _final_state(module):
+    return {n: p.detach().clone() for n, p in module.model.state_dict().items()}
+
+
+def test_bit_exact_resume_before_at_between_and_after_two_growths(tmp_path: Path):
+    max_steps = 30
+    stages = lambda: [GrowthStage(10, n_embd=64, intermediate_size=128, rewarmup_steps=4),  # noqa: E731
+                      GrowthStage(20, intermediate_size=192, init="random-copy", rewarmup_steps=4)]
+    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
+    reference = TinyModule(max_steps=max_steps, accumulate=2)
+    _fit(reference, stages(), max_steps=max_steps, accumulate=2, callbacks=[ckpt], enable_checkpointing=True)
+    expected = _final_state(reference)
+
+    # the model part of a checkpoint is a plain litgpt state_dict of that moment's config
+    saved = torch.load(tmp_path / "step=15.ckpt", map_location="cpu", weights_only=False)
+    sd = {k.removeprefix("model."): v for k, v in saved["state_dict"].items()}
+    GPT(grown_config(tiny_config(), {"n_embd": 64, "intermediate_size": 128})).load_state_dict(sd, strict=True)
+    state = saved["callbacks"][next(k for k in saved["callbacks"] if "WidthGrowthCallback" in k)]
+    assert state["grown"] == 1 and all(not isinstance(v, torch.Tensor) for v in state["records"][0].values())
+
+    for step in (5, 10, 15, 20, 25):
+        resumed = TinyModule(max_steps=max_steps, accumulate=2)  # freshly built small model
+        _fit(resumed, stages(), max_steps=max_steps, accumulate=2, ckpt_path=str(tmp_path / f"step={step}.ckpt"))
+        got = _final_state(resumed)
+        assert got.keys() == expected.keys()
+        for name in expected:
+            assert torch.equal(got[name], expected[name]), f"resume from step {step}: {name} differs"
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd_momentum", "adam", "muon"])
+def test_optimizers_grow_and_keep_training(optimizer):
+    module = TinyModule(optimizer=optimizer, lr=1e-2 if optimizer != "sgd_momentum" else 0.05, max_steps=40)
+    stages = [GrowthStage(10, n_embd=64, intermediate_size=128), GrowthStage(20, intermediate_size=160,
+                                                                           init="random-copy")]
+    trainer, growth = _fit(module, stages, max_steps=40)
+    assert growth.grown_stages == 2
+    assert module.model.config.intermediate_size == 160
+    assert all(math.isfinite(x) for x in module.losses)
+    after = module.losses[len(module.losses) // 2:]
+    assert min(after) < module.losses[0]
+    for optimizer_ in trainer.optimizers:  # optimizer references and state shapes follow the grown model
+        for group in optimizer_.param_groups:
+            for p in group["params"]:
+                for v in optimizer_.state.get(p, {}).values():
+                    if isinstance(v, torch.Tensor) and v.ndim:
+                        assert v.shape == p.shape
+    params = {id(p) for p in module.model.parameters()}
+    assert {id(p) for o in trainer.optimizers for g in o.param_groups for p in g["params"]} == params
+
+
+def test_asymmetric_state_is_zero_for_new_entries_and_kept_for_old():
+    module = TinyModule(max_steps=20)
+
+    class Snapshot(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 5:
+                opt = trainer.optimizers[0]
+                p = pl_module.model.transformer.h[0].mlp.proj.weight
+                self.before = opt.state[p]["exp_avg"].clone()
+
+    snap = Snapshot()
+    grab = {}
+
+    class After(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 5 and not grab:
+                opt = trainer.optimizers[0]
+                p = pl_module.model.transformer.h[0].mlp.proj.weight
+                grab["state"] = opt.state[p]["exp_avg"].clone()
+
+    growth = WidthGrowthCallback(GrowthStage(5, intermediate_size=128))
+    trainer = make_trainer([snap, growth, After()], max_steps=6)
+    trainer.fit(module)
+    state = grab["state"]
+    assert state.shape == (32, 128)
+    assert torch.equal(state[:, :64], snap.before)  # old entries keep their (unscaled) state
+    assert torch.count_nonzero(state[:, 64:]) == 0  # new entries start at zero
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_precision_plugins_and_clipping_keep_training(precision):
+    module = TinyModule(max_steps=16)
+    trainer, growth = _fit(module, GrowthStage(6, n_embd=64, intermediate_size=128), max_steps=16,
+                           precision=precision, gradient_clip_val=1.0, deterministic=False)
+    assert growth.grown_stages == 1
+    assert all(math.isfinite(x) for x in module.losses)
+    expected = torch.bfloat16 if precision == "bf16-true" else torch.float32
+    assert {p.dtype for p in module.model.parameters()} == {expected}
+
+
+def test_throughput_and_lr_monitors_and_compiled_model(tmp_path):
+    from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
+    from lightning.pytorch.loggers import CSVLogger
+
+    module = TinyModule(max_steps=12)
+    module.flops_per_batch = 1000.0
+    module.model = torch.compile(module.model, backend="eager")
+    trainer, growth = _fit(module, GrowthStage(5, n_embd=64, intermediate_size=128), max_steps=12,
+                           callbacks=[LearningRateMonitor("step"), ThroughputMonitor(lambda b: 4)],
+                           logger=CSVLogger(tmp_path), log_every_n_steps=1)
+    summary = growth.summaries[0]
+    assert module.flops_per_batch == pytest.approx(1000.0 * summary["active_params_after"] / summary["active_params_before"])
+    assert module.model._orig_mod.config.n_embd == 64
+    assert all(math.isfinite(x) for x in module.losses) and len(module.losses) == 12
+    metrics = (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
+    assert "lr-AdamW" in metrics and "growth/lr_new/stage_0" in metrics and "growth/event" in metrics
+
+
+# ----------------------------------------------------------------------------------------- refusals
+def _assert_refused(module, stages, match, max_steps=20, **kw):
+    with pytest.raises((GrowthError, ValueError), match=match):
+        _fit(module, stages, max_steps=max_steps, **kw)
+    assert module.steps_run == 0  # refused before the first optimizer step
+
+
+@pytest.mark.parametrize(
+    "stages, match",
+    [
+        (GrowthStage(20, intermediate_size=128), "at_step=20.*max_steps=20"),
+        (GrowthStage(25, intermediate_size=128), "at_step=25"),
+        (GrowthStage(5, intermediate_size=32), "intermediate_size=32 shrinks"),
+        (GrowthStage(5, n_embd=32), "n_embd=32 does not change"),
+        (GrowthStage(5, moe_intermediate_size=64), "moe_intermediate_size=64: this model has no experts"),
+        ([GrowthStage(5, intermediate_size=128), GrowthStage(8, intermediate_size=96)], "intermediate_size=96 shrinks"),
+    ],
+)
+def test_refused_settings_before_first_step(stages, match):
+    _assert_refused(TinyModule(max_steps=20), stages, match)
+
+
+def test_unsorted_stages_refused_at_construction():
+    with pytest.raises(ValueError, match="increasing at_step"):
+        WidthGrowthCallback([GrowthStage(10, intermediate_size=128), GrowthStage(5, n_embd=64)])
+
+
+def test_min_lr_must_be_exact_or_given():
+    _assert_refused(TinyModule(schedule="step"), GrowthStage(5, intermediate_size=128), "min_lr")
+    _assert_refused(TinyModule(schedule="none"), GrowthStage(5, intermediate_size=128), "min_lr")
+    module = TinyModule(schedule="step", max_steps=12)  # given explicitly: fine
+    _, growth = _fit(module, GrowthStage(5, intermediate_size=128), max_steps=12, min_lr=1e-4)
+    assert growth.grown_stages == 1
+
+
+def test_unknown_optimizer_refused():
+    _assert_refused(TinyModule(optimizer="adagrad"), GrowthStage(5, intermediate_size=128), "Adagrad")
+
+
+def test_unbounded_run_refused_with_rewarmup():
+    _assert_refused(TinyModule(), GrowthStage(5, intermediate_size=128), "max_steps", max_steps=-1, max_epochs=1)
+
+
+class _TwoGPTs(TinyModule):
+    def __init__(self):
+        super().__init__()
+        self.teacher = GPT(tiny_config())
+
+
+class _NoGPT(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 2)
+        self.steps_run = 0
+
+    def training_step(self, batch, batch_idx):
+        self.steps_run += 1
+        return self.layer(batch).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.zeros(8, 2), batch_size=1)
+
+
+@pytest.mark.parametrize("module_cls, match", [(_TwoGPTs, "exactly one litgpt GPT.*found 2"),
+                                                (_NoGPT, "exactly one litgpt GPT.*found 0")])
+def test_gpt_must_be_unique(module_cls, match):
+    _assert_refused(module_cls(), GrowthStage(5, intermediate_size=128), match)
+
+
+# ----------------------------------------------------------------------------------------- atomicity
+@pytest.mark.parametrize("failure", ["optimizer_patch", "non_finite_loss"])
+def test_failed_growth_keeps_pre_growth_model_and_optimizer(monkeypatch, failure):
+    import lightning_sparkling.callbacks.growth as growth_mod
+
+    module = TinyModule(max_steps=20)
+    snapshot = {}
+
+    class Snapshot(Callback):  # before the growth callback: the model/optimizer right before growing
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 6:
+                snapshot["params"] = {n: p for n, p in pl_module.model.named_parameters()}
+                snapshot["values"] = {n: p.detach().clone() for n, p in pl_module.model.named_parameters()}
+                snapshot["config"] = pl_module.model.config
+                opt = trainer.optimizers[0]
+                snapshot["opt_params"] = [p for g in opt.param_groups for p in g["params"]]
+                snapshot["opt_state"] = {id(p): {k: v.clone() for k, v in s.items()} for p, s in opt.state.items()}
+
+    if failure == "optimizer_patch":
+        def boom(*args, **kwargs):
+            raise RuntimeError("injected failure")
+        monkeypatch.setattr(growth_mod, "plan_optimizer_patch", boom)
+    else:
+        original = growth_mod.WidthGrowthCallback._check_loss
+
+        def nan_batch(self, pl_module, gpt, batch):
+            with torch.no_grad():
+                gpt.transformer.h[0].mlp.proj.weight[0, -1] = float("nan")  # the grown model only
+            return original(self, pl_module, gpt, batch)
+        monkeypatch.setattr(growth_mod.WidthGrowthCallback, "_check_loss", nan_batch)
+
+    growth = WidthGrowthCallback(GrowthStage(6, n_embd=64, intermediate_size=128))
+    trainer = make_trainer([Snapshot(), growth], max_steps=20)
+    with pytest.raises(GrowthFailedError, match="pre-growth"):
+        trainer.fit(module)
+    model = module.model
+    assert model.config is snapshot["config"] and model.config.n_embd == 32
+    for name, p in model.named_parameters():
+        assert p is snapshot["params"][name]
+        assert torch.equal(p, snapshot["values"][name])
+    assert model.transformer.h[0].mlp.proj.in_features == 64
+    opt = trainer.optimizers[0]
+    assert [p for g in opt.param_groups for p in g["params"]] == snapshot["opt_params"]
+    for p, s in opt.state.items():
+        for k, v in s.items():
+            assert torch.equal(v, snapshot["opt_state"][id(p)][k])
+    assert growth.grown_stages == 0
