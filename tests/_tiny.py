@@ -21,9 +21,10 @@ def tiny_config(**overrides) -> Config:
     return Config(**kw)
 
 
-def token_batch(step: int, micro: int, batch_size: int = 4) -> torch.Tensor:
-    """Batch of the optimizer step `step`, micro-batch `micro`: depends on nothing else, so resume is exact."""
-    g = torch.Generator().manual_seed(1000 * step + micro)
+def token_batch(step: int, micro: int, batch_size: int = 4, rank: int = 0) -> torch.Tensor:
+    """Batch of the optimizer step `step`, micro-batch `micro`, rank `rank`: depends on nothing else, so resume
+    is exact and a single process can reproduce the global batch of several ranks."""
+    g = torch.Generator().manual_seed(1000 * step + micro + 100_000 * rank)
     start = torch.randint(0, VOCAB, (batch_size, 1), generator=g)
     stride = torch.randint(1, 4, (batch_size, 1), generator=g)
     noise = (torch.rand(batch_size, SEQ + 1, generator=g) < 0.1) * torch.randint(0, VOCAB, (batch_size, SEQ + 1), generator=g)
@@ -35,13 +36,14 @@ class TinyModule(L.LightningModule):
 
     def __init__(self, config: Config | None = None, optimizer: str = "adamw", lr: float = 1e-2,
                  schedule: str = "warmup_cosine", max_steps: int = 40, min_lr_ratio: float = 0.1,
-                 accumulate: int = 1, seed: int = 0) -> None:
+                 accumulate: int = 1, seed: int = 0, emulate_ranks: int = 0) -> None:
         super().__init__()
         torch.manual_seed(seed)
         self.model = GPT(config or tiny_config())
         self.model.apply(self.model._init_weights)
         self.optimizer_name, self.lr, self.schedule = optimizer, lr, schedule
         self.max_steps, self.min_lr_ratio, self.accumulate = max_steps, min_lr_ratio, accumulate
+        self.emulate_ranks = emulate_ranks  # >0: one process computes the global batch of that many ranks
         self.steps_run = 0
         self.losses: list[float] = []
         if optimizer == "muon":
@@ -55,7 +57,11 @@ class TinyModule(L.LightningModule):
     def training_step(self, batch, batch_idx):
         self.steps_run += 1
         micro = batch_idx % self.accumulate
-        loss = self.loss_on(token_batch(self.global_step, micro))
+        if self.emulate_ranks:
+            ids = torch.cat([token_batch(self.global_step, micro, rank=r) for r in range(self.emulate_ranks)])
+        else:
+            ids = token_batch(self.global_step, micro, rank=self.global_rank)
+        loss = self.loss_on(ids)
         self.losses.append(loss.item())
         self.log("train_loss", loss)
         if self.automatic_optimization:
