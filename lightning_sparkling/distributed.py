@@ -12,14 +12,24 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning_sparkling.plan import GrowthError
 
 
+SUPPORTED_STRATEGIES = (SingleDeviceStrategy, DDPStrategy)
+
+
 def check_strategy_supported(trainer: pl.Trainer) -> None:
-    """Refuse strategies growth cannot handle, naming them (called at setup)."""
+    """Refuse, at setup and naming it, a strategy growth cannot handle.
+
+    Supported: one device (CPU or GPU) and DDP (``"ddp"``, ``"ddp_spawn"``, any number of nodes). Sharded
+    strategies (FSDP, ModelParallel/FSDP2), DeepSpeed and tensor parallelism are refused: growing their sharded
+    parameters needs a gather -> grow -> re-shard round trip that is not implemented yet.
+    """
     strategy = trainer.strategy
-    name = type(strategy).__name__
-    if "DeepSpeed" in name:
-        raise GrowthError(f"strategy {name} is not supported by WidthGrowthCallback: use 'ddp' or FSDP")
-    if isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)):
+    if isinstance(strategy, SUPPORTED_STRATEGIES):
         return
+    raise GrowthError(
+        f"strategy {type(strategy).__name__} is not supported by WidthGrowthCallback yet: use a single device or "
+        "strategy='ddp' (sharded strategies such as FSDP, ModelParallelStrategy, DeepSpeed and tensor parallel "
+        "cannot be grown mid-fit by this version)"
+    )
 
 
 def rewrap_after_growth(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -360,3 +360,16 @@ def test_failed_growth_keeps_pre_growth_model_and_optimizer(monkeypatch, failure
         for k, v in s.items():
             assert torch.equal(v, snapshot["opt_state"][id(p)][k])
     assert growth.grown_stages == 0
+
+
+@pytest.mark.parametrize("strategy_name", ["FSDPStrategy", "ModelParallelStrategy"])
+def test_sharded_strategies_refused_clearly(strategy_name):
+    from types import SimpleNamespace
+
+    import lightning.pytorch.strategies as strategies
+
+    from lightning_sparkling.distributed import check_strategy_supported
+
+    strategy = getattr(strategies, strategy_name).__new__(getattr(strategies, strategy_name))
+    with pytest.raises(GrowthError, match=f"{strategy_name} is not supported.*strategy='ddp'"):
+        check_strategy_supported(SimpleNamespace(strategy=strategy))

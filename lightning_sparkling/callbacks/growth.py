@@ -32,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 
 from lightning_sparkling.compute import count_params
-from lightning_sparkling.distributed import rewrap_after_growth
+from lightning_sparkling.distributed import check_strategy_supported, rewrap_after_growth
 from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported, plan_optimizer_patch
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
@@ -164,6 +164,7 @@ class WidthGrowthCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        check_strategy_supported(trainer)
         gpt = find_gpt(pl_module)
         max_steps = trainer.max_steps
         needs_horizon = any(s.rewarmup_ratio is not None for s in self.stages)
