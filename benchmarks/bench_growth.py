@@ -70,8 +70,8 @@ def run_case(name: str, stage: GrowthStage, repeats: int, batch: int, seq: int) 
     grads = [p.grad for p in model.parameters()]
     opt_only = median_time(optimizer.step, repeats)
 
-    regions = {0: [NewEntryRegion(result.new_params[n], result.new_entries[n], lambda: 1.3e-3)
-                   for n in result.new_params]}
+    regions = {0: [NewEntryRegion(result.new_params[n], [(result.new_params[n].data, piece) for piece in pieces],
+                                  lambda: 1.3e-3) for n, pieces in result.new_entries.items()]}
     hook = NewEntryLR(optimizer, regions)
     train_step(model, optimizer, ids)
     with_hook = median_time(lambda: train_step(model, optimizer, ids), repeats)

@@ -6,29 +6,44 @@ Model surgery (:mod:`lightning_sparkling.surgery`) knows nothing of strategies; 
 
 from __future__ import annotations
 
+import time
+
 import lightning.pytorch as pl
-from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+import torch
+from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy, SingleDeviceStrategy
+from torch.distributed.tensor import DTensor, distribute_tensor
 
-from lightning_sparkling.plan import GrowthError
+from lightning_sparkling.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
+from lightning_sparkling.plan import GrowthError, plan_growth
+from lightning_sparkling.stage import GrowthStage
+from lightning_sparkling.surgery import GrowthResult, _Swap, grow_tensors
 
 
-SUPPORTED_STRATEGIES = (SingleDeviceStrategy, DDPStrategy)
+SUPPORTED_STRATEGIES = (SingleDeviceStrategy, DDPStrategy, ModelParallelStrategy)
 
 
 def check_strategy_supported(trainer: pl.Trainer) -> None:
     """Refuse, at setup and naming it, a strategy growth cannot handle.
 
-    Supported: one device (CPU or GPU) and DDP (``"ddp"``, ``"ddp_spawn"``, any number of nodes). Sharded
-    strategies (FSDP, ModelParallel/FSDP2), DeepSpeed and tensor parallelism are refused: growing their sharded
-    parameters needs a gather -> grow -> re-shard round trip that is not implemented yet.
+    Supported: one device (CPU or GPU), DDP (``"ddp"``, ``"ddp_spawn"``) and FSDP2 through
+    ``ModelParallelStrategy`` with ``tensor_parallel_size=1``. DeepSpeed, tensor parallelism and FSDP1
+    (``FSDPStrategy``) are refused.
     """
     strategy = trainer.strategy
+    if isinstance(strategy, ModelParallelStrategy):
+        tp = getattr(strategy, "_tensor_parallel_size", 1)
+        if tp not in (1, "auto") and tp != 1:
+            raise GrowthError(
+                f"ModelParallelStrategy(tensor_parallel_size={tp}): tensor parallelism is not supported by "
+                "WidthGrowthCallback; use tensor_parallel_size=1 (FSDP2 data parallelism)"
+            )
+        return
     if isinstance(strategy, SUPPORTED_STRATEGIES):
         return
     raise GrowthError(
-        f"strategy {type(strategy).__name__} is not supported by WidthGrowthCallback yet: use a single device or "
-        "strategy='ddp' (sharded strategies such as FSDP, ModelParallelStrategy, DeepSpeed and tensor parallel "
-        "cannot be grown mid-fit by this version)"
+        f"strategy {type(strategy).__name__} is not supported by WidthGrowthCallback: use a single device, "
+        "strategy='ddp', or FSDP2 via ModelParallelStrategy (DeepSpeed, tensor parallelism and FSDP1 cannot be "
+        "grown mid-fit by this version)"
     )
 
 
@@ -44,3 +59,175 @@ def rewrap_after_growth(trainer: pl.Trainer, pl_module: pl.LightningModule) -> N
     if isinstance(strategy, DDPStrategy):
         strategy.model = pl_module
         strategy.configure_ddp()
+
+
+# ------------------------------------------------------------------------------------------------ FSDP2 (DTensor)
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s parameters are DTensors (FSDP2 ``fully_shard`` / ``ModelParallelStrategy``)."""
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Return every FSDP2 module of ``model`` to its sharded parameters. After a forward without backward (the
+    post-growth loss check) FSDP2 keeps the root's parameters unsharded, and ``named_parameters()`` would then
+    not give the DTensors the optimizer holds."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor on every rank (a collective for DTensors; the tensor itself otherwise)."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``full`` (identical on every rank) laid out like the DTensor ``like``: each rank keeps its own shard, no
+    communication. A plain ``like`` gives ``full`` on its device and dtype."""
+    full = full.to(device=like.device, dtype=like.dtype)
+    if isinstance(like, DTensor):
+        return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)
+    return full
+
+
+def local_piece(param: torch.Tensor, piece: tuple[slice, ...]) -> tuple[torch.Tensor, tuple[slice, ...]] | None:
+    """Map a slice of the *global* tensor to ``(local tensor, local slice)`` of this rank's shard, or ``None``
+    when this rank holds none of it. Plain tensors map to themselves. FSDP2 shards dim 0 in ``torch.chunk``
+    order (``Shard(0)`` on a 1-D mesh); other layouts are refused."""
+    if not isinstance(param, DTensor):
+        return param.data, piece
+    local = param.to_local()
+    placements = param.placements
+    if len(placements) != 1 or not (placements[0].is_shard(0) or placements[0].is_replicate()):
+        raise GrowthError(f"new-entry learning rate: unsupported DTensor layout {placements} (FSDP2 Shard(0) only)")
+    if placements[0].is_replicate():
+        return local, piece
+    size, world = param.shape[0], param.device_mesh.size()
+    rank = param.device_mesh.get_local_rank()
+    chunk = -(-size // world)  # torch.chunk: ceil-sized chunks, the last ones shorter or empty
+    start = min(rank * chunk, size)
+    stop = min(start + chunk, size)
+    rows = piece[0] if piece else slice(None)
+    lo = max(rows.start or 0, start)
+    hi = min(size if rows.stop is None else rows.stop, stop)
+    if hi <= lo:
+        return None
+    return local, (slice(lo - start, hi - start), *piece[1:])
+
+
+def _parent_and_attr(root: torch.nn.Module, child: torch.nn.Module) -> tuple[torch.nn.Module, str]:
+    for name, module in root.named_modules():
+        if module is child and name:
+            parent_name, _, attr = name.rpartition(".")
+            return root.get_submodule(parent_name), attr
+    raise GrowthError("the GPT to grow is not a submodule of the LightningModule")
+
+
+def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, config: object,
+                      swap: _Swap) -> torch.nn.Module:
+    """Put a ``GPT(config)`` built on the meta device where ``old_gpt`` sits, let the module's own
+    ``configure_model`` shard it, then allocate the local shards (``to_empty``) and copy the non-persistent
+    buffers (RoPE cache) from ``old_gpt``. Values are uninitialized: the caller fills them."""
+    from litgpt.model import GPT
+
+    parent, attr = _parent_and_attr(pl_module, old_gpt)
+    device = next(iter(old_gpt.buffers())).device
+    with torch.device("meta"):
+        new = GPT(config)
+    if old_gpt.lm_head.weight is old_gpt.transformer.wte.weight:
+        new.transformer.wte.weight = new.lm_head.weight
+    new.max_seq_length = old_gpt.max_seq_length
+    swap.set(parent, attr, new)
+    pl_module.configure_model()
+    if not is_sharded(new):
+        raise GrowthError(
+            "after growth, the LightningModule's configure_model() did not shard the new GPT; under "
+            "ModelParallelStrategy configure_model must fully_shard self.model (and its blocks) whenever they are "
+            "not sharded yet (see lightning_sparkling.module.shard_gpt)"
+        )
+    new.to_empty(device=device)
+    for name, buf in old_gpt.named_buffers():  # RoPE cos/sin: head size and positions do not change
+        new.get_buffer(name).copy_(buf)
+    return new
+
+
+def _param_groups(gpt: torch.nn.Module) -> list[list[str]]:
+    """Parameter names grouped by block (``transformer.h.i``) and the rest: the unit gathered at a time."""
+    groups: dict[str, list[str]] = {}
+    for name, _ in gpt.named_parameters():
+        parts = name.split(".")
+        key = ".".join(parts[:3]) if name.startswith("transformer.h.") else name
+        groups.setdefault(key, []).append(name)
+    return list(groups.values())
+
+
+@torch.no_grad()
+def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *, seed: int,
+                 stage_index: int) -> GrowthResult:
+    """FSDP2 growth: build the grown GPT sharded by the module's ``configure_model`` and fill it one block at a
+    time from gathered full tensors (peak memory: both sharded models plus one full block, old and grown).
+
+    The new GPT replaces the old one on the LightningModule; ``GrowthResult.rollback()`` puts the old one back.
+    """
+    reshard(gpt)
+    tied = gpt.lm_head.weight is gpt.transformer.wte.weight
+    plan = plan_growth(gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
+    swap = _Swap()
+    start = time.perf_counter()
+    try:
+        new = build_sharded_gpt(pl_module, gpt, plan.new_config, swap)
+        old_params = dict(gpt.named_parameters())
+        new_params = dict(new.named_parameters())
+        for names in _param_groups(gpt):
+            full = {n: full_tensor(old_params[n].detach()) for n in names}
+            grown = grow_tensors(plan, full)
+            for n in names:
+                value = grown.get(n, full[n])
+                target = new_params[n]
+                local = shard_like(value, target)
+                (target.to_local() if isinstance(target, DTensor) else target.data).copy_(
+                    local.to_local() if isinstance(local, DTensor) else local)
+            del full, grown
+        for n, p in old_params.items():
+            new_params[n].requires_grad_(p.requires_grad)
+    except BaseException:
+        swap.undo()
+        raise
+    return GrowthResult(plan=plan, old_params=old_params, new_params=new_params,
+                        seconds=time.perf_counter() - start, _swap=swap)
+
+
+@torch.no_grad()
+def plan_sharded_optimizer_patch(optimizer: torch.optim.Optimizer, result: GrowthResult,
+                                 recipe: str) -> OptimizerPatch:
+    """The optimizer patch of an FSDP2 growth: every parameter of the GPT is a new DTensor; per-element state of
+    grown parameters is gathered, grown by ``recipe`` and re-sharded like the new parameter, one tensor at a time;
+    state of unchanged parameters is carried over as is."""
+    check_optimizer_supported(optimizer)
+    name_of = {id(p): n for n, p in result.old_params.items()}
+    patch = OptimizerPatch(optimizer)
+    for g, group in enumerate(optimizer.param_groups):
+        for i, p in enumerate(group["params"]):
+            name = name_of.get(id(p))
+            if name is None:
+                continue
+            new = result.new_params[name]
+            patch.replacements.append((g, i, p, new))
+            state = optimizer.state.get(p)
+            if not state:
+                continue
+            spec = result.plan.tensors.get(name)
+            if spec is None:
+                patch.new_state[new] = dict(state)
+                continue
+            grown_state = {}
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and value.ndim > 0:
+                    full = grow_state(key, full_tensor(value), spec, result.plan.axes, recipe, type(optimizer).__name__)
+                    grown_state[key] = shard_like(full, new)
+                else:
+                    grown_state[key] = value
+            patch.new_state[new] = grown_state
+    return patch

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.plan import GrowthError, TensorPlan
+from lightning_sparkling.plan import AxisChange, GrowthError, TensorPlan
 from lightning_sparkling.surgery import GrowthResult, grow_tensor
 
 FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
@@ -49,9 +49,9 @@ def check_optimizer_supported(optimizer: torch.optim.Optimizer) -> None:
 
 
 def grow_state(
-    key: str, value: object, spec: TensorPlan, result: GrowthResult, recipe: str, optimizer_name: str
+    key: str, value: object, spec: TensorPlan, axes: Mapping[str, AxisChange], recipe: str, optimizer_name: str
 ) -> object:
-    """Grow one optimizer-state entry of a grown parameter by ``recipe``."""
+    """Grow one optimizer-state entry of a grown parameter by ``recipe`` (a plain, full tensor)."""
     if not isinstance(value, torch.Tensor) or value.ndim == 0 or tuple(value.shape) == ():
         return value  # scalars (step) and None (SGD without momentum) are kept
     if tuple(value.shape) != spec.old_shape:
@@ -59,7 +59,6 @@ def grow_state(
             f"{optimizer_name} state {key!r} of {spec.name!r} has shape {tuple(value.shape)}, not the parameter's "
             f"{spec.old_shape}: this per-element layout is unknown, growth cannot patch it"
         )
-    axes = result.plan.axes
     if recipe == "copy":
         return grow_tensor(value, spec, axes, mode="copy", scale=1.0)
     grown = grow_tensor(value, spec, axes, mode="zero", scale=1.0)
@@ -130,17 +129,22 @@ def plan_optimizer_patch(optimizer: torch.optim.Optimizer, result: GrowthResult,
             state = optimizer.state.get(p)
             if state:
                 patch.new_state[new] = {
-                    k: grow_state(k, v, spec, result, recipe, type(optimizer).__name__) for k, v in state.items()
+                    k: grow_state(k, v, spec, result.plan.axes, recipe, type(optimizer).__name__)
+                    for k, v in state.items()
                 }
     return patch
 
 
 @dataclass
 class NewEntryRegion:
-    """The new entries of one stage in one parameter (disjoint slices) and how to find their learning rate."""
+    """The new entries of one stage in one parameter and how to find their learning rate.
+
+    ``pieces`` are ``(tensor, slice)`` pairs: the tensor whose entries the optimizer updates in place (the
+    parameter's data, or this rank's shard of a DTensor parameter) and a slice of it; disjoint.
+    """
 
     param: nn.Parameter
-    pieces: list[tuple[slice, ...]]
+    pieces: list[tuple[torch.Tensor, tuple[slice, ...]]]
     lr_fn: Callable[[], float]  # the new entries' learning rate for the step about to be taken
 
 
@@ -192,14 +196,14 @@ class NewEntryLR:
                         )
                         self._warned = True
                     continue
-                before = [region.param.data[piece].clone() for piece in region.pieces]
+                before = [tensor[piece].clone() for tensor, piece in region.pieces]
                 self._saved.append((region, before, lr_new / lr_group))
 
     @torch.no_grad()
     def _post(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
         for region, before, ratio in self._saved:
-            for piece, start in zip(region.pieces, before):
-                view = region.param.data[piece]
+            for (tensor, piece), start in zip(region.pieces, before):
+                view = tensor[piece]
                 if start.dtype in (torch.float32, torch.float64):
                     start.lerp_(view, ratio)  # before + ratio * (after - before)
                     view.copy_(start)

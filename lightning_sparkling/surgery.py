@@ -54,13 +54,13 @@ class GrowthResult:
 
     @property
     def alpha(self) -> dict[str, float]:
-        """Scale applied to each changed parameter (``alpha`` for fan-in weights, 1 for fan-out)."""
-        return {name: self.plan.tensors[name].scale for name in self.new_params}
+        """Scale applied to each grown parameter (``alpha`` for fan-in weights, 1 for fan-out)."""
+        return {name: self.plan.tensors[name].scale for name in self.new_params if name in self.plan.tensors}
 
     @property
     def new_entries(self) -> dict[str, list[tuple[slice, ...]]]:
-        """``{name: disjoint slices of the entries that are new}`` for every changed parameter."""
-        return {name: self.plan.tensors[name].new_region() for name in self.new_params}
+        """``{name: disjoint slices of the entries that are new}`` for every grown parameter."""
+        return {name: self.plan.tensors[name].new_region() for name in self.new_params if name in self.plan.tensors}
 
     @property
     def sources(self) -> dict[str, torch.Tensor]:
@@ -100,10 +100,11 @@ def grow_tensor(
         out = expand_dim(out, d.dim, axes[d.axis].src, mode or d.mode, generator=generator, stats=stats)
     factor = spec.scale if scale is None else scale
     if factor != 1.0:
+        compute = torch.promote_types(t.dtype, torch.float32)  # at least float32; float64 stays float64
         if spec.unit_offset and scale is None:  # Gemma RMSNorm: the effective weight is 1 + w
-            out = ((1.0 + out.float()) * factor - 1.0).to(t.dtype)
+            out = ((1.0 + out.to(compute)) * factor - 1.0).to(t.dtype)
         else:
-            out = (out.float() * factor).to(t.dtype)
+            out = (out.to(compute) * factor).to(t.dtype)
     if out is t:
         out = t.detach().clone()
     return out
@@ -152,6 +153,9 @@ class _Swap:
         if attr in module._parameters:
             self._log.append((module, attr, True, module._parameters[attr]))
             module._parameters[attr] = value
+        elif attr in module._modules:
+            self._log.append((module, attr, False, module._modules[attr]))
+            setattr(module, attr, value)
         else:
             self._log.append((module, attr, False, module.__dict__[attr]))
             setattr(module, attr, value)
@@ -177,6 +181,12 @@ def _sync_module_attributes(swap: _Swap, module: nn.Module) -> None:
     elif hasattr(module, "intermediate_size"):  # litgpt MLPs
         fc = module.fc if hasattr(module, "fc") else module.fc_1
         swap.set(module, "intermediate_size", fc.weight.shape[0])
+
+
+def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
+    """Module names, classes and sizes (``extra_repr``). Unset optional submodules (``None`` entries, e.g. the
+    KV cache after ``clear_kv_cache()``) are not part of the structure."""
+    return [(name, type(m).__name__, m.extra_repr()) for name, m in model.named_modules()]
 
 
 def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> _Swap:
@@ -206,7 +216,13 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
         for module in modules.values():
             if module.__dict__.get("config") is plan.old_config:
                 swap.set(module, "config", plan.new_config)
-        if str(model) != str(build_meta_gpt(plan.new_config)):
+        reference = build_meta_gpt(plan.new_config)
+        # parameter-free norms (e.g. OLMo's non-affine LayerNorm) have no tensor to infer their size from
+        for name, ref in reference.named_modules():
+            module = modules.get(name)
+            if isinstance(module, nn.LayerNorm) and module.weight is None and isinstance(ref, nn.LayerNorm):
+                swap.set(module, "normalized_shape", ref.normalized_shape)
+        if _structure(model) != _structure(reference):
             raise GrowthError("the grown model's module structure differs from GPT(grown config)")
         return swap
     except BaseException:

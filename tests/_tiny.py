@@ -49,6 +49,13 @@ class TinyModule(L.LightningModule):
         if optimizer == "muon":
             self.automatic_optimization = False
 
+    def configure_model(self) -> None:
+        """FSDP2 under ModelParallelStrategy: shard the blocks, then the GPT (idempotent)."""
+        if self.device_mesh is not None:
+            from lightning_sparkling.module import shard_gpt
+
+            shard_gpt(self.model, self.device_mesh)
+
     def loss_on(self, ids: torch.Tensor) -> torch.Tensor:
         ids = ids.to(self.device)
         logits = self.model(ids[:, :-1])

@@ -1,9 +1,10 @@
-"""Run by tests/test_ddp.py: a two-stage growth under DDP (2 CPU ranks, gloo), or its one-process twin.
+"""Run by tests/test_ddp.py: a two-stage growth under DDP or FSDP2 (2 CPU ranks, gloo), or its one-process twin.
 
-    python tests/ddp_script.py OUT_DIR {ddp|single} [--resume CKPT] [--save-at STEP]
+    python tests/ddp_script.py OUT_DIR {ddp|fsdp2|single} [--resume CKPT] [--tag=TAG]
 
-Lightning's DDP launcher re-runs this same command for rank 1. Each rank writes its final weights to
-OUT_DIR/<mode>-rank<r>.pt.
+Lightning's launcher re-runs this same command for rank 1. Each rank writes the final (gathered) weights to
+OUT_DIR/<mode><tag>-rank<r>.pt. Uninterrupted multi-process runs save checkpoints at step 8 (right at the first
+growth) and 12 (between growths): DDP full files, FSDP2 sharded directories and full files.
 """
 
 import argparse
@@ -11,7 +12,9 @@ import sys
 from pathlib import Path
 
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.strategies import ModelParallelStrategy
+from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny import TinyModule, make_trainer  # noqa: E402
@@ -19,28 +22,54 @@ from _tiny import TinyModule, make_trainer  # noqa: E402
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
 
 MAX_STEPS = 24
+GROWTH_AT = 8
+SAVE_AT = (8, 12)  # right at the first growth (new entries not stepped yet), and between the growths
+
+
+class SaveAt(Callback):
+    """Saves checkpoints `full<step>.ckpt` (one file) and, under FSDP2, `sharded<step>.ckpt` (a directory).
+    Listed after the growth callback, so the checkpoint at the growth step holds the grown model."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.done: set[int] = set()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if step in SAVE_AT and step not in self.done:
+            self.done.add(step)
+            strategy = trainer.strategy
+            if isinstance(strategy, ModelParallelStrategy):
+                trainer.save_checkpoint(self.out / f"sharded{step}.ckpt")
+                strategy._save_distributed_checkpoint = False
+                trainer.save_checkpoint(self.out / f"full{step}.ckpt")
+                strategy._save_distributed_checkpoint = True
+            else:
+                trainer.save_checkpoint(self.out / f"full{step}.ckpt")
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
-    parser.add_argument("mode", choices=["ddp", "single"])
+    parser.add_argument("mode", choices=["ddp", "fsdp2", "single"])
     parser.add_argument("--resume", default=None)
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
-    out = Path(args.out)
-    stages = [GrowthStage(8, n_embd=64, intermediate_size=128, rewarmup_steps=4),
+    out = Path(args.out) / args.mode
+    out.mkdir(parents=True, exist_ok=True)
+    stages = [GrowthStage(GROWTH_AT, n_embd=64, intermediate_size=128, rewarmup_steps=4),
               GrowthStage(16, intermediate_size=192, init="random-copy", rewarmup_steps=4)]
     module = TinyModule(max_steps=MAX_STEPS, accumulate=2, emulate_ranks=2 if args.mode == "single" else 0)
     callbacks = [WidthGrowthCallback(stages)]
     kwargs = {}
     if args.mode == "ddp":
         kwargs = dict(strategy="ddp", devices=2)
-        if not args.resume:
-            callbacks.append(ModelCheckpoint(dirpath=out / "ckpt", filename="{step}", every_n_train_steps=1,
-                                             save_top_k=-1))
-            kwargs["enable_checkpointing"] = True
+    elif args.mode == "fsdp2":
+        kwargs = dict(strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1), devices=2)
+    if args.mode != "single" and not args.resume:
+        callbacks.append(SaveAt(out))
     trainer = make_trainer(callbacks, max_steps=MAX_STEPS, accumulate=2, **kwargs)
     trainer.fit(module, ckpt_path=args.resume)
-    state = {k: v.detach().cpu() for k, v in module.model.state_dict().items()}
-    torch.save({"state": state, "config": module.model.config.n_embd, "losses": module.losses},
-               out / f"{args.mode}{args.tag}-rank{trainer.global_rank}.pt")
+    state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
+             for k, v in module.model.state_dict().items()}
+    torch.save({"state": state, "losses": module.losses}, out / f"final{args.tag}-rank{trainer.global_rank}.pt")

@@ -1,5 +1,6 @@
-"""Growth under DDP with 2 CPU ranks (gloo): ends where one process with the same global batch ends, ranks
-agree exactly, and resuming a checkpoint saved after growth matches the uninterrupted run."""
+"""Growth under DDP and FSDP2 (ModelParallelStrategy) with 2 CPU ranks (gloo): a two-stage growth (hidden+inner,
+then inner with random init) ends where one process with the same global batch ends, ranks agree exactly, and
+resuming checkpoints saved after growth (full file; FSDP2 also sharded directory) matches the uninterrupted run."""
 
 from __future__ import annotations
 
@@ -18,37 +19,51 @@ pytestmark = pytest.mark.slow
 def _run(*args: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
 
 
 def _rel_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
     num = sum(float((a[k].double() - b[k].double()).norm() ** 2) for k in a)
     den = sum(float(b[k].double().norm() ** 2) for k in b)
     return (num / den) ** 0.5
 
 
+def _final(out: Path, mode: str, tag: str = "") -> list[dict]:
+    return [torch.load(out / mode / f"final{tag}-rank{r}.pt")["state"] for r in (0, 1)]
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
-    _run(str(out), "ddp")
+def single(tmp_path_factory):
+    out = tmp_path_factory.mktemp("single")
     _run(str(out), "single")
-    _run(str(out), "ddp", "--resume", str(out / "ckpt" / "step=12.ckpt"), "--tag=-resumed")
-    return out
+    return torch.load(out / "single" / "final-rank0.pt")["state"]
 
 
-def test_ddp_two_stage_growth_matches_single_process(runs):
-    ddp = [torch.load(runs / f"ddp-rank{r}.pt") for r in (0, 1)]
-    single = torch.load(runs / "single-rank0.pt")
-    assert ddp[0]["state"]["transformer.h.0.mlp.proj.weight"].shape == (64, 192)  # both stages applied
-    for name in ddp[0]["state"]:  # every rank holds identical weights
-        assert torch.equal(ddp[0]["state"][name], ddp[1]["state"][name]), name
-    assert _rel_diff(ddp[0]["state"], single["state"]) < 1e-4
+@pytest.fixture(scope="module", params=["ddp", "fsdp2"])
+def multi(request, tmp_path_factory):
+    mode = request.param
+    out = tmp_path_factory.mktemp(mode)
+    _run(str(out), mode)
+    resumes = ["full12"] + (["sharded12", "sharded8"] if mode == "fsdp2" else ["full8"])
+    for kind in resumes:
+        _run(str(out), mode, "--resume", str(out / mode / f"{kind}.ckpt"), f"--tag=-{kind}")
+    return mode, out, resumes
 
 
-def test_ddp_resume_after_growth_matches_uninterrupted(runs):
-    resumed = torch.load(runs / "ddp-resumed-rank0.pt")
-    reference = torch.load(runs / "ddp-rank0.pt")
-    assert _rel_diff(resumed["state"], reference["state"]) < 1e-6
-    other = torch.load(runs / "ddp-resumed-rank1.pt")
-    for name in resumed["state"]:
-        assert torch.equal(resumed["state"][name], other["state"][name]), name
+def test_two_stage_growth_matches_single_process_and_ranks_agree(multi, single):
+    mode, out, _ = multi
+    ranks = _final(out, mode)
+    assert ranks[0]["transformer.h.0.mlp.proj.weight"].shape == (64, 192)  # both stages applied
+    for name in ranks[0]:
+        assert torch.equal(ranks[0][name], ranks[1][name]), name
+    assert _rel_diff(ranks[0], single) < 1e-4
+
+
+def test_resume_after_growth_matches_uninterrupted(multi):
+    mode, out, resumes = multi
+    reference = _final(out, mode)[0]
+    for kind in resumes:
+        resumed = _final(out, mode, f"-{kind}")
+        assert torch.equal(resumed[0]["lm_head.weight"], resumed[1]["lm_head.weight"])
+        assert _rel_diff(resumed[0], reference) < 1e-6, f"{mode} resumed from the {kind} checkpoint"

@@ -28,16 +28,40 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 
 from lightning_sparkling.compute import count_params
-from lightning_sparkling.distributed import check_strategy_supported, rewrap_after_growth
+from lightning_sparkling.distributed import (
+    build_sharded_gpt,
+    check_strategy_supported,
+    grow_sharded,
+    is_sharded,
+    local_piece,
+    plan_sharded_optimizer_patch,
+    reshard,
+    rewrap_after_growth,
+)
 from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported, plan_optimizer_patch
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
 from lightning_sparkling.stage import GrowthStage
-from lightning_sparkling.surgery import GrowthResult, grow_model
+from lightning_sparkling.surgery import GrowthResult, _Swap, grow_model
+
+
+def _peek_callback_state(checkpoint_path: Any, state_key: str) -> dict[str, Any] | None:
+    """This callback's state in a checkpoint, without loading its tensors (``meta.pt`` of a sharded directory, or
+    the full file memory-mapped)."""
+    from pathlib import Path
+
+    path = Path(checkpoint_path)
+    if path.is_dir():
+        meta = path / "meta.pt"
+        checkpoint = torch.load(meta, map_location="cpu", weights_only=False) if meta.is_file() else {}
+    else:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    return (checkpoint.get("callbacks") or {}).get(state_key)
 
 
 class GrowthFailedError(RuntimeError):
@@ -183,7 +207,10 @@ class WidthGrowthCallback(Callback):
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         for k in range(self._grown, len(self.stages)):
             config = plan_growth(config, self.stages[k], seed=self.seed, stage_index=k, tied_embeddings=tied).new_config
-        self._install_resume_hook(pl_module)
+        if isinstance(trainer.strategy, ModelParallelStrategy):
+            self._install_sharded_resume_hook(trainer, pl_module)
+        else:
+            self._install_resume_hook(pl_module)
 
     def _install_resume_hook(self, pl_module: pl.LightningModule) -> None:
         """Checkpoints of grown models: grow the fresh model right before its weights are loaded.
@@ -204,10 +231,49 @@ class WidthGrowthCallback(Callback):
         pl_module.on_load_checkpoint = on_load_checkpoint
         self._resume_hook = (pl_module, original)
 
+    def _install_sharded_resume_hook(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """FSDP2 (``ModelParallelStrategy``) loads weights *and optimizer states* straight into the live sharded
+        model in ``strategy.load_checkpoint`` (after ``on_fit_start``), so that call is wrapped: the checkpoint's
+        callback state is peeked (``meta.pt`` of a sharded directory, or the full file), the model is rebuilt at
+        the grown shapes, optimizers are rebuilt over it, and the re-warmup schedulers re-registered, before
+        Lightning loads into them."""
+        if self._resume_hook is not None:
+            return
+        strategy = trainer.strategy
+        original = strategy.load_checkpoint
+
+        def load_checkpoint(checkpoint_path, *args, **kwargs):
+            state = _peek_callback_state(checkpoint_path, self.state_key)
+            if state and int(state["grown"]) > len(self._regions):
+                self._regrow_sharded(trainer, pl_module, state)
+            return original(checkpoint_path, *args, **kwargs)
+
+        strategy.load_checkpoint = load_checkpoint
+        self._resume_hook = (strategy, original)
+
+    def _regrow_sharded(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state: dict[str, Any]) -> None:
+        gpt = find_gpt(pl_module)
+        tied = gpt.lm_head.weight is gpt.transformer.wte.weight
+        config = gpt.config
+        for k in range(len(self._regions), int(state["grown"])):
+            plan = plan_growth(config, self.stages[k], seed=int(state["seed"]), stage_index=k, tied_embeddings=tied)
+            self._regions.append({n: t.new_region() for n, t in plan.tensors.items()})
+            config = plan.new_config
+        build_sharded_gpt(pl_module, gpt, config, _Swap())  # values come from the checkpoint
+        trainer.strategy.setup_optimizers(trainer)
+        self._records = list(state["records"])
+        self._grown = int(state["grown"])
+        self._schedulers = {}
+        for k, record in enumerate(self._records):
+            if self.stages[k].rewarmup_ratio is not None:
+                self._register_scheduler(trainer, k, record)
+        self._install_lr_hooks(trainer, pl_module)
+
     def _remove_resume_hook(self) -> None:
         if self._resume_hook is not None:
-            pl_module, _ = self._resume_hook
-            pl_module.__dict__.pop("on_load_checkpoint", None)
+            owner, _ = self._resume_hook
+            owner.__dict__.pop("on_load_checkpoint" if isinstance(owner, pl.LightningModule) else "load_checkpoint",
+                               None)
             self._resume_hook = None
 
     def _regrow(self, pl_module: pl.LightningModule, grown: int, seed: int) -> None:
@@ -285,11 +351,17 @@ class WidthGrowthCallback(Callback):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
-        result = grow_model(gpt, stage, seed=self.seed, stage_index=k)
+        sharded = is_sharded(gpt)
+        if sharded:
+            result = grow_sharded(pl_module, gpt, stage, seed=self.seed, stage_index=k)
+            gpt = find_gpt(pl_module)
+        else:
+            result = grow_model(gpt, stage, seed=self.seed, stage_index=k)
+        patch_fn = plan_sharded_optimizer_patch if sharded else plan_optimizer_patch
         patches = []
         try:
             for optimizer in trainer.optimizers:
-                patches.append(plan_optimizer_patch(optimizer, result, stage.optimizer_state))
+                patches.append(patch_fn(optimizer, result, stage.optimizer_state))
             for patch in patches:
                 patch.apply()
             loss = self._check_loss(pl_module, gpt, batch)
@@ -336,6 +408,8 @@ class WidthGrowthCallback(Callback):
             ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
             logits = gpt(ids[:, :-1])
             loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+        if is_sharded(gpt):
+            reshard(gpt)
         loss = float(loss)
         if not math.isfinite(loss):
             raise GrowthError(f"the grown model's loss on the current batch is not finite ({loss})")
@@ -376,6 +450,8 @@ class WidthGrowthCallback(Callback):
         if not self._schedulers:
             return
         gpt = find_gpt(pl_module)
+        if is_sharded(gpt):
+            reshard(gpt)
         name_of = {id(p): n for n, p in gpt.named_parameters()}
         flat = {og: j for j, og in enumerate(_flat_groups(trainer.optimizers))}
         for o, optimizer in enumerate(trainer.optimizers):
@@ -385,8 +461,10 @@ class WidthGrowthCallback(Callback):
                     name = name_of.get(id(p))
                     for k in self._schedulers:
                         pieces = self._regions[k].get(name) if name is not None else None
-                        if pieces:
-                            regions.setdefault(g, []).append(NewEntryRegion(p, pieces, self._lr_fn(trainer, k, flat[(o, g)])))
+                        local = [lp for lp in (local_piece(p, piece) for piece in pieces or []) if lp is not None]
+                        if local:
+                            regions.setdefault(g, []).append(
+                                NewEntryRegion(p, local, self._lr_fn(trainer, k, flat[(o, g)])))
             if regions:
                 self._lr_hooks.append(NewEntryLR(optimizer, regions))
 

@@ -1,0 +1,559 @@
+"""``LitGPTPretrainModule``: a LightningModule that pretrains a plain ``litgpt.GPT`` (at ``self.model``), with litgpt's
+weight init, an optimizer from a litgpt-style spec (AdamW, Muon + AdamW, or any ``torch.optim`` class), the paper's
+warmup-cosine schedule (:class:`~lightning_sparkling.schedules.WarmupCosineLambda`), and checkpoints that carry the
+model config of their moment (so a checkpoint of a grown model loads into a freshly built small module).
+
+Also :func:`shard_gpt` (FSDP2 sharding of a GPT: every block, then the root) and :func:`init_gpt_weights`
+(litgpt's GPT-NeoX init, drawn from a seeded generator so every rank builds the same weights).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, fields
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn as nn
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from litgpt import GPT, Config
+from litgpt.model import CausalSelfAttention, LLaMAMLP
+from litgpt.utils import chunked_cross_entropy
+from torchmetrics import MeanMetric
+
+from lightning_sparkling.schedules import WarmupCosineLambda
+
+__all__ = [
+    "DEFAULT_MIN_LR_RATIO",
+    "DEFAULT_WARMUP_FRACTION",
+    "LitGPTPretrainModule",
+    "active_parameter_count",
+    "build_gpt",
+    "init_gpt_weights",
+    "resolve_optimizer",
+    "shard_gpt",
+]
+
+DEFAULT_WARMUP_FRACTION = 0.03
+"""Warmup length when neither ``lr_warmup_steps`` nor ``lr_warmup_fraction`` is given (the paper: 3% of steps)."""
+
+DEFAULT_MIN_LR_RATIO = 0.01
+"""``min_lr / lr`` when ``min_lr`` is not given (the paper: final LR ratio 0.01)."""
+
+
+# ---------------------------------------------------------------------------------------------------------- model
+def _as_config(model_config: Config | dict | str) -> Config:
+    if isinstance(model_config, Config):
+        return model_config
+    if isinstance(model_config, str):
+        return Config.from_name(model_config)
+    if isinstance(model_config, dict):
+        known = {f.name for f in fields(Config)}
+        unknown = sorted(set(model_config) - known)
+        if unknown:
+            raise ValueError(f"model_config has keys litgpt.Config does not know: {unknown}")
+        return Config(**model_config)
+    raise TypeError(f"model_config must be a litgpt.Config, a dict of its fields or a model name, "
+                    f"got {type(model_config).__name__}")
+
+
+@torch.no_grad()
+def init_gpt_weights(model: GPT, *, seed: int = 42) -> GPT:
+    """litgpt's pretraining init (``litgpt.pretrain.initialize_weights``, GPT-NeoX): every ``nn.Linear`` and
+    ``nn.Embedding`` weight ~ N(0, sqrt(2 / (5 n_embd))), the output projections ``proj`` of attention and LLaMA-style
+    MLPs ~ N(0, 1 / sqrt(n_embd) / n_layer), biases zero, every other module's ``reset_parameters`` (norms: ones).
+
+    Values are drawn on the CPU from ``torch.Generator().manual_seed(seed)`` in module order and copied in place, so
+    the result is the same on every device and every rank (needed before FSDP2 shards a locally built model).
+
+    Args:
+        model: a ``litgpt.GPT`` (any device, not sharded).
+        seed: generator seed.
+
+    Returns:
+        ``model``, initialized in place.
+
+    Example::
+
+        >>> cfg = Config(n_embd=16, n_head=2, n_layer=2, block_size=8, vocab_size=32, padded_vocab_size=32,
+        ...              mlp_class_name="LLaMAMLP", intermediate_size=32, norm_class_name="RMSNorm", bias=False)
+        >>> a, b = init_gpt_weights(GPT(cfg), seed=1), init_gpt_weights(GPT(cfg), seed=1)
+        >>> all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+        True
+    """
+    config = model.config
+    std = math.sqrt(2.0 / 5 / config.n_embd)
+    proj_std = 1 / math.sqrt(config.n_embd) / config.n_layer
+    proj_ids = {id(m.proj) for m in model.modules() if isinstance(m, (LLaMAMLP, CausalSelfAttention))}
+    generator = torch.Generator().manual_seed(int(seed))
+    seen: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            weight = module.weight
+            if id(weight) not in seen:
+                seen.add(id(weight))
+                sample = torch.empty(weight.shape, dtype=torch.float32)
+                sample.normal_(0.0, proj_std if id(module) in proj_ids else std, generator=generator)
+                weight.copy_(sample)
+            if getattr(module, "bias", None) is not None:
+                module.bias.zero_()
+        elif callable(getattr(module, "reset_parameters", None)):
+            module.reset_parameters()
+    return model
+
+
+def build_gpt(config: Config | dict | str, *, seed: int = 42, tie_embeddings: bool = False,
+              init_weights: bool = True) -> GPT:
+    """Build a ``litgpt.GPT`` with litgpt's init (:func:`init_gpt_weights`), optionally tying ``wte`` to
+    ``lm_head`` as litgpt's pretraining does (``wte.weight = lm_head.weight``).
+
+    Args:
+        config: ``litgpt.Config``, a dict of its fields, or a litgpt model name.
+        seed: init seed.
+        tie_embeddings: share the input embedding and the output head.
+        init_weights: apply :func:`init_gpt_weights` (``False``: torch's default init, e.g. before loading weights).
+
+    Example::
+
+        >>> m = build_gpt(dict(n_embd=16, n_head=2, n_layer=1, block_size=8, vocab_size=32), tie_embeddings=True)
+        >>> m.transformer.wte.weight is m.lm_head.weight
+        True
+    """
+    model = GPT(_as_config(config))
+    if init_weights:
+        init_gpt_weights(model, seed=seed)
+    if tie_embeddings:
+        model.transformer.wte.weight = model.lm_head.weight
+    return model
+
+
+def active_parameter_count(model: nn.Module) -> int:
+    """Parameters a token uses in one forward pass: every unique parameter (tied weights once; DTensor shards
+    counted at their global size), less the routed experts a token skips in litgpt MoE blocks
+    (``n_expert - n_expert_per_token`` experts per MoE layer).
+
+    Example::
+
+        >>> m = build_gpt(dict(n_embd=8, n_head=2, n_layer=1, block_size=8, vocab_size=10, padded_vocab_size=10,
+        ...                    mlp_class_name="LLaMAMLP", intermediate_size=16, norm_class_name="RMSNorm", bias=False))
+        >>> active_parameter_count(m)
+        824
+    """
+    total = sum(p.numel() for p in model.parameters())
+    inactive = 0
+    for module in model.modules():
+        experts = getattr(module, "experts", None)
+        config = getattr(module, "config", None)
+        if isinstance(experts, nn.ModuleList) and len(experts) and config is not None:
+            per_expert = sum(p.numel() for p in experts[0].parameters())
+            inactive += per_expert * (len(experts) - int(getattr(config, "n_expert_per_token", len(experts))))
+    return total - inactive
+
+
+def shard_gpt(model: GPT, mesh: Any, **fully_shard_kwargs: Any) -> GPT:
+    """FSDP2-shard a ``litgpt.GPT``: ``torch.distributed.fsdp.fully_shard`` on each block of
+    ``model.transformer.h``, then on ``model`` itself. Modules already sharded (``FSDPModule``) are skipped, so calling
+    it again (e.g. after a growth callback rebuilt some of the model) is safe.
+
+    Args:
+        model: the GPT (plain, or partly sharded).
+        mesh: a ``DeviceMesh``; a mesh with a ``"data_parallel"`` dimension (Lightning's ``ModelParallelStrategy``)
+            shards over that dimension.
+        fully_shard_kwargs: passed to ``fully_shard`` (``reshard_after_forward``, ``mp_policy``, ...).
+
+    Returns:
+        ``model`` (sharded in place).
+
+    Example::
+
+        # in LightningModule.configure_model under ModelParallelStrategy
+        shard_gpt(self.model, self.device_mesh)
+    """
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    names = getattr(mesh, "mesh_dim_names", None) or ()
+    if "data_parallel" in names and len(names) > 1:
+        mesh = mesh["data_parallel"]
+    for block in model.transformer.h:
+        if not isinstance(block, FSDPModule):
+            fully_shard(block, mesh=mesh, **fully_shard_kwargs)
+    if not isinstance(model, FSDPModule):
+        fully_shard(model, mesh=mesh, **fully_shard_kwargs)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------------------- optim
+def resolve_optimizer(optimizer: str | dict) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """Resolve a litgpt-style optimizer spec into ``(class, init_args)``.
+
+    Args:
+        optimizer: a class name in ``torch.optim`` (``"AdamW"``), a dotted path (``"torch.optim.Muon"``), or
+            ``{"class_path": ..., "init_args": {...}}``.
+
+    Example::
+
+        >>> resolve_optimizer({"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3}})
+        (<class 'torch.optim.adamw.AdamW'>, {'lr': 0.001})
+        >>> resolve_optimizer("SGD")[0].__name__
+        'SGD'
+    """
+    if isinstance(optimizer, str):
+        class_path, init_args = optimizer, {}
+    elif isinstance(optimizer, dict):
+        if "class_path" not in optimizer:
+            raise ValueError(f"optimizer spec {optimizer!r} needs a 'class_path'")
+        unknown = set(optimizer) - {"class_path", "init_args"}
+        if unknown:
+            raise ValueError(f"optimizer spec has unknown keys {sorted(unknown)}: use class_path and init_args")
+        class_path, init_args = optimizer["class_path"], copy.deepcopy(dict(optimizer.get("init_args") or {}))
+    else:
+        raise TypeError(f"optimizer must be a name or a {{'class_path', 'init_args'}} dict, got {optimizer!r}")
+    module_name, _, class_name = class_path.rpartition(".")
+    module_name = module_name or "torch.optim"
+    try:
+        module = __import__(module_name, fromlist=[class_name])
+        cls = getattr(module, class_name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"optimizer: cannot import {class_name!r} from {module_name!r}") from err
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        raise ValueError(f"optimizer: {class_path!r} is not a torch.optim.Optimizer")
+    if "betas" in init_args and isinstance(init_args["betas"], list):
+        init_args["betas"] = tuple(init_args["betas"])
+    return cls, init_args
+
+
+def _is_muon(cls: type) -> bool:
+    muon = getattr(torch.optim, "Muon", None)
+    return (muon is not None and issubclass(cls, muon)) or cls.__name__ == "Muon"
+
+
+def _noop_closure() -> None:
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------- module
+class LitGPTPretrainModule(L.LightningModule):
+    """Pretrains a ``litgpt.GPT`` on batches of token ids ``(B, T + 1)`` (inputs ``[:, :-1]``, targets ``[:, 1:]``).
+
+    - The model is a plain ``litgpt.GPT`` at ``self.model``, built in ``__init__`` with litgpt's init
+      (:func:`build_gpt`); :meth:`configure_model` builds it only if it is ``None`` and, under
+      ``ModelParallelStrategy`` (``self.device_mesh`` set), FSDP2-shards it with :func:`shard_gpt` (idempotent: a
+      growth callback may call it again after swapping ``self.model``).
+    - Optimizer from a litgpt-style spec, weight decay on every parameter (litgpt and the paper). With
+      ``torch.optim.Muon``: Muon for the 2-D weights of the transformer blocks, AdamW (``muon_adamw``) for
+      everything else (embeddings, ``lm_head``, norms, biases), as two optimizers under manual optimization.
+    - Schedule: ``LambdaLR(opt, WarmupCosineLambda(warmup, max_steps, min_lr / lr))`` stepped every optimizer step
+      (one per optimizer with Muon, same multiplier).
+    - Logs ``train_loss`` (every step, progress bar), ``val_loss`` and ``val_ppl`` (token-weighted mean over the
+      validation set, torchmetrics ``MeanMetric``, synced across ranks).
+    - Gradient clipping by global norm ``max_norm``: the module does it itself in both modes (automatic:
+      :meth:`configure_gradient_clipping` uses ``max_norm`` unless the Trainer sets its own ``gradient_clip_val``;
+      manual/Muon: one global norm over both optimizers, where Lightning forbids ``Trainer(gradient_clip_val=...)``).
+      :attr:`gradient_clip_val` is the value that is safe to pass to the Trainer.
+    - Checkpoints store ``checkpoint["model_config"] = asdict(self.model.config)``; on load, a different config
+      rebuilds ``self.model`` before the weights load (a grown checkpoint loads into a fresh small module).
+    - ``flops_per_batch`` (read by ``ThroughputMonitor``) = ``6 * active params * tokens per micro-batch``, refreshed
+      by every training step (so it follows growth) or by :meth:`update_flops_per_batch`.
+
+    Args:
+        model_config: ``litgpt.Config``, a dict of its fields, or a litgpt model name.
+        optimizer: ``"AdamW"``, ``"torch.optim.Muon"``, or ``{"class_path": ..., "init_args": {...}}`` (litgpt's
+            format). The peak LR is the optimizer's ``lr``.
+        max_steps: optimizer steps of the run (``T`` of the schedule). ``None``: the Trainer's ``max_steps``.
+        lr_warmup_steps: warmup optimizer steps. Exclusive with ``lr_warmup_fraction``.
+        lr_warmup_fraction: warmup as a fraction of ``max_steps`` (rounded up). Neither given: 0.03 (the paper).
+        min_lr: final LR (of the main optimizer; the Muon run's AdamW part uses the same ratio). ``None``:
+            ``0.01 * lr`` (the paper).
+        max_norm: clip gradients to this global norm (``None`` or 0: no clipping).
+        tie_embeddings: tie ``wte`` to ``lm_head`` (litgpt's ``train.tie_embeddings``).
+        seed: weight-init seed (same weights on every rank).
+        accumulate_grad_batches: micro-batches per optimizer step under manual optimization (Muon), where
+            ``Trainer(accumulate_grad_batches=...)`` is not allowed. Under automatic optimization use the Trainer's
+            setting (this must then be 1 or equal to it).
+        muon_adamw: AdamW ``init_args`` for the non-matrix parameters when the optimizer is Muon (default: Muon's
+            ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``). Muon's default ``adjust_lr_fn``
+            scales its step by ``sqrt(max(1, rows/cols))`` and wants a larger LR than AdamW (e.g. 0.02): either pass
+            ``adjust_lr_fn="match_rms_adamw"`` to Muon so one LR suits both, or give the AdamW LR here.
+
+    Example::
+
+        >>> import lightning as L
+        >>> cfg = dict(n_embd=32, n_head=4, n_layer=2, block_size=16, vocab_size=64, padded_vocab_size=64,
+        ...            mlp_class_name="LLaMAMLP", intermediate_size=64, norm_class_name="RMSNorm", bias=False)
+        >>> module = LitGPTPretrainModule(cfg, {"class_path": "torch.optim.AdamW",
+        ...                               "init_args": {"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95]}},
+        ...                               max_steps=3, lr_warmup_steps=1)
+        >>> data = torch.utils.data.DataLoader(torch.randint(0, 64, (8, 17)), batch_size=4)
+        >>> trainer = L.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+        ...                     enable_progress_bar=False, enable_model_summary=False)
+        >>> trainer.fit(module, data)
+        >>> trainer.global_step, type(module.model).__name__
+        (3, 'GPT')
+    """
+
+    def __init__(self, model_config: Config | dict | str, optimizer: str | dict = "AdamW", *,
+                 max_steps: int | None = None, lr_warmup_steps: int | None = None,
+                 lr_warmup_fraction: float | None = None, min_lr: float | None = None,
+                 max_norm: float | None = 1.0, tie_embeddings: bool = False, seed: int = 42,
+                 accumulate_grad_batches: int = 1, muon_adamw: dict | None = None) -> None:
+        super().__init__()
+        config = _as_config(model_config)
+        optimizer_cls, _ = resolve_optimizer(optimizer)  # validates the spec early
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"max_steps={max_steps} must be >= 1")
+        if lr_warmup_steps is not None and lr_warmup_fraction is not None:
+            raise ValueError("give lr_warmup_steps or lr_warmup_fraction, not both "
+                             f"(got {lr_warmup_steps} and {lr_warmup_fraction})")
+        if lr_warmup_steps is not None and lr_warmup_steps < 0:
+            raise ValueError(f"lr_warmup_steps={lr_warmup_steps} must be >= 0")
+        if lr_warmup_steps is not None and max_steps is not None and lr_warmup_steps > max_steps:
+            raise ValueError(f"lr_warmup_steps={lr_warmup_steps} is larger than max_steps={max_steps}")
+        if lr_warmup_fraction is not None and not 0 <= lr_warmup_fraction <= 1:
+            raise ValueError(f"lr_warmup_fraction={lr_warmup_fraction} must be in [0, 1]")
+        if min_lr is not None and min_lr < 0:
+            raise ValueError(f"min_lr={min_lr} must be >= 0")
+        if max_norm is not None and max_norm < 0:
+            raise ValueError(f"max_norm={max_norm} must be >= 0")
+        if accumulate_grad_batches < 1:
+            raise ValueError(f"accumulate_grad_batches={accumulate_grad_batches} must be >= 1")
+        self.uses_muon = _is_muon(optimizer_cls)
+        if muon_adamw is not None and not self.uses_muon:
+            raise ValueError("muon_adamw is only used with optimizer Muon")
+
+        self.save_hyperparameters(ignore=["model_config"])
+        self.hparams["model_config"] = asdict(config)  # plain data: YAML-friendly, and load_from_checkpoint rebuilds
+
+        self.optimizer_spec = optimizer
+        self.max_steps = max_steps
+        self.lr_warmup_steps = lr_warmup_steps
+        self.lr_warmup_fraction = lr_warmup_fraction
+        self.min_lr = min_lr
+        self.max_norm = max_norm
+        self.tie_embeddings = tie_embeddings
+        self.seed = seed
+        self.accumulate_grad_batches = int(accumulate_grad_batches)
+        self.muon_adamw = dict(muon_adamw or {})
+        self.automatic_optimization = not self.uses_muon
+
+        self._initial_config = config
+        self.model: GPT | None = build_gpt(config, seed=seed, tie_embeddings=tie_embeddings)
+        self.val_loss = MeanMetric()
+        self.flops_per_batch: int | None = None
+        self._flops_key: tuple | None = None
+
+    # ------------------------------------------------------------------ model
+    def configure_model(self) -> None:
+        """Build ``self.model`` if it is ``None`` (never twice), then FSDP2-shard it when a device mesh is set
+        (``ModelParallelStrategy``); already-sharded modules are left alone, so calling it again is safe."""
+        if self.model is None:
+            self.model = build_gpt(self._initial_config, seed=self.seed, tie_embeddings=self.tie_embeddings)
+        if self.device_mesh is not None:
+            shard_gpt(self.model, self.device_mesh)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, T, padded_vocab_size)`` for token ids ``(B, T)``."""
+        return self.model(idx)
+
+    def _lm_loss(self, batch: torch.Tensor) -> torch.Tensor:
+        if not isinstance(batch, torch.Tensor) or batch.ndim != 2 or batch.shape[1] < 2:
+            shape = tuple(batch.shape) if isinstance(batch, torch.Tensor) else type(batch).__name__
+            raise ValueError(f"expected a batch of token ids shaped (B, T + 1), got {shape}")
+        input_ids, targets = batch[:, :-1], batch[:, 1:].long()
+        logits = self.model(input_ids)
+        return chunked_cross_entropy(logits, targets, chunk_size=0)
+
+    # ------------------------------------------------------------------ FLOPs
+    def update_flops_per_batch(self, micro_batch_size: int, seq_len: int) -> int:
+        """Set and return ``flops_per_batch = 6 * active params * micro_batch_size * seq_len`` (training FLOPs of
+        one micro-batch, forward + backward, the paper's ``6 N D``), for the model as it is now.
+
+        Args:
+            micro_batch_size: sequences per micro-batch (per device).
+            seq_len: tokens per sequence (the model input length, i.e. window length - 1).
+        """
+        n_active = active_parameter_count(self.model)
+        self.flops_per_batch = 6 * n_active * int(micro_batch_size) * int(seq_len)
+        self._flops_key = (id(self.model), id(self.model.config), int(micro_batch_size), int(seq_len))
+        return self.flops_per_batch
+
+    def _refresh_flops(self, batch: torch.Tensor) -> None:
+        key = (id(self.model), id(self.model.config), int(batch.shape[0]), int(batch.shape[1]) - 1)
+        if key != self._flops_key:
+            self.update_flops_per_batch(key[2], key[3])
+
+    # ------------------------------------------------------------------ steps
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        """Next-token cross-entropy on ``batch`` (``(B, T + 1)`` token ids); logs ``train_loss``. Under manual
+        optimization (Muon) it also does the backward, and every ``accumulate_grad_batches`` micro-batches clips,
+        steps both optimizers and both schedulers."""
+        self._refresh_flops(batch)
+        loss = self._lm_loss(batch)
+        self.log("train_loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
+        if not self.automatic_optimization:
+            self._manual_step(loss, batch_idx)
+        return loss
+
+    def _manual_step(self, loss: torch.Tensor, batch_idx: int) -> None:
+        accumulate = self.accumulate_grad_batches
+        self.manual_backward(loss / accumulate)
+        if (batch_idx + 1) % accumulate != 0 and not self.trainer.is_last_batch:
+            return
+        optimizers = self.optimizers()
+        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+        schedulers = self.lr_schedulers()
+        schedulers = [] if schedulers is None else schedulers if isinstance(schedulers, list) else [schedulers]
+        if self.max_norm:
+            params = [p for opt in optimizers for g in opt.param_groups for p in g["params"] if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(params, self.max_norm)
+        # Only the first step goes through Lightning's optimizer wrapper: each wrapper step counts one
+        # `trainer.global_step`, and one optimizer step of this module is one global step.
+        optimizers[0].step()
+        for opt in optimizers[1:]:
+            self.trainer.strategy.optimizer_step(opt.optimizer, closure=_noop_closure, model=self)
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        for scheduler in schedulers:
+            scheduler.step()
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        """Accumulates the token-weighted validation loss (logged at the end of validation)."""
+        loss = self._lm_loss(batch)
+        self.val_loss.update(loss.detach().float(), weight=batch[:, 1:].numel())
+        return loss
+
+    def on_validation_epoch_end(self) -> None:
+        """Logs ``val_loss`` (mean next-token cross-entropy over the validation set) and ``val_ppl = exp(val_loss)``.
+        """
+        if self.val_loss.update_count == 0:
+            return
+        loss = self.val_loss.compute()
+        self.val_loss.reset()
+        # already reduced over ranks by torchmetrics; sync_dist only silences Lightning's epoch-level DDP warning
+        self.log("val_loss", loss, prog_bar=True, sync_dist=True)
+        self.log("val_ppl", torch.exp(loss), sync_dist=True)
+
+    # ------------------------------------------------------------------ optimizers
+    def schedule_steps(self) -> tuple[int, int]:
+        """``(warmup_steps, total_steps)`` of the LR schedule (total from ``max_steps`` or the Trainer's)."""
+        total = self.max_steps
+        if total is None:
+            trainer_steps = self._trainer.max_steps if self._trainer is not None else -1
+            if trainer_steps is None or trainer_steps < 1:
+                raise ValueError("max_steps is not set: give LitGPTPretrainModule(max_steps=...) or "
+                                 "Trainer(max_steps=...)")
+            total = trainer_steps
+        if self.lr_warmup_steps is not None:
+            warmup = self.lr_warmup_steps
+        else:
+            fraction = DEFAULT_WARMUP_FRACTION if self.lr_warmup_fraction is None else self.lr_warmup_fraction
+            warmup = math.ceil(fraction * total)
+        if warmup > total:
+            raise ValueError(f"lr_warmup_steps={warmup} is larger than max_steps={total}")
+        return int(warmup), int(total)
+
+    def _split_muon_params(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        matrix_ids = {id(p) for p in self.model.transformer.h.parameters() if p.ndim == 2}
+        muon, adamw, seen = [], [], set()
+        for p in self.model.parameters():
+            if id(p) in seen or not p.requires_grad:
+                continue
+            seen.add(id(p))
+            (muon if id(p) in matrix_ids else adamw).append(p)
+        return muon, adamw
+
+    def configure_optimizers(self) -> dict | list[dict]:
+        """The optimizer(s) and step-interval ``LambdaLR(WarmupCosineLambda)`` scheduler(s)."""
+        warmup, total = self.schedule_steps()
+        cls, init_args = resolve_optimizer(self.optimizer_spec)
+        if self.uses_muon:
+            muon_params, adamw_params = self._split_muon_params()
+            main = cls(muon_params, **init_args)
+            aux_args = {"lr": main.defaults["lr"], "betas": (0.9, 0.95), "eps": 1e-8,
+                        "weight_decay": main.defaults.get("weight_decay", 0.0)}
+            aux_args.update(self.muon_adamw)
+            if isinstance(aux_args.get("betas"), list):
+                aux_args["betas"] = tuple(aux_args["betas"])
+            optimizers = [main, torch.optim.AdamW(adamw_params, **aux_args)]
+        else:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            optimizers = [cls(params, **init_args)]
+        base_lr = float(optimizers[0].param_groups[0]["lr"])
+        if base_lr <= 0:
+            raise ValueError(f"optimizer lr={base_lr} must be positive")
+        if self.min_lr is None:
+            min_lr_ratio = DEFAULT_MIN_LR_RATIO
+        else:
+            if self.min_lr > base_lr:
+                raise ValueError(f"min_lr={self.min_lr} is larger than the optimizer's lr={base_lr}")
+            min_lr_ratio = self.min_lr / base_lr
+        configs = []
+        for opt in optimizers:
+            scheduler = torch.optim.lr_scheduler.LambdaLR(
+                opt, WarmupCosineLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio))
+            configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}})
+        return configs[0] if len(configs) == 1 else configs
+
+    @property
+    def gradient_clip_val(self) -> float | None:
+        """The value that may be passed as ``Trainer(gradient_clip_val=...)``: ``max_norm`` under automatic
+        optimization, ``None`` under manual optimization (Muon), where Lightning forbids it and the module clips
+        itself. Passing nothing is fine too: the module clips with ``max_norm`` in both modes."""
+        return (self.max_norm or None) if self.automatic_optimization else None
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Clip by global norm: the Trainer's ``gradient_clip_val`` when set, else ``max_norm``."""
+        if gradient_clip_val is None:
+            if not self.max_norm:
+                return
+            gradient_clip_val, gradient_clip_algorithm = self.max_norm, "norm"
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
+                            gradient_clip_algorithm=gradient_clip_algorithm)
+
+    def on_fit_start(self) -> None:
+        """Checks the Trainer settings that must agree with the module's."""
+        trainer = self.trainer
+        if self.automatic_optimization and self.accumulate_grad_batches not in (1, trainer.accumulate_grad_batches):
+            raise ValueError(f"accumulate_grad_batches={self.accumulate_grad_batches} is only used with Muon (manual "
+                             f"optimization): with {resolve_optimizer(self.optimizer_spec)[0].__name__} set "
+                             f"Trainer(accumulate_grad_batches={self.accumulate_grad_batches}) instead "
+                             f"(it is {trainer.accumulate_grad_batches})")
+        if not self.automatic_optimization and str(trainer.precision) in ("16-mixed", "16"):
+            raise ValueError("precision='16-mixed' (gradient scaling) is not supported with the Muon optimizer: "
+                             "use 'bf16-mixed', 'bf16-true' or '32-true'")
+        if self.max_steps is not None and trainer.max_steps not in (-1, None, self.max_steps):
+            rank_zero_warn(f"LitGPTPretrainModule(max_steps={self.max_steps}) differs from "
+                           f"Trainer(max_steps={trainer.max_steps}): the LR schedule ends at {self.max_steps}")
+
+    # ------------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Stores ``checkpoint["model_config"] = asdict(self.model.config)`` (the config of this moment)."""
+        checkpoint["model_config"] = asdict(self.model.config)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """If the checkpoint's ``model_config`` differs from the current model's, rebuild ``self.model`` with it
+        (same device and dtype, tied and sharded like the module's own) before the weights load."""
+        saved = checkpoint.get("model_config")
+        if saved is None:
+            return
+        config = _as_config(dict(saved))
+        if self.model is not None and config == self.model.config:
+            return
+        self._rebuild_model(config)
+
+    def _rebuild_model(self, config: Config) -> None:
+        old = self.model
+        reference = next(old.parameters(), None) if old is not None else None
+        model = build_gpt(config, seed=self.seed, tie_embeddings=self.tie_embeddings, init_weights=False)
+        if reference is not None and reference.device.type != "meta":
+            model = model.to(device=reference.device)
+            if reference.dtype != torch.float32 and reference.is_floating_point():
+                model = model.to(dtype=reference.dtype)
+        if old is not None and old.max_seq_length != config.block_size and old.max_seq_length <= config.block_size:
+            model.max_seq_length = old.max_seq_length
+        self.model = model
+        self._flops_key = None
+        if self.device_mesh is not None:
+            shard_gpt(self.model, self.device_mesh)
