@@ -73,3 +73,6 @@ if __name__ == "__main__":
     state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
              for k, v in module.model.state_dict().items()}
     torch.save({"state": state, "losses": module.losses}, out / f"final{args.tag}-rank{trainer.global_rank}.pt")
+    if torch.distributed.is_initialized():  # an orderly gloo shutdown (avoids an abort at interpreter exit)
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
