@@ -1,0 +1,3 @@
+from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
+
+__all__ = ["ActivationRMSMonitor"]
