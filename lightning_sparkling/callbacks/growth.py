@@ -37,6 +37,7 @@ from lightning_sparkling.distributed import (
     build_sharded_gpt,
     check_strategy_supported,
     grow_sharded,
+    full_tensor,
     is_sharded,
     local_piece,
     plan_sharded_optimizer_patch,
@@ -47,6 +48,7 @@ from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, check_op
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
 from lightning_sparkling.stage import GrowthStage
+from lightning_sparkling.symmetry import CopySpec, copy_specs, symmetry_metrics
 from lightning_sparkling.surgery import GrowthResult, _Swap, grow_model
 
 
@@ -158,11 +160,13 @@ class WidthGrowthCallback(Callback):
         self._grown = 0
         self._records: list[dict[str, Any]] = []  # one per applied stage (checkpointed)
         self._regions: list[dict[str, list[tuple[slice, ...]]]] = []  # new-entry slices per applied stage
+        self._copies: list[dict[str, CopySpec]] = []  # copied channels per applied stage (symmetry diagnostics)
         self._schedulers: dict[int, RewarmupLR] = {}  # stage index -> its new-entry LR scheduler
         self._lr_hooks: list[NewEntryLR] = []
         self._resume_hook: tuple[pl.LightningModule, Any] | None = None
         self._min_lrs: list[float] | None = None
         self.summaries: list[dict[str, Any]] = []
+        self.last_symmetry: dict[str, float] = {}
 
     # ------------------------------------------------------------------ state
     @property
@@ -258,6 +262,7 @@ class WidthGrowthCallback(Callback):
         for k in range(len(self._regions), int(state["grown"])):
             plan = plan_growth(config, self.stages[k], seed=int(state["seed"]), stage_index=k, tied_embeddings=tied)
             self._regions.append({n: t.new_region() for n, t in plan.tensors.items()})
+            self._copies.append(copy_specs(plan))
             config = plan.new_config
         build_sharded_gpt(pl_module, gpt, config, _Swap())  # values come from the checkpoint
         trainer.strategy.setup_optimizers(trainer)
@@ -282,6 +287,7 @@ class WidthGrowthCallback(Callback):
         for k in range(len(self._regions), grown):
             result = grow_model(gpt, self.stages[k], seed=seed, stage_index=k)
             self._regions.append(result.new_entries)
+            self._copies.append(copy_specs(result.plan))
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         for optimizer in trainer.optimizers:
@@ -334,9 +340,13 @@ class WidthGrowthCallback(Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        grew = False
         while self._due(trainer):
             self._grow(trainer, pl_module, batch)
+            grew = True
         self._log_lr_new(trainer, pl_module)
+        if self._copies and (grew or trainer.global_step % max(trainer.log_every_n_steps, 1) == 0):
+            self._log_symmetry(trainer, pl_module)
 
     def _due(self, trainer: pl.Trainer) -> bool:
         return self._grown < len(self.stages) and trainer.global_step >= self.stages[self._grown].at_step
@@ -384,6 +394,7 @@ class WidthGrowthCallback(Callback):
         }
         self._records.append(record)
         self._regions.append(result.new_entries)
+        self._copies.append(copy_specs(result.plan))
         self._grown += 1
         if stage.rewarmup_ratio is not None:
             self._register_scheduler(trainer, k, record)
@@ -478,6 +489,21 @@ class WidthGrowthCallback(Callback):
             lam = scheduler.lr_lambdas[0]
             metrics[f"growth/lr_new/stage_{k}"] = lam(step - growth_step)
         trainer.logger.log_metrics(metrics, step=trainer.global_step)
+
+    def _log_symmetry(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """``symmetry/stage_{k}/{axis}``: mean cosine of copied channels to their sources (1 = still locked).
+        Runs on every rank (gathers under FSDP2); rank zero's logger writes it."""
+        gpt = find_gpt(pl_module)
+        if is_sharded(gpt):
+            reshard(gpt)
+        params = dict(gpt.named_parameters())
+        metrics = {}
+        for k, specs in enumerate(self._copies):
+            metrics.update(symmetry_metrics(specs, lambda name: full_tensor(params[name].detach()),
+                                            f"symmetry/stage_{k}"))
+        self.last_symmetry = metrics
+        if trainer.logger is not None and metrics:
+            trainer.logger.log_metrics(metrics, step=trainer.global_step)
 
     # ------------------------------------------------------------------ reporting
     def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, result: GrowthResult, k: int,
