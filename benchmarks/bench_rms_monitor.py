@@ -23,9 +23,8 @@ attached, removed before backward, cross-rank reduction, TensorBoard ``log_metri
 per-pair differences: the most robust estimate of the cost of one logging step on a busy machine.
 
 ``--example-dashboard PATH`` instead trains two tiny runs (a model grown 64 -> 128 wide at step 30 and a fixed-width
-baseline, 60 steps, synthetic Markov-chain tokens) with the monitor, a LearningRateMonitor and a minimal growth
-callback (``grow_model`` + asymmetric optimizer state + re-warmup of new entries by update rescaling), then renders
-``plot_runs`` on them.
+baseline, 60 steps, synthetic Markov-chain tokens) with the monitor, a LearningRateMonitor and the package's
+``WidthGrowthCallback`` (default SPARKLING recipe), then renders ``plot_runs`` on them.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from litgpt import Config
 from litgpt.model import GPT
 
-from lightning_sparkling import ActivationRMSMonitor, GrowthStage, grow_model, rewarmup_lr
+from lightning_sparkling import ActivationRMSMonitor, GrowthStage, WidthGrowthCallback
 
 ROOT = Path(__file__).resolve().parent
 
@@ -300,71 +299,6 @@ def print_table(result: dict) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-class DemoGrowth(L.Callback):
-    """Minimal growth for the example figure: ``grow_model`` at ``at_step``, optimizer state ``[S, 0]`` for grown
-    tensors, new entries stepped at ``rewarmup_lr`` by rescaling their update (AdamW's update is linear in lr), and
-    the ``growth/event`` / ``growth/lr_new/stage_0`` scalars. (The package's ``WidthGrowthCallback`` does this
-    properly; this keeps the example independent of it.)"""
-
-    def __init__(self, stage: GrowthStage, ratio: float = 1.3, warmup_steps: int = 10, min_lr: float = 3e-4) -> None:
-        self.stage, self.ratio, self.warmup_steps, self.min_lr = stage, ratio, warmup_steps, min_lr
-        self.masks: dict[nn.Parameter, torch.Tensor] = {}
-        self.before: dict[nn.Parameter, torch.Tensor] = {}
-        self.lr_at_growth: float | None = None
-        self._step_lr = (1.0, 1.0)
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step != self.stage.at_step or self.masks:
-            return
-        opt = trainer.optimizers[0]
-        result = grow_model(pl_module.model, self.stage)
-        for group in opt.param_groups:
-            for k, p in enumerate(group["params"]):
-                name = next((n for n, q in result.old_params.items() if q is p), None)
-                if name is None:
-                    continue
-                new = result.new_params[name]
-                group["params"][k] = new
-                old_state = opt.state.pop(p, {})
-                state = {}
-                for key, v in old_state.items():
-                    if torch.is_tensor(v) and v.shape == p.shape:
-                        s = torch.zeros_like(new)
-                        s[tuple(slice(0, d) for d in p.shape)] = v
-                        state[key] = s
-                    else:
-                        state[key] = v
-                opt.state[new] = state
-                mask = torch.zeros_like(new, dtype=torch.bool)
-                for region in result.new_entries[name]:
-                    mask[region] = True
-                self.masks[new] = mask
-        self.lr_at_growth = opt.param_groups[0]["lr"]
-        trainer.logger.log_metrics({"growth/event": 1.0}, step=trainer.global_step)
-
-    def _lr_new(self, trainer) -> float:
-        return rewarmup_lr(trainer.global_step, growth_step=self.stage.at_step, lr_at_growth=self.lr_at_growth,
-                           ratio=self.ratio, warmup_steps=self.warmup_steps, total_steps=trainer.max_steps,
-                           min_lr=self.min_lr)
-
-    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        if self.masks:
-            self.before = {p: p.detach().clone() for p in self.masks}
-            trainer.logger.log_metrics({"growth/lr_new/stage_0": self._lr_new(trainer)}, step=trainer.global_step)
-            self._step_lr = (optimizer.param_groups[0]["lr"], self._lr_new(trainer))
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if not self.before:
-            return
-        lr_old, lr_new = self._step_lr
-        with torch.no_grad():
-            for p, mask in self.masks.items():
-                prev = self.before[p]
-                scaled = prev + (p - prev) * (lr_new / lr_old)
-                p.copy_(torch.where(mask, scaled, p))
-        self.before = {}
-
-
 def example_dashboard(out: Path, logdir: Path | None, steps: int = 60, grow_at: int = 30) -> Path:
     from lightning_sparkling.plotting import plot_runs
 
@@ -379,7 +313,8 @@ def example_dashboard(out: Path, logdir: Path | None, steps: int = 60, grow_at: 
         module = LM(config, data, batch, lr=3e-3, warmup=5, total_steps=steps, val_data=val)
         callbacks: list[L.Callback] = [ActivationRMSMonitor(every_n_steps=2), LearningRateMonitor("step")]
         if grow:
-            callbacks.insert(0, DemoGrowth(GrowthStage(grow_at, n_embd=128, intermediate_size=256), min_lr=3e-4))
+            callbacks.insert(0, WidthGrowthCallback(GrowthStage(grow_at, n_embd=128, intermediate_size=256,
+                                                                rewarmup_steps=10), min_lr=3e-4))
         logger = TensorBoardLogger(str(logdir), name=name)
         L.Trainer(max_steps=steps, logger=logger, callbacks=callbacks, accelerator="cpu", devices=1,
                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
