@@ -31,11 +31,12 @@ def check_strategy_supported(trainer: pl.Trainer) -> None:
     """
     strategy = trainer.strategy
     if isinstance(strategy, ModelParallelStrategy):
-        tp = getattr(strategy, "_tensor_parallel_size", 1)
-        if tp not in (1, "auto") and tp != 1:
+        tp = getattr(strategy, "_tensor_parallel_size", 1)  # "auto" is resolved to the local device count by now
+        if tp != 1:
             raise GrowthError(
                 f"ModelParallelStrategy(tensor_parallel_size={tp}): tensor parallelism is not supported by "
-                "WidthGrowthCallback; use tensor_parallel_size=1 (FSDP2 data parallelism)"
+                "WidthGrowthCallback; use ModelParallelStrategy(data_parallel_size=<devices x nodes>, "
+                "tensor_parallel_size=1) for FSDP2"
             )
         return
     if isinstance(strategy, SUPPORTED_STRATEGIES):
@@ -65,6 +66,17 @@ def rewrap_after_growth(trainer: pl.Trainer, pl_module: pl.LightningModule) -> N
 def is_sharded(model: torch.nn.Module) -> bool:
     """Whether ``model``'s parameters are DTensors (FSDP2 ``fully_shard`` / ``ModelParallelStrategy``)."""
     return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def check_sharding_supported(model: torch.nn.Module) -> None:
+    """Refuse DTensor layouts other than FSDP2's ``Shard(0)`` over a 1-D mesh (e.g. tensor parallel plans)."""
+    for name, p in model.named_parameters():
+        if isinstance(p, DTensor) and (p.device_mesh.ndim != 1 or not all(
+                pl.is_shard(0) or pl.is_replicate() for pl in p.placements)):
+            raise GrowthError(
+                f"parameter {name!r} is laid out as {p.placements} on a {p.device_mesh.ndim}-D mesh: only FSDP2 "
+                "(fully_shard, Shard(0) on one data-parallel dimension) can be grown; tensor parallel plans cannot"
+            )
 
 
 def reshard(model: torch.nn.Module) -> None:

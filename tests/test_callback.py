@@ -373,3 +373,22 @@ def test_unsupported_strategies_refused_clearly(strategy_name):
     strategy = getattr(strategies, strategy_name).__new__(getattr(strategies, strategy_name))
     with pytest.raises(GrowthError, match=f"{strategy_name} is not supported.*strategy='ddp'.*ModelParallelStrategy"):
         check_strategy_supported(SimpleNamespace(strategy=strategy))
+
+
+def test_tensor_parallel_refused_clearly():
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    from lightning_sparkling.distributed import check_strategy_supported
+
+    strategy = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=2)
+    with pytest.raises(GrowthError, match="tensor_parallel_size=2.*tensor_parallel_size=1"):
+        check_strategy_supported(SimpleNamespace(strategy=strategy))
+
+
+def test_grow_at_step_zero_before_the_first_step():
+    module = TinyModule(max_steps=6)
+    _, growth = _fit(module, GrowthStage(0, intermediate_size=128, rewarmup_steps=2), max_steps=6)
+    assert growth.summaries[0]["global_step"] == 0
+    assert module.model.config.intermediate_size == 128 and all(math.isfinite(x) for x in module.losses)

@@ -35,6 +35,7 @@ from lightning.pytorch.utilities.types import LRSchedulerConfig
 from lightning_sparkling.compute import count_params
 from lightning_sparkling.distributed import (
     build_sharded_gpt,
+    check_sharding_supported,
     check_strategy_supported,
     grow_sharded,
     full_tensor,
@@ -290,6 +291,7 @@ class WidthGrowthCallback(Callback):
             self._copies.append(copy_specs(result.plan))
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        check_sharding_supported(find_gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
         if any(s.rewarmup_ratio is not None for s in self.stages):
@@ -334,9 +336,8 @@ class WidthGrowthCallback(Callback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         # at_step=0 (or a stage already due when the run starts): grow before the first micro-batch of the window
-        if trainer.global_step == 0 or self._due(trainer):
-            while self._due(trainer):
-                self._grow(trainer, pl_module, batch)
+        while self._due(trainer):
+            self._grow(trainer, pl_module, batch)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
