@@ -497,7 +497,7 @@ class WidthGrowthCallback(Callback):
         gpt = find_gpt(pl_module)
         if is_sharded(gpt):
             reshard(gpt)
-        params = dict(gpt.named_parameters())
+        params = dict(gpt.named_parameters(remove_duplicate=False))  # tied: wte and lm_head both by name
         metrics = {}
         for k, specs in enumerate(self._copies):
             metrics.update(symmetry_metrics(specs, lambda name: full_tensor(params[name].detach()),

@@ -1,0 +1,684 @@
+"""The ``sparkling`` command line.
+
+- ``sparkling pretrain --config FILE.yaml [--section.key value ...]``: pretrain a litgpt model on Lightning's
+  ``Trainer`` and grow its width mid-run (SPARKLING); leaves litgpt checkpoint dirs (``out_dir/step-XXXXXXXX/``,
+  ``out_dir/final/``), Lightning checkpoints for ``resume`` (``out_dir/checkpoints/``), TensorBoard logs
+  (``out_dir/logs/``) and ``out_dir/summary.json``.
+- ``sparkling plan --config FILE.yaml``: what the growth stages of that config do (widths, tensors, alpha,
+  parameters, FLOPs saved), without training and without building a tokenizer.
+- ``sparkling plot LOGDIR... --out FILE.png [--x step|tokens|flops]``: the dashboard figure
+  (:mod:`lightning_sparkling.plotting`).
+
+The configuration schema and its checks are in :mod:`lightning_sparkling.config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning_sparkling.config import ConfigError, ResolvedRun, check_keys, pretrain_arguments, resolve
+
+__all__ = ["build_parser", "main", "parse", "plan", "pretrain"]
+
+USAGE = """usage: sparkling {pretrain,plan,plot} ...
+
+  sparkling pretrain --config FILE.yaml [--train.max_steps 100 ...]   pretrain and grow (SPARKLING)
+  sparkling plan     --config FILE.yaml                               show what the growth stages do
+  sparkling plot     LOGDIR... --out FILE.png [--x step|tokens|flops] dashboard figure of runs
+
+`sparkling pretrain --help` lists every configuration key; `--print_config` prints the resolved configuration.
+"""
+
+
+# ------------------------------------------------------------------------------------------------------------ parsing
+def build_parser(command: str = "pretrain"):
+    """The jsonargparse parser of ``sparkling pretrain`` / ``sparkling plan`` (same keys: a plan reads the config
+    a run would use)."""
+    from jsonargparse import ActionConfigFile, ArgumentParser, set_docstring_parse_options
+
+    set_docstring_parse_options(attribute_docstrings=True)
+    description = {
+        "pretrain": "Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).",
+        "plan": "Show what the growth stages of a pretrain config do, without training (and without training a "
+                "tokenizer: the vocabulary size comes from data.vocab_size, model_config.vocab_size or "
+                "tokenizer_dir/tokenizer.json).",
+    }[command]
+    parser = ArgumentParser(prog=f"sparkling {command}", description=description, exit_on_error=True)
+    parser.add_argument("--config", action=ActionConfigFile, help="a YAML file with the keys below")
+    parser.add_function_arguments(pretrain_arguments, as_positional=False)
+    return parser
+
+
+def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, ResolvedRun, str]:
+    """Parse and check ``argv`` (the arguments after ``sparkling <command>``).
+
+    Returns:
+        ``(namespace, resolved run, the configuration as YAML)``.
+
+    Raises:
+        SystemExit: (code 2, message on stderr naming the key) for unknown keys, wrong types and impossible values.
+    """
+    parser = build_parser(command)
+    argv = _rewrite_optimizer_args(list(argv))
+    try:
+        for path in _config_files(argv):
+            check_keys(_read_yaml(path))
+    except ConfigError as err:
+        parser.error(f"{err} (in {path})")
+    ns = parser.parse_args(argv)
+    try:
+        run = resolve(ns)
+    except ConfigError as err:
+        parser.error(str(err))
+    ns.optimizer = run.optimizer  # normalized: `--optimizer.lr` overrides moved into init_args
+    dumped = parser.dump(ns, skip_none=False, skip_validation=True)
+    return ns, run, dumped
+
+
+def _rewrite_optimizer_args(argv: list[str]) -> list[str]:
+    """``--optimizer.init_args.lr X`` -> ``--optimizer.lr X`` (jsonargparse cannot descend into the free-form
+    optimizer dict; :func:`~lightning_sparkling.config.normalize_optimizer` moves such keys into ``init_args``)."""
+    return [a.replace("--optimizer.init_args.", "--optimizer.", 1) if a.startswith("--optimizer.init_args.") else a
+            for a in argv]
+
+
+def _config_files(argv: list[str]) -> list[str]:
+    files = []
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            files.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            files.append(arg.split("=", 1)[1])
+    return files
+
+
+def _read_yaml(path: str) -> Any:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except OSError:
+        return None  # jsonargparse reports a missing file itself
+    except yaml.YAMLError as err:
+        raise ConfigError("config", f"{path} is not valid YAML: {err}") from err
+
+
+# ------------------------------------------------------------------------------------------------------------ plan
+def _group_name(name: str) -> str:
+    return re.sub(r"\.\d+(?=\.|$)", ".*", name)
+
+
+def _describe_dims(tensor_plan) -> str:
+    parts = []
+    for d in tensor_plan.dims:
+        parts.append(f"{d.role.replace('_', '-')} {d.axis} ({d.mode})")
+    return ", ".join(parts)
+
+
+def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
+    """What the growth stages of ``run`` do, without training: per stage the widths, alpha per axis, the tensors
+    touched (grouped by kind), parameters before/after; and the run's FLOPs against a from-scratch run of the final
+    width (:func:`~lightning_sparkling.compute.estimate_compute`).
+
+    Returns:
+        a dict: ``stages`` (list of per-stage dicts), ``flops``, ``flops_from_scratch``, ``flops_saved``,
+        ``active_params``, ``total_params``, ``phase_steps``, ``steps``, ``tokens_per_step``, ``total_tokens``.
+    """
+    from lightning_sparkling.compute import count_params, estimate_compute
+    from lightning_sparkling.plan import plan_growth
+
+    tied = run.train.tie_embeddings
+    config = run.model_config
+    stages_out = []
+    for k, stage in enumerate(run.stages):
+        gp = plan_growth(config, stage, seed=run.growth.seed, stage_index=k, tied_embeddings=tied)
+        before, after = count_params(config, tie_embeddings=tied), count_params(gp.new_config, tie_embeddings=tied)
+        groups: dict[str, dict[str, Any]] = {}
+        for name, tp in gp.tensors.items():
+            g = groups.setdefault(_group_name(name), {"count": 0, "old_shape": tp.old_shape,
+                                                      "new_shape": tp.new_shape, "growth": _describe_dims(tp),
+                                                      "scales": set()})
+            g["count"] += 1
+            g["scales"].add(round(float(tp.scale), 6))
+        for g in groups.values():
+            g["scale"] = sorted(g.pop("scales"))
+        stages_out.append({
+            "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
+            "widths": {axis: [ax.old, ax.new] for axis, ax in gp.axes.items()},
+            "alpha": gp.alphas(), "init": stage.init, "rms_preserving": stage.rms_preserving,
+            "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
+            "rewarmup_steps": stage.rewarmup_steps,
+            "params_before": before[1], "params_after": after[1],
+            "active_params_before": before[0], "active_params_after": after[0],
+            "tensors": len(gp.tensors), "tensor_groups": groups,
+        })
+        config = gp.new_config
+    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
+                           tie_embeddings=tied)
+    report = {
+        "steps": run.steps, "tokens_per_step": run.tokens_per_step, "total_tokens": run.total_tokens,
+        "stages": stages_out, "phase_steps": list(est.phase_steps), "active_params": list(est.active_params),
+        "total_params": list(est.total_params), "flops": est.flops, "flops_from_scratch": est.flops_from_scratch,
+        "flops_saved": est.flops_saved, "final_config": dataclasses.asdict(config),
+    }
+    if print_report:
+        _print_plan(run, report)
+    return report
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 130, file=sys.stdout)
+
+
+def _fmt_int(n: float) -> str:
+    n = float(n)
+    for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def _fmt_flops(n: float) -> str:
+    return f"{float(n):.3e}"
+
+
+def _model_line(config) -> str:
+    moe = (f", {config.n_expert} experts (top-{config.n_expert_per_token}), moe_intermediate_size "
+           f"{config.moe_intermediate_size}" if config.mlp_class_name == "LLaMAMoE" else "")
+    return (f"{config.mlp_class_name}, n_layer {config.n_layer}, n_embd {config.n_embd}, n_head {config.n_head} "
+            f"(head_size {config.head_size}, n_query_groups {config.n_query_groups}), intermediate_size "
+            f"{config.intermediate_size}{moe}, vocab {config.padded_vocab_size}, block_size {config.block_size}")
+
+
+def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    console = _console()
+    console.print(f"[bold]model[/bold]: {_model_line(run.model_config)}")
+    console.print(f"[bold]run[/bold]: {run.steps:,} steps x {run.tokens_per_step:,} tokens/step "
+                  f"(global_batch_size {run.train.global_batch_size} x seq_len {run.seq_len}) = "
+                  f"{run.total_tokens:,} tokens; vocabulary {run.data_vocab_size} "
+                  f"({'tokenizer_dir' if run.tokenizer_dir else 'data.vocab_size / model_config'}, no tokenizer "
+                  "trained for the plan)")
+    if not report["stages"]:
+        console.print("no growth stages (growth.stages is empty): plain pretraining")
+    for s in report["stages"]:
+        widths = ", ".join(f"{a} {o} -> {n}" for a, (o, n) in s["widths"].items())
+        alphas = ", ".join(f"{a} {v:.4f}" for a, v in s["alpha"].items())
+        console.print()
+        console.print(f"[bold]stage {s['stage']}[/bold] at step {s['at_step']:,} ({s['at_tokens']:,} tokens): {widths}")
+        console.print(f"  init {s['init']}, rms_preserving {s['rms_preserving']}, optimizer_state "
+                      f"{s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over {s['rewarmup_steps']} steps")
+        console.print(f"  alpha (fan-in scale): {alphas}")
+        console.print(f"  parameters {s['params_before']:,} -> {s['params_after']:,} (active "
+                      f"{s['active_params_before']:,} -> {s['active_params_after']:,})")
+        table = Table(title=f"stage {s['stage']}: {s['tensors']} tensors change", title_justify="left")
+        for col in ("tensor (* = every block / expert)", "count", "shape", "growth", "scale"):
+            table.add_column(col, justify="right" if col == "count" else "left")
+        for name, g in s["tensor_groups"].items():
+            scale = ", ".join(f"{v:g}" for v in g["scale"])
+            table.add_row(name, str(g["count"]), f"{tuple(g['old_shape'])} -> {tuple(g['new_shape'])}", g["growth"],
+                          scale)
+        console.print(table)
+    table = Table(title="compute (6 N_active D per phase)", title_justify="left")
+    for col in ("phase", "steps", "active params", "total params"):
+        table.add_column(col, justify="right")
+    for k, (steps, active, total) in enumerate(zip(report["phase_steps"], report["active_params"],
+                                                   report["total_params"])):
+        table.add_row("start" if k == 0 else f"after stage {k - 1}", f"{steps:,}", f"{active:,}", f"{total:,}")
+    console.print()
+    console.print(table)
+    console.print(f"FLOPs: progressive {_fmt_flops(report['flops'])}, from scratch at the final width "
+                  f"{_fmt_flops(report['flops_from_scratch'])}, saved {report['flops_saved']:.2%} "
+                  f"(flops_saved={report['flops_saved']:.6f})")
+
+
+# ------------------------------------------------------------------------------------------------------------ data
+def _make_pretokenized_corpus_cls():
+    """A :class:`~lightning_sparkling.data.TextCorpusDataModule` that tokenizes the corpus with an existing
+    ``tokenizer.json`` (``tokenizer_dir``) instead of training a BPE."""
+    from lightning_sparkling import data as data_mod
+
+    class ExistingTokenizerCorpus(data_mod.TextCorpusDataModule):
+        def __init__(self, tokenizer_dir: Path, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.given_tokenizer_dir = Path(tokenizer_dir).expanduser().resolve()
+
+        @property
+        def tokenizer_dir(self) -> Path:
+            return self.given_tokenizer_dir
+
+        @property
+        def cache_path(self) -> Path:
+            if self._cache_path is None:
+                train, val = self._resolve_files()
+                tok = hashlib.sha256((self.given_tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
+                key = hashlib.sha256((data_mod.corpus_cache_key(train, val, 0) + tok).encode()).hexdigest()
+                self._cache_path = self.cache_dir / f"corpus-tok-{key[:20]}"
+            return self._cache_path
+
+        def prepare_data(self) -> None:
+            from litgpt.tokenizer import Tokenizer as LitTokenizer
+            from tokenizers import Tokenizer
+
+            final = self.cache_path
+            if (final / "meta.json").is_file():
+                return
+            train, val = self._resolve_files()
+            tokenizer = Tokenizer.from_file(str(self.given_tokenizer_dir / "tokenizer.json"))
+            eos_id = LitTokenizer(self.given_tokenizer_dir).eos_id
+            if eos_id is None:
+                eos_id = tokenizer.token_to_id(data_mod.EOS_TOKEN)
+            if eos_id is None:
+                raise ValueError(f"tokenizer_dir={str(self.given_tokenizer_dir)!r}: the tokenizer has no eos token to "
+                                 "separate documents")
+            vocab = tokenizer.get_vocab_size()
+            dtype = data_mod._token_dtype(vocab)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-tok-", dir=final.parent))
+            try:
+                n_train = data_mod._tokenize_to_file(tokenizer, train, tmp / "train.bin", dtype, eos_id)
+                n_val = data_mod._tokenize_to_file(tokenizer, val, tmp / "val.bin", dtype, eos_id)
+                meta = {"version": data_mod.CACHE_FORMAT_VERSION, "vocab_size": vocab, "requested_vocab_size": vocab,
+                        "eos_id": eos_id, "dtype": dtype.name, "train_tokens": n_train, "val_tokens": n_val,
+                        "tokenizer_dir": str(self.given_tokenizer_dir),
+                        "train_files": [f.key for f in train], "val_files": [f.key for f in val]}
+                (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+                os.chmod(tmp, 0o755)
+                try:
+                    os.rename(tmp, final)
+                except OSError:
+                    if not (final / "meta.json").is_file():
+                        raise
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+
+    return ExistingTokenizerCorpus
+
+
+def build_datamodule(run: ResolvedRun):
+    """The data module of ``run`` (nothing is read or trained until ``prepare_data``)."""
+    from lightning_sparkling.data import TextCorpusDataModule
+
+    d = run.data
+    kwargs = dict(seq_len=d.seq_len, batch_size=run.micro_batch_size, source=d.source, data_dir=d.data_dir,
+                  include_tests=d.include_tests, vocab_size=d.vocab_size, val_percent=d.val_percent,
+                  seed=run.seed if d.seed is None else d.seed, cache_dir=d.cache_dir, max_files=d.max_files,
+                  max_bytes=d.max_bytes, num_workers=d.num_workers)
+    if run.tokenizer_dir is not None:
+        return _make_pretokenized_corpus_cls()(run.tokenizer_dir, **kwargs)
+    return TextCorpusDataModule(**kwargs)
+
+
+# ------------------------------------------------------------------------------------------------------------ callbacks
+def _callbacks_module():
+    """Callbacks of a CLI run (defined lazily: importing Lightning is slow and ``plan`` does not need it)."""
+    import lightning.pytorch as pl
+    import torch
+
+    from lightning_sparkling.module import active_parameter_count
+
+    class TokenCounter(pl.Callback):
+        """Logs ``tokens`` (cumulative tokens seen) and ``flops`` (cumulative training FLOPs, ``6 * active params *
+        tokens`` of the model that took each step, so it follows growth) every ``log_interval`` optimizer steps,
+        plus ``throughput/tokens_per_sec``. Checkpointed, so a resumed run continues the counts."""
+
+        def __init__(self, tokens_per_step: int, log_interval: int) -> None:
+            self.tokens_per_step = int(tokens_per_step)
+            self.log_interval = int(log_interval)
+            self.flops = 0.0
+            self.step = 0
+            self._active: int | None = None
+            self._key: tuple | None = None
+            self._clock: tuple[float, int] | None = None
+            self.train_losses: dict[int, list[float]] = {}
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"flops": self.flops, "step": self.step}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            self.flops = float(state_dict["flops"])
+            self.step = int(state_dict["step"])
+
+        def _active_params(self, pl_module) -> int:
+            model = pl_module.model
+            key = (id(model), id(model.config))
+            if key != self._key:
+                self._active, self._key = active_parameter_count(model), key
+            return self._active
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            if trainer.global_step == self.step:  # the model of this step (growth happens between steps)
+                self._step_active = self._active_params(pl_module)
+            if self._clock is None:
+                self._clock = (time.perf_counter(), trainer.global_step)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            loss = trainer.callback_metrics.get("train_loss")
+            if loss is not None:
+                self.train_losses.setdefault(self.step, []).append(float(loss))
+            step = trainer.global_step
+            if step == self.step:
+                return
+            self.flops += 6.0 * getattr(self, "_step_active", self._active_params(pl_module)) * \
+                self.tokens_per_step * (step - self.step)
+            self.step = step
+            if step % self.log_interval == 0 and trainer.logger is not None:
+                metrics = {"tokens": float(step * self.tokens_per_step), "flops": self.flops}
+                now = time.perf_counter()
+                t0, s0 = self._clock
+                if step > s0 and now > t0:
+                    metrics["throughput/tokens_per_sec"] = (step - s0) * self.tokens_per_step / (now - t0)
+                self._clock = (now, step)
+                trainer.logger.log_metrics(metrics, step=step)
+
+        def step_loss(self, step: int) -> float | None:
+            losses = self.train_losses.get(step)
+            return sum(losses) / len(losses) if losses else None
+
+    class LitGPTExport(pl.Callback):
+        """Writes litgpt checkpoint dirs: ``out_dir/step-XXXXXXXX/`` every ``save_interval`` steps and
+        ``out_dir/final/`` at the end, each with ``lit_model.pth`` (a plain ``litgpt.GPT`` state_dict of the config
+        of that moment), ``model_config.yaml`` (litgpt's ``save_config``), the tokenizer files and
+        ``hyperparameters.yaml``. Runs after the growth callback, so the dir of a growth step holds the grown
+        model (as Lightning's ``.ckpt`` of that step does)."""
+
+        def __init__(self, out_dir: Path, save_interval: int | None, tokenizer_dir_fn, hparams_yaml: str) -> None:
+            self.out_dir = Path(out_dir)
+            self.save_interval = save_interval
+            self.tokenizer_dir_fn = tokenizer_dir_fn
+            self.hparams_yaml = hparams_yaml
+            self._last_saved: int | None = None
+            self.written: list[Path] = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            step = trainer.global_step
+            if (self.save_interval and step > 0 and step % self.save_interval == 0 and step != self._last_saved):
+                self._last_saved = step
+                self.export(trainer, pl_module, self.out_dir / f"step-{step:08d}")
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            self.export(trainer, pl_module, self.out_dir / "final")
+
+        def export(self, trainer, pl_module, folder: Path) -> None:
+            from litgpt.utils import copy_config_files, save_config
+
+            from lightning_sparkling.distributed import is_sharded
+
+            model = pl_module.model
+            if is_sharded(model):  # FSDP2: every rank takes part in the gather
+                from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+                state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            else:
+                state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()} if trainer.is_global_zero \
+                    else {}
+            if trainer.is_global_zero:
+                folder.mkdir(parents=True, exist_ok=True)
+                torch.save(state, folder / "lit_model.pth")
+                copy_config_files(Path(self.tokenizer_dir_fn()), folder)
+                save_config(model.config, folder)  # after the copy: a tokenizer_dir may hold another model_config
+                (folder / "hyperparameters.yaml").write_text(self.hparams_yaml)
+                self.written.append(folder)
+            trainer.strategy.barrier("sparkling-export")
+
+    class RunTracker(pl.Callback):
+        """Remembers the step of the last validation, and the fit's wall-clock."""
+
+        def __init__(self) -> None:
+            self.last_val_step: int | None = None
+            self.fit_seconds = 0.0
+            self._t0: float | None = None
+
+        def on_validation_end(self, trainer, pl_module) -> None:
+            if not trainer.sanity_checking:
+                self.last_val_step = trainer.global_step
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            self._t0 = time.perf_counter()
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            if self._t0 is not None:
+                self.fit_seconds = time.perf_counter() - self._t0
+
+    return TokenCounter, LitGPTExport, RunTracker
+
+
+# ------------------------------------------------------------------------------------------------------------ pretrain
+def _strategy(run: ResolvedRun):
+    if run.strategy == "fsdp2":
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        return ModelParallelStrategy(data_parallel_size=run.world_size, tensor_parallel_size=1)
+    return run.strategy
+
+
+def _info(message: str) -> None:
+    from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+    rank_zero_info(f"[sparkling] {message}")
+
+
+def pretrain(run: ResolvedRun, *, hparams_yaml: str = "", print_summary: bool = True) -> dict[str, Any]:
+    """Run a resolved configuration: build the data module, the :class:`~lightning_sparkling.module.
+    LitGPTPretrainModule`, the callbacks and the ``Trainer``, fit (resuming when asked), validate at the end, export
+    the litgpt ``final/`` dir, and print and write the summary.
+
+    Returns:
+        the summary (also written to ``out_dir/summary.json``).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _pretrain(run, hparams_yaml=hparams_yaml, print_summary=print_summary)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> dict[str, Any]:
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from lightning_sparkling.callbacks.growth import WidthGrowthCallback
+    from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
+    from lightning_sparkling.compute import estimate_compute
+    from lightning_sparkling.module import LitGPTPretrainModule
+
+    start = time.perf_counter()
+    TokenCounter, LitGPTExport, RunTracker = _callbacks_module()
+    out_dir = run.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for note in run.notes:
+        _info(note)
+    _info(f"model: {_model_line(run.model_config)}")
+    _info(f"{run.steps:,} steps x {run.tokens_per_step:,} tokens/step = {run.total_tokens:,} tokens; "
+          f"micro_batch_size {run.micro_batch_size} x {run.world_size} device(s) x {run.accumulate} accumulation; "
+          f"strategy {run.strategy}, precision {run.precision}, optimizer {run.optimizer_name} (lr {run.lr:g})")
+    for k, s in enumerate(run.stages):
+        _info(f"growth stage {k}: at step {s.at_step}: {s.widths}")
+    if run.resume_path is not None:
+        _info(f"resuming from {run.resume_path}")
+
+    if run.num_threads is not None:
+        torch.set_num_threads(run.num_threads)
+    L.seed_everything(run.seed, verbose=False)
+    datamodule = build_datamodule(run)
+    module = LitGPTPretrainModule(
+        run.model_config, run.optimizer, max_steps=run.steps, lr_warmup_steps=run.train.lr_warmup_steps,
+        lr_warmup_fraction=run.train.lr_warmup_fraction, min_lr=run.train.min_lr, max_norm=run.train.max_norm,
+        tie_embeddings=run.train.tie_embeddings, seed=run.seed,
+        accumulate_grad_batches=run.accumulate if run.uses_muon else 1,
+    )
+
+    token_counter = TokenCounter(run.tokens_per_step, run.train.log_interval)
+    tracker = RunTracker()
+    callbacks: list[Any] = []
+    growth = None
+    if run.stages:
+        growth = WidthGrowthCallback(run.stages, min_lr=run.growth.min_lr, seed=run.growth.seed)
+        callbacks.append(growth)
+    if run.rms_monitor is not None:
+        callbacks.append(ActivationRMSMonitor(every_n_steps=run.rms_monitor.every_n_steps,
+                                              per_linear=run.rms_monitor.per_linear))
+    exporter = LitGPTExport(out_dir, run.train.save_interval, lambda: datamodule.tokenizer_dir, hparams_yaml)
+    keep = run.train.keep_last_checkpoints
+    checkpoint = ModelCheckpoint(
+        dirpath=out_dir / "checkpoints", filename="step-{step:08d}", auto_insert_metric_name=False,
+        every_n_train_steps=run.train.save_interval or 0, save_top_k=-1 if keep is None else keep,
+        monitor=None if keep is None else "step", mode="max", save_last=False, save_on_train_epoch_end=False,
+        enable_version_counter=False,
+    )
+    callbacks += [token_counter, exporter, tracker, LearningRateMonitor(logging_interval="step"), checkpoint]
+    logger = TensorBoardLogger(save_dir=str(out_dir), name="logs", version="", default_hp_metric=False)
+
+    interval = run.eval.interval if run.eval.interval else run.steps + 1
+    trainer = L.Trainer(
+        accelerator=run.accelerator, devices=run.num_devices, num_nodes=run.num_nodes, strategy=_strategy(run),
+        precision=run.precision, max_steps=run.steps, accumulate_grad_batches=1 if run.uses_muon else run.accumulate,
+        log_every_n_steps=run.train.log_interval, val_check_interval=interval * run.accumulate,
+        check_val_every_n_epoch=None, limit_val_batches=run.eval.max_iters if run.eval.max_iters else 1.0,
+        num_sanity_val_steps=0, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir),
+        enable_model_summary=True,
+    )
+    if run.eval.initial_validation and run.resume_path is None:
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+        # trainer.validate runs under inference_mode, leaving the metric's state as inference tensors that fit's
+        # validation (under no_grad) cannot update in place: start it afresh
+        module.val_loss.reset()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(run.resume_path) if run.resume_path else None)
+    step = trainer.global_step
+    if not trainer.interrupted:
+        # Lightning's `.ckpt` of the last step (ModelCheckpoint saves only every save_interval): `resume` continues here
+        last = out_dir / "checkpoints" / f"step-{step:08d}.ckpt"
+        if not last.exists():
+            trainer.save_checkpoint(last, weights_only=False)
+        if run.eval.final_validation and tracker.last_val_step != step:
+            trainer.validate(module, datamodule=datamodule, verbose=False)
+
+    # ---------------------------------------------------------------- summary
+    applied = []
+    if growth is not None:
+        records = growth.state_dict()["records"]
+        applied = [s for s, _ in zip(run.stages, records)]
+    est = estimate_compute(run.model_config, applied, total_steps=max(step, applied[-1].at_step if applied else 0, 1),
+                           tokens_per_step=run.tokens_per_step, tie_embeddings=run.train.tie_embeddings)
+    metrics = trainer.callback_metrics
+
+    def metric(name: str) -> float | None:
+        value = metrics.get(name)
+        return float(value) if value is not None else None
+
+    last_losses = [v for s in range(max(0, step - 10), step) if (v := token_counter.step_loss(s)) is not None]
+    summary = {
+        "out_dir": str(out_dir), "steps": step, "tokens": step * run.tokens_per_step,
+        "tokens_per_step": run.tokens_per_step,
+        "flops": est.flops, "flops_from_scratch": est.flops_from_scratch, "flops_saved": est.flops_saved,
+        "flops_logged": token_counter.flops,
+        "active_params": list(est.active_params), "total_params": list(est.total_params),
+        "phase_steps": list(est.phase_steps),
+        "final_model_config": {k: getattr(module.model.config, k) for k in ("n_embd", "intermediate_size",
+                                                                             "moe_intermediate_size", "n_layer")},
+        "growth": [{"stage": k, "at_step": s.at_step, "widths": s.widths} for k, s in enumerate(applied)],
+        "growth_events": list(growth.summaries) if growth is not None else [],
+        "train_loss": token_counter.step_loss(step - 1) if token_counter.step_loss(step - 1) is not None
+        else metric("train_loss"),
+        "train_loss_last10": sum(last_losses) / len(last_losses) if last_losses else None,
+        "val_loss": metric("val_loss"), "val_ppl": metric("val_ppl"),
+        "wall_clock_seconds": time.perf_counter() - start, "fit_seconds": tracker.fit_seconds,
+        "resumed_from": str(run.resume_path) if run.resume_path else None,
+        "final_dir": str(out_dir / "final"), "interrupted": bool(trainer.interrupted),
+    }
+    if trainer.is_global_zero:
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+        if print_summary:
+            print_summary_table(summary)
+    return summary
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, set):
+        return sorted(value)
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def print_summary_table(summary: dict[str, Any]) -> None:
+    """The end-of-run table (rich)."""
+    from rich.table import Table
+
+    def loss(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4f}"
+
+    table = Table(title="sparkling pretrain: summary", title_justify="left")
+    table.add_column("", style="bold")
+    table.add_column("value")
+    growth = "; ".join(f"stage {g['stage']} at step {g['at_step']}: "
+                       + ", ".join(f"{a} -> {n}" for a, n in g["widths"].items()) for g in summary["growth"])
+    rows = [
+        ("steps", f"{summary['steps']:,}"),
+        ("tokens", f"{summary['tokens']:,} ({_fmt_int(summary['tokens'])})"),
+        ("growth", growth or "none"),
+        ("parameters", " -> ".join(f"{p:,}" for p in summary["total_params"])),
+        ("training FLOPs", _fmt_flops(summary["flops"])),
+        ("from scratch (final width)", _fmt_flops(summary["flops_from_scratch"])),
+        ("FLOPs saved", f"{summary['flops_saved']:.1%}"),
+        ("final train loss", f"{loss(summary['train_loss'])} (last 10 steps: {loss(summary['train_loss_last10'])})"),
+        ("final val loss / ppl", f"{loss(summary['val_loss'])} / "
+                                 f"{'-' if summary['val_ppl'] is None else format(summary['val_ppl'], '.2f')}"),
+        ("wall-clock", f"{summary['wall_clock_seconds']:.1f} s (fit {summary['fit_seconds']:.1f} s)"),
+        ("litgpt checkpoint", summary["final_dir"]),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    _console().print(table)
+
+
+# ------------------------------------------------------------------------------------------------------------ main
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``sparkling`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from lightning_sparkling import __version__
+
+        print(f"lightning-sparkling {__version__}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "plot":
+        from lightning_sparkling.plotting import main_plot
+
+        return int(main_plot(rest) or 0)
+    if command not in ("pretrain", "plan"):
+        print(f"sparkling: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    _, run, dumped = parse(rest, command)
+    if command == "plan":
+        plan(run)
+        return 0
+    pretrain(run, hparams_yaml=dumped)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

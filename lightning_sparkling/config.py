@@ -1,0 +1,667 @@
+"""The ``sparkling pretrain`` / ``sparkling plan`` configuration: its schema (dataclasses that jsonargparse turns into
+``--config FILE.yaml`` keys and ``--section.key value`` overrides, as litgpt's CLI does) and :func:`resolve`, which
+checks every value and derives what a run needs (model ``Config``, steps, gradient accumulation, growth stages)
+*before* anything starts: no tokenizer is trained and no weight is allocated here.
+
+Keys follow ``litgpt pretrain`` (``model_name`` / ``model_config``, ``out_dir``, ``precision``, ``resume``, ``data``,
+``train.*``, ``eval.*``, ``optimizer``, ``devices``, ``num_nodes``, ``tokenizer_dir``, ``seed``) plus ``strategy``,
+``growth`` and ``rms_monitor``. Every error names the key it is about (:class:`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from lightning_sparkling.stage import GrowthStage
+
+__all__ = [
+    "ConfigError",
+    "DataArgs",
+    "EvalArgs",
+    "GrowthArgs",
+    "RMSMonitorArgs",
+    "ResolvedRun",
+    "StageArgs",
+    "TrainArgs",
+    "check_keys",
+    "find_resume_checkpoint",
+    "pretrain_arguments",
+    "resolve",
+]
+
+PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
+STRATEGIES = ("auto", "ddp", "fsdp2", "fsdp")
+
+
+class ConfigError(ValueError):
+    """An impossible or unsupported configuration value; ``key`` is its dotted path (``train.global_batch_size``)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+# ------------------------------------------------------------------------------------------------------------ schema
+@dataclass
+class DataArgs:
+    """The training text: the embedded corpus (this machine's Python standard library, optionally every installed
+    package) or a directory of your own text, tokenized by a byte-level BPE trained on it (cached)."""
+
+    source: Literal["stdlib", "stdlib+site-packages"] = "stdlib"
+    """``stdlib``: the Python standard library's ``*.py`` (~12 MB); ``stdlib+site-packages``: also every installed
+    package's ``*.py`` (~10x bigger). Ignored when ``data_dir`` is set."""
+    data_dir: Optional[Path] = None
+    """Use every ``*.txt``, ``*.py`` and ``*.md`` file below this directory instead of ``source``."""
+    include_tests: bool = False
+    """Keep ``test``/``tests`` folders of the Python sources (left out by default: repetitive fixtures)."""
+    vocab_size: int = 4096
+    """BPE vocabulary size to train (ignored with ``tokenizer_dir``). Also the model's ``vocab_size`` unless
+    ``model_config.vocab_size`` is set."""
+    val_percent: float = 5.0
+    """Share of files (percent, chosen by a hash of the file name) held out for validation."""
+    seq_len: int = 512
+    """Tokens per training sequence. Must not exceed the model's ``block_size`` (which defaults to it)."""
+    max_files: Optional[int] = None
+    """Use at most this many files (quick runs and tests)."""
+    max_bytes: Optional[int] = None
+    """Use at most this many bytes of text (quick runs and tests)."""
+    cache_dir: Optional[Path] = None
+    """Where the tokenizer and the tokenized corpus are cached (default ``~/.cache/lightning_sparkling``)."""
+    num_workers: int = 0
+    """DataLoader worker processes."""
+    seed: Optional[int] = None
+    """Seed of the training window order (default: the top-level ``seed``)."""
+
+
+@dataclass
+class TrainArgs:
+    """Training length, batch and optimization settings (litgpt's ``train.*``)."""
+
+    global_batch_size: int = 64
+    """Sequences per optimizer step, over all devices and nodes."""
+    micro_batch_size: int = 4
+    """Sequences per device per forward pass; gradient accumulation =
+    ``global_batch_size / (micro_batch_size * devices * num_nodes)`` (must divide exactly)."""
+    max_tokens: Optional[int] = None
+    """Tokens to train on; steps = ``max_tokens // (global_batch_size * seq_len)``. Give this or ``max_steps``."""
+    max_steps: Optional[int] = None
+    """Optimizer steps to train (wins over ``max_tokens`` when both are set). Also the end of the LR schedule."""
+    lr_warmup_steps: Optional[int] = None
+    """Linear LR warmup, in optimizer steps (exclusive with ``lr_warmup_fraction``)."""
+    lr_warmup_fraction: Optional[float] = None
+    """Warmup as a fraction of the run. Neither set: 0.03 (the paper)."""
+    min_lr: Optional[float] = None
+    """LR at the end of the cosine decay (default ``0.01 * lr``, the paper)."""
+    max_norm: Optional[float] = 1.0
+    """Clip gradients to this global norm (``null`` or 0: no clipping)."""
+    tie_embeddings: bool = False
+    """Share the input embedding and the output head (``wte.weight = lm_head.weight``)."""
+    log_interval: int = 1
+    """Log train metrics (and ``tokens`` / ``flops``) every this many optimizer steps."""
+    save_interval: Optional[int] = 1000
+    """Write ``out_dir/step-XXXXXXXX/`` (litgpt) and ``out_dir/checkpoints/step-XXXXXXXX.ckpt`` (Lightning, for
+    ``resume``) every this many steps; ``null``: only ``final/`` and the last ``.ckpt``."""
+    keep_last_checkpoints: Optional[int] = None
+    """Keep only this many newest Lightning ``.ckpt`` files (``null``: keep all)."""
+
+
+@dataclass
+class EvalArgs:
+    """Validation (logs ``val_loss`` and ``val_ppl``)."""
+
+    interval: Optional[int] = 100
+    """Validate every this many optimizer steps (and always at the end); ``null``: only at the end."""
+    max_iters: Optional[int] = 100
+    """Validation batches per evaluation (``null``: the whole validation split)."""
+    initial_validation: bool = False
+    """Also validate before the first step."""
+    final_validation: bool = True
+    """Validate after the last step when the interval did not just do it (the summary's final val loss)."""
+
+
+@dataclass
+class StageArgs:
+    """One growth. Exactly one of ``at_step`` / ``at_tokens``; the other keys are :class:`GrowthStage`'s."""
+
+    at_step: Optional[int] = None
+    """Grow after this many optimizer steps (before step ``at_step + 1``)."""
+    at_tokens: Optional[int] = None
+    """Grow once this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``."""
+    n_embd: Optional[int] = None
+    """New hidden (residual stream) size. Heads and head size are unchanged."""
+    intermediate_size: Optional[int] = None
+    """New dense MLP inner size."""
+    moe_intermediate_size: Optional[int] = None
+    """New MoE expert inner size (every expert)."""
+    init: str = "copy-copy"
+    """``<fan_out>-<fan_in>`` init of the new channels, each side ``copy``, ``random`` or ``zero``."""
+    rms_preserving: bool = True
+    """Scale fan-in weights by alpha so activation RMS is kept (``false``: naive growth)."""
+    optimizer_state: str = "asymmetric"
+    """``asymmetric`` (new entries start at zero state), ``copy``, ``drop`` or ``asymmetric-scaled``."""
+    rewarmup_ratio: Optional[float] = 1.3
+    """New entries' LR re-warms from the LR at growth to this multiple of it (``null``: no re-warmup)."""
+    rewarmup_steps: int = 250
+    """Length of the new entries' linear LR re-warmup, in optimizer steps."""
+
+
+@dataclass
+class GrowthArgs:
+    """Width growth (SPARKLING). No stages: plain pretraining."""
+
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    """Growth stages, in increasing step order; each a mapping of :class:`StageArgs` keys (``at_step`` or
+    ``at_tokens``, widths, recipe). A ``--growth.stages '[...]'`` override replaces the whole list."""
+    seed: int = 0
+    """Seed of the copy maps and random inits (identical on every rank)."""
+    min_lr: Optional[float] = None
+    """LR the new entries' re-warmup decays to at the last step (default: the baseline schedule's final LR)."""
+
+
+@dataclass
+class RMSMonitorArgs:
+    """Per-block activation RMS in TensorBoard (``rms/...`` tags)."""
+
+    every_n_steps: int = 50
+    """Measure one micro-batch every this many optimizer steps."""
+    per_linear: bool = False
+    """Also log the RMS gain of every linear layer (many tags)."""
+
+
+def pretrain_arguments(
+    model_name: Optional[str] = None,
+    model_config: Optional[dict[str, Any]] = None,
+    out_dir: Path = Path("out/sparkling"),
+    precision: Optional[str] = None,
+    resume: Union[bool, Literal["auto"], Path] = False,
+    data: DataArgs = DataArgs(),
+    train: TrainArgs = TrainArgs(),
+    eval: EvalArgs = EvalArgs(),
+    optimizer: Union[str, dict] = "AdamW",
+    devices: Union[int, str] = "auto",
+    num_nodes: int = 1,
+    accelerator: str = "auto",
+    strategy: Literal["auto", "ddp", "fsdp2", "fsdp"] = "auto",
+    tokenizer_dir: Optional[Path] = None,
+    seed: int = 42,
+    num_threads: Optional[int] = None,
+    growth: GrowthArgs = GrowthArgs(),
+    rms_monitor: Optional[RMSMonitorArgs] = RMSMonitorArgs(),
+) -> None:
+    """Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).
+
+    Args:
+        model_name: a litgpt model name (``litgpt.Config.from_name``); ``model_config`` keys override its fields.
+        model_config: litgpt ``Config`` fields as a dict (``n_embd``, ``n_layer``, ``mlp_class_name``, ...).
+            ``vocab_size`` defaults to the tokenizer's, ``block_size`` to ``data.seq_len``.
+        out_dir: where checkpoints (``step-XXXXXXXX/``, ``final/``, ``checkpoints/``), TensorBoard logs (``logs/``)
+            and ``summary.json`` go.
+        precision: Lightning precision (``32-true``, ``bf16-mixed``, ``bf16-true``, ``16-mixed``); default
+            ``bf16-mixed`` on a bf16 GPU, ``16-mixed`` on another GPU, ``32-true`` on CPU.
+        resume: ``false``; ``auto`` (the newest ``out_dir/checkpoints/step-*.ckpt`` if any, else start fresh);
+            ``true`` (the newest, an error if none); or a ``.ckpt`` path.
+        data: the corpus (see ``data.*``).
+        train: training length and optimization (see ``train.*``).
+        eval: validation (see ``eval.*``).
+        optimizer: ``AdamW``, ``torch.optim.Muon`` or ``{class_path: ..., init_args: {lr: ..., ...}}`` (litgpt's
+            format). With Muon, 2-D block weights use Muon and everything else AdamW.
+        devices: devices per node (an int, or ``auto``: every GPU, or 1 CPU process).
+        num_nodes: number of nodes.
+        accelerator: ``auto``, ``cpu``, ``gpu``/``cuda``.
+        strategy: ``auto`` (one device, or DDP for several), ``ddp``, ``fsdp2`` (``ModelParallelStrategy``,
+            data parallel only); ``fsdp`` (FSDP1) is not supported by the growth callback yet and is refused.
+        tokenizer_dir: use the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of training
+            a BPE on the corpus.
+        seed: model init and data order seed.
+        num_threads: torch intra-op CPU threads (``torch.set_num_threads``); ``null``: torch's default (all cores).
+            ``1`` is often much faster for small models on a busy machine.
+        growth: growth stages and recipe (see ``growth.*``).
+        rms_monitor: activation RMS dashboard settings; ``null`` disables it.
+    """
+
+
+# ------------------------------------------------------------------------------------------------------------ keys
+_SECTIONS = {"data": DataArgs, "train": TrainArgs, "eval": EvalArgs, "growth": GrowthArgs,
+             "rms_monitor": RMSMonitorArgs}
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_keys(raw: Any) -> None:
+    """Refuse unknown keys of a configuration file, naming each by its full path (``growth.stages[0].n_embdd``).
+
+    Raises:
+        ConfigError: for the first unknown key.
+    """
+    import inspect
+
+    if raw is None:
+        return
+    if not isinstance(raw, dict):
+        raise ConfigError("config", f"a configuration file must hold a mapping of keys, got {type(raw).__name__}")
+    top = [p for p in inspect.signature(pretrain_arguments).parameters] + ["config"]
+    for key, value in raw.items():
+        if key not in top:
+            raise ConfigError(str(key), f"unknown key{_suggest(str(key), top)}; known keys: {', '.join(top[:-1])}")
+        cls = _SECTIONS.get(key)
+        if cls is not None and isinstance(value, dict):
+            _check_dataclass_keys(cls, value, key)
+
+
+def _check_dataclass_keys(cls: type, value: dict, path: str) -> None:
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key, item in value.items():
+        if key not in known:
+            raise ConfigError(f"{path}.{key}", f"unknown key{_suggest(str(key), known)}; {path} takes "
+                                               f"{', '.join(known)}")
+        if cls is GrowthArgs and key == "stages" and isinstance(item, list):
+            for k, stage in enumerate(item):
+                if isinstance(stage, dict):
+                    _check_dataclass_keys(StageArgs, stage, f"{path}.stages[{k}]")
+
+
+# ------------------------------------------------------------------------------------------------------------ resolve
+@dataclass
+class ResolvedRun:
+    """Everything a run needs, derived and checked from the parsed configuration (no side effects)."""
+
+    model_config: Any  # litgpt.Config of the starting model
+    stages: list[GrowthStage]
+    steps: int
+    tokens_per_step: int
+    seq_len: int
+    micro_batch_size: int
+    accumulate: int
+    devices: Union[int, str]
+    num_devices: int
+    num_nodes: int
+    world_size: int
+    accelerator: str
+    strategy: str  # "auto" | "ddp" | "fsdp2"
+    precision: str
+    optimizer: Union[str, dict]
+    optimizer_name: str
+    uses_muon: bool
+    lr: float
+    out_dir: Path
+    resume: Union[bool, str, Path]
+    resume_path: Optional[Path]
+    tokenizer_dir: Optional[Path]
+    data_vocab_size: int
+    data: DataArgs
+    train: TrainArgs
+    eval: EvalArgs
+    growth: GrowthArgs
+    rms_monitor: Optional[RMSMonitorArgs]
+    seed: int
+    num_threads: Optional[int] = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.steps * self.tokens_per_step
+
+
+def _get(ns: Any, key: str, default: Any = None) -> Any:
+    if ns is None:
+        return default
+    if isinstance(ns, dict):
+        return ns.get(key, default)
+    return getattr(ns, key, default)
+
+
+def _as(cls: type, value: Any) -> Any:
+    """A jsonargparse Namespace / dict / dataclass instance of ``cls`` as an instance of ``cls``."""
+    if value is None or isinstance(value, cls):
+        return value
+    values = value.as_dict() if hasattr(value, "as_dict") else dict(value)
+    values.pop("__path__", None)
+    names = {f.name for f in dataclasses.fields(cls)}
+    if cls is GrowthArgs:
+        stages = []
+        for k, s in enumerate(values.get("stages") or []):
+            s = s.as_dict() if hasattr(s, "as_dict") else s
+            if not isinstance(s, (dict, StageArgs)):
+                raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {s!r}")
+            if isinstance(s, dict):
+                _check_dataclass_keys(StageArgs, s, f"growth.stages[{k}]")
+            stages.append(_as(StageArgs, s))
+        values["stages"] = stages
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _positive_int(key: str, value: Any, *, allow_none: bool = False, minimum: int = 1) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
+
+
+def tokenizer_vocab_size(tokenizer_dir: Path) -> int:
+    """Vocabulary size of ``tokenizer_dir/tokenizer.json`` (read from the file; nothing is loaded or trained)."""
+    path = Path(tokenizer_dir) / "tokenizer.json"
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    ids = list((spec.get("model") or {}).get("vocab", {}).values()) + [t["id"] for t in spec.get("added_tokens", [])]
+    return max(ids) + 1 if ids else 0
+
+
+def model_config_from(model_name: Optional[str], model_config: Optional[dict], *, vocab_size: int, seq_len: int):
+    """The litgpt ``Config`` a run starts from: ``Config.from_name(model_name, **model_config)`` or
+    ``Config(**model_config)``; ``vocab_size`` (and the derived ``padded_vocab_size``) from the tokenizer unless
+    given, ``block_size`` = ``seq_len`` unless given (or set by the named model)."""
+    from litgpt import Config
+
+    overrides = dict(model_config or {})
+    known = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"model_config.{unknown[0]}", f"not a litgpt Config field (unknown keys: {unknown})")
+    if "vocab_size" not in overrides:
+        overrides["vocab_size"] = vocab_size
+        overrides.setdefault("padded_vocab_size", None)  # re-derived from vocab_size and padding_multiple
+    if model_name is None and "block_size" not in overrides:
+        overrides["block_size"] = seq_len
+    if model_name is not None:
+        try:
+            Config.from_name(model_name)
+        except ValueError as err:
+            raise ConfigError("model_name", f"{err} (see `litgpt pretrain list`)") from err
+    elif not model_config:
+        raise ConfigError("model_config", "give model_name (a litgpt model name) or model_config (Config fields)")
+    try:
+        if model_name is not None:
+            return Config.from_name(model_name, **overrides)
+        return Config(**overrides)
+    except (ValueError, TypeError, AssertionError, ZeroDivisionError) as err:
+        raise ConfigError("model_config", f"litgpt Config rejected it: {err}") from err
+
+
+def normalize_optimizer(spec: Any) -> Union[str, dict]:
+    """litgpt's optimizer spec as ``"Name"`` or ``{"class_path": ..., "init_args": {...}}``. Keys given next to
+    ``class_path`` (what ``--optimizer.lr 0.01`` or ``--optimizer.init_args.lr 0.01`` produce on the command line)
+    are moved into ``init_args``; their values are parsed as YAML (``"0.01"`` -> ``0.01``)."""
+    import yaml
+
+    if hasattr(spec, "as_dict"):
+        spec = spec.as_dict()
+    if isinstance(spec, str) or spec is None:
+        return spec or "AdamW"
+    if not isinstance(spec, dict):
+        raise ConfigError("optimizer", f"expected a name or {{class_path, init_args}}, got {spec!r}")
+    spec = dict(spec)
+    if "class_path" not in spec:
+        raise ConfigError("optimizer.class_path", f"missing (got {sorted(spec)}): give e.g. torch.optim.AdamW")
+    init_args = dict(spec.pop("init_args", None) or {})
+    class_path = spec.pop("class_path")
+    for key, value in spec.items():
+        init_args[key] = yaml.safe_load(value) if isinstance(value, str) else value
+    return {"class_path": class_path, "init_args": init_args}
+
+
+def _optimizer_info(spec: Union[str, dict]) -> tuple[str, bool, float]:
+    """``(class name, is Muon, peak lr)``: the optimizer is built on a dummy parameter so that a wrong class or
+    ``init_args`` fails here, naming the key."""
+    import torch
+
+    from lightning_sparkling.module import _is_muon, resolve_optimizer
+
+    try:
+        cls, init_args = resolve_optimizer(spec)
+    except (ValueError, TypeError) as err:
+        raise ConfigError("optimizer", str(err)) from err
+    try:
+        opt = cls([torch.nn.Parameter(torch.zeros(2, 2))], **init_args)
+    except TypeError as err:
+        raise ConfigError("optimizer.init_args", f"{cls.__name__} rejects them: {err}") from err
+    except ValueError as err:
+        raise ConfigError("optimizer.init_args", str(err)) from err
+    lr = float(opt.defaults.get("lr", opt.param_groups[0]["lr"]))
+    if not lr > 0:
+        raise ConfigError("optimizer.init_args.lr", f"must be positive, got {lr}")
+    return cls.__name__, _is_muon(cls), lr
+
+
+def _resolve_devices(accelerator: str, devices: Union[int, str], num_nodes: int) -> tuple[str, int]:
+    import torch
+
+    acc = str(accelerator).lower()
+    if acc not in ("auto", "cpu", "gpu", "cuda", "mps"):
+        raise ConfigError("accelerator", f"expected auto, cpu, gpu, cuda or mps, got {accelerator!r}")
+    if acc == "auto":
+        acc = "cuda" if torch.cuda.is_available() else "cpu"
+    if acc == "gpu":
+        acc = "cuda"
+    if isinstance(devices, str):
+        if devices in ("auto", "-1"):
+            n = (torch.cuda.device_count() or 1) if acc == "cuda" else 1
+        elif devices.isdigit() and int(devices) > 0:
+            n = int(devices)
+        else:
+            raise ConfigError("devices", f"expected a positive integer or 'auto', got {devices!r}")
+    elif isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise ConfigError("devices", f"expected a positive integer or 'auto', got {devices!r}")
+    else:
+        n = devices
+    _positive_int("num_nodes", num_nodes)
+    return acc, n
+
+
+def _default_precision(accelerator: str) -> str:
+    import torch
+
+    if accelerator == "cuda" and torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    return "32-true"
+
+
+_STEP_RE = re.compile(r"step-(\d+)")
+
+
+def find_resume_checkpoint(out_dir: Path) -> Optional[Path]:
+    """The newest Lightning checkpoint ``out_dir/checkpoints/step-*.ckpt`` (highest step; files, or directories
+    for sharded FSDP2 checkpoints), or ``None``."""
+    folder = Path(out_dir) / "checkpoints"
+    if not folder.is_dir():
+        return None
+    found = []
+    for path in folder.iterdir():
+        match = _STEP_RE.fullmatch(path.name.removesuffix(".ckpt"))
+        if match and path.name.endswith(".ckpt") and not path.name.startswith("."):
+            found.append((int(match.group(1)), path.stat().st_mtime, path))
+    return max(found)[2] if found else None
+
+
+def resolve(ns: Any) -> ResolvedRun:
+    """Check a parsed configuration and derive the run from it.
+
+    Args:
+        ns: the jsonargparse ``Namespace`` of :func:`pretrain_arguments` (or a dict with the same keys).
+
+    Raises:
+        ConfigError: naming the key, for anything impossible or unsupported.
+    """
+    data = _as(DataArgs, _get(ns, "data")) or DataArgs()
+    train = _as(TrainArgs, _get(ns, "train")) or TrainArgs()
+    evaluation = _as(EvalArgs, _get(ns, "eval")) or EvalArgs()
+    growth = _as(GrowthArgs, _get(ns, "growth")) or GrowthArgs()
+    rms_monitor = _as(RMSMonitorArgs, _get(ns, "rms_monitor"))
+    notes: list[str] = []
+
+    # ---------------------------------------------------------------- hardware
+    strategy = _get(ns, "strategy", "auto") or "auto"
+    if strategy == "fsdp":
+        raise ConfigError("strategy", "'fsdp' (FSDP1, FSDPStrategy) is not supported by the width growth callback "
+                                      "yet: use 'fsdp2' (ModelParallelStrategy, FSDP2 sharding) or 'ddp'")
+    if strategy not in STRATEGIES:
+        raise ConfigError("strategy", f"expected one of auto, ddp, fsdp2; got {strategy!r}")
+    num_nodes = _get(ns, "num_nodes", 1)
+    accelerator, num_devices = _resolve_devices(_get(ns, "accelerator", "auto"), _get(ns, "devices", "auto"),
+                                                num_nodes)
+    world = num_devices * num_nodes
+    if strategy == "auto" and world > 1:
+        strategy = "ddp"
+    precision = _get(ns, "precision") or _default_precision(accelerator)
+    precision = str(precision)
+    if precision not in PRECISIONS:
+        raise ConfigError("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+    # ---------------------------------------------------------------- data
+    _positive_int("data.seq_len", data.seq_len)
+    _positive_int("data.vocab_size", data.vocab_size, minimum=2)
+    if not 0 < data.val_percent < 100:
+        raise ConfigError("data.val_percent", f"must be in (0, 100), got {data.val_percent}")
+    _positive_int("data.max_files", data.max_files, allow_none=True, minimum=2)
+    _positive_int("data.max_bytes", data.max_bytes, allow_none=True)
+    _positive_int("data.num_workers", data.num_workers, minimum=0)
+    if data.data_dir is not None and not Path(data.data_dir).expanduser().is_dir():
+        raise ConfigError("data.data_dir", f"{str(data.data_dir)!r} is not a directory")
+    tokenizer_dir = _get(ns, "tokenizer_dir")
+    if tokenizer_dir is not None:
+        tokenizer_dir = Path(str(tokenizer_dir)).expanduser()
+        if not (tokenizer_dir / "tokenizer.json").is_file():
+            raise ConfigError("tokenizer_dir", f"{str(tokenizer_dir)!r} holds no tokenizer.json (a Hugging Face "
+                                               "`tokenizers` file, as in litgpt checkpoint dirs)")
+        try:
+            data_vocab = tokenizer_vocab_size(tokenizer_dir)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ConfigError("tokenizer_dir", f"cannot read {tokenizer_dir / 'tokenizer.json'}: {err}") from err
+    else:
+        data_vocab = data.vocab_size
+
+    # ---------------------------------------------------------------- model
+    model_name = _get(ns, "model_name")
+    model_config = _get(ns, "model_config")
+    config = model_config_from(model_name, model_config, vocab_size=data_vocab, seq_len=data.seq_len)
+    if config.padded_vocab_size < data_vocab:
+        raise ConfigError("model_config.vocab_size",
+                          f"the model's padded_vocab_size={config.padded_vocab_size} is smaller than the tokenizer's "
+                          f"vocabulary ({data_vocab})")
+    if data.seq_len > config.block_size:
+        raise ConfigError("data.seq_len", f"{data.seq_len} is longer than the model's block_size={config.block_size}")
+
+    # ---------------------------------------------------------------- batch and length
+    _positive_int("train.micro_batch_size", train.micro_batch_size)
+    _positive_int("train.global_batch_size", train.global_batch_size)
+    per_step = train.micro_batch_size * world
+    if train.global_batch_size % per_step:
+        raise ConfigError("train.global_batch_size",
+                          f"{train.global_batch_size} is not divisible by micro_batch_size * devices * num_nodes = "
+                          f"{train.micro_batch_size} * {num_devices} * {num_nodes} = {per_step}")
+    accumulate = train.global_batch_size // per_step
+    tokens_per_step = train.global_batch_size * data.seq_len
+    if train.max_steps is not None:
+        _positive_int("train.max_steps", train.max_steps)
+        steps = train.max_steps
+        if train.max_tokens is not None:
+            notes.append(f"train.max_steps={steps} wins over train.max_tokens={train.max_tokens}")
+    elif train.max_tokens is not None:
+        _positive_int("train.max_tokens", train.max_tokens)
+        steps = train.max_tokens // tokens_per_step
+        if steps < 1:
+            raise ConfigError("train.max_tokens", f"{train.max_tokens} is less than one optimizer step "
+                                                  f"({tokens_per_step} tokens = global_batch_size * seq_len)")
+    else:
+        raise ConfigError("train.max_steps", "give train.max_steps or train.max_tokens")
+    if train.lr_warmup_steps is not None and train.lr_warmup_fraction is not None:
+        raise ConfigError("train.lr_warmup_steps", "give lr_warmup_steps or lr_warmup_fraction, not both")
+    if train.lr_warmup_steps is not None:
+        _positive_int("train.lr_warmup_steps", train.lr_warmup_steps, minimum=0)
+        if train.lr_warmup_steps > steps:
+            raise ConfigError("train.lr_warmup_steps", f"{train.lr_warmup_steps} is longer than the run ({steps} "
+                                                       "steps)")
+    if train.lr_warmup_fraction is not None and not 0 <= train.lr_warmup_fraction <= 1:
+        raise ConfigError("train.lr_warmup_fraction", f"must be in [0, 1], got {train.lr_warmup_fraction}")
+    if train.max_norm is not None and train.max_norm < 0:
+        raise ConfigError("train.max_norm", f"must be >= 0, got {train.max_norm}")
+    _positive_int("train.log_interval", train.log_interval)
+    _positive_int("train.save_interval", train.save_interval, allow_none=True)
+    _positive_int("train.keep_last_checkpoints", train.keep_last_checkpoints, allow_none=True)
+    _positive_int("num_threads", _get(ns, "num_threads"), allow_none=True)
+    _positive_int("eval.interval", evaluation.interval, allow_none=True)
+    _positive_int("eval.max_iters", evaluation.max_iters, allow_none=True)
+
+    # ---------------------------------------------------------------- optimizer
+    spec = normalize_optimizer(_get(ns, "optimizer", "AdamW"))
+    optimizer_name, uses_muon, lr = _optimizer_info(spec)
+    if train.min_lr is not None:
+        if train.min_lr < 0:
+            raise ConfigError("train.min_lr", f"must be >= 0, got {train.min_lr}")
+        if train.min_lr > lr:
+            raise ConfigError("train.min_lr", f"{train.min_lr} is larger than the optimizer's lr={lr}")
+    if uses_muon and precision in ("16-mixed", "16"):
+        raise ConfigError("precision", "16-mixed (gradient scaling) is not supported with Muon: use bf16-mixed, "
+                                       "bf16-true or 32-true")
+
+    # ---------------------------------------------------------------- growth
+    from lightning_sparkling.plan import GrowthError, plan_growth
+
+    if growth.min_lr is not None and (growth.min_lr < 0 or not math.isfinite(growth.min_lr)):
+        raise ConfigError("growth.min_lr", f"must be a finite number >= 0, got {growth.min_lr}")
+    stages: list[GrowthStage] = []
+    current = config
+    for k, s in enumerate(growth.stages):
+        key = f"growth.stages[{k}]"
+        if (s.at_step is None) == (s.at_tokens is None):
+            raise ConfigError(f"{key}.at_step", "give exactly one of at_step or at_tokens")
+        if s.at_tokens is not None:
+            _positive_int(f"{key}.at_tokens", s.at_tokens, minimum=0)
+            at_step = math.ceil(s.at_tokens / tokens_per_step)
+            where = f"{key}.at_tokens"
+        else:
+            _positive_int(f"{key}.at_step", s.at_step, minimum=0)
+            at_step, where = s.at_step, f"{key}.at_step"
+        if at_step >= steps:
+            raise ConfigError(where, f"growth at step {at_step} is at or past the end of the run (max_steps={steps}): "
+                                     "the grown model would never train")
+        if stages and at_step <= stages[-1].at_step:
+            raise ConfigError(where, f"step {at_step} is not after the previous stage's step {stages[-1].at_step}: "
+                                     "stages must grow in increasing step order")
+        fields_ = {f.name: getattr(s, f.name) for f in dataclasses.fields(GrowthStage) if f.name != "at_step"}
+        try:
+            stage = GrowthStage(at_step, **fields_)
+        except ValueError as err:
+            bad = next((name for name in fields_ if re.search(rf"\b{name}=", str(err))), None)
+            raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
+        try:
+            current = plan_growth(current, stage, seed=growth.seed, stage_index=k,
+                                  tied_embeddings=train.tie_embeddings).new_config
+        except GrowthError as err:
+            bad = next((name for name in stage.widths if re.search(rf"\b{name}\b", str(err))), None)
+            raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
+        stages.append(stage)
+    if stages and strategy == "fsdp2" and num_devices * num_nodes < 1:
+        raise ConfigError("devices", "fsdp2 needs at least one device")
+
+    # ---------------------------------------------------------------- resume
+    out_dir = Path(str(_get(ns, "out_dir", "out/sparkling"))).expanduser()
+    resume = _get(ns, "resume", False)
+    resume_path = None
+    if resume in ("auto", True, "true", "True"):
+        resume_path = find_resume_checkpoint(out_dir)
+        if resume_path is None and resume != "auto":
+            raise ConfigError("resume", f"no checkpoint to resume from in {out_dir / 'checkpoints'}")
+    elif resume not in (False, None, "false", "False"):
+        resume_path = Path(str(resume)).expanduser()
+        if not resume_path.exists():
+            raise ConfigError("resume", f"{str(resume_path)!r} does not exist")
+
+    return ResolvedRun(
+        model_config=config, stages=stages, steps=steps, tokens_per_step=tokens_per_step, seq_len=data.seq_len,
+        micro_batch_size=train.micro_batch_size, accumulate=accumulate, devices=_get(ns, "devices", "auto"),
+        num_devices=num_devices, num_nodes=num_nodes, world_size=world, accelerator=accelerator, strategy=strategy,
+        precision=precision, optimizer=spec, optimizer_name=optimizer_name, uses_muon=uses_muon, lr=lr,
+        out_dir=out_dir, resume=resume, resume_path=resume_path, tokenizer_dir=tokenizer_dir,
+        data_vocab_size=data_vocab, data=data, train=train, eval=evaluation, growth=growth, rms_monitor=rms_monitor,
+        seed=int(_get(ns, "seed", 42)), num_threads=_get(ns, "num_threads"), notes=notes,
+    )
