@@ -286,7 +286,7 @@ def print_table(result: dict) -> None:
               f"{r['overhead_mean_pct']:>+11.2f} {fmt(r.get('cost_per_logging_step_ms'), 17, '+.1f')} "
               f"{fmt(r.get('amortized_pct_at_50'), 15, '+.3f')}")
     if result.get("paired"):
-        print(f"\npaired loop (plain and monitored steps alternating, median of per-pair differences):")
+        print("\npaired loop (plain and monitored steps alternating, median of per-pair differences):")
         for r in result["paired"]:
             print(f"  per_linear={str(r['per_linear']):<5}  plain {r['median_plain_ms']:.1f} ms, monitored "
                   f"{r['median_monitored_ms']:.1f} ms, cost/logging step {r['cost_per_logging_step_ms']:+.2f} ms "

@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy, SingleDeviceStrategy
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from lightning_sparkling.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
+from lightning_sparkling.optim_state import OptimizerPatch, plan_optimizer_patch
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.stage import GrowthStage
 from lightning_sparkling.surgery import GrowthResult, _Swap, grow_tensors
@@ -217,29 +217,4 @@ def plan_sharded_optimizer_patch(optimizer: torch.optim.Optimizer, result: Growt
     """The optimizer patch of an FSDP2 growth: every parameter of the GPT is a new DTensor; per-element state of
     grown parameters is gathered, grown by ``recipe`` and re-sharded like the new parameter, one tensor at a time;
     state of unchanged parameters is carried over as is."""
-    check_optimizer_supported(optimizer)
-    name_of = {id(p): n for n, p in result.old_params.items()}
-    patch = OptimizerPatch(optimizer)
-    for g, group in enumerate(optimizer.param_groups):
-        for i, p in enumerate(group["params"]):
-            name = name_of.get(id(p))
-            if name is None:
-                continue
-            new = result.new_params[name]
-            patch.replacements.append((g, i, p, new))
-            state = optimizer.state.get(p)
-            if not state:
-                continue
-            spec = result.plan.tensors.get(name)
-            if spec is None:
-                patch.new_state[new] = dict(state)
-                continue
-            grown_state = {}
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor) and value.ndim > 0:
-                    full = grow_state(key, full_tensor(value), spec, result.plan.axes, recipe, type(optimizer).__name__)
-                    grown_state[key] = shard_like(full, new)
-                else:
-                    grown_state[key] = value
-            patch.new_state[new] = grown_state
-    return patch
+    return plan_optimizer_patch(optimizer, result, recipe, to_full=full_tensor, like_param=shard_like)

@@ -104,8 +104,20 @@ class OptimizerPatch:
         self._old_state.clear()
 
 
-def plan_optimizer_patch(optimizer: torch.optim.Optimizer, result: GrowthResult, recipe: str) -> OptimizerPatch:
+def plan_optimizer_patch(
+    optimizer: torch.optim.Optimizer,
+    result: GrowthResult,
+    recipe: str,
+    *,
+    to_full: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
+    like_param: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = lambda t, p: t,
+) -> OptimizerPatch:
     """Compute the patch of ``optimizer`` for a growth (nothing is modified).
+
+    Every parameter in ``result.old_params`` found in the optimizer is swapped for its successor. Per-element
+    state of a grown parameter is grown by ``recipe`` one tensor at a time: ``to_full`` gathers it first and
+    ``like_param`` lays the result out like the new parameter (both identity on one device; gather / re-shard
+    under FSDP2). State of a replaced but unchanged parameter is carried over as is.
 
     Args:
         optimizer: a torch optimizer holding (some of) the model's parameters.
@@ -113,7 +125,7 @@ def plan_optimizer_patch(optimizer: torch.optim.Optimizer, result: GrowthResult,
         recipe: ``asymmetric``, ``copy``, ``drop`` or ``asymmetric-scaled``.
 
     Raises:
-        GrowthError: for a state entry whose layout is unknown.
+        GrowthError: for an unsupported optimizer or a state entry whose layout is unknown.
     """
     check_optimizer_supported(optimizer)
     name_of = {id(p): n for n, p in result.old_params.items()}
@@ -124,14 +136,20 @@ def plan_optimizer_patch(optimizer: torch.optim.Optimizer, result: GrowthResult,
             if name is None:
                 continue
             new = result.new_params[name]
-            spec = result.plan.tensors[name]
             patch.replacements.append((g, i, p, new))
             state = optimizer.state.get(p)
-            if state:
-                patch.new_state[new] = {
-                    k: grow_state(k, v, spec, result.plan.axes, recipe, type(optimizer).__name__)
-                    for k, v in state.items()
-                }
+            if not state:
+                continue
+            spec = result.plan.tensors.get(name)
+            if spec is None:
+                patch.new_state[new] = dict(state)
+                continue
+            patch.new_state[new] = {
+                key: like_param(grow_state(key, to_full(value), spec, result.plan.axes, recipe,
+                                           type(optimizer).__name__), new)
+                if isinstance(value, torch.Tensor) and value.ndim > 0 else value
+                for key, value in state.items()
+            }
     return patch
 
 

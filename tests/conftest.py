@@ -252,9 +252,9 @@ def assert_unchanged(model: nn.Module, snap: ModelSnapshot) -> None:
     assert str(model) == snap.structure
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True, scope="session")
 def single_thread():
-    """Run a test with one intra-op thread (restored afterwards).
+    """Every test runs with one intra-op thread (restored afterwards).
 
     The models here are tiny: with several OpenMP threads on a loaded 2-core machine each matmul waits on thread
     barriers and a forward pass takes 100x longer.

@@ -27,13 +27,6 @@ from lightning_sparkling.data import (
 SMALL = dict(seq_len=32, batch_size=4, vocab_size=512, val_percent=20, max_files=24, max_bytes=200_000)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is much faster, and immune to a busy machine's oversubscription."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

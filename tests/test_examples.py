@@ -19,12 +19,6 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CONFIGS = sorted(EXAMPLES.glob("*.yaml"))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def test_expected_examples_exist():

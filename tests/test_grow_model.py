@@ -34,7 +34,6 @@ from lightning_sparkling.surgery import grow_tensors
 INITS = ["copy-copy", "copy-random", "copy-zero", "random-copy", "random-random", "random-zero", "zero-copy",
          "zero-random"]
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def grouped_router_moe_config(**overrides) -> Config:

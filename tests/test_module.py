@@ -29,13 +29,6 @@ ADAMW = {"class_path": "torch.optim.AdamW", "init_args": {"lr": 3e-3, "weight_de
 MUON = {"class_path": "torch.optim.Muon", "init_args": {"lr": 0.02, "weight_decay": 0.1}}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is much faster, and immune to a busy machine's oversubscription."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _trainer(steps: int, **kwargs) -> L.Trainer:

@@ -16,7 +16,6 @@ from lightning_sparkling.operators import (
 )
 from lightning_sparkling.scaling import copy_source_index, make_generator
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _weight(d_out=6, d_in=5, seed=0):

@@ -18,13 +18,6 @@ VOCAB, SEQ, BATCH = 64, 16, 2
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is fastest and immune to a busy machine's oversubscription."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 class TinyLM(L.LightningModule):

@@ -24,13 +24,6 @@ from lightning_sparkling.tb_layout import LAYOUT_TAG, rms_layout, write_layout
 VOCAB, SEQ, BATCH = 64, 16, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is fastest and immune to a busy machine's oversubscription."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 CONFIGS = {
     "llama": dict(mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False, parallel_residual=False,

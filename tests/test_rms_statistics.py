@@ -25,7 +25,6 @@ from lightning_sparkling import GrowthStage, fan_in_scale, grow_model
 from lightning_sparkling.operators import TensorStats, expand_dim, expand_fan_in
 from lightning_sparkling.scaling import copy_source_index, make_generator
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 TOLERANCE = 0.10  # RMS-preserving growth of a model: |ratio - 1| <= 10%
 LAYER_TOLERANCE = 0.05  # the layer-level setting is the derivation's own model: |ratio - 1| <= 5%

@@ -16,7 +16,6 @@ GRID = [(d, d_new) for d in (1, 2, 3, 7, 16, 64, 512) for d_new in
         sorted({d + 1, d + d // 3 + 1, 3 * d // 2 + 1, 2 * d - 1, 2 * d, 2 * d + 1, 3 * d, 5 * d + 3, 8 * d})
         if d_new > d]
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def paper_alpha(d: int, d_new: int, init: str) -> float:

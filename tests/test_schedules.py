@@ -11,7 +11,6 @@ import torch
 from lightning_sparkling import rewarmup_lr, warmup_cosine_lr
 from lightning_sparkling.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def paper_f(t, T_w, T, eta_0, eta_max, eta_min):  # noqa: N803

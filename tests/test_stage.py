@@ -8,7 +8,6 @@ import pytest
 
 from lightning_sparkling import GrowthStage
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_defaults_are_the_sparkling_recipe():
