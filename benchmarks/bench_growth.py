@@ -5,7 +5,8 @@
 What is timed (median of repeated runs, after warm-up):
 - growth: ``grow_model`` (plan, new tensors, swap) plus the AdamW state patch, for several stages;
 - a training step (forward, backward, AdamW step) of the grown model without and with ``NewEntryLR`` (the
-  copy of new entries before ``optimizer.step()`` and the ``lerp`` after it), and the optimizer step alone.
+  copy of new entries before ``optimizer.step()`` and the ``lerp`` after it), and the optimizer step alone; plain
+  and hooked runs alternate and the cost is the median of the per-pair differences.
 """
 
 from __future__ import annotations
@@ -39,15 +40,6 @@ def train_step(model, optimizer, ids) -> None:
     optimizer.zero_grad(set_to_none=False)
 
 
-def median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def run_case(name: str, stage: GrowthStage, repeats: int, batch: int, seq: int) -> dict:
     torch.manual_seed(0)
     model = GPT(base_config())
@@ -66,18 +58,29 @@ def run_case(name: str, stage: GrowthStage, repeats: int, batch: int, seq: int) 
     params_after = count_params(model.config)[1]
 
     train_step(model, optimizer, ids)  # warm-up at the new shapes
-    no_hook = median_time(lambda: train_step(model, optimizer, ids), repeats)
-    grads = [p.grad for p in model.parameters()]
-    opt_only = median_time(optimizer.step, repeats)
-
     regions = {0: [NewEntryRegion(result.new_params[n], [(result.new_params[n].data, piece) for piece in pieces],
                                   lambda: 1.3e-3) for n, pieces in result.new_entries.items()]}
-    hook = NewEntryLR(optimizer, regions)
-    train_step(model, optimizer, ids)
-    with_hook = median_time(lambda: train_step(model, optimizer, ids), repeats)
-    opt_hook = median_time(optimizer.step, repeats)
+
+    hook = NewEntryLR(optimizer, regions)  # one hook for the whole run, as the callback keeps it
+    active = hook.regions
+
+    def timed(fn, with_hook: bool) -> float:
+        hook.regions = active if with_hook else {}
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    # paired: plain and hooked alternate, so drift of the machine cancels in the per-pair differences
+    pairs = [(timed(lambda: train_step(model, optimizer, ids), False),
+              timed(lambda: train_step(model, optimizer, ids), True)) for _ in range(repeats)]
+    no_hook = statistics.median(a for a, _ in pairs)
+    with_hook = no_hook + statistics.median(b - a for a, b in pairs)
+    logits = model(ids[:, :-1])  # gradients in place for optimizer-only timings
+    F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()).backward()
+    opt_pairs = [(timed(optimizer.step, False), timed(optimizer.step, True)) for _ in range(repeats)]
+    opt_only = statistics.median(a for a, _ in opt_pairs)
+    opt_hook = opt_only + statistics.median(b - a for a, b in opt_pairs)
     hook.remove()
-    del grads
     new_entries = sum(sum(result.new_params[n][piece].numel() for piece in result.new_entries[n])
                       for n in result.new_params)
     return {
@@ -107,7 +110,7 @@ def main() -> None:
     header = (f"{'case':<24}{'params':>18}{'grow (s)':>10}{'+optim (s)':>11}{'step (s)':>10}"
               f"{'step+LR (s)':>12}{'overhead':>10}{'LR cost (s)':>12}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch} x seq {args.seq}, "
-          f"AdamW, median of {args.repeats}")
+          f"AdamW, median of {args.repeats} alternating pairs")
     print(header)
     print("-" * len(header))
     for r in rows:

@@ -174,7 +174,8 @@ class NewEntryLR:
     calling ``optimizer.step()`` (Lightning's automatic and manual optimization, precision plugins) is covered;
     a step skipped by a gradient scaler is skipped here too.
 
-    The cost per step is one copy of the new entries before the step and one fused ``lerp`` after it.
+    The cost per step is one copy of the new entries before the step (into buffers kept between steps, so memory
+    holds the new entries once more) and one in-place ``lerp`` after it.
 
     Args:
         optimizer: the optimizer whose steps are rescaled.
@@ -185,6 +186,7 @@ class NewEntryLR:
         self.optimizer = optimizer
         self.regions = {g: list(r) for g, r in regions.items() if r}
         self._saved: list[tuple[NewEntryRegion, list[torch.Tensor], float]] = []
+        self._buffers: dict[int, list[torch.Tensor]] = {}  # reused every step: no allocation per step
         self._warned = False
         self._handles = [optimizer.register_step_pre_hook(self._pre), optimizer.register_step_post_hook(self._post)]
 
@@ -193,6 +195,7 @@ class NewEntryLR:
             h.remove()
         self._handles = []
         self._saved = []
+        self._buffers = {}
 
     @torch.no_grad()
     def _pre(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
@@ -214,8 +217,12 @@ class NewEntryLR:
                         )
                         self._warned = True
                     continue
-                before = [tensor[piece].clone() for tensor, piece in region.pieces]
-                self._saved.append((region, before, lr_new / lr_group))
+                buffers = self._buffers.get(id(region))
+                if buffers is None:
+                    buffers = self._buffers[id(region)] = [torch.empty_like(t[piece]) for t, piece in region.pieces]
+                for buffer, (tensor, piece) in zip(buffers, region.pieces):
+                    buffer.copy_(tensor[piece])
+                self._saved.append((region, buffers, lr_new / lr_group))
 
     @torch.no_grad()
     def _post(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
@@ -223,8 +230,8 @@ class NewEntryLR:
             for (tensor, piece), start in zip(region.pieces, before):
                 view = tensor[piece]
                 if start.dtype in (torch.float32, torch.float64):
-                    start.lerp_(view, ratio)  # before + ratio * (after - before)
-                    view.copy_(start)
+                    # after + (1 - ratio)(before - after) == before + ratio (after - before), in place: one pass
+                    view.lerp_(start, 1.0 - ratio)
                 else:  # low precision: do the arithmetic in float32, round once
                     view.copy_(start.float().lerp_(view.float(), ratio))
         self._saved = []
