@@ -70,3 +70,17 @@ def test_symmetry_series_stays_at_one_when_locked_and_falls_under_sparkling(tmp_
     assert min(locked) > 1 - 1e-5
     assert sparkling[0] == pytest.approx(1.0, abs=1e-6)
     assert sparkling[-1] < 0.999 and sparkling[-1] < min(locked) - 1e-3
+
+
+def test_symmetry_logging_interval_and_off(tmp_path):
+    for every, expected in ((0, set()), (4, {GROW_AT, 12, 16, 20, 24, 28})):
+        module = TinyModule(max_steps=MAX_STEPS)
+        logger = TensorBoardLogger(tmp_path, name=f"every{every}", version=0)
+        growth = WidthGrowthCallback(GrowthStage(GROW_AT, intermediate_size=128), symmetry_every_n_steps=every)
+        make_trainer([growth], max_steps=MAX_STEPS, logger=logger, log_every_n_steps=1).fit(module)
+        events = EventAccumulator(str(tmp_path / f"every{every}" / "version_0"), size_guidance={"scalars": 0})
+        events.Reload()
+        tags = events.Tags()["scalars"]
+        steps = {e.step for e in events.Scalars("symmetry/stage_0/intermediate_size")} if expected else set()
+        assert ("symmetry/stage_0/intermediate_size" in tags) == bool(expected)
+        assert steps == expected

@@ -124,6 +124,9 @@ class WidthGrowthCallback(Callback):
             :class:`~lightning_sparkling.schedules.WarmupCosineLambda`, or ``CosineAnnealingLR``'s ``eta_min``);
             otherwise setup fails with an error asking for it.
         seed: growth seed (copy maps and random init); identical on every rank.
+        symmetry_every_n_steps: how often to log ``symmetry/stage_{k}/{axis}`` (mean cosine of copied channels to
+            their sources); ``None`` follows ``Trainer(log_every_n_steps)``, ``0`` turns it off. Each log reads every
+            copy-initialized tensor (under FSDP2 it gathers them), so raise it for very large models.
 
     Raises:
         ValueError: for stages that are not ``GrowthStage`` or not in increasing ``at_step`` order.
@@ -141,7 +144,7 @@ class WidthGrowthCallback(Callback):
     """
 
     def __init__(self, stages: GrowthStage | Sequence[GrowthStage], *, min_lr: float | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, symmetry_every_n_steps: int | None = None) -> None:
         stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
         if not stages:
             raise ValueError("WidthGrowthCallback(stages=[]): give at least one GrowthStage")
@@ -156,8 +159,13 @@ class WidthGrowthCallback(Callback):
         if min_lr is not None and (not isinstance(min_lr, (int, float)) or min_lr < 0 or not math.isfinite(min_lr)):
             raise ValueError(f"WidthGrowthCallback(min_lr={min_lr!r}): must be a finite number >= 0")
         self.stages: tuple[GrowthStage, ...] = tuple(stages)
+        if symmetry_every_n_steps is not None and (not isinstance(symmetry_every_n_steps, int)
+                                                   or symmetry_every_n_steps < 0):
+            raise ValueError(f"WidthGrowthCallback(symmetry_every_n_steps={symmetry_every_n_steps!r}): must be an "
+                             "integer >= 0 (0: off) or None (follow Trainer(log_every_n_steps))")
         self.min_lr = min_lr
         self.seed = int(seed)
+        self.symmetry_every_n_steps = symmetry_every_n_steps
         self._grown = 0
         self._records: list[dict[str, Any]] = []  # one per applied stage (checkpointed)
         self._regions: list[dict[str, list[tuple[slice, ...]]]] = []  # new-entry slices per applied stage
@@ -346,7 +354,8 @@ class WidthGrowthCallback(Callback):
             self._grow(trainer, pl_module, batch)
             grew = True
         self._log_lr_new(trainer, pl_module)
-        if self._copies and (grew or trainer.global_step % max(trainer.log_every_n_steps, 1) == 0):
+        every = trainer.log_every_n_steps if self.symmetry_every_n_steps is None else self.symmetry_every_n_steps
+        if self._copies and every and (grew or trainer.global_step % every == 0):
             self._log_symmetry(trainer, pl_module)
 
     def _due(self, trainer: pl.Trainer) -> bool:
