@@ -3,7 +3,7 @@
     python tests/ddp_script.py OUT_DIR {ddp|fsdp2|single} [--resume CKPT] [--tag=TAG]
 
 Lightning's launcher re-runs this same command for rank 1. Each rank writes the final (gathered) weights to
-OUT_DIR/<mode><tag>-rank<r>.pt. Uninterrupted multi-process runs save checkpoints at step 8 (right at the first
+OUT_DIR/<mode><tag>-rank<r>.pt. Uninterrupted multi-process runs save checkpoints at steps 4 (before growth), 8 (right at the first
 growth) and 12 (between growths): DDP full files, FSDP2 sharded directories and full files.
 """
 
@@ -23,7 +23,7 @@ from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
 
 MAX_STEPS = 24
 GROWTH_AT = 8
-SAVE_AT = (8, 12)  # right at the first growth (new entries not stepped yet), and between the growths
+SAVE_AT = (4, 8, 12)  # before the first growth, right at it (new entries not stepped yet), between growths
 
 
 class SaveAt(Callback):

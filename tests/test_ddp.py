@@ -1,6 +1,7 @@
 """Growth under DDP and FSDP2 (ModelParallelStrategy) with 2 CPU ranks (gloo): a two-stage growth (hidden+inner,
 then inner with random init) ends where one process with the same global batch ends, ranks agree exactly, and
-resuming checkpoints saved after growth (full file; FSDP2 also sharded directory) matches the uninterrupted run."""
+resuming checkpoints saved before, at and after a growth (full files; FSDP2 also sharded directories) matches the
+uninterrupted run."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def multi(request, tmp_path_factory):
     mode = request.param
     out = tmp_path_factory.mktemp(mode)
     _run(str(out), mode)
-    resumes = ["full12"] + (["sharded12", "sharded8"] if mode == "fsdp2" else ["full8"])
+    # before growth (it then happens in the resumed run), right at growth, between the two growths
+    resumes = ["full12"] + (["sharded4", "sharded8", "sharded12"] if mode == "fsdp2" else ["full4", "full8"])
     for kind in resumes:
         _run(str(out), mode, "--resume", str(out / mode / f"{kind}.ckpt"), f"--tag=-{kind}")
     return mode, out, resumes
