@@ -84,11 +84,6 @@ class TensorPlan:
     dims: tuple[DimGrowth, ...]
     scale: float = 1.0
     unit_offset: bool = False
-    stats_of: str | None = None  # "random" draws match this tensor's statistics (itself when None)
-
-    @property
-    def fan_in_axes(self) -> tuple[str, ...]:
-        return tuple(d.axis for d in self.dims if d.role == "fan_in")
 
     def new_region(self) -> list[tuple[slice, ...]]:
         """Disjoint rectangular pieces covering the entries that did not exist before the growth.
@@ -266,8 +261,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     old_shapes = {name: tuple(p.shape) for name, p in old_model.state_dict(keep_vars=True).items()}
     E = axes.get("n_embd")
 
-    def add(name: str, dims: list[DimGrowth], scale: float = 1.0, unit_offset: bool = False,
-            stats_of: str | None = None) -> None:
+    def add(name: str, dims: list[DimGrowth], scale: float = 1.0, unit_offset: bool = False) -> None:
         dims = [d for d in dims if d.axis in axes]
         if not dims and scale == 1.0:
             return
@@ -275,7 +269,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         for d in dims:
             shape[d.dim] = axes[d.axis].new
         tensors[name] = TensorPlan(name, old_shapes[name], tuple(shape), tuple(sorted(dims, key=lambda d: d.dim)),
-                                   scale, unit_offset, stats_of)
+                                   scale, unit_offset)
 
     def norm_mode() -> str:
         # A zero norm weight on coordinates whose input is also zero blocks every gradient path into them, so a

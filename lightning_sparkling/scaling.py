@@ -139,8 +139,3 @@ def copy_source_index(d: int, d_new: int, generator: torch.Generator | None = No
         picked = torch.randperm(d, generator=generator)[:remainder]
         parts.append(torch.sort(picked).values)
     return torch.cat(parts)
-
-
-def copy_multiplicity(d: int, src: torch.Tensor) -> torch.Tensor:
-    """How many times each old channel appears in the grown width (itself plus its copies), shape ``(d,)``."""
-    return 1 + torch.bincount(src, minlength=d)

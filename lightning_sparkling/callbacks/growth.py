@@ -176,6 +176,7 @@ class WidthGrowthCallback(Callback):
         self._min_lrs: list[float] | None = None
         self.summaries: list[dict[str, Any]] = []
         self.last_symmetry: dict[str, float] = {}
+        self._lr_logged_step = -1
 
     # ------------------------------------------------------------------ state
     @property
@@ -490,8 +491,9 @@ class WidthGrowthCallback(Callback):
                 self._lr_hooks.append(NewEntryLR(optimizer, regions))
 
     def _log_lr_new(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self._schedulers or trainer.logger is None:
-            return
+        if not self._schedulers or trainer.logger is None or self._lr_logged_step == trainer.global_step:
+            return  # once per optimizer step, not per micro-batch
+        self._lr_logged_step = trainer.global_step
         metrics = {}
         for k, scheduler in self._schedulers.items():
             growth_step = self._records[k]["global_step"]
