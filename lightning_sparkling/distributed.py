@@ -1,7 +1,8 @@
-"""Parallelism side of a growth: what a strategy needs after the model's parameters were replaced.
+"""Parallelism side of a growth: which strategies can grow, DDP re-wrapping, and FSDP2 (DTensor) growth.
 
 Model surgery (:mod:`lightning_sparkling.surgery`) knows nothing of strategies; the callback calls
-:func:`rewrap_after_growth` once the grown model and patched optimizers are in place.
+:func:`rewrap_after_growth` once the grown model and patched optimizers are in place. FSDP1 lives in
+:mod:`lightning_sparkling.fsdp1`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,13 @@ import time
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy, SingleDeviceStrategy
+from lightning.pytorch.strategies import (
+    DDPStrategy,
+    DeepSpeedStrategy,
+    FSDPStrategy,
+    ModelParallelStrategy,
+    SingleDeviceStrategy,
+)
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from lightning_sparkling.optim_state import OptimizerPatch, plan_optimizer_patch
@@ -19,17 +26,31 @@ from lightning_sparkling.stage import GrowthStage
 from lightning_sparkling.surgery import GrowthResult, _Swap, grow_tensors
 
 
-SUPPORTED_STRATEGIES = (SingleDeviceStrategy, DDPStrategy, ModelParallelStrategy)
+SUPPORTED_STRATEGIES = (SingleDeviceStrategy, DDPStrategy, ModelParallelStrategy, FSDPStrategy)
 
 
 def check_strategy_supported(trainer: pl.Trainer) -> None:
     """Refuse, at setup and naming it, a strategy growth cannot handle.
 
-    Supported: one device (CPU or GPU), DDP (``"ddp"``, ``"ddp_spawn"``) and FSDP2 through
-    ``ModelParallelStrategy`` with ``tensor_parallel_size=1``. DeepSpeed, tensor parallelism and FSDP1
-    (``FSDPStrategy``) are refused.
+    Supported: one device (CPU or GPU), DDP (``"ddp"``, ``"ddp_spawn"``), FSDP2 through
+    ``ModelParallelStrategy`` with ``tensor_parallel_size=1``, and FSDP1 through ``FSDPStrategy`` with
+    ``use_orig_params=True``. DeepSpeed and tensor parallelism are refused.
     """
     strategy = trainer.strategy
+    if isinstance(strategy, DeepSpeedStrategy):  # a DDPStrategy subclass: refuse it before the DDP check
+        raise GrowthError(
+            f"strategy {type(strategy).__name__} is not supported by WidthGrowthCallback: DeepSpeed owns the "
+            "parameters and optimizer state (ZeRO partitions), so they cannot be grown mid-fit; use strategy='ddp', "
+            "FSDP2 via ModelParallelStrategy, or FSDPStrategy(use_orig_params=True)"
+        )
+    if isinstance(strategy, FSDPStrategy):
+        if not strategy.kwargs.get("use_orig_params"):
+            raise GrowthError(
+                "FSDPStrategy(use_orig_params=False) gives the optimizer flattened parameters that growth cannot "
+                "patch: pass FSDPStrategy(use_orig_params=True, ...) and wrap the GPT in configure_model() with "
+                "lightning_sparkling.module.wrap_gpt"
+            )
+        return
     if isinstance(strategy, ModelParallelStrategy):
         tp = getattr(strategy, "_tensor_parallel_size", 1)  # "auto" is resolved to the local device count by now
         if tp != 1:
@@ -43,8 +64,8 @@ def check_strategy_supported(trainer: pl.Trainer) -> None:
         return
     raise GrowthError(
         f"strategy {type(strategy).__name__} is not supported by WidthGrowthCallback: use a single device, "
-        "strategy='ddp', or FSDP2 via ModelParallelStrategy (DeepSpeed, tensor parallelism and FSDP1 cannot be "
-        "grown mid-fit by this version)"
+        "strategy='ddp', FSDP2 via ModelParallelStrategy, or FSDPStrategy(use_orig_params=True) (DeepSpeed and "
+        "tensor parallelism cannot be grown mid-fit by this version)"
     )
 
 

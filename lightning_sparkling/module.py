@@ -184,6 +184,36 @@ def shard_gpt(model: GPT, mesh: Any, **fully_shard_kwargs: Any) -> GPT:
     return model
 
 
+def wrap_gpt(model: Any) -> Any:
+    """FSDP1-wrap a ``litgpt.GPT`` for ``FSDPStrategy``: each block of ``model.transformer.h`` becomes an FSDP unit,
+    then the GPT itself (embedding, final norm, head) is wrapped. Uses ``torch.distributed.fsdp.wrap.wrap``, so the
+    strategy's settings apply: call it in ``LightningModule.configure_model``, which Lightning runs inside
+    ``strategy.model_sharded_context()``. An already wrapped model is returned as it is, so calling it again (a
+    growth callback re-applies ``configure_model`` to the grown GPT) is safe. Outside that context nothing is
+    wrapped.
+
+    Args:
+        model: the GPT, or its FSDP wrapper.
+
+    Returns:
+        The FSDP wrapper of the GPT (assign it back: ``self.model = wrap_gpt(self.model)``).
+
+    Example::
+
+        # in LightningModule.configure_model under FSDPStrategy(use_orig_params=True)
+        self.model = wrap_gpt(self.model)
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import wrap
+
+    if isinstance(model, FullyShardedDataParallel):
+        return model
+    for i, block in enumerate(model.transformer.h):
+        if not isinstance(block, FullyShardedDataParallel):
+            model.transformer.h[i] = wrap(block)
+    return wrap(model)
+
+
 # ---------------------------------------------------------------------------------------------------------- optim
 def resolve_optimizer(optimizer: str | dict) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
     """Resolve a litgpt-style optimizer spec into ``(class, init_args)``.

@@ -157,13 +157,19 @@ def plan_optimizer_patch(
 class NewEntryRegion:
     """The new entries of one stage in one parameter and how to find their learning rate.
 
-    ``pieces`` are ``(tensor, slice)`` pairs: the tensor whose entries the optimizer updates in place (the
-    parameter's data, or this rank's shard of a DTensor parameter) and a slice of it; disjoint.
+    ``pieces`` are ``(tensor, index)`` pairs: the tensor whose entries the optimizer updates in place (the
+    parameter's data, or this rank's shard of a DTensor parameter) and a tuple of slices into it, or a callable
+    giving the view (FSDP1's :class:`~lightning_sparkling.fsdp1.FlatPiece`, evaluated at each step because FSDP1
+    re-points the parameter's 1-D shard view); disjoint.
     """
 
     param: nn.Parameter
-    pieces: list[tuple[torch.Tensor, tuple[slice, ...]]]
+    pieces: list[tuple[torch.Tensor, tuple[slice, ...] | Callable[[torch.Tensor], torch.Tensor]]]
     lr_fn: Callable[[], float]  # the new entries' learning rate for the step about to be taken
+
+    def views(self) -> list[torch.Tensor]:
+        """The new entries as views of the tensors the optimizer updates (writes go to the parameter)."""
+        return [index(tensor.data) if callable(index) else tensor[index] for tensor, index in self.pieces]
 
 
 class NewEntryLR:
@@ -217,18 +223,18 @@ class NewEntryLR:
                         )
                         self._warned = True
                     continue
+                views = region.views()
                 buffers = self._buffers.get(id(region))
                 if buffers is None:
-                    buffers = self._buffers[id(region)] = [torch.empty_like(t[piece]) for t, piece in region.pieces]
-                for buffer, (tensor, piece) in zip(buffers, region.pieces):
-                    buffer.copy_(tensor[piece])
+                    buffers = self._buffers[id(region)] = [torch.empty_like(v) for v in views]
+                for buffer, view in zip(buffers, views):
+                    buffer.copy_(view)
                 self._saved.append((region, buffers, lr_new / lr_group))
 
     @torch.no_grad()
     def _post(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
         for region, before, ratio in self._saved:
-            for (tensor, piece), start in zip(region.pieces, before):
-                view = tensor[piece]
+            for view, start in zip(region.views(), before):
                 if start.dtype in (torch.float32, torch.float64):
                     # after + (1 - ratio)(before - after) == before + ratio (after - before), in place: one pass
                     view.lerp_(start, 1.0 - ratio)

@@ -8,7 +8,7 @@ tensor in which that axis was initialized by copy: 1 at growth, falling under SP
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -58,12 +58,22 @@ def copy_cosine(weight: torch.Tensor, dim: int, old: int, src: torch.Tensor) -> 
     return F.cosine_similarity(new, source, dim=1, eps=1e-12)
 
 
-def symmetry_metrics(specs: Mapping[str, CopySpec], get: Callable[[str], torch.Tensor],
+def symmetry_metrics(specs: Mapping[str, CopySpec], tensors: Iterable[tuple[str, torch.Tensor]],
                      prefix: str) -> dict[str, float]:
-    """``{f"{prefix}/{axis}": mean cosine}`` over every copy-initialized tensor of each axis; ``get(name)`` returns
-    the full tensor (gathered under FSDP2)."""
-    metrics = {}
+    """``{f"{prefix}/{axis}": mean cosine}`` over every copy-initialized tensor of each axis.
+
+    Args:
+        specs: the copied channels per axis (:func:`copy_specs`).
+        tensors: ``(name, full tensor)`` pairs, consumed one at a time (so a sharded model can be gathered one
+            tensor or one unit at a time); names no spec uses are skipped.
+        prefix: tag prefix, e.g. ``symmetry/stage_0``.
+    """
+    uses: dict[str, list[tuple[str, int]]] = {}
     for axis, spec in specs.items():
-        cosines = [copy_cosine(get(name), dim, spec.old, spec.src).mean() for name, dim in spec.tensors]
-        metrics[f"{prefix}/{axis}"] = float(torch.stack(cosines).mean())
-    return metrics
+        for name, dim in spec.tensors:
+            uses.setdefault(name, []).append((axis, dim))
+    cosines: dict[str, list[torch.Tensor]] = {axis: [] for axis in specs}
+    for name, tensor in tensors:
+        for axis, dim in uses.get(name, ()):
+            cosines[axis].append(copy_cosine(tensor, dim, specs[axis].old, specs[axis].src).mean().cpu())
+    return {f"{prefix}/{axis}": float(torch.stack(values).mean()) for axis, values in cosines.items() if values}

@@ -50,11 +50,16 @@ class TinyModule(L.LightningModule):
             self.automatic_optimization = False
 
     def configure_model(self) -> None:
-        """FSDP2 under ModelParallelStrategy: shard the blocks, then the GPT (idempotent)."""
-        if self.device_mesh is not None:
-            from lightning_sparkling.module import shard_gpt
+        """FSDP2 under ModelParallelStrategy: shard the blocks, then the GPT; FSDP1 under FSDPStrategy: wrap the
+        blocks, then the GPT (both idempotent)."""
+        from lightning.pytorch.strategies import FSDPStrategy
 
+        from lightning_sparkling.module import shard_gpt, wrap_gpt
+
+        if self.device_mesh is not None:
             shard_gpt(self.model, self.device_mesh)
+        elif isinstance(self.trainer.strategy, FSDPStrategy):
+            self.model = wrap_gpt(self.model)
 
     def loss_on(self, ids: torch.Tensor) -> torch.Tensor:
         ids = ids.to(self.device)

@@ -359,7 +359,19 @@ def test_failed_growth_keeps_pre_growth_model_and_optimizer(monkeypatch, failure
     assert growth.grown_stages == 0
 
 
-@pytest.mark.parametrize("strategy_name", ["FSDPStrategy"])
+def test_fsdp1_without_orig_params_refused_clearly():
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    from lightning_sparkling.distributed import check_strategy_supported
+
+    check_strategy_supported(SimpleNamespace(strategy=FSDPStrategy()))  # Lightning defaults to use_orig_params=True
+    with pytest.raises(GrowthError, match=r"use_orig_params=False.*FSDPStrategy\(use_orig_params=True"):
+        check_strategy_supported(SimpleNamespace(strategy=FSDPStrategy(use_orig_params=False)))
+
+
+@pytest.mark.parametrize("strategy_name", ["DeepSpeedStrategy"])
 def test_unsupported_strategies_refused_clearly(strategy_name):
     from types import SimpleNamespace
 

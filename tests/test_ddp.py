@@ -1,7 +1,10 @@
-"""Growth under DDP and FSDP2 (ModelParallelStrategy) with 2 CPU ranks (gloo): a two-stage growth (hidden+inner,
-then inner with random init) ends where one process with the same global batch ends, ranks agree exactly, and
-resuming checkpoints saved before, at and after a growth (full files; FSDP2 also sharded directories) matches the
-uninterrupted run."""
+"""Growth under DDP, FSDP2 (ModelParallelStrategy) and FSDP1 (FSDPStrategy) with 2 CPU ranks (gloo): a two-stage
+growth (hidden+inner, then inner with random init) ends where one process with the same global batch ends, ranks
+agree exactly, and resuming checkpoints saved before, at and after a growth (full files; FSDP2 and FSDP1 also
+sharded directories) matches the uninterrupted run.
+
+FSDP1 runs Lightning's own FSDPStrategy on CPU through a test subclass (see ddp_script.py); the same script on 2 GPUs
+(``fsdp1-cuda``, the plain FSDPStrategy with nccl) is the GPU-marked test at the end."""
 
 from __future__ import annotations
 
@@ -41,13 +44,16 @@ def single(tmp_path_factory):
     return torch.load(out / "single" / "final-rank0.pt")["state"]
 
 
-@pytest.fixture(scope="module", params=["ddp", "fsdp2"])
+SHARDED_RESUMES = ["full8", "full12", "sharded4", "sharded8", "sharded12"]
+
+
+@pytest.fixture(scope="module", params=["ddp", "fsdp2", "fsdp1"])
 def multi(request, tmp_path_factory):
     mode = request.param
     out = tmp_path_factory.mktemp(mode)
     _run(str(out), mode)
     # before growth (it then happens in the resumed run), right at growth, between the two growths
-    resumes = ["full12"] + (["sharded4", "sharded8", "sharded12"] if mode == "fsdp2" else ["full4", "full8"])
+    resumes = ["full4", "full8", "full12"] if mode == "ddp" else SHARDED_RESUMES
     for kind in resumes:
         _run(str(out), mode, "--resume", str(out / mode / f"{kind}.ckpt"), f"--tag=-{kind}")
     return mode, out, resumes
@@ -69,3 +75,16 @@ def test_resume_after_growth_matches_uninterrupted(multi):
         resumed = _final(out, mode, f"-{kind}")
         assert torch.equal(resumed[0]["lm_head.weight"], resumed[1]["lm_head.weight"])
         assert _rel_diff(resumed[0], reference) < 1e-6, f"{mode} resumed from the {kind} checkpoint"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="FSDPStrategy on GPUs needs 2 CUDA devices")
+def test_fsdp1_on_gpus_matches_single_process_and_resumes(tmp_path, single):
+    _run(str(tmp_path), "fsdp1-cuda")
+    ranks = _final(tmp_path, "fsdp1-cuda")
+    for name in ranks[0]:
+        assert torch.equal(ranks[0][name], ranks[1][name]), name
+    assert _rel_diff(ranks[0], single) < 1e-3  # GPU matmuls (TF32 off by default) vs the CPU single process
+    for kind in ("sharded8", "full8"):
+        _run(str(tmp_path), "fsdp1-cuda", "--resume", str(tmp_path / "fsdp1-cuda" / f"{kind}.ckpt"), f"--tag=-{kind}")
+        assert _rel_diff(_final(tmp_path, "fsdp1-cuda", f"-{kind}")[0], ranks[0]) < 1e-5, kind

@@ -28,7 +28,7 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 
@@ -44,6 +44,17 @@ from lightning_sparkling.distributed import (
     plan_sharded_optimizer_patch,
     reshard,
     rewrap_after_growth,
+)
+from lightning_sparkling.fsdp1 import (
+    build_wrapped_gpt,
+    check_fsdp1_layout,
+    clean_name,
+    flat_pieces,
+    fsdp1_wrapper,
+    grow_fsdp1,
+    iter_full_params,
+    plan_fsdp1_optimizer_patch,
+    shard_range,
 )
 from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported, plan_optimizer_patch
 from lightning_sparkling.plan import GrowthError, plan_growth
@@ -221,7 +232,7 @@ class WidthGrowthCallback(Callback):
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         for k in range(self._grown, len(self.stages)):
             config = plan_growth(config, self.stages[k], seed=self.seed, stage_index=k, tied_embeddings=tied).new_config
-        if isinstance(trainer.strategy, ModelParallelStrategy):
+        if isinstance(trainer.strategy, (ModelParallelStrategy, FSDPStrategy)):
             self._install_sharded_resume_hook(trainer, pl_module)
         else:
             self._install_resume_hook(pl_module)
@@ -246,8 +257,9 @@ class WidthGrowthCallback(Callback):
         self._resume_hook = (pl_module, original)
 
     def _install_sharded_resume_hook(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """FSDP2 (``ModelParallelStrategy``) loads weights *and optimizer states* straight into the live sharded
-        model in ``strategy.load_checkpoint`` (after ``on_fit_start``), so that call is wrapped: the checkpoint's
+        """FSDP2 (``ModelParallelStrategy``) and FSDP1 (``FSDPStrategy``) load weights *and optimizer states*
+        straight into the live sharded model in ``strategy.load_checkpoint`` (after ``on_fit_start``), so that call
+        is wrapped: the checkpoint's
         callback state is peeked (``meta.pt`` of a sharded directory, or the full file), the model is rebuilt at
         the grown shapes, optimizers are rebuilt over it, and the re-warmup schedulers re-registered, before
         Lightning loads into them."""
@@ -274,7 +286,11 @@ class WidthGrowthCallback(Callback):
             self._regions.append({n: t.new_region() for n, t in plan.tensors.items()})
             self._copies.append(copy_specs(plan))
             config = plan.new_config
-        build_sharded_gpt(pl_module, gpt, config, _Swap())  # values come from the checkpoint
+        wrapper = fsdp1_wrapper(pl_module, gpt)
+        if wrapper is not None:  # values come from the checkpoint
+            build_wrapped_gpt(pl_module, trainer.strategy, wrapper, config, _Swap())
+        else:
+            build_sharded_gpt(pl_module, gpt, config, _Swap())
         trainer.strategy.setup_optimizers(trainer)
         self._records = list(state["records"])
         self._grown = int(state["grown"])
@@ -301,6 +317,8 @@ class WidthGrowthCallback(Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         check_sharding_supported(find_gpt(pl_module))
+        if isinstance(trainer.strategy, FSDPStrategy):
+            check_fsdp1_layout(pl_module, find_gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
         if any(s.rewarmup_ratio is not None for s in self.stages):
@@ -372,13 +390,16 @@ class WidthGrowthCallback(Callback):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
-        sharded = is_sharded(gpt)
-        if sharded:
+        if fsdp1_wrapper(pl_module, gpt) is not None:
+            result = grow_fsdp1(pl_module, trainer.strategy, gpt, stage, seed=self.seed, stage_index=k)
+            patch_fn = plan_fsdp1_optimizer_patch
+        elif is_sharded(gpt):
             result = grow_sharded(pl_module, gpt, stage, seed=self.seed, stage_index=k)
-            gpt = find_gpt(pl_module)
+            patch_fn = plan_sharded_optimizer_patch
         else:
             result = grow_model(gpt, stage, seed=self.seed, stage_index=k)
-        patch_fn = plan_sharded_optimizer_patch if sharded else plan_optimizer_patch
+            patch_fn = plan_optimizer_patch
+        gpt = find_gpt(pl_module)
         patches = []
         try:
             for optimizer in trainer.optimizers:
@@ -428,7 +449,7 @@ class WidthGrowthCallback(Callback):
                 g = torch.Generator().manual_seed(0)
                 ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
             ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
-            logits = gpt(ids[:, :-1])
+            logits = (fsdp1_wrapper(pl_module, gpt) or gpt)(ids[:, :-1])  # FSDP1: through its root unit
             loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
         if is_sharded(gpt):
             reshard(gpt)
@@ -474,8 +495,19 @@ class WidthGrowthCallback(Callback):
         gpt = find_gpt(pl_module)
         if is_sharded(gpt):
             reshard(gpt)
-        name_of = {id(p): n for n, p in gpt.named_parameters()}
+        wrapper = fsdp1_wrapper(pl_module, gpt)
+        name_of = {id(p): clean_name(n) for n, p in gpt.named_parameters()}
         flat = {og: j for j, og in enumerate(_flat_groups(trainer.optimizers))}
+
+        def pieces_of(p: torch.Tensor, pieces: list[tuple[slice, ...]]) -> list:
+            if wrapper is None:
+                return [lp for lp in (local_piece(p, piece) for piece in pieces) if lp is not None]
+            held = shard_range(p, wrapper)  # FSDP1: p is this rank's 1-D view of its flattened values
+            if held is None:
+                return []
+            (start, stop), shape = held
+            return [(p, fp) for piece in pieces for fp in flat_pieces(shape, piece, start, stop)]
+
         for o, optimizer in enumerate(trainer.optimizers):
             regions: dict[int, list[NewEntryRegion]] = {}
             for g, group in enumerate(optimizer.param_groups):
@@ -483,7 +515,7 @@ class WidthGrowthCallback(Callback):
                     name = name_of.get(id(p))
                     for k in self._schedulers:
                         pieces = self._regions[k].get(name) if name is not None else None
-                        local = [lp for lp in (local_piece(p, piece) for piece in pieces or []) if lp is not None]
+                        local = pieces_of(p, pieces) if pieces else []
                         if local:
                             regions.setdefault(g, []).append(
                                 NewEntryRegion(p, local, self._lr_fn(trainer, k, flat[(o, g)])))
@@ -508,11 +540,16 @@ class WidthGrowthCallback(Callback):
         gpt = find_gpt(pl_module)
         if is_sharded(gpt):
             reshard(gpt)
+        wrapper = fsdp1_wrapper(pl_module, gpt)
         params = dict(gpt.named_parameters(remove_duplicate=False))  # tied: wte and lm_head both by name
         metrics = {}
         for k, specs in enumerate(self._copies):
-            metrics.update(symmetry_metrics(specs, lambda name: full_tensor(params[name].detach()),
-                                            f"symmetry/stage_{k}"))
+            names = sorted({name for spec in specs.values() for name, _ in spec.tensors})
+            if wrapper is not None:  # FSDP1: gathered one unit at a time
+                tensors = iter_full_params(wrapper, names)
+            else:
+                tensors = ((name, full_tensor(params[name].detach())) for name in names)
+            metrics.update(symmetry_metrics(specs, tensors, f"symmetry/stage_{k}"))
         self.last_symmetry = metrics
         if trainer.logger is not None and metrics:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)

@@ -1,0 +1,435 @@
+"""FSDP1 side of a growth (``FSDPStrategy`` with ``use_orig_params=True``).
+
+Under FSDP1 each wrapped unit (a ``FullyShardedDataParallel`` instance: every block, and the GPT itself for the
+embedding, final norm and head) flattens the original parameters it owns into one ``FlatParameter`` and keeps
+an even 1-D shard of it per rank. With ``use_orig_params=True`` the original ``Parameter`` objects stay (the
+optimizer holds them) and, outside forward/backward, are 1-D views of this rank's piece of their flattened
+values; their optimizer state has the same 1-D shape.
+
+There is no API to reshard an FSDP1 unit to new shapes, so a growth is a round trip, one unit at a time
+(peak memory: the sharded old and new models plus one unit gathered, old and grown):
+
+1. a ``GPT(grown config)`` is built on the meta device where the old wrapped GPT sits and the LightningModule's
+   own ``configure_model`` wraps it (inside ``strategy.model_sharded_context()``, as Lightning calls it); FSDP
+   materializes it unit by unit;
+2. per pair of units (old, new): ``summon_full_params(old, recurse=False)`` gathers the unit's own parameters,
+   :func:`~lightning_sparkling.surgery.grow_tensors` grows them, and ``summon_full_params(new, recurse=False,
+   writeback=True)`` writes them into the new shards;
+3. optimizer state travels the same way: a state tensor has the shape of its parameter's shard, so it is put
+   in the parameter's place for the length of one ``summon_full_params`` (the weights are stashed and put back),
+   which gathers it with FSDP's own unshard logic (padding, alignment, shared parameters); the grown state is
+   scattered into the new shards in the same way.
+
+The new-entry learning rate needs, for each original parameter, which part of its flattened values this rank
+holds; that is read from ``FlatParameter._shard_param_infos`` (see :func:`shard_range`), the one place this
+module relies on FSDP1 internals.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+from lightning_sparkling.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
+from lightning_sparkling.plan import GrowthError, plan_growth
+from lightning_sparkling.stage import GrowthStage
+from lightning_sparkling.surgery import GrowthResult, _Swap, grow_tensors
+
+#: prefixes FSDP1 (and activation checkpointing) insert into parameter names
+_WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+
+def clean_name(name: str) -> str:
+    """A parameter name without FSDP1/activation-checkpointing wrapper prefixes (the plain GPT's name).
+
+    Example::
+
+        >>> clean_name("transformer.h.0._fsdp_wrapped_module.attn.qkv.weight")
+        'transformer.h.0.attn.qkv.weight'
+    """
+    for prefix in _WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+def fsdp1_wrapper(root: nn.Module, gpt: nn.Module) -> FSDP | None:
+    """The FSDP1 unit that wraps ``gpt`` itself inside ``root`` (``None`` when ``gpt`` is not FSDP1-wrapped)."""
+    for module in root.modules():
+        if isinstance(module, FSDP) and module.module is gpt:
+            return module
+    return None
+
+
+def is_fsdp1(gpt: nn.Module) -> bool:
+    """Whether any part of ``gpt`` is an FSDP1 unit (its blocks, when the wrapper of the GPT itself sits outside)."""
+    return any(isinstance(m, FSDP) for m in gpt.modules())
+
+
+def check_fsdp1_layout(pl_module: nn.Module, gpt: nn.Module) -> None:
+    """Refuse FSDP1 layouts growth cannot rebuild: the GPT must be wrapped as one unit inside the LightningModule
+    (``configure_model``: ``self.model = wrap_gpt(self.model)``), with ``use_orig_params=True``."""
+    wrapper = fsdp1_wrapper(pl_module, gpt)
+    if wrapper is None or wrapper is pl_module:
+        raise GrowthError(
+            "under FSDPStrategy the GPT must be wrapped by the LightningModule's configure_model(), not by the "
+            "strategy's auto_wrap_policy around the whole LightningModule: in configure_model() call "
+            "`self.model = lightning_sparkling.module.wrap_gpt(self.model)` (wraps each block, then the GPT)"
+        )
+    for unit in FSDP.fsdp_modules(wrapper):
+        if not unit._use_orig_params:
+            raise GrowthError(
+                "FSDPStrategy(use_orig_params=False) flattens the parameters the optimizer sees, so growth cannot "
+                "patch them: pass FSDPStrategy(use_orig_params=True)"
+            )
+
+
+def _unit_prefix(wrapper: FSDP, unit: FSDP) -> str:
+    """Clean name of ``unit``'s module relative to the GPT (``""`` for the GPT's own unit)."""
+    if unit is wrapper:
+        return ""
+    for name, module in wrapper.module.named_modules():
+        if module is unit:
+            return clean_name(name) + "."
+    raise GrowthError("an FSDP unit is not inside the wrapped GPT")
+
+
+def owned_params(wrapper: FSDP, unit: FSDP) -> dict[str, tuple[nn.Module, str]]:
+    """``{clean GPT name: (module, attribute)}`` of the parameters ``unit`` itself flattens (not those of units
+    nested in it); tied parameters appear once, under their first name."""
+    prefix = _unit_prefix(wrapper, unit)
+    out: dict[str, tuple[nn.Module, str]] = {}
+    seen: set[int] = set()
+
+    def walk(module: nn.Module, path: str) -> None:
+        for attr, p in module._parameters.items():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                out[clean_name(prefix + path + attr)] = (module, attr)
+        for child_name, child in module._modules.items():
+            if child is not None and not isinstance(child, FSDP):
+                walk(child, path + child_name + ".")
+
+    walk(unit.module, "")
+    return out
+
+
+def units(wrapper: FSDP) -> list[FSDP]:
+    """The FSDP1 units of a wrapped GPT, its own first (a unit's summon must not be the first use of a nested one)."""
+    return FSDP.fsdp_modules(wrapper)
+
+
+def _paired_units(old: FSDP, new: FSDP) -> list[tuple[FSDP, FSDP]]:
+    old_units, new_units = units(old), units(new)
+    old_names = [_unit_prefix(old, u) for u in old_units]
+    new_names = [_unit_prefix(new, u) for u in new_units]
+    if old_names != new_names:
+        raise GrowthError(
+            "after growth, configure_model() wrapped the new GPT into different FSDP units than the old one "
+            f"({new_names[:4]}... vs {old_names[:4]}...): wrap the same way whatever the model's width"
+        )
+    return list(zip(old_units, new_units))
+
+
+@contextmanager
+def _gathered(wrapper: FSDP, unit: FSDP, *, writeback: bool = False) -> Iterator[dict[str, nn.Parameter]]:
+    """``{clean name: full parameter}`` of the parameters ``unit`` owns, while they are gathered."""
+    owned = owned_params(wrapper, unit)
+    with FSDP.summon_full_params(unit, recurse=False, writeback=writeback):
+        yield {name: getattr(module, attr) for name, (module, attr) in owned.items()}
+
+
+@contextmanager
+def _stashed(params: list[nn.Parameter]) -> Iterator[None]:
+    """Keep this rank's shard of ``params`` and put it back on exit (their storage is borrowed meanwhile)."""
+    stash = [p.detach().clone() for p in params]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p, saved in zip(params, stash):
+                p.copy_(saved)
+
+
+def gather_values(wrapper: FSDP, unit: FSDP, values: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    """Full tensors of per-parameter values laid out like this rank's shards (optimizer state), for the
+    parameters of ``unit`` named in ``values`` (a collective: every rank calls it with the same names; a rank
+    without a value for a name passes ``None``, read as zeros).
+
+    The values are written into the parameters' shard storage for the length of one ``summon_full_params``, so
+    FSDP's own unshard gathers them; the weights are put back afterwards.
+    """
+    owned = owned_params(wrapper, unit)
+    params = {name: getattr(module, attr) for name, (module, attr) in owned.items()}
+    with torch.no_grad(), _stashed(list(params.values())):
+        for name, p in params.items():
+            value = values.get(name)
+            if value is None:
+                p.zero_()
+            else:
+                p.copy_(value.reshape(p.shape))
+        with _gathered(wrapper, unit) as full:
+            return {name: full[name].detach().clone() for name in values if name in full}
+
+
+def scatter_values(wrapper: FSDP, unit: FSDP, fulls: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """This rank's shards of full per-parameter tensors (the inverse of :func:`gather_values`): the values are
+    written into the gathered parameters and FSDP's write-back splits them; weights are put back afterwards."""
+    owned = owned_params(wrapper, unit)
+    params = {name: getattr(module, attr) for name, (module, attr) in owned.items()}
+    with torch.no_grad(), _stashed(list(params.values())):
+        with _gathered(wrapper, unit, writeback=True) as full:
+            for name, p in full.items():
+                if name in fulls:
+                    p.copy_(fulls[name])
+                else:
+                    p.zero_()
+        return {name: params[name].detach().clone() for name in fulls}
+
+
+@dataclass
+class FSDP1GrowthResult(GrowthResult):
+    """A growth under FSDP1: also the old and new wrapped GPTs (the optimizer patch pairs their units)."""
+
+    old_wrapper: FSDP | None = field(default=None, repr=False)
+    new_wrapper: FSDP | None = field(default=None, repr=False)
+
+
+def _parent_and_attr(root: nn.Module, child: nn.Module) -> tuple[nn.Module, str]:
+    for name, module in root.named_modules():
+        if module is child and name:
+            parent_name, _, attr = name.rpartition(".")
+            return root.get_submodule(parent_name), attr
+    raise GrowthError("the wrapped GPT is not a submodule of the LightningModule")
+
+
+def build_wrapped_gpt(pl_module: Any, strategy: Any, old_wrapper: FSDP, config: object, swap: _Swap) -> FSDP:
+    """Put a meta-device ``GPT(config)`` where ``old_wrapper`` sits and let the module's ``configure_model`` wrap
+    it, inside ``strategy.model_sharded_context()`` as Lightning does; FSDP materializes it unit by unit. The
+    RoPE buffers are copied from the old GPT. Returns the new wrapper (weights are not meaningful yet)."""
+    from litgpt.model import GPT
+
+    old_gpt = old_wrapper.module
+    parent, attr = _parent_and_attr(pl_module, old_wrapper)
+    with torch.device("meta"):
+        new = GPT(config)
+    if old_gpt.lm_head.weight is old_gpt.transformer.wte.weight:
+        new.transformer.wte.weight = new.lm_head.weight
+    new.max_seq_length = old_gpt.max_seq_length
+    swap.set(parent, attr, new)
+    with strategy.model_sharded_context():
+        pl_module.configure_model()
+    wrapper = getattr(parent, attr)
+    if not isinstance(wrapper, FSDP) or wrapper.module is not new:
+        raise GrowthError(
+            "after growth, the LightningModule's configure_model() did not wrap the new GPT: under FSDPStrategy it "
+            "must wrap self.model whenever it is not wrapped yet (`self.model = wrap_gpt(self.model)`)"
+        )
+    buffers = {clean_name(n): b for n, b in old_gpt.named_buffers()}
+    with torch.no_grad():
+        for name, buf in new.named_buffers():  # RoPE cos/sin: head size and positions do not change
+            if clean_name(name) in buffers and buf.shape == buffers[clean_name(name)].shape:
+                buf.copy_(buffers[clean_name(name)])
+    return wrapper
+
+
+def named_params(wrapper: FSDP) -> dict[str, nn.Parameter]:
+    """``{clean name: Parameter}`` of the wrapped GPT (the objects the optimizer holds)."""
+    return {clean_name(n): p for n, p in wrapper.module.named_parameters()}
+
+
+@torch.no_grad()
+def grow_fsdp1(pl_module: Any, strategy: Any, gpt: nn.Module, stage: GrowthStage, *, seed: int,
+               stage_index: int) -> FSDP1GrowthResult:
+    """FSDP1 growth: build the grown GPT wrapped by the module's ``configure_model`` and fill it one unit at a
+    time from gathered old units (see the module docstring). ``rollback()`` puts the old wrapped GPT back."""
+    old_wrapper = fsdp1_wrapper(pl_module, gpt)
+    check_fsdp1_layout(pl_module, gpt)
+    tied = gpt.lm_head.weight is gpt.transformer.wte.weight
+    plan = plan_growth(gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
+    swap = _Swap()
+    start = time.perf_counter()
+    try:
+        new_wrapper = build_wrapped_gpt(pl_module, strategy, old_wrapper, plan.new_config, swap)
+        for old_unit, new_unit in _paired_units(old_wrapper, new_wrapper):
+            with _gathered(old_wrapper, old_unit) as full:
+                old_full = {n: p.detach().clone() for n, p in full.items()}
+            grown = grow_tensors(plan, old_full)
+            with _gathered(new_wrapper, new_unit, writeback=True) as full:
+                for name, p in full.items():
+                    p.copy_(grown.get(name, old_full.get(name)))
+            del old_full, grown
+        old_params, new_params = named_params(old_wrapper), named_params(new_wrapper)
+        for n, p in old_params.items():
+            new_params[n].requires_grad_(p.requires_grad)
+    except BaseException:
+        swap.undo()
+        raise
+    return FSDP1GrowthResult(plan=plan, old_params=old_params, new_params=new_params,
+                             seconds=time.perf_counter() - start, _swap=swap, old_wrapper=old_wrapper,
+                             new_wrapper=new_wrapper)
+
+
+def _agreed_state_keys(optimizer: torch.optim.Optimizer, names: Mapping[int, str]) -> dict[str, list[str]]:
+    """``{param name: per-element state keys}`` agreed by every rank (a rank whose shard of a parameter is empty
+    may hold no state for it)."""
+    local: dict[str, list[str]] = {}
+    for p, state in optimizer.state.items():
+        name = names.get(id(p))
+        if name is not None:
+            local[name] = sorted(k for k, v in state.items() if isinstance(v, torch.Tensor) and v.ndim > 0)
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, local)
+    agreed: dict[str, set[str]] = {}
+    for rank_keys in gathered:
+        for name, keys in rank_keys.items():
+            agreed.setdefault(name, set()).update(keys)
+    return {name: sorted(keys) for name, keys in agreed.items()}
+
+
+def _scalar_state(state: dict, template: dict | None) -> dict:
+    """The scalar state (``step``) of a parameter; a rank that held no state for it (an empty shard) takes it
+    from another parameter."""
+    if state or not template:
+        return {k: v for k, v in state.items() if not (isinstance(v, torch.Tensor) and v.ndim > 0)}
+    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in template.items()
+            if not (isinstance(v, torch.Tensor) and v.ndim > 0)}
+
+
+@torch.no_grad()
+def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1GrowthResult,
+                               recipe: str) -> OptimizerPatch:
+    """The optimizer patch of an FSDP1 growth (nothing is modified): every parameter of the GPT is swapped for
+    its successor in the new wrapped GPT; per-element state is gathered one unit and one state key at a time,
+    grown by ``recipe`` and split into the new shards (:func:`gather_values` / :func:`scatter_values`)."""
+    check_optimizer_supported(optimizer)
+    old_wrapper, new_wrapper = result.old_wrapper, result.new_wrapper
+    name_of = {id(p): n for n, p in result.old_params.items()}
+    patch = OptimizerPatch(optimizer)
+    in_optimizer: set[str] = set()
+    for g, group in enumerate(optimizer.param_groups):
+        for i, p in enumerate(group["params"]):
+            name = name_of.get(id(p))
+            if name is not None:
+                patch.replacements.append((g, i, p, result.new_params[name]))
+                in_optimizer.add(name)
+    keys = {n: k for n, k in _agreed_state_keys(optimizer, name_of).items() if n in in_optimizer}
+    template = next((s for s in optimizer.state.values() if s), None)
+    for name in in_optimizer:
+        old, new = result.old_params[name], result.new_params[name]
+        state = optimizer.state.get(old, {})
+        if state or keys.get(name):
+            patch.new_state[new] = _scalar_state(state, template)
+    for old_unit, new_unit in _paired_units(old_wrapper, new_wrapper):
+        unit_names = [n for n in owned_params(old_wrapper, old_unit) if n in keys and keys[n]]
+        for key in sorted({k for n in unit_names for k in keys[n]}):
+            names = [n for n in unit_names if key in keys[n]]
+            local = {n: optimizer.state.get(result.old_params[n], {}).get(key) for n in names}
+            full = gather_values(old_wrapper, old_unit, local)
+            grown = {}
+            for n in names:
+                spec = result.plan.tensors.get(n)
+                grown[n] = full[n] if spec is None else grow_state(key, full[n], spec, result.plan.axes, recipe,
+                                                                   type(optimizer).__name__)
+            shards = scatter_values(new_wrapper, new_unit, grown)
+            for n in names:
+                patch.new_state[result.new_params[n]][key] = shards[n]
+            del full, grown, shards
+    return patch
+
+
+# ------------------------------------------------------------------------------------------- new-entry slices
+def shard_range(param: nn.Parameter, root: nn.Module) -> tuple[tuple[int, int], tuple[int, ...]] | None:
+    """``((start, stop), shape)``: the range of the flattened original parameter that this rank's shard view of
+    ``param`` holds, and the parameter's original shape; ``None`` when this rank holds none of it. Read from
+    ``FlatParameter._shard_param_infos`` / ``_shapes`` of the unit owning it (FSDP1 internals, torch >= 2.1)."""
+    for unit in FSDP.fsdp_modules(root):
+        handle = getattr(unit, "_handle", None)
+        if handle is None:
+            continue
+        flat = handle.flat_param
+        for orig, info, shape in zip(flat._params or (), flat._shard_param_infos, flat._shapes):
+            if orig is param:
+                if not info.in_shard:
+                    return None
+                return (int(info.intra_param_start_idx), int(info.intra_param_end_idx) + 1), tuple(shape)
+    raise GrowthError("a parameter of the wrapped GPT belongs to no FSDP1 unit (use_orig_params=True needed)")
+
+
+def iter_full_params(wrapper: FSDP, names: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(name, full tensor)`` for the named parameters of a wrapped GPT, gathering one unit at a time; each
+    tensor is valid only until the next is yielded. A collective: every rank must run it to the end."""
+    wanted = set(names)
+    for unit in units(wrapper):
+        if not wanted.intersection(owned_params(wrapper, unit)):
+            continue
+        with _gathered(wrapper, unit) as full:
+            for name, p in full.items():
+                if name in wanted:
+                    yield name, p.detach()
+
+
+@dataclass(frozen=True)
+class FlatPiece:
+    """A rectangular block of an original parameter, addressed in this rank's 1-D shard view of it:
+    ``shard[start:stop]`` viewed as ``(-1, row)`` (``row=0``: plain 1-D) then ``[:, c0:c1]``. Called on the
+    parameter at step time, so it follows FSDP re-pointing the view."""
+
+    start: int
+    stop: int
+    row: int = 0
+    c0: int = 0
+    c1: int = 0
+
+    def __call__(self, shard: torch.Tensor) -> torch.Tensor:
+        flat = shard.view(-1)[self.start: self.stop]
+        return flat if self.row == 0 else flat.view(-1, self.row)[:, self.c0: self.c1]
+
+
+def flat_pieces(shape: tuple[int, ...], piece: tuple[slice, ...], start: int, stop: int) -> list[FlatPiece]:
+    """The part of the block ``piece`` of a tensor of ``shape`` that falls in its flattened range
+    ``[start, stop)``, as at most three :class:`FlatPiece` (a partial first row, whole rows, a partial last row),
+    offsets relative to ``start``.
+
+    Example::
+
+        >>> # column 2 of a (4, 3) tensor; this rank holds flattened elements 1..10: rows 1-2 whole, row 0 in part
+        >>> [(p.start, p.stop, p.row) for p in flat_pieces((4, 3), (slice(None), slice(2, 3)), 1, 11)]
+        [(2, 8, 3), (1, 2, 0)]
+    """
+    if len(shape) == 1:
+        rows = piece[0] if piece else slice(None)
+        lo, hi, _ = rows.indices(shape[0])
+        lo, hi = max(lo, start), min(hi, stop)
+        return [FlatPiece(lo - start, hi - start)] if hi > lo else []
+    if len(shape) != 2:
+        raise GrowthError(f"new-entry learning rate under FSDP1: {len(shape)}-D parameters are not supported")
+    n_rows, n_cols = shape
+    rows = piece[0] if len(piece) > 0 else slice(None)
+    cols = piece[1] if len(piece) > 1 else slice(None)
+    r0, r1, _ = rows.indices(n_rows)
+    c0, c1, _ = cols.indices(n_cols)
+    out: list[FlatPiece] = []
+    # whole rows of the shard: first row starting at or after `start`, last ending at or before `stop`
+    full_lo = max(r0, -(-start // n_cols))
+    full_hi = min(r1, stop // n_cols)
+    partial = []
+    if full_hi > full_lo:
+        out.append(FlatPiece(full_lo * n_cols - start, full_hi * n_cols - start, n_cols, c0, c1))
+        partial = [r for r in (full_lo - 1, full_hi) if r0 <= r < r1]
+    else:
+        partial = [r for r in range(max(r0, start // n_cols), min(r1, -(-stop // n_cols)))]
+    for r in partial:
+        lo, hi = max(r * n_cols + c0, start), min(r * n_cols + c1, stop)
+        if hi > lo:
+            out.append(FlatPiece(lo - start, hi - start))
+    return out
