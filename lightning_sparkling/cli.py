@@ -418,10 +418,12 @@ def _callbacks_module():
         def export(self, trainer, pl_module, folder: Path) -> None:
             from litgpt.utils import copy_config_files, save_config
 
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
             from lightning_sparkling.distributed import is_sharded
 
             model = pl_module.model
-            if is_sharded(model):  # FSDP2: every rank takes part in the gather
+            if is_sharded(model) or isinstance(model, FullyShardedDataParallel):  # FSDP2/FSDP1: every rank gathers
                 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
                 state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -465,6 +467,10 @@ def _strategy(run: ResolvedRun):
         from lightning.pytorch.strategies import ModelParallelStrategy
 
         return ModelParallelStrategy(data_parallel_size=run.world_size, tensor_parallel_size=1)
+    if run.strategy == "fsdp":  # FSDP1: the module's configure_model wraps each block, then the GPT (wrap_gpt)
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        return FSDPStrategy(use_orig_params=True, state_dict_type="sharded")
     return run.strategy
 
 

@@ -215,7 +215,7 @@ def pretrain_arguments(
         num_nodes: number of nodes.
         accelerator: ``auto``, ``cpu``, ``gpu``/``cuda``.
         strategy: ``auto`` (one device, or DDP for several), ``ddp``, ``fsdp2`` (``ModelParallelStrategy``,
-            data parallel only); ``fsdp`` (FSDP1) is not supported by the growth callback yet and is refused.
+            data parallel only), ``fsdp`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only).
         tokenizer_dir: use the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of training
             a BPE on the corpus.
         seed: model init and data order seed.
@@ -288,7 +288,7 @@ class ResolvedRun:
     num_nodes: int
     world_size: int
     accelerator: str
-    strategy: str  # "auto" | "ddp" | "fsdp2"
+    strategy: str  # "auto" | "ddp" | "fsdp2" | "fsdp"
     precision: str
     optimizer: Union[str, dict]
     optimizer_name: str
@@ -500,14 +500,15 @@ def resolve(ns: Any) -> ResolvedRun:
 
     # ---------------------------------------------------------------- hardware
     strategy = _get(ns, "strategy", "auto") or "auto"
-    if strategy == "fsdp":
-        raise ConfigError("strategy", "'fsdp' (FSDP1, FSDPStrategy) is not supported by the width growth callback "
-                                      "yet: use 'fsdp2' (ModelParallelStrategy, FSDP2 sharding) or 'ddp'")
     if strategy not in STRATEGIES:
-        raise ConfigError("strategy", f"expected one of auto, ddp, fsdp2; got {strategy!r}")
+        raise ConfigError("strategy", f"expected one of auto, ddp, fsdp2, fsdp; got {strategy!r}")
     num_nodes = _get(ns, "num_nodes", 1)
     accelerator, num_devices = _resolve_devices(_get(ns, "accelerator", "auto"), _get(ns, "devices", "auto"),
                                                 num_nodes)
+    if strategy == "fsdp" and accelerator != "cuda":
+        raise ConfigError("strategy", f"'fsdp' (FSDP1, Lightning's FSDPStrategy) runs on CUDA GPUs only, and the "
+                                      f"accelerator here is {accelerator!r}: use 'fsdp2' (FSDP2 sharding, CPU or GPU) "
+                                      "or 'ddp'")
     world = num_devices * num_nodes
     if strategy == "auto" and world > 1:
         strategy = "ddp"
@@ -599,6 +600,9 @@ def resolve(ns: Any) -> ResolvedRun:
             raise ConfigError("train.min_lr", f"must be >= 0, got {train.min_lr}")
         if train.min_lr > lr:
             raise ConfigError("train.min_lr", f"{train.min_lr} is larger than the optimizer's lr={lr}")
+    if uses_muon and strategy == "fsdp":
+        raise ConfigError("optimizer", "Muon orthogonalizes whole 2-D matrices, and FSDP1 ('fsdp') hands the optimizer "
+                                       "flattened 1-D shards: use strategy 'fsdp2' or 'ddp' with Muon, or AdamW")
     if uses_muon and precision in ("16-mixed", "16"):
         raise ConfigError("precision", "16-mixed (gradient scaling) is not supported with Muon: use bf16-mixed, "
                                        "bf16-true or 32-true")

@@ -21,8 +21,10 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from litgpt import GPT, Config
 from litgpt.model import CausalSelfAttention, LLaMAMLP
 from litgpt.utils import chunked_cross_entropy
+from torch.distributed.fsdp import FullyShardedDataParallel
 from torchmetrics import MeanMetric
 
+from lightning_sparkling.compute import count_params
 from lightning_sparkling.schedules import WarmupCosineLambda
 
 __all__ = [
@@ -376,11 +378,16 @@ class LitGPTPretrainModule(L.LightningModule):
     # ------------------------------------------------------------------ model
     def configure_model(self) -> None:
         """Build ``self.model`` if it is ``None`` (never twice), then FSDP2-shard it when a device mesh is set
-        (``ModelParallelStrategy``); already-sharded modules are left alone, so calling it again is safe."""
+        (``ModelParallelStrategy``) or FSDP1-wrap it under ``FSDPStrategy`` (:func:`wrap_gpt`); already-sharded
+        modules are left alone, so calling it again is safe."""
+        from lightning.pytorch.strategies import FSDPStrategy
+
         if self.model is None:
             self.model = build_gpt(self._initial_config, seed=self.seed, tie_embeddings=self.tie_embeddings)
         if self.device_mesh is not None:
             shard_gpt(self.model, self.device_mesh)
+        elif self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy):
+            self.model = wrap_gpt(self.model)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, T, padded_vocab_size)`` for token ids ``(B, T)``."""
@@ -403,7 +410,10 @@ class LitGPTPretrainModule(L.LightningModule):
             micro_batch_size: sequences per micro-batch (per device).
             seq_len: tokens per sequence (the model input length, i.e. window length - 1).
         """
-        n_active = active_parameter_count(self.model)
+        if isinstance(self.model, FullyShardedDataParallel):  # FSDP1: parameters are this rank's flat shards
+            n_active = count_params(self.model.config, tie_embeddings=self.tie_embeddings)[0]
+        else:
+            n_active = active_parameter_count(self.model)
         self.flops_per_batch = 6 * n_active * int(micro_batch_size) * int(seq_len)
         self._flops_key = (id(self.model), id(self.model.config), int(micro_batch_size), int(seq_len))
         return self.flops_per_batch
@@ -539,6 +549,9 @@ class LitGPTPretrainModule(L.LightningModule):
             if not self.max_norm:
                 return
             gradient_clip_val, gradient_clip_algorithm = self.max_norm, "norm"
+        if isinstance(self.model, FullyShardedDataParallel) and gradient_clip_algorithm in (None, "norm"):
+            self.model.clip_grad_norm_(gradient_clip_val)  # FSDP1: the root unit computes the global norm
+            return
         self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
                             gradient_clip_algorithm=gradient_clip_algorithm)
 

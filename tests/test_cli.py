@@ -235,7 +235,7 @@ def test_impossible_values_are_refused_before_anything_starts(tmp_path, capsys, 
     assert not cache.exists() and not out.exists()  # no tokenizer trained, nothing written
 
 
-def test_fsdp1_refusal_names_fsdp2(config_file, capsys):
+def test_fsdp1_on_cpu_refused_naming_fsdp2(config_file, capsys):
     with pytest.raises(SystemExit):
         main(["plan", "--config", str(config_file), "--strategy", "fsdp"])
     err = capsys.readouterr().err
