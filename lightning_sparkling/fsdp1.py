@@ -68,11 +68,6 @@ def fsdp1_wrapper(root: nn.Module, gpt: nn.Module) -> FSDP | None:
     return None
 
 
-def is_fsdp1(gpt: nn.Module) -> bool:
-    """Whether any part of ``gpt`` is an FSDP1 unit (its blocks, when the wrapper of the GPT itself sits outside)."""
-    return any(isinstance(m, FSDP) for m in gpt.modules())
-
-
 def check_fsdp1_layout(pl_module: nn.Module, gpt: nn.Module) -> None:
     """Refuse FSDP1 layouts growth cannot rebuild: the GPT must be wrapped as one unit inside the LightningModule
     (``configure_model``: ``self.model = wrap_gpt(self.model)``), with ``use_orig_params=True``."""

@@ -10,7 +10,8 @@
 - ``rollback``: an optimizer patch that fails half-way leaves the wrapped model, its parameters and the optimizer
   as they were, and training goes on.
 - ``module``: ``LitGPTPretrainModule`` (``configure_model`` -> ``wrap_gpt``, clipping through the root unit,
-  FLOPs from the config) grows at step 3 of 6 and trains on.
+  FLOPs from the config) grows at step 3 of 6 and trains on, with symmetry diagnostics (gathered unit by unit) and
+  the ActivationRMSMonitor every step.
 
 Each rank writes OUT_DIR/<mode>-rank<r>.json with what it measured; the test asserts on it.
 """
@@ -213,19 +214,23 @@ def rollback(out: dict) -> None:
 def module(out: dict, out_dir: Path) -> None:
     import lightning as L
 
-    from lightning_sparkling import WidthGrowthCallback
+    from lightning.pytorch.loggers import CSVLogger
+
+    from lightning_sparkling import ActivationRMSMonitor, WidthGrowthCallback
     from lightning_sparkling.module import LitGPTPretrainModule
 
     cfg = dict(n_embd=32, n_head=4, n_query_groups=2, n_layer=2, block_size=16, vocab_size=64, padded_vocab_size=64,
                mlp_class_name="LLaMAMLP", intermediate_size=64, norm_class_name="RMSNorm", bias=False)
     lit = LitGPTPretrainModule(cfg, {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-2}}, max_steps=6,
                                lr_warmup_steps=1, max_norm=0.5)
-    growth = WidthGrowthCallback(GrowthStage(3, n_embd=64, intermediate_size=128, rewarmup_steps=2))
+    growth = WidthGrowthCallback(GrowthStage(3, n_embd=64, intermediate_size=128, rewarmup_steps=2),
+                                 symmetry_every_n_steps=1)
+    monitor = ActivationRMSMonitor(every_n_steps=1)
     g = torch.Generator().manual_seed(int(os.environ.get("LOCAL_RANK", 0)))  # each rank its own data
     data = torch.utils.data.DataLoader(torch.randint(0, 64, (48, 17), generator=g), batch_size=4)
     trainer = L.Trainer(max_steps=6, accelerator="cpu", devices=2, strategy=CPUFSDPStrategy(use_orig_params=True),
-                        callbacks=[growth],
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        callbacks=[growth, monitor], logger=CSVLogger(str(out_dir), name="logs"),
+                        log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=str(out_dir))
     trainer.fit(lit, data)
     from lightning_sparkling.compute import count_params
@@ -233,7 +238,8 @@ def module(out: dict, out_dir: Path) -> None:
     out.update(wrapped=type(lit.model).__name__, n_embd=lit.model.config.n_embd, step=trainer.global_step,
                flops_per_batch=lit.flops_per_batch,
                expected_flops=6 * count_params(lit.model.config)[0] * 4 * 16,
-               loss_after=growth.summaries[0]["loss_after"])
+               loss_after=growth.summaries[0]["loss_after"], symmetry=growth.last_symmetry,
+               rms_step=monitor.last_step, rms=monitor.last_values)
 
 
 if __name__ == "__main__":

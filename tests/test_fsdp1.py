@@ -113,7 +113,15 @@ def test_failed_optimizer_patch_rolls_back_the_wrapped_model(tmp_path):
 
 @pytest.mark.slow
 def test_litgpt_pretrain_module_grows_under_fsdp_strategy(tmp_path):
-    for r in _launch(tmp_path, "module"):
+    ranks = _launch(tmp_path, "module")
+    for r in ranks:
         assert r["wrapped"] == "FullyShardedDataParallel" and r["n_embd"] == 64 and r["step"] == 6
         assert r["flops_per_batch"] == r["expected_flops"]  # global parameter count, not this rank's shards
         assert r["loss_after"] < 5.0
+        assert set(r["symmetry"]) == {"symmetry/stage_0/n_embd", "symmetry/stage_0/intermediate_size"}
+        assert all(0.0 < v <= 1.0 + 1e-6 for v in r["symmetry"].values())
+        # the last forward (global step 5, after the growth at 3), one residual series per block
+        assert r["rms_step"] == 5 and len([t for t in r["rms"] if t.startswith("rms/residual/")]) == 2
+        assert all(0.0 < v < float("inf") for v in r["rms"].values())
+    assert ranks[0]["symmetry"] == ranks[1]["symmetry"]  # from the gathered tensors
+    assert ranks[0]["rms"] == ranks[1]["rms"]  # averaged across ranks
