@@ -15,13 +15,9 @@ The configuration schema and its checks are in :mod:`lightning_sparkling.config`
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -248,69 +244,6 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------ data
-def _make_pretokenized_corpus_cls():
-    """A :class:`~lightning_sparkling.data.TextCorpusDataModule` that tokenizes the corpus with an existing
-    ``tokenizer.json`` (``tokenizer_dir``) instead of training a BPE."""
-    from lightning_sparkling import data as data_mod
-
-    class ExistingTokenizerCorpus(data_mod.TextCorpusDataModule):
-        def __init__(self, tokenizer_dir: Path, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self.given_tokenizer_dir = Path(tokenizer_dir).expanduser().resolve()
-
-        @property
-        def tokenizer_dir(self) -> Path:
-            return self.given_tokenizer_dir
-
-        @property
-        def cache_path(self) -> Path:
-            if self._cache_path is None:
-                train, val = self._resolve_files()
-                tok = hashlib.sha256((self.given_tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
-                key = hashlib.sha256((data_mod.corpus_cache_key(train, val, 0) + tok).encode()).hexdigest()
-                self._cache_path = self.cache_dir / f"corpus-tok-{key[:20]}"
-            return self._cache_path
-
-        def prepare_data(self) -> None:
-            from litgpt.tokenizer import Tokenizer as LitTokenizer
-            from tokenizers import Tokenizer
-
-            final = self.cache_path
-            if (final / "meta.json").is_file():
-                return
-            train, val = self._resolve_files()
-            tokenizer = Tokenizer.from_file(str(self.given_tokenizer_dir / "tokenizer.json"))
-            eos_id = LitTokenizer(self.given_tokenizer_dir).eos_id
-            if eos_id is None:
-                eos_id = tokenizer.token_to_id(data_mod.EOS_TOKEN)
-            if eos_id is None:
-                raise ValueError(f"tokenizer_dir={str(self.given_tokenizer_dir)!r}: the tokenizer has no eos token to "
-                                 "separate documents")
-            vocab = tokenizer.get_vocab_size()
-            dtype = data_mod._token_dtype(vocab)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".tmp-tok-", dir=final.parent))
-            try:
-                n_train = data_mod._tokenize_to_file(tokenizer, train, tmp / "train.bin", dtype, eos_id)
-                n_val = data_mod._tokenize_to_file(tokenizer, val, tmp / "val.bin", dtype, eos_id)
-                meta = {"version": data_mod.CACHE_FORMAT_VERSION, "vocab_size": vocab, "requested_vocab_size": vocab,
-                        "eos_id": eos_id, "dtype": dtype.name, "train_tokens": n_train, "val_tokens": n_val,
-                        "tokenizer_dir": str(self.given_tokenizer_dir),
-                        "train_files": [f.key for f in train], "val_files": [f.key for f in val]}
-                (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-                os.chmod(tmp, 0o755)
-                try:
-                    os.rename(tmp, final)
-                except OSError:
-                    if not (final / "meta.json").is_file():
-                        raise
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
-
-    return ExistingTokenizerCorpus
-
-
 def build_datamodule(run: ResolvedRun):
     """The data module of ``run`` (nothing is read or trained until ``prepare_data``)."""
     from lightning_sparkling.data import TextCorpusDataModule
@@ -319,9 +252,7 @@ def build_datamodule(run: ResolvedRun):
     kwargs = dict(seq_len=d.seq_len, batch_size=run.micro_batch_size, source=d.source, data_dir=d.data_dir,
                   include_tests=d.include_tests, vocab_size=d.vocab_size, val_percent=d.val_percent,
                   seed=run.seed if d.seed is None else d.seed, cache_dir=d.cache_dir, max_files=d.max_files,
-                  max_bytes=d.max_bytes, num_workers=d.num_workers)
-    if run.tokenizer_dir is not None:
-        return _make_pretokenized_corpus_cls()(run.tokenizer_dir, **kwargs)
+                  max_bytes=d.max_bytes, num_workers=d.num_workers, tokenizer_dir=run.tokenizer_dir)
     return TextCorpusDataModule(**kwargs)
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "ResumableWindowSampler",
     "TextCorpusDataModule",
     "build_corpus_cache",
+    "build_tokenized_cache",
     "cap_files",
     "collect_corpus_files",
     "corpus_cache_key",
@@ -401,6 +402,68 @@ def build_corpus_cache(train_files: Sequence[CorpusFile], val_files: Sequence[Co
     return final
 
 
+def build_tokenized_cache(train_files: Sequence[CorpusFile], val_files: Sequence[CorpusFile],
+                          tokenizer_dir: str | Path, cache_dir: str | Path) -> Path:
+    """Tokenize both splits with an existing tokenizer (``tokenizer_dir/tokenizer.json``, e.g. a litgpt checkpoint
+    dir) into ``cache_dir/corpus-tok-<key>/`` (``train.bin``, ``val.bin``, ``meta.json``), unless that cache exists.
+    The key covers the file list and the tokenizer's bytes. Documents are separated by the tokenizer's eos token.
+    Written to a temporary folder and renamed into place, like :func:`build_corpus_cache`.
+
+    Args:
+        train_files / val_files: the two splits.
+        tokenizer_dir: folder with ``tokenizer.json`` (and optionally litgpt's ``tokenizer_config.json``).
+        cache_dir: the cache root.
+
+    Returns:
+        the cache folder.
+
+    Raises:
+        FileNotFoundError: no ``tokenizer.json`` in ``tokenizer_dir``.
+        ValueError: the tokenizer has no eos token.
+    """
+    from litgpt.tokenizer import Tokenizer as LitTokenizer
+
+    tokenizer_dir = Path(tokenizer_dir).expanduser().resolve()
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"tokenizer_dir={str(tokenizer_dir)!r} has no tokenizer.json")
+    tok_hash = hashlib.sha256((tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
+    key = hashlib.sha256((corpus_cache_key(train_files, val_files, 0) + tok_hash).encode()).hexdigest()
+    cache_root = Path(cache_dir).expanduser()
+    final = cache_root / f"corpus-tok-{key[:20]}"
+    if (final / "meta.json").is_file():
+        return final
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    eos_id = LitTokenizer(tokenizer_dir).eos_id
+    if eos_id is None:
+        eos_id = tokenizer.token_to_id(EOS_TOKEN)
+    if eos_id is None:
+        raise ValueError(f"tokenizer_dir={str(tokenizer_dir)!r}: the tokenizer has no eos token to separate documents")
+    vocab = tokenizer.get_vocab_size()
+    dtype = _token_dtype(vocab)
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-tok-", dir=cache_root))
+    try:
+        n_train = _tokenize_to_file(tokenizer, train_files, tmp / "train.bin", dtype, eos_id)
+        n_val = _tokenize_to_file(tokenizer, val_files, tmp / "val.bin", dtype, eos_id)
+        meta = {"version": CACHE_FORMAT_VERSION, "key": key, "vocab_size": vocab, "requested_vocab_size": vocab,
+                "eos_id": eos_id, "dtype": dtype.name, "train_tokens": n_train, "val_tokens": n_val,
+                "tokenizer_dir": str(tokenizer_dir),
+                "train_files": [f.key for f in train_files], "val_files": [f.key for f in val_files]}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process finished first: keep its cache
+            if not (final / "meta.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
 class _TokenFile:
     """A flat token file opened lazily as a read-only memmap (never pickled: safe to ship to DataLoader workers)."""
 
@@ -612,6 +675,8 @@ class TextCorpusDataModule(L.LightningDataModule):
         max_files: use at most this many files (split in proportion to ``val_percent``, at least one per split).
         max_bytes: use at most this many bytes of source (split the same way). For tests and quick runs.
         num_workers: DataLoader worker processes.
+        tokenizer_dir: tokenize with the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of
+            training a BPE; ``vocab_size`` is then the tokenizer's own.
 
     Example::
 
@@ -630,7 +695,8 @@ class TextCorpusDataModule(L.LightningDataModule):
                  source: Literal["stdlib", "stdlib+site-packages"] = "stdlib", data_dir: str | Path | None = None,
                  include_site_packages: bool = False, include_tests: bool = False, vocab_size: int = 4096,
                  val_percent: float = 5.0, seed: int = 42, cache_dir: str | Path | None = None,
-                 max_files: int | None = None, max_bytes: int | None = None, num_workers: int = 0) -> None:
+                 max_files: int | None = None, max_bytes: int | None = None, num_workers: int = 0,
+                 tokenizer_dir: str | Path | None = None) -> None:
         super().__init__()
         if seq_len < 1:
             raise ValueError(f"seq_len={seq_len} must be >= 1")
@@ -658,6 +724,11 @@ class TextCorpusDataModule(L.LightningDataModule):
         self.max_files = max_files
         self.max_bytes = max_bytes
         self.num_workers = int(num_workers)
+        self.given_tokenizer_dir = Path(tokenizer_dir).expanduser().resolve() if tokenizer_dir is not None else None
+        if self.given_tokenizer_dir is not None and not (self.given_tokenizer_dir / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"tokenizer_dir={str(tokenizer_dir)!r} has no tokenizer.json: give a folder "
+                                    "holding one (e.g. a litgpt checkpoint dir), or leave tokenizer_dir unset to "
+                                    "train a BPE on the corpus")
         self.train_files: list[CorpusFile] | None = None
         self.val_files: list[CorpusFile] | None = None
         self._cache_path: Path | None = None
@@ -701,18 +772,26 @@ class TextCorpusDataModule(L.LightningDataModule):
 
     @property
     def cache_path(self) -> Path:
-        """This corpus's cache folder (``cache_dir/corpus-<hash of file list and vocab size>``)."""
+        """This corpus's cache folder (``cache_dir/corpus-<hash of file list and vocab size>``, or
+        ``corpus-tok-<hash of file list and tokenizer>`` with ``tokenizer_dir``)."""
         if self._cache_path is None:
             train, val = self._resolve_files()
-            key = corpus_cache_key(train, val, self.requested_vocab_size)
-            self._cache_path = self.cache_dir / f"corpus-{key[:20]}"
+            if self.given_tokenizer_dir is not None:
+                tok = hashlib.sha256((self.given_tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
+                key = hashlib.sha256((corpus_cache_key(train, val, 0) + tok).encode()).hexdigest()
+                self._cache_path = self.cache_dir / f"corpus-tok-{key[:20]}"
+            else:
+                key = corpus_cache_key(train, val, self.requested_vocab_size)
+                self._cache_path = self.cache_dir / f"corpus-{key[:20]}"
         return self._cache_path
 
     @property
     def tokenizer_dir(self) -> Path:
         """Folder holding ``tokenizer.json``, ``tokenizer_config.json`` and ``generation_config.json`` in litgpt's
         format (copy them next to a checkpoint to make it a litgpt checkpoint dir). Exists after
-        :meth:`prepare_data`."""
+        :meth:`prepare_data`; ``tokenizer_dir`` itself when one was given."""
+        if self.given_tokenizer_dir is not None:
+            return self.given_tokenizer_dir
         return self.cache_path / "tokenizer"
 
     @property
@@ -742,7 +821,10 @@ class TextCorpusDataModule(L.LightningDataModule):
         """List and split the files, train the tokenizer and tokenize both splits into the cache, unless that cache
         exists. Lightning calls it on one process per node."""
         train, val = self._resolve_files()
-        build_corpus_cache(train, val, self.requested_vocab_size, self.cache_dir)
+        if self.given_tokenizer_dir is not None:
+            build_tokenized_cache(train, val, self.given_tokenizer_dir, self.cache_dir)
+        else:
+            build_corpus_cache(train, val, self.requested_vocab_size, self.cache_dir)
 
     def setup(self, stage: str | None = None) -> None:
         """Open the cached token files (every rank). Standalone (no distributed run) it first builds the cache when

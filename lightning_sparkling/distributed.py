@@ -155,7 +155,7 @@ def _parent_and_attr(root: torch.nn.Module, child: torch.nn.Module) -> tuple[tor
         if module is child and name:
             parent_name, _, attr = name.rpartition(".")
             return root.get_submodule(parent_name), attr
-    raise GrowthError("the GPT to grow is not a submodule of the LightningModule")
+    raise GrowthError("the GPT to grow (or its FSDP1 wrapper) is not a submodule of the LightningModule")
 
 
 def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, config: object,

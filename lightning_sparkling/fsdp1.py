@@ -38,6 +38,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
+from lightning_sparkling.distributed import _parent_and_attr
 from lightning_sparkling.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.stage import GrowthStage
@@ -195,14 +196,6 @@ class FSDP1GrowthResult(GrowthResult):
 
     old_wrapper: FSDP | None = field(default=None, repr=False)
     new_wrapper: FSDP | None = field(default=None, repr=False)
-
-
-def _parent_and_attr(root: nn.Module, child: nn.Module) -> tuple[nn.Module, str]:
-    for name, module in root.named_modules():
-        if module is child and name:
-            parent_name, _, attr = name.rpartition(".")
-            return root.get_submodule(parent_name), attr
-    raise GrowthError("the wrapped GPT is not a submodule of the LightningModule")
 
 
 def build_wrapped_gpt(pl_module: Any, strategy: Any, old_wrapper: FSDP, config: object, swap: _Swap) -> FSDP:

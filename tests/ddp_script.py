@@ -2,9 +2,9 @@
 
     python tests/ddp_script.py OUT_DIR {ddp|fsdp2|fsdp1|fsdp1-cuda|single} [--resume CKPT] [--tag=TAG]
 
-``fsdp1`` runs Lightning's ``FSDPStrategy`` on 2 CPU ranks (gloo) through a subclass that lifts Lightning's
-GPU-only check and gives FSDP the CPU as its device (torch's FSDP1 runs on CPU with gloo; Lightning refuses it
-only because it never tests it there). ``fsdp1-cuda`` is the plain ``FSDPStrategy`` on 2 GPUs (nccl).
+``fsdp1`` runs Lightning's ``FSDPStrategy`` on 2 CPU ranks (gloo) through
+``lightning_sparkling.testing.CPUFSDPStrategy``, a subclass that lifts Lightning's GPU-only check (torch's FSDP1
+runs on CPU with gloo). ``fsdp1-cuda`` is the plain ``FSDPStrategy`` on 2 GPUs (nccl).
 
 Lightning's launcher re-runs this same command for rank 1. Each rank writes the final (gathered) weights to
 OUT_DIR/<mode><tag>-rank<r>.pt. Uninterrupted multi-process runs save checkpoints at steps 4 (before growth), 8 (right at the first
@@ -13,7 +13,6 @@ growth) and 12 (between growths): DDP full files, FSDP2 sharded directories and 
 
 import argparse
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _tiny import TinyModule, make_trainer  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
+from lightning_sparkling.testing import CPUFSDPStrategy  # noqa: E402
 
 MAX_STEPS = 24
 GROWTH_AT = 8
@@ -56,41 +56,6 @@ class SaveAt(Callback):
                 strategy._state_dict_type = "sharded"
             else:
                 trainer.save_checkpoint(self.out / f"full{step}.ckpt")
-
-
-def _full_state_dict_context_cpu(module, world_size: int, rank0_only: bool = True):
-    """Lightning's full-state-dict context without ``offload_to_cpu``: on CPU ranks, FSDP1's "offload" aliases the
-    gathered parameters, which are freed before the state dict clones them (a segfault). GPUs are unaffected."""
-    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-    return FSDP.state_dict_type(module, StateDictType.FULL_STATE_DICT,
-                                FullStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
-                                FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only))
-
-
-class CPUFSDPStrategy(FSDPStrategy):
-    """``FSDPStrategy`` on CPU ranks, for tests: a subclass is not caught by Lightning's GPU-only check, FSDP1
-    needs ``device_id=cpu`` where Lightning passes the CPU device's index (``None``), and full state dicts must not
-    be "offloaded" to the CPU they are already on."""
-
-    def setup_environment(self) -> None:
-        import lightning.fabric.strategies.fsdp as fabric_fsdp
-        import lightning.pytorch.strategies.fsdp as pytorch_fsdp
-
-        fabric_fsdp._get_full_state_dict_context = _full_state_dict_context_cpu
-        pytorch_fsdp._get_full_state_dict_context = _full_state_dict_context_cpu
-        super().setup_environment()
-
-    @contextmanager
-    def model_sharded_context(self):
-        from torch.distributed.fsdp import FullyShardedDataParallel
-        from torch.distributed.fsdp.wrap import enable_wrap
-
-        with enable_wrap(wrapper_cls=FullyShardedDataParallel, cpu_offload=self.cpu_offload,
-                         mixed_precision=self.mixed_precision_config, sharding_strategy=self.sharding_strategy,
-                         device_id=torch.device("cpu"), **self.kwargs):
-            yield
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from torch.distributed.fsdp.wrap import enable_wrap
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny import tiny_config, token_batch  # noqa: E402
-from ddp_script import CPUFSDPStrategy  # noqa: E402
 
 from lightning_sparkling import GrowthStage  # noqa: E402
 from lightning_sparkling.fsdp1 import (  # noqa: E402
@@ -43,6 +42,7 @@ from lightning_sparkling.fsdp1 import (  # noqa: E402
     shard_range,
 )
 from lightning_sparkling.module import wrap_gpt  # noqa: E402
+from lightning_sparkling.testing import CPUFSDPStrategy  # noqa: E402
 from lightning_sparkling.optim_state import plan_optimizer_patch  # noqa: E402
 from lightning_sparkling.surgery import grow_model  # noqa: E402
 

@@ -136,6 +136,26 @@ def test_cache_is_reused_without_retraining(dm, cache_dir, monkeypatch):
     assert other.cache_path != dm.cache_path
 
 
+def test_existing_tokenizer_gives_the_same_tokens_without_training(dm, cache_dir, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("a tokenizer was trained although tokenizer_dir was given")
+
+    monkeypatch.setattr(data_mod, "train_tokenizer", fail)
+    given = TextCorpusDataModule(**{**SMALL, "vocab_size": 300}, cache_dir=cache_dir, tokenizer_dir=dm.tokenizer_dir)
+    given.prepare_data()
+    given.setup("fit")
+    assert given.tokenizer_dir == dm.tokenizer_dir.resolve()
+    assert given.cache_path != dm.cache_path and given.cache_path.name.startswith("corpus-tok-")
+    assert given.vocab_size == dm.vocab_size  # the tokenizer's own, not the requested 300
+    for split in ("train.bin", "val.bin"):  # the same tokenizer on the same files: the same tokens
+        assert (given.cache_path / split).read_bytes() == (dm.cache_path / split).read_bytes()
+
+
+def test_existing_tokenizer_dir_without_tokenizer_json_is_named(tmp_path, cache_dir):
+    with pytest.raises(FileNotFoundError, match="tokenizer_dir=.*has no tokenizer.json"):
+        TextCorpusDataModule(**SMALL, cache_dir=cache_dir, tokenizer_dir=tmp_path)
+
+
 # ------------------------------------------------------------------ windows and loaders
 def test_window_shapes_and_dtypes(dm):
     batch = next(iter(dm.train_dataloader()))

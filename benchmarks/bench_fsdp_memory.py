@@ -1,41 +1,45 @@
-"""Per-rank memory of an FSDP1 growth (FSDPStrategy, use_orig_params=True, 2 CPU ranks, gloo) vs. steady-state
-training: the twin of ``bench_fsdp2_memory.py`` (same model, stage, steps and table).
+"""Per-rank memory of a growth under FSDP2 (ModelParallelStrategy) or FSDP1 (FSDPStrategy, use_orig_params=True)
+on 2 CPU ranks (gloo), vs. steady-state training.
 
-    python benchmarks/bench_fsdp1_memory.py      # launches 2 ranks; prints a table; writes results/fsdp1_memory.json
+    python benchmarks/bench_fsdp_memory.py --strategy fsdp2   # launches 2 ranks; prints a table;
+    python benchmarks/bench_fsdp_memory.py --strategy fsdp1   # writes results/<strategy>_memory.json
 
-Lightning's ``FSDPStrategy`` refuses CPU ranks, so the script runs a subclass that lifts that check (as
-``tests/ddp_script.py`` does). ``configure_model`` wraps each block, then the GPT (``wrap_gpt``), so growth goes
-one FSDP unit at a time (``summon_full_params(unit, recurse=False)``), optimizer state through the same round trip.
+FSDP2: the module's ``configure_model`` shards each block, then the GPT (``shard_gpt``); growth gathers, grows and
+re-shards one block at a time. FSDP1: Lightning's ``FSDPStrategy`` refuses CPU ranks, so this runs
+``lightning_sparkling.testing.CPUFSDPStrategy``; ``configure_model`` wraps each block, then the GPT (``wrap_gpt``),
+and growth goes one FSDP unit at a time (``summon_full_params(unit, recurse=False)``), optimizer state through the
+same round trip.
 
 A sampler thread reads this process's resident set size (/proc/self/statm) every millisecond. Reported per rank:
-the RSS before growth, the highest RSS during the growth (build the new wrapped GPT -> per unit: gather old, grow,
-write back into the new shards -> the same for each optimizer state key), during the training steps before it and
-during the training steps of the grown model after it, next to the sizes that bound it: the full grown model (what a
-naive gather of the whole model would add), one full grown block (old + grown), the GPT's own unit (embedding, head,
-final norm; old + grown), the largest unit gathered at a time, and the sharded model and optimizer state.
+the RSS before growth, the highest RSS during the growth (optimizer state included), during the training steps
+before it and during the training steps of the grown model after it, next to the sizes that bound it: the full
+grown model (what a naive gather of the whole model would add), one full block (old + grown), the GPT's own
+parameters (embedding, head, final norm; old + grown: FSDP1's largest unit here), and the sharded model and
+optimizer state.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.strategies import ModelParallelStrategy
 from litgpt import GPT, Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
-from lightning_sparkling.module import wrap_gpt  # noqa: E402
+from lightning_sparkling.module import shard_gpt, wrap_gpt  # noqa: E402
 from lightning_sparkling.plan import grown_config  # noqa: E402
+from lightning_sparkling.testing import CPUFSDPStrategy  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 GROW_AT, MAX_STEPS = 6, 10
@@ -43,43 +47,6 @@ CONFIG = dict(name="bench", n_embd=512, n_head=8, n_layer=8, intermediate_size=2
               padded_vocab_size=16384, block_size=128, mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm",
               bias=False, parallel_residual=False)
 STAGE = dict(n_embd=1024, intermediate_size=4096)
-
-
-def _full_state_dict_context_cpu(module, world_size: int, rank0_only: bool = True):
-    """Lightning's full-state-dict context without ``offload_to_cpu`` (on CPU ranks FSDP1's "offload" aliases the
-    gathered parameters, which are freed before the state dict clones them). Not used by this benchmark's run
-    (no checkpoints), kept so the strategy below behaves like the tests' one."""
-    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-    return FSDP.state_dict_type(module, StateDictType.FULL_STATE_DICT,
-                                FullStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
-                                FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only))
-
-
-class CPUFSDPStrategy(FSDPStrategy):
-    """``FSDPStrategy`` on CPU ranks: a subclass is not caught by Lightning's GPU-only check, FSDP1 needs
-    ``device_id=cpu`` where Lightning passes the CPU device's index (``None``), and full state dicts must not be
-    "offloaded" to the CPU they are already on."""
-
-    def setup_environment(self) -> None:
-        import lightning.fabric.strategies.fsdp as fabric_fsdp
-        import lightning.pytorch.strategies.fsdp as pytorch_fsdp
-
-        fabric_fsdp._get_full_state_dict_context = _full_state_dict_context_cpu
-        pytorch_fsdp._get_full_state_dict_context = _full_state_dict_context_cpu
-        super().setup_environment()
-
-    @contextmanager
-    def model_sharded_context(self):
-        from torch.distributed.fsdp import FullyShardedDataParallel
-        from torch.distributed.fsdp.wrap import enable_wrap
-
-        with enable_wrap(wrapper_cls=FullyShardedDataParallel, cpu_offload=self.cpu_offload,
-                         mixed_precision=self.mixed_precision_config, sharding_strategy=self.sharding_strategy,
-                         device_id=torch.device("cpu"), **self.kwargs):
-            yield
-
 
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
@@ -108,8 +75,11 @@ class Module(L.LightningModule):
         super().__init__()
         self.model = GPT(Config(**CONFIG))
 
-    def configure_model(self) -> None:
-        self.model = wrap_gpt(self.model)  # each block, then the GPT (idempotent; growth calls it again)
+    def configure_model(self) -> None:  # idempotent: growth calls it again on the grown GPT
+        if self.device_mesh is not None:  # FSDP2
+            shard_gpt(self.model, self.device_mesh)
+        else:  # FSDP1: each block, then the GPT
+            self.model = wrap_gpt(self.model)
 
     def training_step(self, batch, batch_idx):
         g = torch.Generator().manual_seed(self.global_step)
@@ -160,11 +130,17 @@ def sizes_mb(world: int) -> dict[str, float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", choices=["fsdp2", "fsdp1"], default="fsdp2")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: results/<strategy>_memory.json)")
+    args = parser.parse_args()
+    strategy = (ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1) if args.strategy == "fsdp2"
+                else CPUFSDPStrategy(use_orig_params=True))
     torch.set_num_threads(1)
     sampler = Sampler()
     before, after = Probe(sampler, True), Probe(sampler, False)
     growth = WidthGrowthCallback(GrowthStage(GROW_AT, **STAGE, rewarmup_steps=2), min_lr=0.0)
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy=CPUFSDPStrategy(use_orig_params=True),
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy,
                         max_steps=MAX_STEPS, callbacks=[before, growth, after],
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False)
@@ -176,8 +152,9 @@ def main() -> None:
         keys = sorted(row)
         table = [dict(zip(keys, map(float, r))) for r in rows.tolist()]
         ref = sizes_mb(trainer.world_size)
-        print(f"FSDP1 growth {CONFIG['n_embd']}->{STAGE['n_embd']} hidden, {CONFIG['intermediate_size']}->"
-              f"{STAGE['intermediate_size']} inner, {CONFIG['n_layer']} layers, 2 CPU ranks (RSS, MiB)")
+        print(f"{args.strategy.upper()} growth {CONFIG['n_embd']}->{STAGE['n_embd']} hidden, "
+              f"{CONFIG['intermediate_size']}->{STAGE['intermediate_size']} inner, {CONFIG['n_layer']} layers, "
+              "2 CPU ranks (RSS, MiB)")
         print(f"{'rank':>4} {'before growth':>14} {'train peak (small)':>19} {'growth peak':>12} "
               f"{'growth - before':>16} {'train peak (grown)':>19} {'seconds':>8}")
         for r in table:
@@ -185,7 +162,7 @@ def main() -> None:
                   f"{r['growth_peak_mb']:>12.0f} {r['growth_peak_mb'] - r['before_growth_mb']:>16.0f} "
                   f"{r['grown_train_peak_mb']:>19.0f} {r['growth_seconds']:>8.2f}")
         print("reference sizes (MiB, fp32): " + ", ".join(f"{k}={v:.0f}" for k, v in ref.items()))
-        out = Path(__file__).parent / "results" / "fsdp1_memory.json"
+        out = args.out or Path(__file__).parent / "results" / f"{args.strategy}_memory.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"ranks": table, "reference_mb": ref, "config": CONFIG, "stage": STAGE}, indent=2))
         print(f"wrote {out}")
