@@ -374,6 +374,7 @@ class LitGPTPretrainModule(L.LightningModule):
         self.val_loss = MeanMetric()
         self.flops_per_batch: int | None = None
         self._flops_key: tuple | None = None
+        self._stepped = False  # whether the current batch took an optimizer step
 
     # ------------------------------------------------------------------ model
     def configure_model(self) -> None:
@@ -425,21 +426,42 @@ class LitGPTPretrainModule(L.LightningModule):
 
     # ------------------------------------------------------------------ steps
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        """Next-token cross-entropy on ``batch`` (``(B, T + 1)`` token ids); logs ``train_loss``. Under manual
-        optimization (Muon) it also does the backward, and every ``accumulate_grad_batches`` micro-batches clips,
-        steps both optimizers and both schedulers."""
+        """Next-token cross-entropy on ``batch`` (``(B, T + 1)`` token ids); logs ``train_loss`` (the last
+        micro-batch's, once per optimizer step). Under manual optimization (Muon) it also does the backward, and every
+        ``accumulate_grad_batches`` micro-batches clips, steps both optimizers and both schedulers."""
         self._refresh_flops(batch)
         loss = self._lm_loss(batch)
-        self.log("train_loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
-        if not self.automatic_optimization:
-            self._manual_step(loss, batch_idx)
+        self._stepped = self.automatic_optimization or self._manual_step(loss, batch_idx)
+        if self.automatic_optimization or self.accumulate_grad_batches == 1:
+            self.log("train_loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
+        elif self._stepped:
+            # manual accumulation: Lightning would write the logged value at every micro-batch (stale ones too), so
+            # the loggers get it here, once per optimizer step, at the step Lightning uses under automatic optimization
+            self.log("train_loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, logger=False)
+            step, every = self.trainer.global_step, self.trainer.log_every_n_steps
+            if every and step % every == 0:
+                for logger in self.loggers:
+                    logger.log_metrics({"train_loss": float(loss)}, step=step - 1)
         return loss
 
-    def _manual_step(self, loss: torch.Tensor, batch_idx: int) -> None:
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Under manual optimization with ``accumulate_grad_batches > 1``, make Lightning's logging step count
+        optimizer steps, as it does under automatic optimization (it counts batches there, since it cannot see
+        the accumulation): metrics logged during optimizer step ``k`` (1-based) land at ``k - 1``, like
+        ``train_loss`` of AdamW runs, so curves of both optimizers and the growth callback's tags share one x axis.
+        """
+        if self.automatic_optimization or self.accumulate_grad_batches == 1:
+            return
+        step = self.trainer.global_step  # optimizer steps taken, this batch's included
+        # Lightning logs this batch's metrics at `_batches_that_stepped`, then adds 1 (checkpointed with the loop)
+        self.trainer.fit_loop.epoch_loop._batches_that_stepped = step - 1 if self._stepped else step
+
+    def _manual_step(self, loss: torch.Tensor, batch_idx: int) -> bool:
+        """Backward, and the optimizer step at the end of an accumulation window; whether it stepped."""
         accumulate = self.accumulate_grad_batches
         self.manual_backward(loss / accumulate)
         if (batch_idx + 1) % accumulate != 0 and not self.trainer.is_last_batch:
-            return
+            return False
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
         schedulers = self.lr_schedulers()
@@ -456,6 +478,7 @@ class LitGPTPretrainModule(L.LightningModule):
             opt.zero_grad(set_to_none=True)
         for scheduler in schedulers:
             scheduler.step()
+        return True
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         """Accumulates the token-weighted validation loss (logged at the end of validation)."""

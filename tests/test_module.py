@@ -168,6 +168,54 @@ def test_muon_gradient_accumulation_and_clipping():
     assert norms and max(norms) <= 1e-3 * (1 + 1e-4)  # one global norm over both optimizers
 
 
+class _StepsLogger(L.pytorch.loggers.Logger):
+    """Records the step every metric is written at."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps: dict[str, list[int]] = {}
+
+    @property
+    def name(self):
+        return "steps"
+
+    @property
+    def version(self):
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+    def log_metrics(self, metrics, step=None):
+        for key in metrics:
+            self.steps.setdefault(key, []).append(step)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_train_loss_is_logged_once_per_optimizer_step_with_accumulation(optimizer):
+    """Lightning counts batches as logging steps under manual optimization (Muon); the module makes them optimizer
+    steps, so Muon and AdamW curves (and the growth callback's tags, logged at ``global_step``) share one x axis."""
+    from lightning_sparkling import GrowthStage, WidthGrowthCallback
+
+    if optimizer == "muon":
+        module = LitGPTPretrainModule(SMALL, MUON, max_steps=4, lr_warmup_steps=0, accumulate_grad_batches=2,
+                                      muon_adamw={"lr": 1e-3})
+        trainer_accumulate = 1
+    else:
+        module = LitGPTPretrainModule(SMALL, ADAMW, max_steps=4, lr_warmup_steps=0)
+        trainer_accumulate = 2
+    logger = _StepsLogger()
+    growth = WidthGrowthCallback(GrowthStage(2, intermediate_size=128, rewarmup_steps=1), min_lr=0.0)
+    trainer = _trainer(4, logger=logger, log_every_n_steps=1, accumulate_grad_batches=trainer_accumulate,
+                       callbacks=[growth])
+    trainer.fit(module, _loader(8))
+    assert trainer.global_step == 4
+    assert logger.steps["train_loss"] == [0, 1, 2, 3]
+    assert logger.steps["growth/event"] == [2]
+    assert logger.steps["growth/lr_new/stage_0"] == [2, 3, 4]
+    assert trainer.fit_loop.epoch_loop._batches_that_stepped == 4  # what Lightning checkpoints for resume
+
+
 def test_adamw_clips_to_max_norm_without_a_trainer_setting():
     module = LitGPTPretrainModule(SMALL, ADAMW, max_steps=2, lr_warmup_steps=0, max_norm=1e-3)
     norms = []
