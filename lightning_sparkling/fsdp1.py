@@ -201,7 +201,8 @@ class FSDP1GrowthResult(GrowthResult):
 def build_wrapped_gpt(pl_module: Any, strategy: Any, old_wrapper: FSDP, config: object, swap: _Swap) -> FSDP:
     """Put a meta-device ``GPT(config)`` where ``old_wrapper`` sits and let the module's ``configure_model`` wrap
     it, inside ``strategy.model_sharded_context()`` as Lightning does; FSDP materializes it unit by unit. The
-    RoPE buffers are copied from the old GPT. Returns the new wrapper (weights are not meaningful yet)."""
+    strategy's activation checkpointing is applied to it, and the RoPE buffers are copied from the old GPT. Returns
+    the new wrapper (weights are not meaningful yet)."""
     from litgpt.model import GPT
 
     old_gpt = old_wrapper.module
@@ -220,6 +221,13 @@ def build_wrapped_gpt(pl_module: Any, strategy: Any, old_wrapper: FSDP, config: 
             "after growth, the LightningModule's configure_model() did not wrap the new GPT: under FSDPStrategy it "
             "must wrap self.model whenever it is not wrapped yet (`self.model = wrap_gpt(self.model)`)"
         )
+    # Lightning applies FSDPStrategy(activation_checkpointing_policy=...) once, in setup, to the wrapped module:
+    # the new GPT needs it too, or the grown model would train without it (and with far more activation memory)
+    checkpointing = getattr(strategy, "_activation_checkpointing_kwargs", None)
+    if checkpointing:
+        from lightning.fabric.strategies.fsdp import _setup_activation_checkpointing
+
+        _setup_activation_checkpointing(wrapper, checkpointing)
     buffers = {clean_name(n): b for n, b in old_gpt.named_buffers()}
     with torch.no_grad():
         for name, buf in new.named_buffers():  # RoPE cos/sin: head size and positions do not change

@@ -10,8 +10,8 @@
 - ``rollback``: an optimizer patch that fails half-way leaves the wrapped model, its parameters and the optimizer
   as they were, and training goes on.
 - ``module``: ``LitGPTPretrainModule`` (``configure_model`` -> ``wrap_gpt``, clipping through the root unit,
-  FLOPs from the config) grows at step 3 of 6 and trains on, with symmetry diagnostics (gathered unit by unit) and
-  the ActivationRMSMonitor every step.
+  FLOPs from the config, activation checkpointing of the blocks) grows at step 3 of 6 and trains on, with symmetry
+  diagnostics (gathered unit by unit) and the ActivationRMSMonitor every step.
 
 Each rank writes OUT_DIR/<mode>-rank<r>.json with what it measured; the test asserts on it.
 """
@@ -215,6 +215,8 @@ def module(out: dict, out_dir: Path) -> None:
     import lightning as L
 
     from lightning.pytorch.loggers import CSVLogger
+    from litgpt.model import Block
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
     from lightning_sparkling import ActivationRMSMonitor, WidthGrowthCallback
     from lightning_sparkling.module import LitGPTPretrainModule
@@ -228,7 +230,8 @@ def module(out: dict, out_dir: Path) -> None:
     monitor = ActivationRMSMonitor(every_n_steps=1)
     g = torch.Generator().manual_seed(int(os.environ.get("LOCAL_RANK", 0)))  # each rank its own data
     data = torch.utils.data.DataLoader(torch.randint(0, 64, (48, 17), generator=g), batch_size=4)
-    trainer = L.Trainer(max_steps=6, accelerator="cpu", devices=2, strategy=CPUFSDPStrategy(use_orig_params=True),
+    strategy = CPUFSDPStrategy(use_orig_params=True, activation_checkpointing_policy={Block})
+    trainer = L.Trainer(max_steps=6, accelerator="cpu", devices=2, strategy=strategy,
                         callbacks=[growth, monitor], logger=CSVLogger(str(out_dir), name="logs"),
                         log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=str(out_dir))
@@ -239,7 +242,8 @@ def module(out: dict, out_dir: Path) -> None:
                flops_per_batch=lit.flops_per_batch,
                expected_flops=6 * count_params(lit.model.config)[0] * 4 * 16,
                loss_after=growth.summaries[0]["loss_after"], symmetry=growth.last_symmetry,
-               rms_step=monitor.last_step, rms=monitor.last_values)
+               rms_step=monitor.last_step, rms=monitor.last_values,
+               checkpointed_blocks=sum(isinstance(m, CheckpointWrapper) for m in lit.model.modules()))
 
 
 if __name__ == "__main__":
