@@ -613,8 +613,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "plan":
         plan(run)
         return 0
-    pretrain(run, hparams_yaml=dumped)
+    try:
+        pretrain(run, hparams_yaml=dumped)
+    finally:
+        _shutdown_distributed()
     return 0
+
+
+def _shutdown_distributed() -> None:
+    """Destroy the process groups while the interpreter is fully alive: gloo worker threads still holding tensors
+    at interpreter exit can abort a finished multi-process run (exit code -6, pytorch/pytorch#179291)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,7 +21,7 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, make_trainer  # noqa: E402
+from _tiny import TinyModule, exit_now, make_trainer  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
 from lightning_sparkling.testing import CPUFSDPStrategy  # noqa: E402
@@ -89,5 +89,6 @@ if __name__ == "__main__":
              for k, v in module.model.state_dict().items()}  # FSDP1: a full state dict with plain GPT names
     torch.save({"state": state, "losses": module.losses}, out / f"final{args.tag}-rank{trainer.global_rank}.pt")
     if torch.distributed.is_initialized():  # an orderly gloo shutdown (avoids an abort at interpreter exit)
-        torch.distributed.barrier()
+        torch.distributed.barrier()  # both ranks' results are on disk
         torch.distributed.destroy_process_group()
+    exit_now()

@@ -31,7 +31,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import enable_wrap
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import tiny_config, token_batch  # noqa: E402
+from _tiny import exit_now, tiny_config, token_batch  # noqa: E402
 
 from lightning_sparkling import GrowthStage  # noqa: E402
 from lightning_sparkling.fsdp1 import (  # noqa: E402
@@ -257,5 +257,6 @@ if __name__ == "__main__":
         dist.init_process_group("gloo", rank=rank, world_size=world)
         {"surgery": surgery, "rollback": rollback}[mode](out)
     (out_dir / f"{mode}-rank{rank}.json").write_text(json.dumps(out))
-    dist.barrier()
+    dist.barrier()  # both ranks' results are on disk
     dist.destroy_process_group()
+    exit_now()
