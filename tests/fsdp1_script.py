@@ -1,7 +1,7 @@
 """Run by tests/test_fsdp1.py on 2 CPU ranks (gloo): FSDP1 growth checked piece by piece, without Lightning, and
 ``LitGPTPretrainModule`` grown inside a Lightning fit under (a CPU subclass of) ``FSDPStrategy``.
 
-    python tests/fsdp1_script.py OUT_DIR {surgery|rollback|module}
+    python tests/fsdp1_script.py OUT_DIR {surgery|rollback|module|module-bf16}
 
 - ``surgery``: after two training steps, ``grow_fsdp1`` + ``plan_fsdp1_optimizer_patch`` must give, on every rank,
   exactly the shards of what the plain ``grow_model`` + ``plan_optimizer_patch`` give on the gathered model and
@@ -11,7 +11,8 @@
   as they were, and training goes on.
 - ``module``: ``LitGPTPretrainModule`` (``configure_model`` -> ``wrap_gpt``, clipping through the root unit,
   FLOPs from the config, activation checkpointing of the blocks) grows at step 3 of 6 and trains on, with symmetry
-  diagnostics (gathered unit by unit) and the ActivationRMSMonitor every step.
+  diagnostics (gathered unit by unit) and the ActivationRMSMonitor every step; ``module-bf16`` the same under
+  ``bf16-mixed`` (FSDP1 ``MixedPrecision``: growth gathers and writes the fp32 shards).
 
 Each rank writes OUT_DIR/<mode>-rank<r>.json with what it measured; the test asserts on it.
 """
@@ -211,7 +212,7 @@ def rollback(out: dict) -> None:
                width=holder.model.config.n_embd, steps_after=_steps_after(holder, opt))
 
 
-def module(out: dict, out_dir: Path) -> None:
+def module(out: dict, out_dir: Path, precision: str = "32-true") -> None:
     import lightning as L
 
     from lightning.pytorch.loggers import CSVLogger
@@ -231,7 +232,7 @@ def module(out: dict, out_dir: Path) -> None:
     g = torch.Generator().manual_seed(int(os.environ.get("LOCAL_RANK", 0)))  # each rank its own data
     data = torch.utils.data.DataLoader(torch.randint(0, 64, (48, 17), generator=g), batch_size=4)
     strategy = CPUFSDPStrategy(use_orig_params=True, activation_checkpointing_policy={Block})
-    trainer = L.Trainer(max_steps=6, accelerator="cpu", devices=2, strategy=strategy,
+    trainer = L.Trainer(max_steps=6, accelerator="cpu", devices=2, strategy=strategy, precision=precision,
                         callbacks=[growth, monitor], logger=CSVLogger(str(out_dir), name="logs"),
                         log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=str(out_dir))
@@ -243,14 +244,15 @@ def module(out: dict, out_dir: Path) -> None:
                expected_flops=6 * count_params(lit.model.config)[0] * 4 * 16,
                loss_after=growth.summaries[0]["loss_after"], symmetry=growth.last_symmetry,
                rms_step=monitor.last_step, rms=monitor.last_values,
-               checkpointed_blocks=sum(isinstance(m, CheckpointWrapper) for m in lit.model.modules()))
+               checkpointed_blocks=sum(isinstance(m, CheckpointWrapper) for m in lit.model.modules()),
+               param_dtypes=sorted({str(p.dtype) for p in lit.model.parameters()}))
 
 
 if __name__ == "__main__":
     out_dir, mode = Path(sys.argv[1]), sys.argv[2]
     out: dict = {}
-    if mode == "module":  # Lightning launches rank 1 itself
-        module(out, out_dir)
+    if mode in ("module", "module-bf16"):  # Lightning launches rank 1 itself
+        module(out, out_dir, "bf16-mixed" if mode == "module-bf16" else "32-true")
         rank = dist.get_rank()
     else:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

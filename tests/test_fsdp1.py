@@ -27,7 +27,7 @@ SCRIPT = Path(__file__).with_name("fsdp1_script.py")
 
 def _launch(out: Path, mode: str) -> list[dict]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    if mode == "module":  # Lightning starts rank 1 itself
+    if mode.startswith("module"):  # Lightning starts rank 1 itself
         cmd = [sys.executable, str(SCRIPT), str(out), mode]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(SCRIPT),
@@ -112,9 +112,11 @@ def test_failed_optimizer_patch_rolls_back_the_wrapped_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_litgpt_pretrain_module_grows_under_fsdp_strategy(tmp_path):
-    ranks = _launch(tmp_path, "module")
+@pytest.mark.parametrize("mode", ["module", "module-bf16"])
+def test_litgpt_pretrain_module_grows_under_fsdp_strategy(tmp_path, mode):
+    ranks = _launch(tmp_path, mode)
     for r in ranks:
+        assert r["param_dtypes"] == ["torch.float32"]  # bf16-mixed: FSDP keeps fp32 shards, the grown ones too
         assert r["wrapped"] == "FullyShardedDataParallel" and r["n_embd"] == 64 and r["step"] == 6
         assert r["flops_per_batch"] == r["expected_flops"]  # global parameter count, not this rank's shards
         assert r["checkpointed_blocks"] == 2  # the strategy's activation checkpointing, re-applied to the grown GPT
