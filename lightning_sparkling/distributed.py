@@ -158,21 +158,29 @@ def _parent_and_attr(root: torch.nn.Module, child: torch.nn.Module) -> tuple[tor
     raise GrowthError("the GPT to grow (or its FSDP1 wrapper) is not a submodule of the LightningModule")
 
 
-def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, config: object,
-                      swap: _Swap) -> torch.nn.Module:
-    """Put a ``GPT(config)`` built on the meta device where ``old_gpt`` sits, let the module's own
-    ``configure_model`` shard it, then allocate the local shards (``to_empty``) and copy the non-persistent
-    buffers (RoPE cache) from ``old_gpt``. Values are uninitialized: the caller fills them."""
+def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: torch.nn.Module, config: object,
+                   swap: _Swap) -> torch.nn.Module:
+    """Build ``GPT(config)`` on the meta device, tied and with the sequence length like ``old_gpt``, and put it in
+    ``where``'s place on the LightningModule (the GPT itself under FSDP2, its FSDP1 wrapper under FSDP1), in ``swap``."""
     from litgpt.model import GPT
 
-    parent, attr = _parent_and_attr(pl_module, old_gpt)
-    device = next(iter(old_gpt.buffers())).device
+    parent, attr = _parent_and_attr(pl_module, where)
     with torch.device("meta"):
         new = GPT(config)
     if old_gpt.lm_head.weight is old_gpt.transformer.wte.weight:
         new.transformer.wte.weight = new.lm_head.weight
     new.max_seq_length = old_gpt.max_seq_length
     swap.set(parent, attr, new)
+    return new
+
+
+def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, config: object,
+                      swap: _Swap) -> torch.nn.Module:
+    """Put a ``GPT(config)`` built on the meta device where ``old_gpt`` sits, let the module's own
+    ``configure_model`` shard it, then allocate the local shards (``to_empty``) and copy the non-persistent
+    buffers (RoPE cache) from ``old_gpt``. Values are uninitialized: the caller fills them."""
+    device = next(iter(old_gpt.buffers())).device
+    new = place_meta_gpt(pl_module, old_gpt, old_gpt, config, swap)
     pl_module.configure_model()
     if not is_sharded(new):
         raise GrowthError(

@@ -38,7 +38,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-from lightning_sparkling.distributed import _parent_and_attr
+from lightning_sparkling.distributed import _parent_and_attr, place_meta_gpt
 from lightning_sparkling.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.stage import GrowthStage
@@ -203,16 +203,9 @@ def build_wrapped_gpt(pl_module: Any, strategy: Any, old_wrapper: FSDP, config: 
     it, inside ``strategy.model_sharded_context()`` as Lightning does; FSDP materializes it unit by unit. The
     strategy's activation checkpointing is applied to it, and the RoPE buffers are copied from the old GPT. Returns
     the new wrapper (weights are not meaningful yet)."""
-    from litgpt.model import GPT
-
     old_gpt = old_wrapper.module
     parent, attr = _parent_and_attr(pl_module, old_wrapper)
-    with torch.device("meta"):
-        new = GPT(config)
-    if old_gpt.lm_head.weight is old_gpt.transformer.wte.weight:
-        new.transformer.wte.weight = new.lm_head.weight
-    new.max_seq_length = old_gpt.max_seq_length
-    swap.set(parent, attr, new)
+    new = place_meta_gpt(pl_module, old_wrapper, old_gpt, config, swap)
     with strategy.model_sharded_context():
         pl_module.configure_model()
     wrapper = getattr(parent, attr)
