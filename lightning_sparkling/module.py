@@ -205,7 +205,6 @@ def wrap_gpt(model: Any) -> Any:
         # in LightningModule.configure_model under FSDPStrategy(use_orig_params=True)
         self.model = wrap_gpt(self.model)
     """
-    from torch.distributed.fsdp import FullyShardedDataParallel
     from torch.distributed.fsdp.wrap import wrap
 
     if isinstance(model, FullyShardedDataParallel):

@@ -259,10 +259,9 @@ class WidthGrowthCallback(Callback):
     def _install_sharded_resume_hook(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """FSDP2 (``ModelParallelStrategy``) and FSDP1 (``FSDPStrategy``) load weights *and optimizer states*
         straight into the live sharded model in ``strategy.load_checkpoint`` (after ``on_fit_start``), so that call
-        is wrapped: the checkpoint's
-        callback state is peeked (``meta.pt`` of a sharded directory, or the full file), the model is rebuilt at
-        the grown shapes, optimizers are rebuilt over it, and the re-warmup schedulers re-registered, before
-        Lightning loads into them."""
+        is wrapped: the checkpoint's callback state is peeked (``meta.pt`` of a sharded directory, or the full
+        file), the model is rebuilt at the grown shapes, optimizers are rebuilt over it, and the re-warmup
+        schedulers re-registered, before Lightning loads into them."""
         if self._resume_hook is not None:
             return
         strategy = trainer.strategy
