@@ -330,6 +330,20 @@ def _tokenize_to_file(tokenizer, files: Sequence[CorpusFile], path: Path, dtype:
     return n_tokens
 
 
+def _publish_cache(tmp: Path, final: Path, meta: dict[str, Any]) -> bool:
+    """Write ``meta.json`` into the finished temporary cache ``tmp`` and rename it to ``final``; ``False`` when
+    another process published the same cache first (its copy is kept)."""
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is plain readable data
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not (final / "meta.json").is_file():
+            raise
+        return False
+    return True
+
+
 def build_corpus_cache(train_files: Sequence[CorpusFile], val_files: Sequence[CorpusFile], vocab_size: int,
                        cache_dir: str | Path) -> Path:
     """Train the tokenizer on ``train_files`` and tokenize both splits into
@@ -385,14 +399,7 @@ def build_corpus_cache(train_files: Sequence[CorpusFile], val_files: Sequence[Co
             "train_files": [f.key for f in train_files], "val_files": [f.key for f in val_files],
             "tokenizer_train_seconds": round(t_train, 3), "tokenize_seconds": round(t_tok, 3),
         }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is plain readable data
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process finished first: keep its cache
-            if not (final / "meta.json").is_file():
-                raise
-        else:
+        if _publish_cache(tmp, final, meta):
             rank_zero_info(f"[lightning_sparkling] corpus cache built at {final}: tokenizer trained in {t_train:.1f}s "
                            f"on {meta['train_bytes'] / 1e6:.1f} MB ({len(train_files)} files), vocab {actual_vocab}; "
                            f"{n_train:,} train / {n_val:,} val tokens in {t_tok:.1f}s")
@@ -451,13 +458,7 @@ def build_tokenized_cache(train_files: Sequence[CorpusFile], val_files: Sequence
                 "eos_id": eos_id, "dtype": dtype.name, "train_tokens": n_train, "val_tokens": n_val,
                 "tokenizer_dir": str(tokenizer_dir),
                 "train_files": [f.key for f in train_files], "val_files": [f.key for f in val_files]}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        os.chmod(tmp, 0o755)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process finished first: keep its cache
-            if not (final / "meta.json").is_file():
-                raise
+        _publish_cache(tmp, final, meta)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
