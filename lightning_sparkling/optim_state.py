@@ -209,8 +209,10 @@ class NewEntryLR:
         for g, regions in self.regions.items():
             lr_group = float(optimizer.param_groups[g]["lr"])
             for region in regions:
-                if region.param.grad is None:
-                    continue  # the optimizer skips it too
+                # No look at ``region.param.grad`` here: under Lightning's automatic optimization the closure (zero
+                # grad, forward, backward) runs *inside* ``optimizer.step`` after this hook, so ``.grad`` is stale or
+                # None at this point (accumulation 1, first step after a resume or a rebuild). A parameter the
+                # optimizer then skips keeps its values, and the rescale of a zero update is a no-op.
                 lr_new = float(region.lr_fn())
                 if lr_new == lr_group:
                     continue

@@ -88,21 +88,24 @@ class TensorPlan:
     def new_region(self) -> list[tuple[slice, ...]]:
         """Disjoint rectangular pieces covering the entries that did not exist before the growth.
 
-        For a weight grown on rows and columns this is ``[rows_new, :]`` and ``[rows_old, cols_new]``.
+        For a weight grown on rows and columns this is ``[rows_new, 0:cols_new]`` and ``[0:rows_old, cols_new]``.
+        Every slice is an explicit ``start:stop`` range of the grown shape (never an open ``:``), so a region stays
+        exactly these entries when a later stage grows the same tensor again: entries a later stage adds belong
+        to that stage alone.
 
         Example::
 
             >>> plan = TensorPlan("w", (2, 3), (4, 5), (DimGrowth(0, "a", "fan_out", "copy"),
             ...                                        DimGrowth(1, "b", "fan_in", "copy")))
             >>> plan.new_region()
-            [(slice(2, 4, None), slice(None, None, None)), (slice(None, 2, None), slice(3, 5, None))]
+            [(slice(2, 4, None), slice(0, 5, None)), (slice(0, 2, None), slice(3, 5, None))]
         """
         pieces = []
         grown = sorted({d.dim for d in self.dims})
         for k, dim in enumerate(grown):
-            index = [slice(None)] * len(self.new_shape)
+            index = [slice(0, size) for size in self.new_shape]
             for earlier in grown[:k]:
-                index[earlier] = slice(None, self.old_shape[earlier])
+                index[earlier] = slice(0, self.old_shape[earlier])
             index[dim] = slice(self.old_shape[dim], self.new_shape[dim])
             pieces.append(tuple(index))
         return pieces

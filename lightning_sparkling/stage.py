@@ -102,3 +102,63 @@ class GrowthStage:
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for checkpoints and logs); ``GrowthStage(**stage.to_dict())`` rebuilds it."""
         return asdict(self)
+
+
+def rewarmup_window(stage: GrowthStage, max_steps: int) -> tuple[int, int, int] | None:
+    """Where a stage's new-entry re-warmup lies in a run of ``max_steps`` optimizer steps.
+
+    Returns ``(warmup_end, tail_steps, steps_left)``: the linear re-warmup covers the optimizer steps taken at
+    ``global_step`` ``at_step .. warmup_end - 1``, the cosine tail then runs ``tail_steps`` steps down to ``min_lr``
+    at ``max_steps``; ``steps_left = max_steps - at_step``. ``None`` when the stage has no re-warmup.
+
+    Example::
+
+        >>> rewarmup_window(GrowthStage(100, n_embd=128, rewarmup_steps=20), 300)
+        (120, 180, 200)
+    """
+    if stage.rewarmup_ratio is None:
+        return None
+    steps_left = max_steps - stage.at_step
+    warmup_end = stage.at_step + stage.rewarmup_steps
+    return warmup_end, max_steps - warmup_end, steps_left
+
+
+def check_rewarmup_fits(stages: GrowthStage | list[GrowthStage] | tuple[GrowthStage, ...], max_steps: int,
+                        *, names: list[str] | None = None) -> None:
+    """Refuse a stage whose re-warmup cannot finish inside the run.
+
+    The new entries of a stage re-warm linearly for ``rewarmup_steps`` steps, then decay by cosine to ``min_lr``
+    at ``max_steps``. When ``at_step + rewarmup_steps >= max_steps`` the LR is still climbing (or at its peak)
+    at the last step while the old entries have decayed to ``min_lr``: the run ends on a half-done schedule.
+
+    Args:
+        stages: the growth stages, in order.
+        max_steps: the run's last optimizer step.
+        names: how to call each stage in the message (default ``GrowthStage(at_step=...)``), e.g. the config key.
+
+    Raises:
+        ValueError: naming the stage, its re-warmup, the steps left and the fix.
+
+    Example::
+
+        >>> check_rewarmup_fits([GrowthStage(100, n_embd=128)], max_steps=300)
+        Traceback (most recent call last):
+        ...
+        ValueError: GrowthStage(at_step=100): rewarmup_steps=250 does not fit in the 200 steps left after the growth ...
+    """
+    stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
+    for k, stage in enumerate(stages):
+        window = rewarmup_window(stage, max_steps)
+        if window is None:
+            continue
+        warmup_end, tail, left = window
+        if tail >= 1:
+            continue
+        name = names[k] if names else f"GrowthStage(at_step={stage.at_step})"
+        suggestion = max(1, left // 10)
+        raise ValueError(
+            f"{name}: rewarmup_steps={stage.rewarmup_steps} does not fit in the {left} steps left after the growth "
+            f"(at_step={stage.at_step}, max_steps={max_steps}): the new entries' LR would still be rising at the "
+            f"last step instead of decaying to min_lr. Set rewarmup_steps to at most {left - 1} (e.g. {suggestion}, "
+            f"a tenth of the steps left), grow earlier, or raise max_steps"
+        )

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 
 from lightning_sparkling.compute import count_params
@@ -59,7 +59,7 @@ from lightning_sparkling.fsdp1 import (
 from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported, plan_optimizer_patch
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
-from lightning_sparkling.stage import GrowthStage
+from lightning_sparkling.stage import GrowthStage, check_rewarmup_fits
 from lightning_sparkling.symmetry import CopySpec, copy_specs, symmetry_metrics
 from lightning_sparkling.surgery import GrowthResult, _Swap, grow_model
 
@@ -228,6 +228,13 @@ class WidthGrowthCallback(Callback):
                     f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would never "
                     "train the grown model; lower at_step or raise max_steps"
                 )
+        if max_steps is not None and max_steps >= 0:
+            try:
+                check_rewarmup_fits(self.stages[self._grown:], max_steps)
+            except ValueError as err:
+                # A warning, not a refusal: the documented schedule (rewarmup_lr clamps the warm-up to the steps
+                # left) is well defined, and Python users may shorten a run on purpose. The CLI refuses it.
+                rank_zero_warn(f"WidthGrowthCallback: {err}", category=UserWarning)
         config = gpt.config
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         for k in range(self._grown, len(self.stages)):
