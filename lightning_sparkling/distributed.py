@@ -167,6 +167,14 @@ def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: 
     parent, attr = _parent_and_attr(pl_module, where)
     with torch.device("meta"):
         new = GPT(config)
+    # the dtype of every parameter as in old_gpt (GPT(config) builds in the default dtype: a bf16-true or float64
+    # model would otherwise come back float32); FSDP1 names carry its wrapper prefix
+    dtypes = {name.replace("_fsdp_wrapped_module.", ""): p.dtype for name, p in old_gpt.named_parameters()}
+    for name, param in list(new.named_parameters()):
+        dtype = dtypes.get(name, param.dtype)
+        if dtype != param.dtype:
+            owner, _, leaf = name.rpartition(".")
+            setattr(new.get_submodule(owner), leaf, torch.nn.Parameter(param.to(dtype), param.requires_grad))
     if old_gpt.lm_head.weight is old_gpt.transformer.wte.weight:
         new.transformer.wte.weight = new.lm_head.weight
     new.max_seq_length = old_gpt.max_seq_length

@@ -36,11 +36,13 @@ class TinyModule(L.LightningModule):
 
     def __init__(self, config: Config | None = None, optimizer: str = "adamw", lr: float = 1e-2,
                  schedule: str = "warmup_cosine", max_steps: int = 40, min_lr_ratio: float = 0.1,
-                 accumulate: int = 1, seed: int = 0, emulate_ranks: int = 0) -> None:
+                 accumulate: int = 1, seed: int = 0, emulate_ranks: int = 0,
+                 dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         torch.manual_seed(seed)
         self.model = GPT(config or tiny_config())
         self.model.apply(self.model._init_weights)
+        self.model.to(dtype)  # float64: strategies compared with far less rounding noise
         self.optimizer_name, self.lr, self.schedule = optimizer, lr, schedule
         self.max_steps, self.min_lr_ratio, self.accumulate = max_steps, min_lr_ratio, accumulate
         self.emulate_ranks = emulate_ranks  # >0: one process computes the global batch of that many ranks
@@ -64,7 +66,8 @@ class TinyModule(L.LightningModule):
     def loss_on(self, ids: torch.Tensor) -> torch.Tensor:
         ids = ids.to(self.device)
         logits = self.model(ids[:, :-1])
-        return F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
 
     def training_step(self, batch, batch_idx):
         self.steps_run += 1

@@ -1,13 +1,15 @@
 """Run by tests/test_ddp.py: a two-stage growth under DDP, FSDP2 or FSDP1 (2 ranks), or its one-process twin.
 
-    python tests/ddp_script.py OUT_DIR {ddp|fsdp2|fsdp1|fsdp1-cuda|single} [--resume CKPT] [--tag=TAG]
+    python tests/ddp_script.py OUT_DIR {ddp|fsdp2|fsdp1|fsdp1-cuda|single} [--accumulate N] [--resume CKPT] [--tag=TAG]
 
 ``fsdp1`` runs Lightning's ``FSDPStrategy`` on 2 CPU ranks (gloo) through
 ``lightning_sparkling.testing.CPUFSDPStrategy``, a subclass that lifts Lightning's GPU-only check (torch's FSDP1
 runs on CPU with gloo). ``fsdp1-cuda`` is the plain ``FSDPStrategy`` on 2 GPUs (nccl).
 
 Lightning's launcher re-runs this same command for rank 1. Each rank writes the final (gathered) weights to
-OUT_DIR/<mode><tag>-rank<r>.pt. Uninterrupted multi-process runs save checkpoints at steps 4 (before growth), 8 (right at the first
+OUT_DIR/<mode>-acc<N>/final<tag>-rank<r>.pt. The second stage grows the MLP to an odd width (191), so FSDP2 and FSDP1 shard
+it unevenly over the 2 ranks. ``--accumulate 1`` is the path where Lightning runs forward and backward inside
+``optimizer.step`` (after the step pre-hooks); ``2`` runs the first micro-batch's backward before it. Uninterrupted multi-process runs save checkpoints at steps 4 (before growth), 8 (right at the first
 growth) and 12 (between growths): DDP full files, FSDP2 sharded directories and full files.
 """
 
@@ -62,14 +64,17 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("mode", choices=["ddp", "fsdp2", "fsdp1", "fsdp1-cuda", "single"])
+    parser.add_argument("--accumulate", type=int, default=2)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
-    out = Path(args.out) / args.mode
+    out = Path(args.out) / f"{args.mode}-acc{args.accumulate}"
     out.mkdir(parents=True, exist_ok=True)
     stages = [GrowthStage(GROWTH_AT, n_embd=64, intermediate_size=128, rewarmup_steps=4),
-              GrowthStage(16, intermediate_size=192, init="random-copy", rewarmup_steps=4)]
-    module = TinyModule(max_steps=MAX_STEPS, accumulate=2, emulate_ranks=2 if args.mode == "single" else 0)
+              GrowthStage(16, intermediate_size=191, init="random-copy", rewarmup_ratio=2.0, rewarmup_steps=3)]
+    # float64 weights on CPU: one process and 2 ranks agree to ~5e-7 (float32: ~4e-5) unless something really differs
+    module = TinyModule(max_steps=MAX_STEPS, accumulate=args.accumulate, emulate_ranks=2 if args.mode == "single" else 0,
+                        dtype=torch.float32 if args.mode == "fsdp1-cuda" else torch.float64)
     callbacks = [WidthGrowthCallback(stages)]
     kwargs = {}
     if args.mode == "ddp":
@@ -83,7 +88,7 @@ if __name__ == "__main__":
                       accelerator="cuda", deterministic=False)
     if args.mode != "single" and not args.resume:
         callbacks.append(SaveAt(out))
-    trainer = make_trainer(callbacks, max_steps=MAX_STEPS, accumulate=2, **kwargs)
+    trainer = make_trainer(callbacks, max_steps=MAX_STEPS, accumulate=args.accumulate, **kwargs)
     trainer.fit(module, ckpt_path=args.resume)
     state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
              for k, v in module.model.state_dict().items()}  # FSDP1: a full state dict with plain GPT names

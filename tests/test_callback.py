@@ -8,13 +8,14 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from litgpt import GPT
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
 from lightning_sparkling.callbacks.growth import GrowthFailedError
-from lightning_sparkling.plan import GrowthError, grown_config
+from lightning_sparkling.plan import GrowthError
 
+from _measure import RecordSteps, applied_lr
 from _tiny import TinyModule, make_trainer, tiny_config
 
 
@@ -54,38 +55,10 @@ def test_default_recipe_breaks_the_symmetry_lock():
     assert _copy_gap(module.model, 64) > 1e-2
 
 
-class _RecordSGD(Callback):
-    """Records, per optimizer step, each parameter before the step, its gradient and the parameter after it.
-    Placed *before* the growth callback, so its on_train_batch_end sees the stepped, not yet grown, model."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[int, dict, dict, dict]] = []
-        self._pending = None
-
-    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        named = dict(pl_module.model.named_parameters())
-        self._pending = (trainer.global_step, {n: p.detach().clone() for n, p in named.items()},
-                         {n: p.grad.detach().clone() for n, p in named.items() if p.grad is not None})
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self._pending is not None:
-            step, before, grads = self._pending
-            after = {n: p.detach().clone() for n, p in pl_module.model.named_parameters()}
-            self.records.append((step, before, grads, after))
-            self._pending = None
-
-
-def _applied_lr(before, grad, after, mask):
-    """-(after - before) / grad, on entries whose update is far above float32 rounding of the weight."""
-    g, w = grad[mask], before[mask]
-    keep = (g.abs() * 1e-2) > 1e4 * torch.finfo(torch.float32).eps * w.abs().clamp_min(1e-3)
-    return (-(after[mask] - w)[keep] / g[keep])
-
-
 def test_new_entries_follow_rewarmup_and_old_entries_the_user_schedule():
     max_steps, at, lr, min_ratio = 40, 12, 0.05, 0.1
     module = TinyModule(optimizer="sgd", lr=lr, schedule="cosine", max_steps=max_steps, min_lr_ratio=min_ratio)
-    recorder = _RecordSGD()
+    recorder = RecordSteps()
     stage = GrowthStage(at, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=6)
     _fit(module, stage, max_steps=max_steps, callbacks=[recorder])
 
@@ -93,7 +66,8 @@ def test_new_entries_follow_rewarmup_and_old_entries_the_user_schedule():
         return lr * min_ratio + (lr - lr * min_ratio) * (1 + math.cos(math.pi * s / max_steps)) / 2
 
     checked_new = checked_old = 0
-    for step, before, grads, after in recorder.records:
+    for record in recorder.records:
+        step, before, grads, after = record["step"], record["before"], record["grad"], record["after"]
         if step < at:
             continue
         expected_new = rewarmup_lr(step, growth_step=at, lr_at_growth=user_lr(at), ratio=1.5, warmup_steps=6,
@@ -106,8 +80,8 @@ def test_new_entries_follow_rewarmup_and_old_entries_the_user_schedule():
                 new_mask[:32, 64:] = True  # new inner columns
             else:
                 new_mask[:, 32:] = True  # new n_embd columns
-            got_new = _applied_lr(w, g, a, new_mask)
-            got_old = _applied_lr(w, g, a, ~new_mask)
+            got_new = applied_lr(w, g, a, new_mask)
+            got_old = applied_lr(w, g, a, ~new_mask)
             assert torch.allclose(got_new, torch.full_like(got_new, expected_new), rtol=1e-3), (step, name)
             assert torch.allclose(got_old, torch.full_like(got_old, user_lr(step)), rtol=1e-3), (step, name)
             checked_new += got_new.numel()
@@ -120,43 +94,15 @@ def test_new_entries_follow_rewarmup_and_old_entries_the_user_schedule():
 
 def test_rewarmup_off_gives_new_entries_the_baseline_schedule():
     module = TinyModule(optimizer="sgd", lr=0.05, schedule="cosine", max_steps=30)
-    recorder = _RecordSGD()
+    recorder = RecordSteps()
     trainer, _ = _fit(module, GrowthStage(10, intermediate_size=128, rewarmup_ratio=None), max_steps=30,
                       callbacks=[recorder])
     assert [c.name for c in trainer.lr_scheduler_configs] == [None]  # no new-entry scheduler registered
-    step, before, grads, after = recorder.records[-1]
+    last = recorder.records[-1]
+    before, grads, after = last["before"], last["grad"], last["after"]
     name = "transformer.h.0.mlp.proj.weight"
-    lrs = _applied_lr(before[name], grads[name], after[name], torch.ones_like(before[name], dtype=torch.bool))
+    lrs = applied_lr(before[name], grads[name], after[name], torch.ones_like(before[name], dtype=torch.bool))
     assert torch.allclose(lrs, lrs[0].expand_as(lrs), rtol=1e-3)
-
-
-def _final_state(module):
-    return {n: p.detach().clone() for n, p in module.model.state_dict().items()}
-
-
-def test_bit_exact_resume_before_at_between_and_after_two_growths(tmp_path: Path):
-    max_steps = 30
-    stages = lambda: [GrowthStage(10, n_embd=64, intermediate_size=128, rewarmup_steps=4),  # noqa: E731
-                      GrowthStage(20, intermediate_size=192, init="random-copy", rewarmup_steps=4)]
-    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
-    reference = TinyModule(max_steps=max_steps, accumulate=2)
-    _fit(reference, stages(), max_steps=max_steps, accumulate=2, callbacks=[ckpt], enable_checkpointing=True)
-    expected = _final_state(reference)
-
-    # the model part of a checkpoint is a plain litgpt state_dict of that moment's config
-    saved = torch.load(tmp_path / "step=15.ckpt", map_location="cpu", weights_only=False)
-    sd = {k.removeprefix("model."): v for k, v in saved["state_dict"].items()}
-    GPT(grown_config(tiny_config(), {"n_embd": 64, "intermediate_size": 128})).load_state_dict(sd, strict=True)
-    state = saved["callbacks"][next(k for k in saved["callbacks"] if "WidthGrowthCallback" in k)]
-    assert state["grown"] == 1 and all(not isinstance(v, torch.Tensor) for v in state["records"][0].values())
-
-    for step in (5, 10, 15, 20, 25):
-        resumed = TinyModule(max_steps=max_steps, accumulate=2)  # freshly built small model
-        _fit(resumed, stages(), max_steps=max_steps, accumulate=2, ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        got = _final_state(resumed)
-        assert got.keys() == expected.keys()
-        for name in expected:
-            assert torch.equal(got[name], expected[name]), f"resume from step {step}: {name} differs"
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd_momentum", "adam", "muon"])
@@ -401,3 +347,10 @@ def test_grow_at_step_zero_before_the_first_step():
     _, growth = _fit(module, GrowthStage(0, intermediate_size=128, rewarmup_steps=2), max_steps=6)
     assert growth.summaries[0]["global_step"] == 0
     assert module.model.config.intermediate_size == 128 and all(math.isfinite(x) for x in module.losses)
+
+
+def test_rewarmup_that_cannot_finish_by_max_steps_is_warned_before_the_first_step():
+    module = TinyModule(max_steps=12)
+    with pytest.warns(UserWarning, match=r"GrowthStage\(at_step=5\): rewarmup_steps=250 does not fit in the 7 steps"):
+        _fit(module, GrowthStage(5, intermediate_size=128), max_steps=12, max_time={"seconds": 0})
+    assert module.steps_run == 0  # warned in setup, before any step

@@ -102,3 +102,19 @@ def test_rewarmup_can_be_turned_off_and_zero_steps_allowed():
     stage = GrowthStage(0, n_embd=64, rewarmup_ratio=None, rewarmup_steps=0)
     assert stage.rewarmup_ratio is None and stage.rewarmup_steps == 0
     assert GrowthStage(0, n_embd=64, rewarmup_ratio=0.5).rewarmup_ratio == 0.5  # a lower peak is allowed
+
+
+def test_rewarmup_must_finish_before_max_steps():
+    from lightning_sparkling.stage import check_rewarmup_fits, rewarmup_window
+
+    fits = GrowthStage(100, n_embd=128, rewarmup_steps=199)  # warm-up ends at 299: one cosine step to min_lr
+    check_rewarmup_fits([fits], 300)
+    assert rewarmup_window(fits, 300) == (299, 1, 200)
+    check_rewarmup_fits([GrowthStage(100, n_embd=128, rewarmup_ratio=None)], 120)  # no re-warmup: nothing to fit
+    with pytest.raises(ValueError, match=r"growth.stages\[1\]: rewarmup_steps=200 does not fit in the 200 steps left "
+                                         r"after the growth \(at_step=100, max_steps=300\).*at most 199 \(e.g. 20"):
+        check_rewarmup_fits([GrowthStage(50, n_embd=128, rewarmup_steps=10),
+                             GrowthStage(100, intermediate_size=512, rewarmup_steps=200)], 300,
+                            names=["growth.stages[0]", "growth.stages[1]"])
+    with pytest.raises(ValueError, match=r"GrowthStage\(at_step=100\): rewarmup_steps=250"):
+        check_rewarmup_fits(GrowthStage(100, n_embd=128), 300)
