@@ -27,7 +27,9 @@ def token_batch(step: int, micro: int, batch_size: int = 4, rank: int = 0) -> to
     g = torch.Generator().manual_seed(1000 * step + micro + 100_000 * rank)
     start = torch.randint(0, VOCAB, (batch_size, 1), generator=g)
     stride = torch.randint(1, 4, (batch_size, 1), generator=g)
-    noise = (torch.rand(batch_size, SEQ + 1, generator=g) < 0.1) * torch.randint(0, VOCAB, (batch_size, SEQ + 1), generator=g)
+    # float32 draws whatever the default dtype (Lightning's "true" precisions set it during training_step)
+    mask = torch.rand(batch_size, SEQ + 1, generator=g, dtype=torch.float32) < 0.1
+    noise = mask * torch.randint(0, VOCAB, (batch_size, SEQ + 1), generator=g)
     return (start + stride * torch.arange(SEQ + 1) + noise) % VOCAB  # learnable: arithmetic runs, 10% noise
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
@@ -31,6 +32,21 @@ from lightning_sparkling.testing import CPUFSDPStrategy  # noqa: E402
 MAX_STEPS = 24
 GROWTH_AT = 8
 SAVE_AT = (4, 8, 12)  # before the first growth, right at it (new entries not stepped yet), between growths
+
+
+class Float64FSDPPrecision(FSDPPrecision):
+    """Lightning's FSDP precision plugin offers no 64-bit setting ("32-true" casts the model to float32): this one
+    keeps the float64 weights and has FSDP1 compute and reduce in float64, like the other strategies here."""
+
+    def __init__(self) -> None:
+        super().__init__("32-true")
+        self._desired_input_dtype = torch.float64
+
+    @property
+    def mixed_precision_config(self):
+        from torch.distributed.fsdp import MixedPrecision
+
+        return MixedPrecision(param_dtype=torch.float64, reduce_dtype=torch.float64, buffer_dtype=torch.float64)
 
 
 class SaveAt(Callback):
@@ -82,7 +98,8 @@ if __name__ == "__main__":
     elif args.mode == "fsdp2":
         kwargs = dict(strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1), devices=2)
     elif args.mode == "fsdp1":
-        kwargs = dict(strategy=CPUFSDPStrategy(use_orig_params=True, state_dict_type="sharded"), devices=2)
+        kwargs = dict(strategy=CPUFSDPStrategy(use_orig_params=True, state_dict_type="sharded"), devices=2,
+                      plugins=[Float64FSDPPrecision()])
     elif args.mode == "fsdp1-cuda":
         kwargs = dict(strategy=FSDPStrategy(use_orig_params=True, state_dict_type="sharded"), devices=2,
                       accelerator="cuda", deterministic=False)
