@@ -15,10 +15,14 @@ The configuration schema and its checks are in :mod:`lightning_sparkling.config`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
+import shlex
+import signal
 import sys
 import time
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,12 @@ def build_parser(command: str = "pretrain"):
     a run would use)."""
     from jsonargparse import ActionConfigFile, ArgumentParser, set_docstring_parse_options
 
+    class _Parser(ArgumentParser):
+        """Errors as one ``error:`` line under the short usage line (jsonargparse's own messages span lines)."""
+
+        def error(self, message: str, ex: Exception | None = None):
+            return super().error(_one_line_error(str(message)), ex)
+
     set_docstring_parse_options(attribute_docstrings=True)
     description = {
         "pretrain": "Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).",
@@ -50,10 +60,35 @@ def build_parser(command: str = "pretrain"):
                 "tokenizer: the vocabulary size comes from data.vocab_size, model_config.vocab_size or "
                 "tokenizer_dir/tokenizer.json).",
     }[command]
-    parser = ArgumentParser(prog=f"sparkling {command}", description=description, exit_on_error=True)
+    parser = _Parser(prog=f"sparkling {command}", description=description, exit_on_error=True,
+                     usage=f"sparkling {command} --config FILE.yaml [--section.key VALUE ...]   "
+                           f"(`sparkling {command} --help` lists every key)")
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML file with the keys below")
     parser.add_function_arguments(pretrain_arguments, as_positional=False)
     return parser
+
+
+def _one_line_error(message: str) -> str:
+    """A parser error as one line that starts with the key: jsonargparse's ``Parser key "train.max_steps": Does not
+    validate against any of the Union subtypes ... Given value: abc`` becomes ``train.max_steps: 'abc' is not a
+    valid value: expected null or int``.
+
+    Example::
+
+        >>> _one_line_error('Parser key "config":\\n  File does not exist: x.yaml')
+        'config: File does not exist: x.yaml'
+    """
+    message = " ".join(message.split())
+    match = re.match(r'Parser key "([^"]+)":\s*(.*)', message)
+    if match is None:
+        return message
+    key, rest = match.groups()
+    value = re.search(r"(?:Given|Got) value: (.*)$", rest)
+    types = re.findall(r"<class '([\w.]+)'>", rest.split("Errors:")[0])
+    if value is not None and types:
+        names = [{"NoneType": "null"}.get(t, t.rsplit(".", 1)[-1]) for t in dict.fromkeys(types)]
+        rest = f"{value.group(1).strip()!r} is not a valid value: expected {' or '.join(names)}"
+    return f"{key}: {rest}"
 
 
 def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, ResolvedRun, str]:
@@ -155,7 +190,7 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
             "widths": {axis: [ax.old, ax.new] for axis, ax in gp.axes.items()},
             "alpha": gp.alphas(), "init": stage.init, "rms_preserving": stage.rms_preserving,
             "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
-            "rewarmup_steps": stage.rewarmup_steps,
+            "rewarmup_steps": stage.rewarmup_steps, "rewarmup_window": _rewarmup_window(stage, run.steps),
             "params_before": before[1], "params_after": after[1],
             "active_params_before": before[0], "active_params_after": after[0],
             "tensors": len(gp.tensors), "tensor_groups": groups,
@@ -172,6 +207,20 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
     if print_report:
         _print_plan(run, report)
     return report
+
+
+def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
+    """Where stage's new-entry LR re-warmup lies in the run: ``{start, warmup_end, peak_ratio, tail_steps, end}``
+    (linear from the LR at growth to ``peak_ratio`` times it over the optimizer steps taken at ``start ..
+    warmup_end - 1``, then ``tail_steps`` of cosine to ``min_lr`` at ``end = max_steps``), ``None`` without one."""
+    from lightning_sparkling.stage import rewarmup_window
+
+    window = rewarmup_window(stage, max_steps)
+    if window is None:
+        return None
+    warmup_end, tail, _ = window
+    return {"start": stage.at_step, "warmup_end": warmup_end, "peak_ratio": stage.rewarmup_ratio,
+            "tail_steps": tail, "end": max_steps}
 
 
 def _console():
@@ -219,6 +268,14 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
         console.print(f"[bold]stage {s['stage']}[/bold] at step {s['at_step']:,} ({s['at_tokens']:,} tokens): {widths}")
         console.print(f"  init {s['init']}, rms_preserving {s['rms_preserving']}, optimizer_state "
                       f"{s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over {s['rewarmup_steps']} steps")
+        w = s["rewarmup_window"]
+        if w is None:
+            console.print("  new-entry LR: no re-warmup (rewarmup_ratio null): the new entries follow the baseline "
+                          "schedule")
+        else:
+            console.print(f"  new-entry LR: linear re-warmup over steps {w['start']:,}..{w['warmup_end']:,} (to "
+                          f"{w['peak_ratio']:g}x the LR at growth), then cosine to min_lr over {w['tail_steps']:,} "
+                          f"steps (ends at step {w['end']:,})")
         console.print(f"  alpha (fan-in scale): {alphas}")
         console.print(f"  parameters {s['params_before']:,} -> {s['params_after']:,} (active "
                       f"{s['active_params_before']:,} -> {s['active_params_after']:,})")
@@ -245,22 +302,31 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------------------------------ data
 def build_datamodule(run: ResolvedRun):
-    """The data module of ``run`` (nothing is read or trained until ``prepare_data``)."""
+    """The data module of ``run`` (nothing is read or trained until ``prepare_data``). With ``eval.max_iters`` it
+    validates on ``max_iters`` batches per rank of windows spread over the whole validation split (a fixed, seeded
+    sample: the same windows at every evaluation and on resume), not on the split's first batches."""
     from lightning_sparkling.data import TextCorpusDataModule
 
     d = run.data
+    val_windows = run.eval.max_iters * run.micro_batch_size * run.world_size if run.eval.max_iters else None
     kwargs = dict(seq_len=d.seq_len, batch_size=run.micro_batch_size, source=d.source, data_dir=d.data_dir,
                   include_tests=d.include_tests, vocab_size=d.vocab_size, val_percent=d.val_percent,
                   seed=run.seed if d.seed is None else d.seed, cache_dir=d.cache_dir, max_files=d.max_files,
-                  max_bytes=d.max_bytes, num_workers=d.num_workers, tokenizer_dir=run.tokenizer_dir)
+                  max_bytes=d.max_bytes, num_workers=d.num_workers, tokenizer_dir=run.tokenizer_dir,
+                  val_windows=val_windows)
     return TextCorpusDataModule(**kwargs)
 
 
 # ------------------------------------------------------------------------------------------------------------ callbacks
-def _callbacks_module():
-    """Callbacks of a CLI run (defined lazily: importing Lightning is slow and ``plan`` does not need it)."""
+@functools.cache
+def _callbacks_module() -> types.SimpleNamespace:
+    """Callbacks of a CLI run (defined lazily: importing Lightning is slow and ``plan`` does not need it):
+    ``TokenCounter``, ``LitGPTExport``, ``RunTracker``, ``StepProgressBar``, ``InterruptCheckpoint``."""
+    import copy
+
     import lightning.pytorch as pl
     import torch
+    from lightning.pytorch.callbacks import RichProgressBar
 
     from lightning_sparkling.module import active_parameter_count
 
@@ -389,7 +455,106 @@ def _callbacks_module():
             if self._t0 is not None:
                 self.fit_seconds = time.perf_counter() - self._t0
 
-    return TokenCounter, LitGPTExport, RunTracker
+    class StepProgressBar(RichProgressBar):
+        """Lightning's rich bar, counting optimizer steps against ``max_steps`` (with the tokens seen and the loss)
+        instead of the micro-batches of one data epoch (``Epoch 0/-2``, and ``300/149`` after a resume): one bar
+        for the whole run, at ``trainer.global_step`` from the first batch on, resumed runs included."""
+
+        def __init__(self, tokens_per_step: int) -> None:
+            super().__init__()
+            self.tokens_per_step = int(tokens_per_step)
+
+        @property
+        def total_train_batches(self) -> int | float:
+            steps = self.trainer.max_steps
+            return steps if steps is not None and steps > 0 else float("inf")
+
+        def _get_train_description(self, current_epoch: int) -> str:
+            return f"{'step':{len(self.validation_description)}}"
+
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            if self.train_progress_bar_id is None:  # later data epochs continue the same bar
+                super().on_train_epoch_start(trainer, pl_module)
+                self._update(self.train_progress_bar_id, trainer.global_step)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if not self.is_disabled and self.train_progress_bar_id is None:
+                self._initialize_train_progress_bar_id()
+            self._update(self.train_progress_bar_id, trainer.global_step)
+            self._update_metrics(trainer, pl_module)
+            self.refresh()
+
+        def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
+            items = super().get_metrics(trainer, pl_module)
+            items.pop("v_num", None)
+            items["tokens"] = _fmt_int(trainer.global_step * self.tokens_per_step)
+            return items
+
+    class InterruptCheckpoint(pl.Callback):
+        """On Ctrl-C or an exception during ``fit``, saves ``dirpath/step-XXXXXXXX.ckpt``: the Lightning checkpoint of
+        the last completed optimizer step, exactly what ``ModelCheckpoint`` would have written at that step (the loop
+        and data positions are taken at that step's end, so micro-batches of an unfinished accumulation are not
+        counted and a resume continues as an uninterrupted run would). Lightning's ``OnExceptionCheckpoint`` saves
+        the state of the interrupted moment instead, mid-accumulation included, and deletes its file when a later
+        fit ends.
+
+        Put it first in the callback list: its ``on_train_batch_end`` then records each step before any other
+        callback (e.g. a growth) acts on it. Single-process runs only: in a multi-process run the ranks may be
+        stopped at different places, and the newest periodic checkpoint is the resume point.
+
+        Attributes:
+            exception: what stopped the fit (``KeyboardInterrupt`` for Ctrl-C), or ``None``.
+            path: the checkpoint to resume from (this one, or one of the step it is at), or ``None``.
+            step: the optimizer steps that checkpoint holds.
+        """
+
+        def __init__(self, dirpath: Path) -> None:
+            self.dirpath = Path(dirpath)
+            self.exception: BaseException | None = None
+            self.path: Path | None = None
+            self.step: int | None = None
+            self._start_step: int | None = None
+            self._boundary: tuple[int, dict[str, Any], dict[str, Any] | None] | None = None
+            self._saving = False
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            self._start_step = trainer.global_step
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            step = trainer.global_step
+            if step != self._start_step and (self._boundary is None or self._boundary[0] != step):
+                datamodule = trainer.datamodule
+                self._boundary = (step, copy.deepcopy(trainer.fit_loop.state_dict()),
+                                  copy.deepcopy(datamodule.state_dict()) if datamodule is not None else None)
+
+        def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+            self.exception = exception
+            if self._boundary is None or trainer.world_size > 1:
+                return
+            step = self._boundary[0]
+            path = self.dirpath / f"step-{step:08d}.ckpt"
+            if not path.exists():  # (else ModelCheckpoint wrote this step already)
+                self._saving = True
+                try:
+                    trainer.save_checkpoint(path, weights_only=False)
+                except Exception as err:  # noqa: BLE001 - report, keep the original error
+                    _info(f"could not save a checkpoint of step {step} ({type(err).__name__}: {err})")
+                    return
+                finally:
+                    self._saving = False
+            self.path, self.step = path, step
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+            if not self._saving:
+                return
+            _, loops, data_state = self._boundary
+            checkpoint["loops"]["fit_loop"] = loops
+            datamodule = trainer.datamodule
+            if data_state is not None and datamodule.__class__.__qualname__ in checkpoint:
+                checkpoint[datamodule.__class__.__qualname__] = data_state
+
+    return types.SimpleNamespace(TokenCounter=TokenCounter, LitGPTExport=LitGPTExport, RunTracker=RunTracker,
+                                 StepProgressBar=StepProgressBar, InterruptCheckpoint=InterruptCheckpoint)
 
 
 # ------------------------------------------------------------------------------------------------------------ pretrain
@@ -411,24 +576,64 @@ def _info(message: str) -> None:
     rank_zero_info(f"[sparkling] {message}")
 
 
-def pretrain(run: ResolvedRun, *, hparams_yaml: str = "", print_summary: bool = True) -> dict[str, Any]:
+def pretrain(run: ResolvedRun, *, hparams_yaml: str = "", print_summary: bool = True,
+             argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run a resolved configuration: build the data module, the :class:`~lightning_sparkling.module.
     LitGPTPretrainModule`, the callbacks and the ``Trainer``, fit (resuming when asked), validate at the end, export
     the litgpt ``final/`` dir, and print and write the summary.
 
+    A Ctrl-C (or an exception in a training step) during the fit saves the Lightning checkpoint of the last
+    completed optimizer step (single-process runs), writes ``summary.json`` with ``"status": "interrupted"`` (or
+    ``"failed"``), the checkpoint and the command that resumes from it, and prints them.
+
+    Args:
+        run: the resolved configuration.
+        hparams_yaml: the configuration as YAML (written next to every litgpt checkpoint).
+        print_summary: print the end-of-run table.
+        argv: the arguments after ``sparkling pretrain``, for the resume command (``None``: the command given uses
+            ``--config out_dir/hparams.yaml``, ``hparams_yaml`` written there on an interruption).
+
     Returns:
-        the summary (also written to ``out_dir/summary.json``).
+        the summary (also written to ``out_dir/summary.json``); ``summary["status"]`` is ``"interrupted"`` after a
+        Ctrl-C.
+
+    Raises:
+        Exception: what a training step raised, after the checkpoint and the summary are written.
     """
     import torch
 
     threads = torch.get_num_threads()
     try:
-        return _pretrain(run, hparams_yaml=hparams_yaml, print_summary=print_summary)
+        return _pretrain(run, hparams_yaml=hparams_yaml, print_summary=print_summary, argv=argv)
     finally:
         torch.set_num_threads(threads)
 
 
-def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> dict[str, Any]:
+def resume_command(argv: Sequence[str] | None, checkpoint: Path | str) -> str:
+    """The shell command that resumes a ``sparkling pretrain`` run from ``checkpoint``: the same arguments (``argv``,
+    those after ``sparkling pretrain``) with ``--resume`` replaced.
+
+    Example::
+
+        >>> resume_command(["--config", "my run.yaml", "--resume", "auto"], "out/checkpoints/step-00000170.ckpt")
+        "sparkling pretrain --config 'my run.yaml' --resume out/checkpoints/step-00000170.ckpt"
+    """
+    args, skip = [], False
+    for arg in argv or []:
+        if skip:
+            skip = False
+            continue
+        if arg == "--resume":
+            skip = True
+            continue
+        if arg.startswith("--resume="):
+            continue
+        args.append(arg)
+    return shlex.join(["sparkling", "pretrain", *args, "--resume", str(checkpoint)])
+
+
+def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
+              argv: Sequence[str] | None) -> dict[str, Any]:
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
@@ -437,10 +642,11 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> di
     from lightning_sparkling.callbacks.growth import WidthGrowthCallback
     from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
     from lightning_sparkling.compute import estimate_compute
+    from lightning_sparkling.config import find_resume_checkpoint
     from lightning_sparkling.module import LitGPTPretrainModule
 
-    start = time.perf_counter()
-    TokenCounter, LitGPTExport, RunTracker = _callbacks_module()
+    start, started = time.perf_counter(), time.time()
+    cb = _callbacks_module()
     out_dir = run.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     for note in run.notes:
@@ -449,6 +655,12 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> di
     _info(f"{run.steps:,} steps x {run.tokens_per_step:,} tokens/step = {run.total_tokens:,} tokens; "
           f"micro_batch_size {run.micro_batch_size} x {run.world_size} device(s) x {run.accumulate} accumulation; "
           f"strategy {run.strategy}, precision {run.precision}, optimizer {run.optimizer_name} (lr {run.lr:g})")
+    planned = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
+                               tie_embeddings=run.train.tie_embeddings)
+    active = (f" (active {' -> '.join(f'{p:,}' for p in planned.active_params)})"
+              if list(planned.active_params) != list(planned.total_params) else "")
+    _info(f"parameters {' -> '.join(f'{p:,}' for p in planned.total_params)}{active}; training FLOPs (6 N D) "
+          f"{_fmt_flops(planned.flops)}, {planned.flops_saved:.1%} fewer than the final width from scratch")
     for k, s in enumerate(run.stages):
         _info(f"growth stage {k}: at step {s.at_step}: {s.widths}")
     if run.resume_path is not None:
@@ -465,9 +677,10 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> di
         accumulate_grad_batches=run.accumulate if run.uses_muon else 1,
     )
 
-    token_counter = TokenCounter(run.tokens_per_step, run.train.log_interval)
-    tracker = RunTracker()
-    callbacks: list[Any] = []
+    token_counter = cb.TokenCounter(run.tokens_per_step, run.train.log_interval)
+    tracker = cb.RunTracker()
+    on_interrupt = cb.InterruptCheckpoint(out_dir / "checkpoints")
+    callbacks: list[Any] = [on_interrupt]  # first: it records each step before another callback acts on it
     growth = None
     if run.stages:
         growth = WidthGrowthCallback(run.stages, min_lr=run.growth.min_lr, seed=run.growth.seed)
@@ -475,7 +688,7 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> di
     if run.rms_monitor is not None:
         callbacks.append(ActivationRMSMonitor(every_n_steps=run.rms_monitor.every_n_steps,
                                               per_linear=run.rms_monitor.per_linear))
-    exporter = LitGPTExport(out_dir, run.train.save_interval, lambda: datamodule.tokenizer_dir, hparams_yaml)
+    exporter = cb.LitGPTExport(out_dir, run.train.save_interval, lambda: datamodule.tokenizer_dir, hparams_yaml)
     keep = run.train.keep_last_checkpoints
     checkpoint = ModelCheckpoint(
         dirpath=out_dir / "checkpoints", filename="step-{step:08d}", auto_insert_metric_name=False,
@@ -483,7 +696,8 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> di
         monitor=None if keep is None else "step", mode="max", save_last=False, save_on_train_epoch_end=False,
         enable_version_counter=False,
     )
-    callbacks += [token_counter, exporter, tracker, LearningRateMonitor(logging_interval="step"), checkpoint]
+    callbacks += [token_counter, exporter, tracker, LearningRateMonitor(logging_interval="step"), checkpoint,
+                  cb.StepProgressBar(run.tokens_per_step)]
     logger = TensorBoardLogger(save_dir=str(out_dir), name="logs", version="", default_hp_metric=False)
 
     interval = run.eval.interval if run.eval.interval else run.steps + 1
@@ -493,16 +707,34 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> di
         log_every_n_steps=run.train.log_interval, val_check_interval=interval * run.accumulate,
         check_val_every_n_epoch=None, limit_val_batches=run.eval.max_iters if run.eval.max_iters else 1.0,
         num_sanity_val_steps=0, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir),
-        enable_model_summary=True,
+        enable_model_summary=False,  # it printed "Total FLOPs: 0": parameters and FLOPs are in the lines above
     )
     if run.eval.initial_validation and run.resume_path is None:
         trainer.validate(module, datamodule=datamodule, verbose=False)
         # trainer.validate runs under inference_mode, leaving the metric's state as inference tensors that fit's
         # validation (under no_grad) cannot update in place: start it afresh
         module.val_loss.reset()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(run.resume_path) if run.resume_path else None)
+    failure: BaseException | None = None
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(run.resume_path) if run.resume_path else None)
+    except SystemExit as err:  # Lightning's answer to Ctrl-C: on_exception hooks, teardown, sys.exit(1)
+        if not isinstance(on_interrupt.exception, KeyboardInterrupt):
+            raise
+        failure = on_interrupt.exception
+        err.__suppress_context__ = True
+    except Exception as err:  # noqa: BLE001 - re-raised below, after the checkpoint and summary
+        failure = err
+    finally:
+        _restore_sigint()
     step = trainer.global_step
-    if not trainer.interrupted:
+    status = "completed"
+    resume_from: Path | None = None
+    if failure is not None:
+        status = "interrupted" if isinstance(failure, KeyboardInterrupt) else "failed"
+        newest = find_resume_checkpoint(out_dir)  # a periodic one of this run (multi-process runs save none on exit)
+        newest = newest if newest is not None and newest.stat().st_mtime >= started else None
+        resume_from = on_interrupt.path or newest or run.resume_path
+    elif not trainer.interrupted:
         # Lightning's `.ckpt` of the last step (ModelCheckpoint saves only every save_interval): `resume` continues here
         last = out_dir / "checkpoints" / f"step-{step:08d}.ckpt"
         if not last.exists():
@@ -524,9 +756,10 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> di
         return float(value) if value is not None else None
 
     last_losses = [v for s in range(max(0, step - 10), step) if (v := token_counter.step_loss(s)) is not None]
+    fit_seconds = tracker.fit_seconds or (time.perf_counter() - tracker._t0 if tracker._t0 is not None else 0.0)
     summary = {
-        "out_dir": str(out_dir), "steps": step, "tokens": step * run.tokens_per_step,
-        "tokens_per_step": run.tokens_per_step,
+        "status": status, "out_dir": str(out_dir), "steps": step, "max_steps": run.steps,
+        "tokens": step * run.tokens_per_step, "tokens_per_step": run.tokens_per_step,
         "flops": est.flops, "flops_from_scratch": est.flops_from_scratch, "flops_saved": est.flops_saved,
         "flops_logged": token_counter.flops,
         "active_params": list(est.active_params), "total_params": list(est.total_params),
@@ -539,15 +772,49 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool) -> di
         else metric("train_loss"),
         "train_loss_last10": sum(last_losses) / len(last_losses) if last_losses else None,
         "val_loss": metric("val_loss"), "val_ppl": metric("val_ppl"),
-        "wall_clock_seconds": time.perf_counter() - start, "fit_seconds": tracker.fit_seconds,
+        "wall_clock_seconds": time.perf_counter() - start, "fit_seconds": fit_seconds,
         "resumed_from": str(run.resume_path) if run.resume_path else None,
-        "final_dir": str(out_dir / "final"), "interrupted": bool(trainer.interrupted),
+        "final_dir": str(out_dir / "final") if status == "completed" else None,
+        "interrupted": status != "completed" or bool(trainer.interrupted),
     }
+    if failure is not None and argv is None and resume_from is not None and trainer.is_global_zero:
+        (out_dir / "hparams.yaml").write_text(hparams_yaml)
+        argv = ["--config", str(out_dir / "hparams.yaml")]
+    if failure is not None:
+        summary["error"] = f"{type(failure).__name__}: {failure}" if status == "failed" else "KeyboardInterrupt"
+        summary["checkpoint"] = str(resume_from) if resume_from is not None else None
+        summary["checkpoint_step"] = on_interrupt.step if resume_from == on_interrupt.path else None
+        summary["resume_command"] = resume_command(argv, resume_from) if resume_from is not None else None
     if trainer.is_global_zero:
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
         if print_summary:
             print_summary_table(summary)
+        if failure is not None:
+            _print_resume_hint(summary)
+    if failure is not None and status == "failed":
+        raise failure
     return summary
+
+
+def _restore_sigint() -> None:
+    """Lightning ignores SIGINT while it shuts down after a Ctrl-C and leaves it so: give Ctrl-C back."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _print_resume_hint(summary: dict[str, Any]) -> None:
+    what = "interrupted (Ctrl-C)" if summary["status"] == "interrupted" else f"failed ({summary['error']})"
+    lines = [f"sparkling pretrain {what} after {summary['steps']:,} of {summary['max_steps']:,} steps; "
+             f"summary: {summary['out_dir']}/summary.json"]
+    if summary["resume_command"]:
+        at = summary["checkpoint_step"]
+        lines.append(f"checkpoint{f' of step {at:,}' if at is not None else ''}: {summary['checkpoint']}")
+        lines.append(f"resume with: {summary['resume_command']}")
+    else:
+        lines.append("no checkpoint was written (no optimizer step finished): run the same command again")
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def _json_default(value: Any) -> Any:
@@ -582,8 +849,10 @@ def print_summary_table(summary: dict[str, Any]) -> None:
         ("final val loss / ppl", f"{loss(summary['val_loss'])} / "
                                  f"{'-' if summary['val_ppl'] is None else format(summary['val_ppl'], '.2f')}"),
         ("wall-clock", f"{summary['wall_clock_seconds']:.1f} s (fit {summary['fit_seconds']:.1f} s)"),
-        ("litgpt checkpoint", summary["final_dir"]),
+        ("litgpt checkpoint", summary["final_dir"] or "- (the run did not finish: no final/)"),
     ]
+    if summary.get("status", "completed") != "completed":
+        rows.insert(0, ("status", f"{summary['status']} after {summary['steps']:,} of {summary['max_steps']:,} steps"))
     for k, v in rows:
         table.add_row(k, v)
     _console().print(table)
@@ -614,10 +883,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan(run)
         return 0
     try:
-        pretrain(run, hparams_yaml=dumped)
+        summary = pretrain(run, hparams_yaml=dumped, argv=rest)
+    except KeyboardInterrupt:  # outside the fit (data preparation, final validation, export): nothing to save
+        print("sparkling pretrain: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     finally:
         _shutdown_distributed()
-    return 0
+    return 130 if summary.get("status") == "interrupted" else 0
 
 
 def _shutdown_distributed() -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from lightning_sparkling.stage import GrowthStage
+from lightning_sparkling.stage import GrowthStage, check_rewarmup_fits
 
 __all__ = [
     "ConfigError",
@@ -30,6 +30,7 @@ __all__ = [
     "StageArgs",
     "TrainArgs",
     "check_keys",
+    "check_resume_checkpoint",
     "find_resume_checkpoint",
     "pretrain_arguments",
     "resolve",
@@ -53,7 +54,7 @@ class DataArgs:
     """The training text: the embedded corpus (this machine's Python standard library, optionally every installed
     package) or a directory of your own text, tokenized by a byte-level BPE trained on it (cached)."""
 
-    source: Literal["stdlib", "stdlib+site-packages"] = "stdlib"
+    source: str = "stdlib"
     """``stdlib``: the Python standard library's ``*.py`` (~12 MB); ``stdlib+site-packages``: also every installed
     package's ``*.py`` (~10x bigger). Ignored when ``data_dir`` is set."""
     data_dir: Optional[Path] = None
@@ -118,7 +119,9 @@ class EvalArgs:
     interval: Optional[int] = 100
     """Validate every this many optimizer steps (and always at the end); ``null``: only at the end."""
     max_iters: Optional[int] = 100
-    """Validation batches per evaluation (``null``: the whole validation split)."""
+    """Validation batches per evaluation (per device): a fixed, seeded sample of ``max_iters * micro_batch_size *
+    devices`` windows spread over the whole validation split, the same at every evaluation and on resume (``null``:
+    the whole split)."""
     initial_validation: bool = False
     """Also validate before the first step."""
     final_validation: bool = True
@@ -148,7 +151,8 @@ class StageArgs:
     rewarmup_ratio: Optional[float] = 1.3
     """New entries' LR re-warms from the LR at growth to this multiple of it (``null``: no re-warmup)."""
     rewarmup_steps: int = 250
-    """Length of the new entries' linear LR re-warmup, in optimizer steps."""
+    """Length of the new entries' linear LR re-warmup, in optimizer steps; must end before the last step
+    (``at_step + rewarmup_steps < max_steps``)."""
 
 
 @dataclass
@@ -187,7 +191,7 @@ def pretrain_arguments(
     devices: Union[int, str] = "auto",
     num_nodes: int = 1,
     accelerator: str = "auto",
-    strategy: Literal["auto", "ddp", "fsdp2", "fsdp"] = "auto",
+    strategy: str = "auto",
     tokenizer_dir: Optional[Path] = None,
     seed: int = 42,
     num_threads: Optional[int] = None,
@@ -205,7 +209,8 @@ def pretrain_arguments(
         precision: Lightning precision (``32-true``, ``bf16-mixed``, ``bf16-true``, ``16-mixed``); default
             ``bf16-mixed`` on a bf16 GPU, ``16-mixed`` on another GPU, ``32-true`` on CPU.
         resume: ``false``; ``auto`` (the newest ``out_dir/checkpoints/step-*.ckpt`` if any, else start fresh);
-            ``true`` (the newest, an error if none); or a ``.ckpt`` path.
+            ``true`` (the newest, an error if none); or a ``.ckpt`` path. The checkpoint is checked before anything
+            starts (readable, same growth stages and model).
         data: the corpus (see ``data.*``).
         train: training length and optimization (see ``train.*``).
         eval: validation (see ``eval.*``).
@@ -216,6 +221,7 @@ def pretrain_arguments(
         accelerator: ``auto``, ``cpu``, ``gpu``/``cuda``.
         strategy: ``auto`` (one device, or DDP for several), ``ddp``, ``fsdp2`` (``ModelParallelStrategy``,
             data parallel only), ``fsdp`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only).
+            DeepSpeed and tensor parallelism are refused.
         tokenizer_dir: use the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of training
             a BPE on the corpus.
         seed: model init and data order seed.
@@ -384,7 +390,42 @@ def model_config_from(model_name: Optional[str], model_config: Optional[dict], *
             return Config.from_name(model_name, **overrides)
         return Config(**overrides)
     except (ValueError, TypeError, AssertionError, ZeroDivisionError) as err:
-        raise ConfigError("model_config", f"litgpt Config rejected it: {err}") from err
+        key, reason = _config_rejection(err)
+        raise ConfigError(key, f"litgpt Config rejected it: {reason}") from err
+
+
+_CONFIG_HINTS = {  # failed litgpt check (the fields it names) -> (the key to blame, the message)
+    ("n_embd", "n_head"): ("n_embd", "n_embd={n_embd} is not divisible by n_head={n_head}: give an n_embd that is a "
+                                     "multiple of n_head, or set model_config.head_size"),
+    ("n_head", "n_query_groups"): ("n_query_groups", "n_head={n_head} is not divisible by "
+                                                     "n_query_groups={n_query_groups}: give an n_query_groups that "
+                                                     "divides n_head"),
+}
+
+
+def _config_rejection(err: BaseException) -> tuple[str, str]:
+    """``(key, reason)`` for an exception of ``litgpt.Config(...)``. litgpt checks many fields with bare ``assert``
+    statements (an empty message): the failed check is then read from the traceback, with the values of the fields it
+    names (``assert self.n_embd % self.n_head == 0`` -> ``model_config.n_embd``, ``n_embd=66 is not divisible by
+    n_head=4 ...``)."""
+    import traceback
+
+    if str(err).strip():
+        return "model_config", f"{type(err).__name__}: {err}"
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    line = traceback.extract_tb(err.__traceback__)[-1].line if err.__traceback__ is not None else ""
+    owner = tb.tb_frame.f_locals.get("self") if tb is not None else None
+    names = list(dict.fromkeys(re.findall(r"self\.(\w+)", line or "")))
+    values = {n: getattr(owner, n, "?") for n in names}
+    key = f"model_config.{names[0]}" if names else "model_config"
+    hint = _CONFIG_HINTS.get(tuple(names))
+    if hint is not None:
+        return f"model_config.{hint[0]}", hint[1].format(**values)
+    shown = ", ".join(f"{n}={v!r}" for n, v in values.items())
+    return key, (f"its check `{line}` failed" + (f" ({shown})" if shown else "")
+                 + ": fix those model_config fields (see litgpt's Config)")
 
 
 def normalize_optimizer(spec: Any) -> Union[str, dict]:
@@ -482,6 +523,178 @@ def find_resume_checkpoint(out_dir: Path) -> Optional[Path]:
     return max(found)[2] if found else None
 
 
+GROWTH_STATE_KEY = "WidthGrowthCallback"
+"""``checkpoint["callbacks"]`` key of :class:`~lightning_sparkling.callbacks.growth.WidthGrowthCallback`'s state."""
+
+_IGNORED_CONFIG_FIELDS = ("name", "hf_config")  # labels: they do not change the model
+
+
+def _older_checkpoints(path: Path) -> list[Path]:
+    """Other ``step-*.ckpt`` beside ``path``, newest first (what to resume from instead of a broken one)."""
+    found = []
+    for other in path.parent.iterdir() if path.parent.is_dir() else []:
+        match = _STEP_RE.fullmatch(other.name.removesuffix(".ckpt"))
+        if match and other.name.endswith(".ckpt") and other != path:
+            found.append((int(match.group(1)), other))
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def _read_checkpoint(path: Path) -> tuple[dict[str, Any], Optional[dict[str, tuple[int, ...]]], str]:
+    """``(checkpoint without tensors loaded, parameter name -> shape or None, what kind)`` of a Lightning checkpoint:
+    a ``.ckpt`` file (memory-mapped: no tensor is read) or a sharded directory (FSDP2/FSDP1: ``meta.pt`` plus the
+    ``torch.distributed.checkpoint`` metadata, which lists every tensor's global shape)."""
+    import torch
+
+    if path.is_dir():
+        meta = path / "meta.pt"
+        if not meta.is_file():
+            raise ValueError("a directory without meta.pt (not a sharded Lightning checkpoint)")
+        checkpoint = torch.load(meta, map_location="cpu", weights_only=False)
+        shapes: Optional[dict[str, tuple[int, ...]]] = None
+        try:
+            from torch.distributed.checkpoint import FileSystemReader
+            from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+            metadata = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+            shapes = {}
+            for name, item in metadata.items():
+                prefix = next((p for p in ("state_dict.", "model.") if name.startswith(p)), None)
+                if prefix is not None and isinstance(item, TensorStorageMetadata):
+                    shapes[name[len(prefix):]] = tuple(item.size)
+        except Exception:  # noqa: BLE001 - an unreadable shard index: checked when Lightning loads it
+            shapes = None
+        return checkpoint, shapes, "sharded"
+    checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ValueError("not a Lightning checkpoint (no state_dict)")
+    shapes = {name: tuple(t.shape) for name, t in checkpoint["state_dict"].items() if hasattr(t, "shape")}
+    return checkpoint, shapes, "file"
+
+
+def _clean_name(name: str) -> str:
+    """A checkpoint parameter name as a plain ``litgpt.GPT`` state_dict name (no module or FSDP wrapper prefixes)."""
+    for wrapper in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod."):
+        name = name.replace(wrapper, "")
+    return name.removeprefix("model.")
+
+
+def _expected_shapes(config: Any) -> dict[str, tuple[int, ...]]:
+    """Parameter names and shapes of ``litgpt.GPT(config)``, built on the meta device (nothing allocated)."""
+    import torch
+    from litgpt import GPT
+
+    with torch.device("meta"):
+        model = GPT(config)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], *, tie_embeddings: bool,
+                            num_optimizers: Optional[int] = None) -> list[str]:
+    """Check, before anything starts, that the run can resume from the Lightning checkpoint ``path``: it is
+    readable, its growth was done by a prefix of ``stages`` (the same stages, none skipped), and its model is the
+    configured one grown by those stages (litgpt ``Config`` fields, parameter names and shapes, tied embeddings,
+    number of optimizers).
+
+    Args:
+        path: a ``.ckpt`` file or a sharded checkpoint directory (FSDP2/FSDP1, with ``meta.pt``).
+        config: the run's starting ``litgpt.Config``.
+        stages: the run's growth stages.
+        tie_embeddings: the run's ``train.tie_embeddings``.
+        num_optimizers: how many optimizers the run builds (2 with Muon: Muon + AdamW), or ``None`` not to check.
+
+    Returns:
+        notes on what was checked (e.g. a sharded directory's shapes could not be read).
+
+    Raises:
+        ConfigError: (key ``resume``) naming the file, what differs and the fix.
+    """
+    from dataclasses import asdict
+
+    from lightning_sparkling.plan import GrowthError, plan_growth
+
+    path = Path(path)
+    older = _older_checkpoints(path) if not path.is_dir() else []
+    instead = (f"resume from an older one (--resume {older[0]})" if older else "start afresh (--resume false)")
+    try:
+        checkpoint, shapes, kind = _read_checkpoint(path)
+    except Exception as err:  # noqa: BLE001 - torch/pickle raise anything on a corrupt file
+        reason = f"{type(err).__name__}: {err}".strip().splitlines()[0].split(". ")[0].rstrip(":. ")
+        raise ConfigError("resume", f"cannot read the checkpoint {str(path)!r} ({reason}): it is corrupt, truncated "
+                                    f"(a write that did not finish?) or not a `sparkling pretrain` checkpoint; "
+                                    f"{instead}") from err
+    notes: list[str] = []
+    fresh = "or start a fresh out_dir (--out_dir NEW, or --resume false)"
+    step = int(checkpoint.get("global_step", 0) or 0)
+
+    # ---------------------------------------------------------------- growth stages
+    state = (checkpoint.get("callbacks") or {}).get(GROWTH_STATE_KEY) or {}
+    grown = int(state.get("grown", 0) or 0)
+    try:
+        applied = [GrowthStage(**s) for s in (state.get("stages") or [])[:grown]]
+    except (TypeError, ValueError) as err:
+        raise ConfigError("resume", f"{str(path)!r} holds growth stages this version cannot read ({err})") from err
+    if grown > len(stages):
+        raise ConfigError("resume", f"{str(path)!r} was grown by {grown} stage(s) but growth.stages has "
+                                    f"{len(stages)}: resume with the growth.stages it was trained with "
+                                    f"({[s.to_dict() for s in applied]}), {fresh}")
+    for k, (done, given) in enumerate(zip(applied, stages)):
+        if done != given:
+            diff = ", ".join(f"{f}: checkpoint {getattr(done, f)!r}, config {getattr(given, f)!r}"
+                             for f in done.to_dict() if getattr(done, f) != getattr(given, f))
+            raise ConfigError("resume", f"{str(path)!r} was grown by another growth.stages[{k}] than the config's "
+                                        f"({diff}): resume with the stages it was trained with, {fresh}")
+    if grown < len(stages) and stages[grown].at_step < step:
+        raise ConfigError("resume", f"{str(path)!r} is at step {step} and was not grown by growth.stages[{grown}] "
+                                    f"(at_step={stages[grown].at_step}): that growth would happen late, at step "
+                                    f"{step}; resume with the growth.stages it was trained with, {fresh}")
+
+    # ---------------------------------------------------------------- architecture
+    expected = config
+    try:
+        for k, stage in enumerate(stages[:grown]):
+            expected = plan_growth(expected, stage, seed=0, stage_index=k, tied_embeddings=tie_embeddings).new_config
+    except GrowthError as err:  # already checked by resolve(); kept for direct callers
+        raise ConfigError("resume", str(err)) from err
+    hparams = checkpoint.get("hyper_parameters") or {}
+    if "tie_embeddings" in hparams and bool(hparams["tie_embeddings"]) != bool(tie_embeddings):
+        raise ConfigError("resume", f"{str(path)!r} was trained with train.tie_embeddings={hparams['tie_embeddings']}, "
+                                    f"the config gives {tie_embeddings}: resume with the same setting, {fresh}")
+    saved = checkpoint.get("model_config")
+    if isinstance(saved, dict):
+        want = asdict(expected)
+        differ = [f for f in want if f in saved and f not in _IGNORED_CONFIG_FIELDS and saved[f] != want[f]]
+        if differ:
+            detail = ", ".join(f"{f}: checkpoint {saved[f]!r}, config {want[f]!r}" for f in differ[:4])
+            grown_by = f" grown by its {grown} applied stage(s)" if grown else ""
+            raise ConfigError("resume", f"{str(path)!r} holds another model than model_config{grown_by} ({detail}"
+                                        f"{', ...' if len(differ) > 4 else ''}): resume with the model_config it was "
+                                        f"trained with, {fresh}")
+    if shapes is not None:
+        found = {_clean_name(n): s for n, s in shapes.items()}
+        want_shapes = _expected_shapes(expected)
+        tied_names = {"lm_head.weight", "transformer.wte.weight"} if tie_embeddings else set()
+        missing = sorted(n for n in set(want_shapes) - set(found) if n not in tied_names)
+        extra = sorted(set(found) - set(want_shapes))
+        wrong = [f"{n}: checkpoint {found[n]}, config {s}" for n, s in want_shapes.items()
+                 if n in found and found[n] != s]
+        if missing or extra or wrong:
+            detail = "; ".join(([f"missing {', '.join(missing[:3])}"] if missing else [])
+                               + ([f"unexpected {', '.join(extra[:3])}"] if extra else []) + wrong[:3])
+            raise ConfigError("resume", f"{str(path)!r} does not hold the parameters of model_config (after "
+                                        f"{grown} growth stage(s)): {detail}; resume with the model_config it was "
+                                        f"trained with, {fresh}")
+    else:
+        notes.append(f"resume: {path} is a sharded checkpoint whose tensor index could not be read: its growth "
+                     "stages and model_config were checked, parameter shapes are checked when it loads")
+    if num_optimizers is not None and kind == "file" and "optimizer_states" in checkpoint:
+        have = len(checkpoint["optimizer_states"])
+        if have != num_optimizers:
+            raise ConfigError("resume", f"{str(path)!r} holds {have} optimizer state(s) and this run builds "
+                                        f"{num_optimizers} (Muon runs have 2: Muon + AdamW): resume with the "
+                                        f"optimizer it was trained with, {fresh}")
+    return notes
+
+
 def resolve(ns: Any) -> ResolvedRun:
     """Check a parsed configuration and derive the run from it.
 
@@ -499,9 +712,14 @@ def resolve(ns: Any) -> ResolvedRun:
     notes: list[str] = []
 
     # ---------------------------------------------------------------- hardware
-    strategy = _get(ns, "strategy", "auto") or "auto"
+    strategy = str(_get(ns, "strategy", "auto") or "auto")
     if strategy not in STRATEGIES:
-        raise ConfigError("strategy", f"expected one of auto, ddp, fsdp2, fsdp; got {strategy!r}")
+        unsupported = ("deepspeed" in strategy.lower() or "tensor" in strategy.lower()
+                       or strategy.lower() in ("tp", "model_parallel"))
+        why = (" (DeepSpeed and tensor parallelism cannot be grown in place: the callback rebuilds plain, DDP or "
+               "FSDP-sharded litgpt modules only)" if unsupported else "")
+        raise ConfigError("strategy", f"{strategy!r} is not supported{why}; use auto, ddp, fsdp2 (FSDP2 sharding) or "
+                                      "fsdp (FSDP1, CUDA only)")
     num_nodes = _get(ns, "num_nodes", 1)
     accelerator, num_devices = _resolve_devices(_get(ns, "accelerator", "auto"), _get(ns, "devices", "auto"),
                                                 num_nodes)
@@ -518,6 +736,9 @@ def resolve(ns: Any) -> ResolvedRun:
         raise ConfigError("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
 
     # ---------------------------------------------------------------- data
+    if data.source not in ("stdlib", "stdlib+site-packages"):
+        raise ConfigError("data.source", f"expected 'stdlib' or 'stdlib+site-packages', got {data.source!r} (for your "
+                                         "own text set data.data_dir)")
     _positive_int("data.seq_len", data.seq_len)
     _positive_int("data.vocab_size", data.vocab_size, minimum=2)
     if not 0 < data.val_percent < 100:
@@ -643,6 +864,10 @@ def resolve(ns: Any) -> ResolvedRun:
         except GrowthError as err:
             bad = next((name for name in stage.widths if re.search(rf"\b{name}\b", str(err))), None)
             raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
+        try:
+            check_rewarmup_fits([stage], steps, names=[key])
+        except ValueError as err:
+            raise ConfigError(f"{key}.rewarmup_steps", str(err).removeprefix(f"{key}: ")) from err
         stages.append(stage)
     if stages and strategy == "fsdp2" and num_devices * num_nodes < 1:
         raise ConfigError("devices", "fsdp2 needs at least one device")
@@ -659,6 +884,9 @@ def resolve(ns: Any) -> ResolvedRun:
         resume_path = Path(str(resume)).expanduser()
         if not resume_path.exists():
             raise ConfigError("resume", f"{str(resume_path)!r} does not exist")
+    if resume_path is not None:
+        notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=train.tie_embeddings,
+                                         num_optimizers=2 if uses_muon else 1)
 
     return ResolvedRun(
         model_config=config, stages=stages, steps=steps, tokens_per_step=tokens_per_step, seq_len=data.seq_len,

@@ -15,7 +15,8 @@ Data flows top to bottom, each step a pure function where it can be:
    vocabulary size. A complete cache is reused, never rebuilt.
 5. :class:`TextCorpusDataModule` serves ``(seq_len + 1)``-token windows: seeded random windows for training
    (:class:`RandomWindowDataset` + :class:`ResumableWindowSampler`, exact on resume) and contiguous windows for
-   validation (:class:`ContiguousWindowDataset`).
+   validation (:class:`ContiguousWindowDataset`): the whole split, or a fixed, seeded sample of windows spread over
+   all of it (:func:`spread_sample`, ``val_windows=``), the same at every evaluation and on resume.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ __all__ = [
     "corpus_cache_key",
     "save_tokenizer_dir",
     "split_files",
+    "spread_sample",
     "train_tokenizer",
 ]
 
@@ -548,9 +550,34 @@ class RandomWindowDataset(Dataset):
         return self.tokens.window(self.offset(position), self.seq_len + 1)
 
 
+def spread_sample(n_windows: int, n: int | None, seed: int = 0) -> np.ndarray:
+    """``n`` window indices spread over the whole range ``[0, n_windows)``, sorted: the range is cut into ``n``
+    equal strata and one window is drawn in each from ``numpy.random.default_rng(seed)`` (a pure function of its
+    arguments: the same windows at every evaluation, in every process and on resume). ``n`` of ``None`` or at least
+    ``n_windows``: every window.
+
+    Example::
+
+        >>> spread_sample(100, 4, seed=0).tolist()
+        [21, 40, 62, 81]
+        >>> spread_sample(5, None).tolist()
+        [0, 1, 2, 3, 4]
+    """
+    if n is None or n >= n_windows:
+        return np.arange(n_windows, dtype=np.int64)
+    if n < 1:
+        raise ValueError(f"n={n} must be >= 1 (or None: every window)")
+    edges = (np.arange(n + 1, dtype=np.int64) * n_windows) // n  # each stratum >= 1 window: n < n_windows
+    return np.random.default_rng(seed).integers(edges[:-1], edges[1:]).astype(np.int64)
+
+
 class ContiguousWindowDataset(Dataset):
     """Validation windows: the split cut into consecutive ``seq_len + 1``-token windows starting at ``k * seq_len``
-    (each target token is scored exactly once; a tail shorter than a window is dropped).
+    (each target token is scored exactly once; a tail shorter than a window is dropped), all of them or a fixed
+    sample of ``sample`` of them spread over the whole split (:func:`spread_sample`).
+
+    Taking the first batches of the split instead (``Trainer(limit_val_batches=...)``) scores only its first files
+    (sorted by name), a biased estimate: give ``sample`` to evaluate part of the split.
 
     Args:
         token_file: path of the flat token file.
@@ -558,6 +585,8 @@ class ContiguousWindowDataset(Dataset):
         n_tokens: its length.
         seq_len: tokens per window minus one.
         split: name used in error messages.
+        sample: use this many windows, one in each of ``sample`` equal strata of the split (``None``: every window).
+        seed: seed of the sample.
 
     Example::
 
@@ -566,24 +595,28 @@ class ContiguousWindowDataset(Dataset):
         >>> ds = ContiguousWindowDataset(path, "uint16", 25, seq_len=8)
         >>> len(ds), ds[1].tolist()[:3]
         (3, [8, 9, 10])
+        >>> ContiguousWindowDataset(path, "uint16", 25, seq_len=2, sample=3).windows.tolist()
+        [3, 6, 10]
     """
 
     def __init__(self, token_file: str | Path, dtype: str | np.dtype, n_tokens: int, seq_len: int,
-                 split: str = "validation") -> None:
+                 split: str = "validation", *, sample: int | None = None, seed: int = 0) -> None:
         self.tokens = _TokenFile(token_file, dtype, n_tokens)
         self.seq_len = int(seq_len)
         self.n_windows = (n_tokens - 1) // seq_len
         if self.n_windows < 1:
             raise ValueError(f"seq_len={seq_len} is too large for the {split} split of {n_tokens} tokens "
                              f"(a window needs seq_len + 1 = {seq_len + 1}): lower seq_len or raise val_percent")
+        self.windows = spread_sample(self.n_windows, sample, seed)
+        """Index ``k`` of each window served (its tokens start at ``k * seq_len``), in order."""
 
     def __len__(self) -> int:
-        return self.n_windows
+        return len(self.windows)
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        if not 0 <= index < self.n_windows:
-            raise IndexError(f"window {index} out of range [0, {self.n_windows})")
-        return self.tokens.window(index * self.seq_len, self.seq_len + 1)
+        if not 0 <= index < len(self.windows):
+            raise IndexError(f"window {index} out of range [0, {len(self.windows)})")
+        return self.tokens.window(int(self.windows[index]) * self.seq_len, self.seq_len + 1)
 
 
 class ResumableWindowSampler(DistributedSampler):
@@ -678,6 +711,10 @@ class TextCorpusDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes.
         tokenizer_dir: tokenize with the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of
             training a BPE; ``vocab_size`` is then the tokenizer's own.
+        val_windows: validate on this many windows (over all ranks) spread over the whole validation split, a fixed
+            seeded sample (:func:`spread_sample`; the same at every evaluation and on resume) instead of every window.
+            Prefer it to ``Trainer(limit_val_batches=...)``, which scores only the split's first files.
+        val_seed: seed of that sample.
 
     Example::
 
@@ -697,7 +734,7 @@ class TextCorpusDataModule(L.LightningDataModule):
                  include_site_packages: bool = False, include_tests: bool = False, vocab_size: int = 4096,
                  val_percent: float = 5.0, seed: int = 42, cache_dir: str | Path | None = None,
                  max_files: int | None = None, max_bytes: int | None = None, num_workers: int = 0,
-                 tokenizer_dir: str | Path | None = None) -> None:
+                 tokenizer_dir: str | Path | None = None, val_windows: int | None = None, val_seed: int = 0) -> None:
         super().__init__()
         if seq_len < 1:
             raise ValueError(f"seq_len={seq_len} must be >= 1")
@@ -711,6 +748,8 @@ class TextCorpusDataModule(L.LightningDataModule):
             raise ValueError(f"max_bytes={max_bytes} must be positive")
         if source not in ("stdlib", "stdlib+site-packages"):
             raise ValueError(f"source={source!r}: expected 'stdlib' or 'stdlib+site-packages' (or data_dir=...)")
+        if val_windows is not None and val_windows < 1:
+            raise ValueError(f"val_windows={val_windows} must be >= 1 (or None: the whole validation split)")
         if include_site_packages:
             source = "stdlib+site-packages"
         self.seq_len = int(seq_len)
@@ -725,6 +764,8 @@ class TextCorpusDataModule(L.LightningDataModule):
         self.max_files = max_files
         self.max_bytes = max_bytes
         self.num_workers = int(num_workers)
+        self.val_windows = None if val_windows is None else int(val_windows)
+        self.val_seed = int(val_seed)
         self.given_tokenizer_dir = Path(tokenizer_dir).expanduser().resolve() if tokenizer_dir is not None else None
         if self.given_tokenizer_dir is not None and not (self.given_tokenizer_dir / "tokenizer.json").is_file():
             raise FileNotFoundError(f"tokenizer_dir={str(tokenizer_dir)!r} has no tokenizer.json: give a folder "
@@ -847,7 +888,8 @@ class TextCorpusDataModule(L.LightningDataModule):
         self.train_dataset = RandomWindowDataset(self.cache_path / "train.bin", dtype, self.meta["train_tokens"],
                                                  self.seq_len, self.seed)
         self.val_dataset = ContiguousWindowDataset(self.cache_path / "val.bin", dtype, self.meta["val_tokens"],
-                                                   self.seq_len, split="validation")
+                                                   self.seq_len, split="validation", sample=self.val_windows,
+                                                   seed=self.val_seed)
 
     def _datasets_stale(self) -> bool:  # never built, or seq_len changed since (connect())
         return self.train_dataset is None or self.train_dataset.seq_len != self.seq_len
@@ -873,7 +915,8 @@ class TextCorpusDataModule(L.LightningDataModule):
                           persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:
-        """Contiguous validation windows, ``(batch_size, seq_len + 1)`` int64 (the last batch may be smaller)."""
+        """Validation windows in split order (all, or the ``val_windows`` sample), ``(batch_size, seq_len + 1)`` int64
+        (the last batch may be smaller)."""
         if self._datasets_stale():
             self._build_datasets()
         return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)

@@ -423,8 +423,21 @@ def main_plot(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heatmap-run", default=None, help="run (name) whose RMS heatmaps are drawn")
     parser.add_argument("--dpi", type=int, default=130)
     args = parser.parse_args(None if argv is None else list(argv))
-    path = plot_runs(args.logdirs, args.out, x_axis=args.x_axis, title=args.title, heatmap_run=args.heatmap_run,
-                     dpi=args.dpi)
+    for logdir in args.logdirs:  # user errors: one `error:` line (exit status 2), no traceback
+        try:
+            find_event_dirs(logdir)
+        except FileNotFoundError as err:
+            parser.error(f"{err}: give the logs/ folder of a run (e.g. out/quickstart/logs), where `sparkling "
+                         "pretrain` writes its TensorBoard events")
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        parser.error(f"--out {args.out}: the folder {out.parent} does not exist; create it first")
+    try:
+        path = plot_runs(args.logdirs, args.out, x_axis=args.x_axis, title=args.title, heatmap_run=args.heatmap_run,
+                         dpi=args.dpi)
+    except ValueError as err:  # an unknown --heatmap-run, an image format matplotlib cannot write
+        option = "--heatmap-run" if "heatmap_run" in str(err) else f"--out {args.out}"
+        parser.error(f"{option}: {err}")
     print(f"wrote {path}")
     return 0
 

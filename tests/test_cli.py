@@ -211,8 +211,13 @@ def test_unknown_key_in_config_file_is_refused_with_its_path(tmp_path, capsys, e
     ({"growth": {"stages": [{"at_step": 3, "moe_intermediate_size": 64}]}}, "growth.stages[0].moe_intermediate_size"),
     ({"growth": {"stages": [{"at_step": 3, "n_embd": 64, "init": "copy-foo"}]}}, "growth.stages[0].init"),
     ({"growth": {"stages": [{"at_step": 3, "n_embd": 64, "rewarmup_steps": -1}]}}, "growth.stages[0].rewarmup_steps"),
-    ({"growth": {"stages": [{"at_step": 5, "n_embd": 64}, {"at_step": 4, "n_embd": 128}]}},
-     "growth.stages[1].at_step"),
+    ({"growth": {"stages": [{"at_step": 5, "n_embd": 64, "rewarmup_steps": 2},
+                            {"at_step": 4, "n_embd": 128, "rewarmup_steps": 2}]}}, "growth.stages[1].at_step"),
+    # a re-warmup that cannot finish by max_steps (the default 250 steps, 9 steps left; or exactly the steps left)
+    ({"growth": {"stages": [{"at_step": 3, "n_embd": 64}]}}, "growth.stages[0].rewarmup_steps"),
+    ({"growth": {"stages": [{"at_step": 3, "n_embd": 64, "rewarmup_steps": 2},
+                            {"at_tokens": 6 * TOKENS_PER_STEP, "intermediate_size": 256, "rewarmup_steps": 6}]}},
+     "growth.stages[1].rewarmup_steps"),
     ({"train": {"global_batch_size": 6}}, "train.global_batch_size"),
     ({"train": {"micro_batch_size": -1}}, "train.micro_batch_size"),
     ({"train": {"max_steps": -5}}, "train.max_steps"),
@@ -220,6 +225,10 @@ def test_unknown_key_in_config_file_is_refused_with_its_path(tmp_path, capsys, e
     ({"train": {"min_lr": 1.0}}, "train.min_lr"),
     ({"data": {"seq_len": 64}, "model_config": {**MODEL, "block_size": 32}}, "data.seq_len"),
     ({"strategy": "fsdp"}, "strategy"),
+    ({"strategy": "deepspeed"}, "strategy"),
+    ({"data": {"source": "stdlib+everything"}}, "data.source"),
+    ({"model_config": {**MODEL, "n_embd": 66}}, "model_config.n_embd"),
+    ({"model_config": {**MODEL, "n_query_groups": 3}}, "model_config.n_query_groups"),
     ({"optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lrr": 1}}}, "optimizer.init_args"),
 ])
 def test_impossible_values_are_refused_before_anything_starts(tmp_path, capsys, overrides, key):
@@ -232,7 +241,20 @@ def test_impossible_values_are_refused_before_anything_starts(tmp_path, capsys, 
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert f"error: {key}" in err, err
+    # one error line under the short usage line (not the 38 lines of the full help), nothing else
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("usage: sparkling pretrain --config") and \
+        lines[1].startswith("error: "), err
     assert not cache.exists() and not out.exists()  # no tokenizer trained, nothing written
+
+
+def test_empty_litgpt_rejection_reason_is_filled_in(tmp_path, capsys):
+    """litgpt's Config checks n_embd % n_head with a bare assert: the message names the fields and the fix."""
+    path = write_config(tmp_path / "bad.yaml", tiny_config(tmp_path / "cache", model_config={**MODEL, "n_embd": 66}))
+    with pytest.raises(SystemExit):
+        main(["plan", "--config", str(path)])
+    err = capsys.readouterr().err
+    assert "n_embd=66 is not divisible by n_head=4" in err and "head_size" in err, err
 
 
 def test_fsdp1_on_cpu_refused_naming_fsdp2(config_file, capsys):
@@ -245,12 +267,22 @@ def test_fsdp1_on_cpu_refused_naming_fsdp2(config_file, capsys):
 # ------------------------------------------------------------------------------------------------------------ parsing
 def test_at_tokens_and_optimizer_overrides(config_file):
     _, run, dumped = parse(["--config", str(config_file), "--growth.stages",
-                            f"[{{at_tokens: {5 * TOKENS_PER_STEP + 1}, n_embd: 64}}]",
+                            f"[{{at_tokens: {5 * TOKENS_PER_STEP + 1}, n_embd: 64, rewarmup_steps: 5}}]",
                             "--optimizer.init_args.lr", "0.01", "--train.max_steps", "20"])
     assert [s.at_step for s in run.stages] == [6]  # ceil(tokens / tokens per step)
     assert run.optimizer["init_args"]["lr"] == 0.01 and run.optimizer["init_args"]["weight_decay"] == 0.1
     assert run.steps == 20 and run.accumulate == 2 and run.tokens_per_step == TOKENS_PER_STEP
     assert yaml.safe_load(dumped)["optimizer"]["init_args"]["lr"] == 0.01
+
+
+def test_validation_takes_a_spread_sample_of_max_iters_batches(config_file):
+    """eval.max_iters batches per device of windows spread over the whole validation split (not its first batches)."""
+    from lightning_sparkling.cli import build_datamodule
+
+    _, run, _ = parse(["--config", str(config_file)])
+    assert build_datamodule(run).val_windows == 2 * 4  # max_iters * micro_batch_size * devices
+    _, run, _ = parse(["--config", str(config_file), "--eval.max_iters", "null"])
+    assert build_datamodule(run).val_windows is None  # the whole split
 
 
 def test_max_tokens_sets_the_steps(config_file):
@@ -261,7 +293,7 @@ def test_max_tokens_sets_the_steps(config_file):
 
 def test_model_name_with_overrides_and_vocab_from_data(config_file):
     _, run, _ = parse(["--config", str(config_file), "--model_name", "pythia-14m", "--model_config", "{}",
-                       "--growth.stages", "[{at_step: 6, n_embd: 256}]"])
+                       "--growth.stages", "[{at_step: 6, n_embd: 256, rewarmup_steps: 3}]"])
     assert run.model_config.name == "pythia-14m" and run.model_config.vocab_size == 512
     assert run.model_config.padded_vocab_size == 512 and run.model_config.n_embd == 128
 
@@ -287,6 +319,15 @@ def test_plan_matches_estimate_compute(config_file, capsys, tmp_path):
     assert groups["transformer.h.*.attn.qkv.weight"]["count"] == 2
     assert groups["transformer.h.*.mlp.proj.weight"]["new_shape"] == (64, 128)
     assert "transformer.h.*.attn.qkv.weight" in printed and "alpha" in printed
+    # the new entries' LR window: linear re-warmup over the steps taken at 6, 7, 8, then 3 steps of cosine
+    assert stage["rewarmup_window"] == {"start": 6, "warmup_end": 9, "peak_ratio": 1.3, "tail_steps": 3, "end": 12}
+    assert "linear re-warmup over steps 6..9 (to 1.3x the LR at growth), then cosine to min_lr over 3 steps" in printed
+
+
+def test_plan_without_rewarmup_says_so(config_file, capsys):
+    assert main(["plan", "--config", str(config_file), "--growth.stages",
+                 "[{at_step: 6, n_embd: 64, rewarmup_ratio: null}]"]) == 0
+    assert "no re-warmup" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------------------------------------ variants
@@ -325,7 +366,8 @@ def test_fsdp2_two_cpu_ranks_through_the_console_script(config_file, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run([str(script), "pretrain", "--config", str(config_file), "--out_dir", str(out),
                              "--devices", "2", "--strategy", "fsdp2", "--train.tie_embeddings", "true",
-                             "--train.max_steps", "8", "--train.save_interval", "null", "--rms_monitor", "null"],
+                             "--train.max_steps", "8", "--train.save_interval", "null", "--rms_monitor", "null",
+                             "--growth.stages", "[{at_step: 6, n_embd: 64, intermediate_size: 128, rewarmup_steps: 1}]"],
                             capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -363,3 +405,9 @@ def test_readme_commands_and_config_reference():
             assert f"`{section}.{f.name}`" in readme, f"{section}.{f.name}"
     for f in dataclasses.fields(schema.StageArgs):
         assert f"`growth.stages[].{f.name}`" in readme, f.name
+    # the README's --growth.stages examples run on the quickstart (a re-warmup that fits its 300 steps)
+    examples = re.findall(r"--growth\.stages '(\[\{.*?\}\])'", readme)
+    assert examples
+    for stages in examples:
+        _, run, _ = parse(["--config", str(root / "examples" / "quickstart.yaml"), "--growth.stages", stages])
+        assert run.stages[0].at_step + run.stages[0].rewarmup_steps < run.steps

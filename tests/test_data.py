@@ -174,6 +174,43 @@ def test_window_shapes_and_dtypes(dm):
     assert torch.equal(val_batches[0][1], torch.from_numpy(val_tokens[SMALL["seq_len"]:2 * SMALL["seq_len"] + 1]))
 
 
+def test_validation_sample_is_spread_over_the_whole_split_and_fixed(cache_dir, dm):
+    """``val_windows``: a fixed, seeded sample of windows over the whole validation split (one in each of
+    ``val_windows`` equal strata), not its first windows (the alphabetically first files); identical at every
+    evaluation and in a resumed data module."""
+    n_windows = len(dm.val_dataset)
+    n = 8
+    assert n_windows >= 4 * n
+    module = TextCorpusDataModule(**SMALL, cache_dir=cache_dir, val_windows=n)
+    module.setup("fit")
+    windows = module.val_dataset.windows
+    assert len(module.val_dataset) == n and list(windows) == sorted(set(windows))
+    edges = [k * n_windows // n for k in range(n + 1)]
+    assert all(lo <= w < hi for w, lo, hi in zip(windows, edges, edges[1:]))  # one window per eighth of the split
+    assert windows[0] < n_windows / n and windows[-1] >= n_windows * (n - 1) / n
+    assert list(windows) != list(range(n))  # not the first windows
+    val_tokens = np.fromfile(dm.cache_path / "val.bin", dtype=dm.meta["dtype"]).astype(np.int64)
+    batches = list(module.val_dataloader())
+    assert sum(b.shape[0] for b in batches) == n
+    seq = SMALL["seq_len"]
+    assert torch.equal(batches[0][0], torch.from_numpy(val_tokens[windows[0] * seq:windows[0] * seq + seq + 1]))
+    # the same windows at the next evaluation, and in a fresh module restored from a checkpoint's state
+    assert all(torch.equal(a, b) for a, b in zip(batches, module.val_dataloader()))
+    resumed = TextCorpusDataModule(**SMALL, cache_dir=cache_dir, val_windows=n)
+    resumed.setup("fit")
+    resumed.load_state_dict({**module.state_dict(), "samples_consumed": 40})
+    assert all(torch.equal(a, b) for a, b in zip(batches, resumed.val_dataloader()))
+    # another seed draws other windows from the same strata; more windows than the split has: all of them
+    other = TextCorpusDataModule(**SMALL, cache_dir=cache_dir, val_windows=n, val_seed=1)
+    other.setup("fit")
+    assert list(other.val_dataset.windows) != list(windows)
+    everything = TextCorpusDataModule(**SMALL, cache_dir=cache_dir, val_windows=10 * n_windows)
+    everything.setup("fit")
+    assert list(everything.val_dataset.windows) == list(range(n_windows))
+    with pytest.raises(ValueError, match="val_windows=0"):
+        TextCorpusDataModule(**SMALL, cache_dir=cache_dir, val_windows=0)
+
+
 def test_train_order_is_seeded(cache_dir, dm):
     def first(seed):
         module = TextCorpusDataModule(**SMALL, cache_dir=cache_dir, seed=seed)

@@ -1,0 +1,122 @@
+"""Ctrl-C and exceptions during ``sparkling pretrain`` lose no finished step: the Lightning checkpoint of the last
+completed optimizer step is saved, ``summary.json`` says the run was interrupted (or failed), the exact resume command
+is printed, and resuming from it ends where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_sparkling.cli import main, resume_command
+from lightning_sparkling.module import LitGPTPretrainModule
+from test_cli import tiny_config, write_config
+
+
+def _final_state(out: Path) -> dict[str, torch.Tensor]:
+    return torch.load(out / "final" / "lit_model.pth", weights_only=True)
+
+
+def test_resume_command_replaces_resume():
+    assert resume_command(["--config", "a b.yaml", "--resume", "auto", "--train.max_steps", "9"], "o/c.ckpt") == \
+        "sparkling pretrain --config 'a b.yaml' --train.max_steps 9 --resume o/c.ckpt"
+    assert resume_command(["--config=x.yaml", "--resume=true"], "c.ckpt") == \
+        "sparkling pretrain --config=x.yaml --resume c.ckpt"
+
+
+def test_exception_in_a_step_leaves_a_resumable_checkpoint(tmp_path, monkeypatch, capsys):
+    """A step raises in the middle of a gradient accumulation (step 9, second micro-batch, after the growth at step
+    6): the checkpoint holds step 8 exactly (the half-accumulated micro-batch is not counted), and resuming from it
+    ends bit for bit where the uninterrupted run ends."""
+    config = write_config(tmp_path / "tiny.yaml", tiny_config(tmp_path / "cache", num_threads=1))
+    full = tmp_path / "full"
+    assert main(["pretrain", "--config", str(config), "--out_dir", str(full)]) == 0
+
+    original = LitGPTPretrainModule.training_step
+
+    def failing_step(self, batch, batch_idx):
+        if self.trainer.global_step == 8 and batch_idx % 2 == 1:  # accumulate_grad_batches=2: mid-step
+            raise RuntimeError("boom in a training step")
+        return original(self, batch, batch_idx)
+
+    out = tmp_path / "out"
+    args = ["--config", str(config), "--out_dir", str(out)]
+    monkeypatch.setattr(LitGPTPretrainModule, "training_step", failing_step)
+    with pytest.raises(RuntimeError, match="boom in a training step"):
+        main(["pretrain", *args])
+    monkeypatch.setattr(LitGPTPretrainModule, "training_step", original)
+
+    ckpt = out / "checkpoints" / "step-00000008.ckpt"  # not a save_interval step (5, 10): written on the exception
+    assert ckpt.is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["steps"] == 8 and summary["checkpoint"] == str(ckpt)
+    assert "boom in a training step" in summary["error"] and summary["final_dir"] is None
+    assert summary["resume_command"] == shlex.join(["sparkling", "pretrain", *args, "--resume", str(ckpt)])
+    assert f"resume with: {summary['resume_command']}" in capsys.readouterr().err
+    state = torch.load(ckpt, weights_only=False)
+    assert state["global_step"] == 8 and state["TextCorpusDataModule"]["samples_consumed"] == 8 * 8
+    assert state["callbacks"]["WidthGrowthCallback"]["grown"] == 1
+
+    assert main(["pretrain", *args, "--resume", str(ckpt)]) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["status"] == "completed" and resumed["steps"] == 12 and resumed["growth_events"] == []
+    expected, got = _final_state(full), _final_state(out)
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[k], got[k]) for k in expected), "the resumed run ends elsewhere"
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_a_checkpoint_summary_and_resume_command(tmp_path):
+    """A real ``sparkling pretrain`` process gets SIGINT once it has written its step-4 checkpoint."""
+    script = Path(sys.executable).parent / "sparkling"
+    if not script.exists():
+        pytest.skip("the sparkling console script is not installed next to this Python")
+    config = write_config(tmp_path / "tiny.yaml", tiny_config(
+        tmp_path / "cache", num_threads=1, train={"max_steps": 40, "save_interval": 4},
+        eval={"interval": 20, "max_iters": 1}, rms_monitor=None))
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "120"}
+    process = subprocess.Popen([str(script), "pretrain", "--config", str(config), "--out_dir", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "checkpoints" / "step-00000004.ckpt").exists():
+            assert process.poll() is None, process.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no step-4 checkpoint after 240 s"
+            time.sleep(0.05)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["interrupted"] is True
+    steps = summary["steps"]
+    assert 4 <= steps < 40, "the run ended before the interrupt: make it longer"
+    ckpt = Path(summary["checkpoint"])
+    assert ckpt == out / "checkpoints" / f"step-{steps:08d}.ckpt" and ckpt.is_file()  # no finished step lost
+    assert summary["resume_command"].endswith(f"--resume {ckpt}")
+    assert f"resume with: {summary['resume_command']}" in stderr
+    assert "Traceback" not in stderr
+    # what the user reads: steps against max_steps, no 'Epoch 0/-2', no 'Total FLOPs: 0'
+    assert "Epoch" not in stdout and "Total FLOPs" not in stdout and "/40" in stdout
+    assert "training FLOPs (6 N D)" in stderr
+
+    command = shlex.split(summary["resume_command"])
+    assert command[:2] == ["sparkling", "pretrain"]
+    result = subprocess.run([str(script), *command[1:]], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    done = json.loads((out / "summary.json").read_text())
+    assert done["status"] == "completed" and done["steps"] == 40 and done["resumed_from"] == str(ckpt)
+    assert (out / "final" / "lit_model.pth").is_file()
