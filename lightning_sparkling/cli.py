@@ -123,6 +123,24 @@ def _describe_dims(tensor_plan) -> str:
     return ", ".join(parts)
 
 
+def _baseline_options(stage, steps: int) -> dict[str, Any]:
+    """The paper's comparison-baseline keys of a stage (defaults: SPARKLING's recipe), and where the schedule
+    after the growth ends (``decay_end``: earlier than ``steps`` with ``decay_speedup``)."""
+    from lightning_sparkling.stage import decay_end
+
+    return {"split": stage.split, "split_ratio": stage.split_ratio, "perturb": stage.perturb,
+            "rewarmup_scope": stage.rewarmup_scope, "decay_speedup": stage.decay_speedup,
+            "decay_end": decay_end(stage, steps)}
+
+
+def _describe_baselines(s: dict[str, Any]) -> str:
+    split = s["split"] + (f" ({s['split_ratio']:.4g} : {1 - s['split_ratio']:.4g})" if s["split"] == "uneven" else "")
+    decay = (f"decay_speedup {s['decay_speedup']:g} (the decay ends at step {s['decay_end']:,})"
+             if s["decay_speedup"] else "decay_speedup 0")
+    return (f"baselines (paper appendix): split {split}, perturb {s['perturb']:g}, rewarmup_scope "
+            f"{s['rewarmup_scope']}, {decay}")
+
+
 def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
     """What the growth stages of ``run`` do, without training: per stage the widths, alpha per axis, the tensors
     touched (grouped by kind), parameters before/after; and the run's FLOPs against a from-scratch run of the final
@@ -155,7 +173,7 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
             "widths": {axis: [ax.old, ax.new] for axis, ax in gp.axes.items()},
             "alpha": gp.alphas(), "init": stage.init, "rms_preserving": stage.rms_preserving,
             "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
-            "rewarmup_steps": stage.rewarmup_steps,
+            "rewarmup_steps": stage.rewarmup_steps, **_baseline_options(stage, run.steps),
             "params_before": before[1], "params_after": after[1],
             "active_params_before": before[0], "active_params_after": after[0],
             "tensors": len(gp.tensors), "tensor_groups": groups,
@@ -219,6 +237,7 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
         console.print(f"[bold]stage {s['stage']}[/bold] at step {s['at_step']:,} ({s['at_tokens']:,} tokens): {widths}")
         console.print(f"  init {s['init']}, rms_preserving {s['rms_preserving']}, optimizer_state "
                       f"{s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over {s['rewarmup_steps']} steps")
+        console.print(f"  {_describe_baselines(s)}")
         console.print(f"  alpha (fan-in scale): {alphas}")
         console.print(f"  parameters {s['params_before']:,} -> {s['params_after']:,} (active "
                       f"{s['active_params_before']:,} -> {s['active_params_after']:,})")
