@@ -117,9 +117,20 @@ def _scheduler_configs(trainer: Any, optimizer: torch.optim.Optimizer) -> list:
     return [c for c in trainer.lr_scheduler_configs if c.scheduler.optimizer is optimizer]
 
 
+def _every_step(trainer: Any, config: Any) -> bool:
+    """Whether the scheduler moves once per optimizer step: Lightning steps it (``interval="step"``, ``frequency=1``),
+    or the module does under manual optimization (Lightning then steps no scheduler; the module's own loop is
+    trusted to step it with the optimizers, as the package's ``LitGPTPretrainModule`` does)."""
+    module = getattr(trainer, "lightning_module", None)
+    if module is not None and not module.automatic_optimization:
+        return True
+    return config.interval == "step" and config.frequency == 1
+
+
 def check_baseline_schedulers(trainer: Any, stages: Sequence[GrowthStage]) -> None:
     """At fit start: ``decay_speedup`` needs, for every optimizer, one ``LambdaLR`` or ``CosineAnnealingLR`` stepped
-    every optimizer step (``interval="step"``, ``frequency=1``), whose LR at later steps it computes.
+    every optimizer step (``interval="step"``, ``frequency=1``; under manual optimization the module steps it),
+    whose LR at later steps it computes.
 
     Raises:
         GrowthError: naming the optimizer, what it has and what is needed.
@@ -132,7 +143,7 @@ def check_baseline_schedulers(trainer: Any, stages: Sequence[GrowthStage]) -> No
         configs = _scheduler_configs(trainer, optimizer)
         kinds = ", ".join(f"{type(c.scheduler).__name__} (interval={c.interval!r}, frequency={c.frequency})"
                           for c in configs) or "no scheduler"
-        ok = (len(configs) == 1 and configs[0].interval == "step" and configs[0].frequency == 1
+        ok = (len(configs) == 1 and _every_step(trainer, configs[0])
               and type(configs[0].scheduler) in (torch.optim.lr_scheduler.LambdaLR,
                                                  torch.optim.lr_scheduler.CosineAnnealingLR))
         if not ok:
@@ -177,14 +188,14 @@ def install_baseline_lr(trainer: Any, stages: Sequence[GrowthStage],
     hooks = []
     flat = 0
     for optimizer in trainer.optimizers:
-        configs = [c for c in _scheduler_configs(trainer, optimizer) if c.interval == "step" and c.frequency == 1]
+        configs = [c for c in _scheduler_configs(trainer, optimizer) if _every_step(trainer, c)]
         scheduler = configs[0].scheduler if len(configs) == 1 else None
         if scheduler is not None:
             def now(scheduler=scheduler) -> float:
                 return scheduler.last_epoch
         else:
             def now() -> float:
-                return trainer.global_step
+                return scheduler.last_epoch
         targets: dict[int, Callable[[], float]] = {}
         for g in range(len(optimizer.param_groups)):
             if stage.rewarmup_scope == "all":

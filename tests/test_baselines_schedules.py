@@ -272,3 +272,47 @@ def test_bit_exact_resume_with_baseline_options(tmp_path: Path, stage_kwargs):
     with pytest.raises(GrowthError, match="different stages"):
         fit(TinyModule(max_steps=MAX_STEPS, accumulate=2), other, accumulate=2,
             ckpt_path=str(tmp_path / "step=15.ckpt"))
+
+
+class RecordStepLR(Callback):
+    """Registers (once, after the growth) a step pre-hook on every optimizer that records the LR each param group
+    has when the optimizer steps: registered after the growth callback's hooks, it sees the LR they set."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.seen: list[tuple[int, int, float]] = []  # (optimizer, step, lr of group 0)
+        self._step = 0
+        self._hooked = False
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._step = trainer.global_step
+        if not self._hooked and trainer.global_step > self.after:
+            self._hooked = True
+            for o, opt in enumerate(trainer.optimizers):
+                opt.register_step_pre_hook(
+                    lambda opt, args, kwargs, o=o: self.seen.append((o, self._step, float(opt.param_groups[0]["lr"]))))
+
+
+def test_decay_speedup_under_manual_optimization_with_two_optimizers():
+    """The package's module with Muon (Muon for block matrices + AdamW for the rest, stepped by the module under
+    manual optimization, 2 micro-batches per step): Lightning's global step already counts the step when the second
+    optimizer steps, so the time of a step is each optimizer's scheduler position; both get the fast baseline."""
+    from lightning_sparkling.module import LitGPTPretrainModule
+
+    from _tiny import VOCAB, tiny_config
+
+    module = LitGPTPretrainModule(tiny_config(), {"class_path": "torch.optim.Muon", "init_args": {"lr": LR}},
+                                  max_steps=MAX_STEPS, lr_warmup_steps=5, min_lr=LR * MIN_RATIO,
+                                  accumulate_grad_batches=2)
+    data = torch.utils.data.DataLoader(torch.randint(0, VOCAB, (4 * 2 * MAX_STEPS, 17),
+                                                     generator=torch.Generator().manual_seed(0)), batch_size=4)
+    recorder = RecordStepLR(after=AT)
+    growth = WidthGrowthCallback(GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_steps=4,
+                                             decay_speedup=0.5))
+    trainer = make_trainer([recorder, growth], max_steps=MAX_STEPS)
+    trainer.fit(module, train_dataloaders=data)
+    assert trainer.global_step == MAX_STEPS and len(trainer.optimizers) == 2
+    assert sorted(recorder.seen) == sorted(recorder.seen) and {o for o, _, _ in recorder.seen} == {0, 1}
+    assert len(recorder.seen) == 2 * (MAX_STEPS - AT - 1)
+    for o, step, lr in recorder.seen:
+        assert lr == pytest.approx(fast_lr("warmup_cosine", step, 0.5), rel=1e-9), (o, step)
