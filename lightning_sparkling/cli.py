@@ -158,6 +158,24 @@ def _describe_dims(tensor_plan) -> str:
     return ", ".join(parts)
 
 
+def _baseline_options(stage, steps: int) -> dict[str, Any]:
+    """The paper's comparison-baseline keys of a stage (defaults: SPARKLING's recipe), and where the schedule
+    after the growth ends (``decay_end``: earlier than ``steps`` with ``decay_speedup``)."""
+    from lightning_sparkling.stage import decay_end
+
+    return {"split": stage.split, "split_ratio": stage.split_ratio, "perturb": stage.perturb,
+            "rewarmup_scope": stage.rewarmup_scope, "decay_speedup": stage.decay_speedup,
+            "decay_end": decay_end(stage, steps)}
+
+
+def _describe_baselines(s: dict[str, Any]) -> str:
+    split = s["split"] + (f" ({s['split_ratio']:.4g} : {1 - s['split_ratio']:.4g})" if s["split"] == "uneven" else "")
+    decay = (f"decay_speedup {s['decay_speedup']:g} (the decay ends at step {s['decay_end']:,})"
+             if s["decay_speedup"] else "decay_speedup 0")
+    return (f"baselines (paper appendix): split {split}, perturb {s['perturb']:g}, rewarmup_scope "
+            f"{s['rewarmup_scope']}, {decay}")
+
+
 def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
     """What the growth stages of ``run`` do, without training: per stage the widths, alpha per axis, the tensors
     touched (grouped by kind), parameters before/after; and the run's FLOPs against a from-scratch run of the final
@@ -191,6 +209,7 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
             "alpha": gp.alphas(), "init": stage.init, "rms_preserving": stage.rms_preserving,
             "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
             "rewarmup_steps": stage.rewarmup_steps, "rewarmup_window": _rewarmup_window(stage, run.steps),
+            **_baseline_options(stage, run.steps),
             "params_before": before[1], "params_after": after[1],
             "active_params_before": before[0], "active_params_after": after[0],
             "tensors": len(gp.tensors), "tensor_groups": groups,
@@ -220,7 +239,7 @@ def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
         return None
     warmup_end, tail, _ = window
     return {"start": stage.at_step, "warmup_end": warmup_end, "peak_ratio": stage.rewarmup_ratio,
-            "tail_steps": tail, "end": max_steps}
+            "tail_steps": tail, "end": warmup_end + tail}  # max_steps, or the faster decay's end (decay_speedup)
 
 
 def _console():
@@ -276,6 +295,7 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
             console.print(f"  new-entry LR: linear re-warmup over steps {w['start']:,}..{w['warmup_end']:,} (to "
                           f"{w['peak_ratio']:g}x the LR at growth), then cosine to min_lr over {w['tail_steps']:,} "
                           f"steps (ends at step {w['end']:,})")
+        console.print(f"  {_describe_baselines(s)}")
         console.print(f"  alpha (fan-in scale): {alphas}")
         console.print(f"  parameters {s['params_before']:,} -> {s['params_after']:,} (active "
                       f"{s['active_params_before']:,} -> {s['active_params_after']:,})")

@@ -147,12 +147,26 @@ class StageArgs:
     rms_preserving: bool = True
     """Scale fan-in weights by alpha so activation RMS is kept (``false``: naive growth)."""
     optimizer_state: str = "asymmetric"
-    """``asymmetric`` (new entries start at zero state), ``copy``, ``drop`` or ``asymmetric-scaled``."""
+    """``asymmetric`` (new entries start at zero state), ``copy``, ``drop``, ``asymmetric-scaled`` or ``scaled``
+    (copied state, scaled like the weights: the paper's "Scaled Optimizer States" baseline)."""
     rewarmup_ratio: Optional[float] = 1.3
     """New entries' LR re-warms from the LR at growth to this multiple of it (``null``: no re-warmup)."""
     rewarmup_steps: int = 250
     """Length of the new entries' linear LR re-warmup, in optimizer steps; must end before the last step
     (``at_step + rewarmup_steps < max_steps``)."""
+    split: str = "even"
+    """Paper baseline "Uneven Splitting": ``even``, ``uneven`` (source : copy shares ``split_ratio : 1 -
+    split_ratio``) or ``random`` (a ratio per channel from [0.1, 0.5]); fan-in side ``copy`` only."""
+    split_ratio: float = 1 / 3
+    """The source's part ``r`` of ``r : 1 - r`` for ``split: uneven``, in (0, 1); 1/3 is the paper's 1:2."""
+    perturb: float = 0.0
+    """Paper baseline "Perturb": +delta on each copied fan-in column's source, -delta on the copy (standard
+    deviation relative to the RMS of those columns); 0: off. Fan-in side ``copy`` only."""
+    rewarmup_scope: str = "new"
+    """``new`` (only new entries re-warm) or ``all`` (every parameter follows the re-warmup: "Re-warmup All")."""
+    decay_speedup: float = 0.0
+    """Paper baseline "faster decay": the baseline schedule's remaining decay runs in ``1 - decay_speedup`` of the
+    remaining steps, then holds its final LR; in [0, 1), 0: off."""
 
 
 @dataclass
@@ -345,6 +359,18 @@ def _as(cls: type, value: Any) -> Any:
             stages.append(_as(StageArgs, s))
         values["stages"] = stages
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _check_stage_sequence(stages: list[GrowthStage]) -> None:
+    """``rewarmup_scope: all`` and ``decay_speedup`` only on the last stage (they redefine the rest of the run)."""
+    from lightning_sparkling.stage import check_stage_sequence
+
+    try:
+        check_stage_sequence(stages)
+    except ValueError as err:
+        k = next(i for i, s in enumerate(stages[:-1]) if s.changes_baseline)
+        key = "rewarmup_scope" if stages[k].rewarmup_scope == "all" else "decay_speedup"
+        raise ConfigError(f"growth.stages[{k}].{key}", str(err)) from err
 
 
 def _positive_int(key: str, value: Any, *, allow_none: bool = False, minimum: int = 1) -> None:
@@ -869,6 +895,7 @@ def resolve(ns: Any) -> ResolvedRun:
         except ValueError as err:
             raise ConfigError(f"{key}.rewarmup_steps", str(err).removeprefix(f"{key}: ")) from err
         stages.append(stage)
+    _check_stage_sequence(stages)
     if stages and strategy == "fsdp2" and num_devices * num_nodes < 1:
         raise ConfigError("devices", "fsdp2 needs at least one device")
 

@@ -7,7 +7,9 @@ Two pieces, both independent of Lightning:
   groups for its grown successor and grow its per-element state by the recipe (paper 4.2.1):
   ``asymmetric`` ``S' = [S, 0]``; ``copy`` new entries copy their source's state; ``drop`` everything zero;
   ``asymmetric-scaled`` like asymmetric with fan-in first moments scaled by ``alpha`` and second moments by
-  ``alpha^2``. Scalar state (``step``) is kept. Computed first, applied in one go, undoable.
+  ``alpha^2``; ``scaled`` like copy, with every entry's state (old and new) scaled that way (the symmetric
+  "Scaled Optimizer States" baseline, paper appendix "Comparison to Prior Dynamics-Based Strategies"). Scalar
+  state (``step``) is kept. Computed first, applied in one go, undoable.
 - :class:`NewEntryLR`: per-element learning rate for new entries of fused tensors. Right before
   ``optimizer.step()`` it saves the new entries; right after, it rescales their update by
   ``lr_new / lr_group``: ``p_new <- before + (lr_new / lr_group) * (after - before)``. Exact for optimizers whose
@@ -26,7 +28,7 @@ import torch
 import torch.nn as nn
 
 from lightning_sparkling.plan import AxisChange, GrowthError, TensorPlan
-from lightning_sparkling.surgery import GrowthResult, grow_tensor
+from lightning_sparkling.surgery import GrowthResult, fan_in_shares, grow_tensor
 
 FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
 SECOND_MOMENT_KEYS = ("exp_avg_sq", "max_exp_avg_sq")
@@ -61,20 +63,31 @@ def grow_state(
         )
     if recipe == "copy":
         return grow_tensor(value, spec, axes, mode="copy", scale=1.0)
-    grown = grow_tensor(value, spec, axes, mode="zero", scale=1.0)
+    if recipe == "scaled":
+        grown = grow_tensor(value, spec, axes, mode="copy", scale=1.0)
+    else:
+        grown = grow_tensor(value, spec, axes, mode="zero", scale=1.0)
     if recipe == "drop":
         return torch.zeros_like(grown)
-    if recipe == "asymmetric-scaled" and spec.scale != 1.0:
+    if recipe in ("asymmetric-scaled", "scaled"):
+        # scaled like the weights: alpha (and, with an uneven split, each copied fan-in column's share)
+        shares = fan_in_shares(spec, axes)
+        if spec.scale == 1.0 and shares is None:
+            return grown
         if key in SECOND_MOMENT_KEYS:
             power = 2
         elif key in FIRST_MOMENT_KEYS:
             power = 1
         else:
             raise GrowthError(
-                f"optimizer_state='asymmetric-scaled' does not know how {optimizer_name} state {key!r} scales; "
-                "use 'asymmetric'"
+                f"optimizer_state={recipe!r} does not know how {optimizer_name} state {key!r} scales; "
+                "use 'asymmetric' or 'copy'"
             )
-        grown = (grown.float() * spec.scale**power).to(grown.dtype)
+        if shares is None:
+            grown = (grown.float() * spec.scale**power).to(grown.dtype)
+        else:
+            factor = (shares * spec.scale) ** power
+            grown = (grown.double() * factor.to(grown.device)).to(grown.dtype)
     return grown
 
 
@@ -122,7 +135,7 @@ def plan_optimizer_patch(
     Args:
         optimizer: a torch optimizer holding (some of) the model's parameters.
         result: the growth (maps old -> new parameters and gives each parameter's plan).
-        recipe: ``asymmetric``, ``copy``, ``drop`` or ``asymmetric-scaled``.
+        recipe: ``asymmetric``, ``copy``, ``drop``, ``asymmetric-scaled`` or ``scaled``.
 
     Raises:
         GrowthError: for an unsupported optimizer or a state entry whose layout is unknown.

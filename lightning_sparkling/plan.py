@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.scaling import copy_source_index, fan_in_scale, make_generator
+from lightning_sparkling.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
 from lightning_sparkling.stage import GrowthStage
 
 SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
@@ -49,6 +49,9 @@ class AxisChange:
         alpha: the fan-in scale for the readers of this width.
         src: copy index map, shape ``(new - old,)``: new channel ``old + j`` copies ``src[j]``. Shared by every
             tensor on this width.
+        split: ``None`` (even split), or the per-channel multipliers of the even fan-in share, shape ``(new,)``
+            (:func:`~lightning_sparkling.scaling.split_shares`), applied on top of ``alpha`` to every copied fan-in
+            dimension of this width.
     """
 
     name: str
@@ -56,6 +59,7 @@ class AxisChange:
     new: int
     alpha: float
     src: torch.Tensor = field(repr=False)
+    split: torch.Tensor | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,10 @@ class GrowthPlan:
         """The generator for ``random`` draws of tensor ``name`` (independent of growth order and rank)."""
         return make_generator(self.seed, "stage", self.stage_index, "tensor", name)
 
+    def perturb_generator(self, name: str) -> torch.Generator:
+        """The generator of tensor ``name``'s ``perturb`` draws (its own stream: ``random`` inits are unchanged)."""
+        return make_generator(self.seed, "stage", self.stage_index, "tensor", name, "perturb")
+
 
 def build_meta_gpt(config) -> nn.Module:
     """A litgpt ``GPT(config)`` on the meta device: structure and shapes, no memory."""
@@ -226,7 +234,9 @@ def _axis_changes(config, stage: GrowthStage, *, seed: int, stage_index: int) ->
         old = old_widths[name]
         src = copy_source_index(old, new, make_generator(seed, "stage", stage_index, "axis", name))
         alpha = fan_in_scale(old, new, init=stage.init, rms_preserving=stage.rms_preserving)
-        changes[name] = AxisChange(name=name, old=old, new=new, alpha=alpha, src=src)
+        split = split_shares(old, new, src, stage.split, ratio=stage.split_ratio,
+                             generator=make_generator(seed, "stage", stage_index, "axis", name, "split"))
+        changes[name] = AxisChange(name=name, old=old, new=new, alpha=alpha, src=src, split=split)
     return changes
 
 

@@ -14,6 +14,10 @@ import torch
 
 InitMode = Literal["copy", "random", "zero"]
 INIT_MODES: tuple[str, ...] = ("copy", "random", "zero")
+#: how a copied channel's fan-in share is divided (appendix "Comparison to Prior Function-Preserving
+#: Symmetry-Breaking Heuristics": Uneven Splitting 1:2 or randomized r:(1-r), r in [0.1, 0.5])
+SPLITS: tuple[str, ...] = ("even", "uneven", "random")
+RANDOM_SPLIT_RANGE: tuple[float, float] = (0.1, 0.5)
 
 
 def parse_init(init: str) -> tuple[str, str]:
@@ -139,3 +143,50 @@ def copy_source_index(d: int, d_new: int, generator: torch.Generator | None = No
         picked = torch.randperm(d, generator=generator)[:remainder]
         parts.append(torch.sort(picked).values)
     return torch.cat(parts)
+
+
+def split_shares(d: int, d_new: int, src: torch.Tensor, split: str, *, ratio: float = 1 / 3,
+                 generator: torch.Generator | None = None) -> torch.Tensor | None:
+    """Per-channel multipliers of the even fan-in share for an uneven split ("Uneven Splitting", paper appendix
+    "Comparison to Prior Function-Preserving Symmetry-Breaking Heuristics").
+
+    Under copy growth, an old channel ``s`` copied ``c_s`` times forms a group of ``n_s = 1 + c_s`` channels whose
+    inputs are equal; the even split gives every member ``alpha`` times the old fan-in column, the group ``n_s
+    alpha w_s``. An uneven split keeps that group total but gives the source and each copy shares in proportion
+    ``r_s : 1 - r_s``: the source gets ``n_s r_s / (r_s + c_s (1 - r_s))`` times the even share, each copy
+    ``n_s (1 - r_s) / (r_s + c_s (1 - r_s))``. For one copy and ``r = 1/3`` that is ``2/3`` and ``4/3``: the
+    paper's 1:2. Channels that were not copied keep the factor 1.
+
+    Args:
+        d: width before growth. d_new: width after.
+        src: the copy map (:func:`copy_source_index`).
+        split: ``even`` (returns ``None``: no multipliers), ``uneven`` (``r = ratio`` for every channel) or
+            ``random`` (``r`` drawn per old channel, uniform in :data:`RANDOM_SPLIT_RANGE`, from ``generator``).
+        ratio: ``r`` of ``split='uneven'``.
+        generator: source of the random ratios.
+
+    Returns:
+        float64 tensor of shape ``(d_new,)`` (old channels first, then new channel ``d + j``), or ``None``.
+
+    Example::
+
+        >>> [round(m, 4) for m in split_shares(2, 4, torch.tensor([0, 1]), "uneven").tolist()]
+        [0.6667, 0.6667, 1.3333, 1.3333]
+    """
+    if split == "even":
+        return None
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: choose one of {', '.join(SPLITS)}")
+    copies = torch.bincount(src.long(), minlength=d).to(torch.float64)  # c_s
+    if split == "uneven":
+        r = torch.full((d,), float(ratio), dtype=torch.float64)
+    else:
+        if generator is None:
+            raise ValueError("split='random' needs a generator")
+        low, high = RANDOM_SPLIT_RANGE
+        r = low + (high - low) * torch.rand(d, generator=generator, dtype=torch.float64)
+    group = 1.0 + copies
+    denominator = r + copies * (1.0 - r)
+    source_share = torch.where(copies > 0, group * r / denominator, torch.ones_like(r))
+    copy_share = (group * (1.0 - r) / denominator)[src.long()]
+    return torch.cat([source_share, copy_share])

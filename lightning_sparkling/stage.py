@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lightning_sparkling.scaling import parse_init
+from lightning_sparkling.scaling import SPLITS, parse_init
 
 WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
-OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled")
+OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
+REWARMUP_SCOPES: tuple[str, ...] = ("new", "all")
+DEFAULT_SPLIT_RATIO = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -27,14 +30,54 @@ class GrowthStage:
         init: ``"<fan_out>-<fan_in>"``, each side ``copy | random | zero`` (``zero-zero`` is refused: its new
             channels would never receive a gradient).
         rms_preserving: apply the fan-in scale ``alpha`` (``False``: naive growth, ``alpha = 1``).
-        optimizer_state: ``asymmetric`` (default), ``copy``, ``drop`` or ``asymmetric-scaled``.
+        optimizer_state: ``asymmetric`` (default; paper 4.2.1: ``S' = [S, 0]``), ``copy``, ``drop``,
+            ``asymmetric-scaled`` (asymmetric, and fan-in states scaled like the weights: the paper's "Asymmetric
+            Reset + Scaled Opt.", 4.2.1) or ``scaled`` (new entries *copy* their source's state and every grown
+            tensor's state is scaled like its weights, old and new entries alike: the symmetric "Scaled Optimizer
+            States" baseline of Shen et al., appendix "Comparison to Prior Dynamics-Based Strategies"). Scaling
+            multiplies first moments (``exp_avg``, ``momentum_buffer``) by the weight's factor (``alpha``, times
+            the ``split`` share) and second moments by its square. ``asymmetric-scaled`` starts new entries at
+            zero state, so it breaks the copy symmetry; ``scaled`` does not.
         rewarmup_ratio: peak of the new entries' re-warmup relative to the LR at growth; ``None`` turns the
             re-warmup off (new entries follow the baseline schedule exactly).
         rewarmup_steps: length of the linear re-warmup, in optimizer steps.
 
+    The keys below are the paper's comparison baselines (appendix "Comparison to Prior Function-Preserving
+    Symmetry-Breaking Heuristics" and "Comparison to Prior Dynamics-Based Strategies"); their defaults leave the
+    SPARKLING recipe unchanged.
+
+    Args:
+        split: how a copied channel's fan-in share is divided between its source and its copies (fan-in side
+            ``copy`` only). ``even`` (default): every member of a group (a source and its copies) keeps
+            ``alpha`` times the old column. ``uneven``: "Uneven Splitting" with a fixed ratio, the source's and
+            each copy's shares in proportion ``split_ratio : 1 - split_ratio`` (``1/3``: the paper's 1:2).
+            ``random``: a ratio drawn per source channel from ``[0.1, 0.5]`` (the paper's randomized ``r:(1-r)``),
+            from the growth's seeded generator. The shares of a group always sum to what the even split gives, so
+            with copy-copy the grown model computes exactly what the even split computes (function preserving at
+            integer ratios), while source and copies now differ in scale and train apart.
+        split_ratio: the source's part ``r`` of ``r : 1 - r`` for ``split='uneven'``, in ``(0, 1)``.
+        perturb: symmetric perturbation of the copied fan-in shares (fan-in side ``copy`` only; the paper's
+            "Perturb" heuristic): for each copy, ``delta`` (drawn per entry, standard deviation ``perturb`` times
+            the RMS of the shares of that tensor's copied groups) is added to its source's column and subtracted
+            from its own. The group's sum, hence the function under copy-copy, is unchanged; the copies differ.
+            ``0`` (default): off.
+        rewarmup_scope: ``new`` (default: only this stage's new entries re-warm, the paper's asymmetric re-warmup)
+            or ``all``: every parameter (old and new entries, ungrown tensors, earlier stages' new entries) follows
+            this stage's re-warmup from the growth on (the paper's "Re-warmup All"). Needs ``rewarmup_ratio``.
+        decay_speedup: fraction ``s`` in ``[0, 1)``: after the growth the baseline schedule's remaining decay runs
+            in ``(1 - s)`` of the remaining steps, then holds its final LR (the paper's "same peak LR, 25%-50%
+            faster decay" baseline after LEMON); the new entries' re-warmup ends at that same earlier step. ``0``
+            (default): off.
+
+    ``rewarmup_scope='all'`` and ``decay_speedup`` redefine the schedule of the rest of the run, so only the last
+    stage of a run may set them (:func:`check_stage_sequence`).
+
     Raises:
         ValueError: naming the setting, for a negative ``at_step``, no size, a non-positive size, an unknown
-            ``init`` or ``optimizer_state``, a non-positive ``rewarmup_ratio`` or a negative ``rewarmup_steps``.
+            ``init`` or ``optimizer_state``, a non-positive ``rewarmup_ratio`` or a negative ``rewarmup_steps``,
+            an unknown ``split`` or ``rewarmup_scope``, a ``split_ratio`` outside ``(0, 1)``, a negative
+            ``perturb``, a ``decay_speedup`` outside ``[0, 1)``, ``split``/``perturb`` without a copied fan-in
+            side, ``rewarmup_scope='all'`` without a re-warmup.
 
     Example::
 
@@ -52,6 +95,11 @@ class GrowthStage:
     optimizer_state: str = "asymmetric"
     rewarmup_ratio: float | None = 1.3
     rewarmup_steps: int = 250
+    split: str = "even"
+    split_ratio: float = DEFAULT_SPLIT_RATIO
+    perturb: float = 0.0
+    rewarmup_scope: str = "new"
+    decay_speedup: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.at_step, bool) or not isinstance(self.at_step, int) or self.at_step < 0:
@@ -85,6 +133,44 @@ class GrowthStage:
                 )
         if isinstance(self.rewarmup_steps, bool) or not isinstance(self.rewarmup_steps, int) or self.rewarmup_steps < 0:
             raise ValueError(f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
+        self._check_baselines(fan_in)
+
+    def _check_baselines(self, fan_in: str) -> None:
+        def number(value: object) -> bool:
+            return not isinstance(value, bool) and isinstance(value, (int, float))
+
+        if self.split not in SPLITS:
+            raise ValueError(f"GrowthStage(split={self.split!r}): choose one of {', '.join(SPLITS)}")
+        if not number(self.split_ratio) or not 0 < self.split_ratio < 1:
+            raise ValueError(f"GrowthStage(split_ratio={self.split_ratio!r}): must be a number in (0, 1), the "
+                             "source's part r of r : 1 - r (1/3: the paper's 1:2)")
+        if self.split != "uneven" and self.split_ratio != DEFAULT_SPLIT_RATIO:
+            raise ValueError(f"GrowthStage(split_ratio={self.split_ratio!r}): only used with split='uneven' (split "
+                             f"is {self.split!r})")
+        if not number(self.perturb) or not (math.isfinite(self.perturb) and self.perturb >= 0):
+            raise ValueError(f"GrowthStage(perturb={self.perturb!r}): must be a finite number >= 0 (the standard "
+                             "deviation of the +/- perturbation relative to the RMS of the shares; 0: off)")
+        if fan_in != "copy":
+            for key, active in (("split", self.split != "even"), ("perturb", self.perturb > 0)):
+                if active:
+                    raise ValueError(
+                        f"GrowthStage({key}={getattr(self, key)!r}): divides or perturbs the fan-in shares of a "
+                        f"copied channel, but the init pair {self.init!r} does not copy the fan-in side; use a pair "
+                        "ending in '-copy' (copy-copy, random-copy, zero-copy)")
+        if self.rewarmup_scope not in REWARMUP_SCOPES:
+            raise ValueError(f"GrowthStage(rewarmup_scope={self.rewarmup_scope!r}): choose one of "
+                             f"{', '.join(REWARMUP_SCOPES)}")
+        if self.rewarmup_scope == "all" and self.rewarmup_ratio is None:
+            raise ValueError("GrowthStage(rewarmup_scope='all'): every parameter follows this stage's re-warmup, "
+                             "but rewarmup_ratio is None (no re-warmup); give a rewarmup_ratio or use 'new'")
+        if not number(self.decay_speedup) or not 0 <= self.decay_speedup < 1:
+            raise ValueError(f"GrowthStage(decay_speedup={self.decay_speedup!r}): must be a number in [0, 1) (the "
+                             "fraction by which the remaining decay is shortened; the paper uses 0.25 and 0.5)")
+
+    @property
+    def changes_baseline(self) -> bool:
+        """Whether the stage changes the LR of old entries too (``rewarmup_scope='all'`` or ``decay_speedup``)."""
+        return self.rewarmup_scope == "all" or self.decay_speedup > 0
 
     @property
     def widths(self) -> dict[str, int]:
@@ -104,12 +190,49 @@ class GrowthStage:
         return asdict(self)
 
 
+def decay_end(stage: GrowthStage, max_steps: int, growth_step: int | None = None) -> int:
+    """The step at which the schedule after a growth reaches its final LR: ``max_steps``, or with
+    ``decay_speedup = s`` the earlier ``t_e + max(1, round((1 - s) (max_steps - t_e)))`` (``t_e``: the growth step,
+    ``stage.at_step`` unless given).
+
+    Example::
+
+        >>> decay_end(GrowthStage(100, n_embd=128, decay_speedup=0.25), 300)
+        250
+    """
+    t_e = stage.at_step if growth_step is None else growth_step
+    if not stage.decay_speedup or max_steps <= t_e:
+        return max_steps
+    return t_e + max(1, round((1 - stage.decay_speedup) * (max_steps - t_e)))
+
+
+def check_stage_sequence(stages: GrowthStage | list[GrowthStage] | tuple[GrowthStage, ...]) -> None:
+    """Refuse ``rewarmup_scope='all'`` or ``decay_speedup`` on a stage that is not the last one.
+
+    Both redefine the learning rate of every old entry for the rest of the run; a later stage would then need a
+    baseline of its own (which LR is "the LR at growth", which end its re-warmup decays to). The paper uses them in
+    single-expansion comparisons only.
+
+    Raises:
+        ValueError: naming the stage and the key.
+    """
+    stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
+    for k, stage in enumerate(stages[:-1]):
+        if stage.changes_baseline:
+            key = "rewarmup_scope" if stage.rewarmup_scope == "all" else "decay_speedup"
+            raise ValueError(
+                f"GrowthStage(at_step={stage.at_step}) {key}={getattr(stage, key)!r}: changes the learning rate of "
+                f"every parameter for the rest of the run, so only the last stage may set it (stage {k} of "
+                f"{len(stages)} sets it)")
+
+
 def rewarmup_window(stage: GrowthStage, max_steps: int) -> tuple[int, int, int] | None:
     """Where a stage's new-entry re-warmup lies in a run of ``max_steps`` optimizer steps.
 
     Returns ``(warmup_end, tail_steps, steps_left)``: the linear re-warmup covers the optimizer steps taken at
     ``global_step`` ``at_step .. warmup_end - 1``, the cosine tail then runs ``tail_steps`` steps down to ``min_lr``
-    at ``max_steps``; ``steps_left = max_steps - at_step``. ``None`` when the stage has no re-warmup.
+    at ``max_steps`` (at :func:`decay_end` with ``decay_speedup``); ``steps_left`` = that end ``- at_step``.
+    ``None`` when the stage has no re-warmup.
 
     Example::
 
@@ -118,9 +241,10 @@ def rewarmup_window(stage: GrowthStage, max_steps: int) -> tuple[int, int, int] 
     """
     if stage.rewarmup_ratio is None:
         return None
-    steps_left = max_steps - stage.at_step
+    end = decay_end(stage, max_steps)
+    steps_left = end - stage.at_step
     warmup_end = stage.at_step + stage.rewarmup_steps
-    return warmup_end, max_steps - warmup_end, steps_left
+    return warmup_end, end - warmup_end, steps_left
 
 
 def check_rewarmup_fits(stages: GrowthStage | list[GrowthStage] | tuple[GrowthStage, ...], max_steps: int,
@@ -156,9 +280,10 @@ def check_rewarmup_fits(stages: GrowthStage | list[GrowthStage] | tuple[GrowthSt
             continue
         name = names[k] if names else f"GrowthStage(at_step={stage.at_step})"
         suggestion = max(1, left // 10)
+        faster = f", decay_speedup={stage.decay_speedup}" if stage.decay_speedup else ""
         raise ValueError(
             f"{name}: rewarmup_steps={stage.rewarmup_steps} does not fit in the {left} steps left after the growth "
-            f"(at_step={stage.at_step}, max_steps={max_steps}): the new entries' LR would still be rising at the "
-            f"last step instead of decaying to min_lr. Set rewarmup_steps to at most {left - 1} (e.g. {suggestion}, "
+            f"(at_step={stage.at_step}, max_steps={max_steps}{faster}): the new entries' LR would still be rising at "
+            f"the last step instead of decaying to min_lr. Set rewarmup_steps to at most {left - 1} (e.g. {suggestion}, "
             f"a tenth of the steps left), grow earlier, or raise max_steps"
         )

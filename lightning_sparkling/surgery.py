@@ -77,17 +77,25 @@ def grow_tensor(
     mode: str | None = None,
     scale: float | None = None,
     stats: TensorStats | None = None,
+    perturb: float = 0.0,
+    perturb_generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Grow one tensor by its :class:`TensorPlan`: new slices dimension by dimension, then the scale.
+
+    Weights (``mode=None``) with a copied fan-in dimension also take the stage's fan-in ``split`` (the axis's
+    per-channel share multipliers, on top of the scale) and its ``perturb`` (``+delta`` on each source column,
+    ``-delta`` on its copy, per entry, standard deviation ``perturb`` times the RMS of those columns).
 
     Args:
         t: the tensor as it is (shape ``spec.old_shape``).
         spec: its plan.
-        axes: the plan's width axes (copy maps).
+        axes: the plan's width axes (copy maps, split multipliers).
         generator: for ``random`` slices.
-        mode: override every dimension's init (optimizer state uses ``zero`` or ``copy``).
+        mode: override every dimension's init (optimizer state uses ``zero`` or ``copy``; no split, no perturb).
         scale: override ``spec.scale``.
         stats: distribution for ``random`` slices (defaults to ``t``'s own, taken before growing).
+        perturb: relative standard deviation of the symmetric perturbation of copied fan-in columns (0: none).
+        perturb_generator: CPU generator of the perturbation.
 
     Returns:
         A new tensor of shape ``spec.new_shape``, same dtype and device.
@@ -99,7 +107,16 @@ def grow_tensor(
     for d in spec.dims:
         out = expand_dim(out, d.dim, axes[d.axis].src, mode or d.mode, generator=generator, stats=stats)
     factor = spec.scale if scale is None else scale
-    if factor != 1.0:
+    copied_fan_in = [d for d in spec.dims if d.role == "fan_in" and d.mode == "copy"] if mode is None else []
+    shares = fan_in_shares(spec, axes) if copied_fan_in else None
+    if shares is not None or (perturb and copied_fan_in):
+        compute = torch.promote_types(t.dtype, torch.float32)
+        x = out.to(compute)
+        x = x * (shares * factor).to(device=x.device, dtype=compute) if shares is not None else x * factor
+        if perturb:
+            x = _perturb_copies(x, copied_fan_in, axes, perturb, perturb_generator)
+        out = x.to(t.dtype)
+    elif factor != 1.0:
         compute = torch.promote_types(t.dtype, torch.float32)  # at least float32; float64 stays float64
         if spec.unit_offset and scale is None:  # Gemma RMSNorm: the effective weight is 1 + w
             out = ((1.0 + out.to(compute)) * factor - 1.0).to(t.dtype)
@@ -117,11 +134,49 @@ def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[
     subset or order, since each tensor has its own seeded generator.
     """
     out = {}
+    perturb = float(plan.stage.perturb)
     for name, t in tensors.items():
         spec = plan.tensors.get(name)
         if spec is not None:
-            out[name] = grow_tensor(t, spec, plan.axes, generator=plan.tensor_generator(name))
+            out[name] = grow_tensor(t, spec, plan.axes, generator=plan.tensor_generator(name), perturb=perturb,
+                                    perturb_generator=plan.perturb_generator(name) if perturb else None)
     return out
+
+
+def fan_in_shares(spec: TensorPlan, axes: Mapping[str, AxisChange]) -> torch.Tensor | None:
+    """The per-entry multipliers an uneven ``split`` puts on a tensor's copied fan-in columns (float64, shaped to
+    broadcast over the grown tensor), or ``None`` when its fan-in shares are even."""
+    factor = None
+    for d in spec.dims:
+        split = axes[d.axis].split
+        if d.role != "fan_in" or d.mode != "copy" or split is None:
+            continue
+        shape = [1] * len(spec.new_shape)
+        shape[d.dim] = split.numel()
+        factor = split.view(shape) if factor is None else factor * split.view(shape)
+    return factor
+
+
+def _perturb_copies(x: torch.Tensor, dims: list, axes: Mapping[str, AxisChange], relative: float,
+                    generator: torch.Generator | None) -> torch.Tensor:
+    """``+delta`` on each source's fan-in column, ``-delta`` on its copy's (paper appendix "Comparison to Prior
+    Function-Preserving Symmetry-Breaking Heuristics", "Perturb"): a group's sum is unchanged, so the layer's
+    output is too wherever a copy's input equals its source's (copy-copy)."""
+    if generator is None:
+        raise ValueError("perturb needs a generator")
+    for d in dims:
+        axis = axes[d.axis]
+        n_new = axis.new - axis.old
+        src = axis.src.to(x.device)
+        members = torch.cat([torch.unique(src), torch.arange(axis.old, axis.new, device=x.device)])
+        rms = x.index_select(d.dim, members).pow(2).mean().sqrt()
+        shape = list(x.shape)
+        shape[d.dim] = n_new
+        delta = torch.randn(shape, generator=generator, dtype=torch.float32)  # drawn on CPU: device independent
+        delta = delta.to(device=x.device, dtype=x.dtype) * (relative * rms)
+        x = x.index_add(d.dim, src, delta)
+        x.narrow(d.dim, axis.old, n_new).sub_(delta)
+    return x
 
 
 def _is_tied(model: nn.Module) -> bool:

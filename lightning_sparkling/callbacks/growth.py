@@ -32,6 +32,7 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 
+from lightning_sparkling.baselines import check_baseline_schedulers, install_baseline_lr, rewarmup_all_applied
 from lightning_sparkling.compute import count_params
 from lightning_sparkling.distributed import (
     build_sharded_gpt,
@@ -59,7 +60,7 @@ from lightning_sparkling.fsdp1 import (
 from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported, plan_optimizer_patch
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
-from lightning_sparkling.stage import GrowthStage, check_rewarmup_fits
+from lightning_sparkling.stage import GrowthStage, check_rewarmup_fits, check_stage_sequence, decay_end
 from lightning_sparkling.symmetry import CopySpec, copy_specs, symmetry_metrics
 from lightning_sparkling.surgery import GrowthResult, _Swap, grow_model
 
@@ -167,6 +168,7 @@ class WidthGrowthCallback(Callback):
             raise ValueError(
                 f"WidthGrowthCallback: stages must be in strictly increasing at_step order, got at_step={steps}"
             )
+        check_stage_sequence(stages)  # rewarmup_scope='all' / decay_speedup: last stage only
         if min_lr is not None and (not isinstance(min_lr, (int, float)) or min_lr < 0 or not math.isfinite(min_lr)):
             raise ValueError(f"WidthGrowthCallback(min_lr={min_lr!r}): must be a finite number >= 0")
         self.stages: tuple[GrowthStage, ...] = tuple(stages)
@@ -327,6 +329,7 @@ class WidthGrowthCallback(Callback):
             check_fsdp1_layout(pl_module, find_gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
+        check_baseline_schedulers(trainer, self.stages)  # decay_speedup reads the module's schedule
         if any(s.rewarmup_ratio is not None for s in self.stages):
             self._min_lrs = self._resolve_min_lrs(trainer)
         for k, record in enumerate(self._records):  # resumed: same scheduler layout as when saved
@@ -470,7 +473,8 @@ class WidthGrowthCallback(Callback):
         min_lrs = record.get("min_lr") or self._min_lrs
         lambdas = [
             RewarmupLambda(growth_step=record["global_step"], lr_at_growth=lr, ratio=stage.rewarmup_ratio,
-                           warmup_steps=stage.rewarmup_steps, total_steps=record["total_steps"], min_lr=min_lr)
+                           warmup_steps=stage.rewarmup_steps, min_lr=min_lr,
+                           total_steps=decay_end(stage, record["total_steps"], record["global_step"]))
             for lr, min_lr in zip(record["lr_at_growth"], min_lrs)
         ]
         scheduler = RewarmupLR(lambdas)
@@ -496,7 +500,10 @@ class WidthGrowthCallback(Callback):
         for hook in self._lr_hooks:
             hook.remove()
         self._lr_hooks = []
-        if not self._schedulers:
+        # rewarmup_scope='all' / decay_speedup: the group LR of each step, registered before the new-entry hooks
+        # (they rescale against it); under 'all' every entry follows it, so no region is rescaled
+        self._lr_hooks += install_baseline_lr(trainer, self.stages, self._records)
+        if not self._schedulers or rewarmup_all_applied(self.stages, self._records):
             return
         gpt = find_gpt(pl_module)
         if is_sharded(gpt):

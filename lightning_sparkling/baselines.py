@@ -1,0 +1,216 @@
+"""Learning-rate side of the paper's comparison baselines that change the LR of *old* entries too.
+
+- ``rewarmup_scope='all'`` ("Re-warmup All", paper appendix "Comparison to Prior Function-Preserving
+  Symmetry-Breaking Heuristics"): from the growth on, every parameter follows the stage's re-warmup
+  ``rewarmup_lr`` (Eq. 16) instead of the baseline schedule.
+- ``decay_speedup=s`` ("Uneven + 25%/50% Faster Decay LR", after LEMON; appendix "Comparison to Prior
+  Dynamics-Based Strategies"): same peak LR, but the baseline schedule's remaining decay after the growth runs
+  in ``(1 - s)`` of the remaining steps and then holds its final LR. With ``T`` the run's last step, ``t_e`` the
+  growth step and ``E = decay_end(...) = t_e + round((1 - s)(T - t_e))``, the LR of the step taken at ``t`` is
+  ``u(t_e + (t - t_e)(T - t_e)/(E - t_e))`` for ``t_e <= t < E`` and ``u(T)`` from ``E`` on, where ``u`` is the
+  user's own schedule. The new entries' re-warmup decays to ``min_lr`` at the same ``E``.
+
+Mechanism: :class:`BaselineLR` sets each param group's ``lr`` to the baseline value right before
+``optimizer.step()`` (a step pre-hook) and puts the user's value back right after it (a step post-hook). The
+optimizer therefore takes exactly the step it would take with that LR (any optimizer, no update rescale, no copy),
+while the user's scheduler keeps stepping and owning the group's ``lr`` between steps, and checkpoints hold the
+user's LR. The new-entry hooks (:class:`~lightning_sparkling.optim_state.NewEntryLR`) are registered after this
+one, so they rescale new entries against the baseline LR of the step. ``decay_speedup`` needs ``u`` at other
+steps than the current one, so it reads the user's scheduler: a ``LambdaLR`` (``base_lr * lr_lambda(tau)``, any
+lambda of a real-valued step) or a ``CosineAnnealingLR`` (its closed form), stepped every optimizer step; other
+schedulers are refused at fit start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from lightning_sparkling.plan import GrowthError
+from lightning_sparkling.schedules import RewarmupLambda
+from lightning_sparkling.stage import GrowthStage, decay_end
+
+
+class BaselineLR:
+    """Give an optimizer's param groups a learning rate of our own for each step, leaving the user's between steps.
+
+    Args:
+        optimizer: the optimizer.
+        targets: ``{group index: function returning the LR of the step about to be taken}``.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, targets: Mapping[int, Callable[[], float]]) -> None:
+        self.optimizer = optimizer
+        self.targets = dict(targets)
+        self._saved: list[tuple[int, Any]] = []
+        self._handles = [optimizer.register_step_pre_hook(self._pre), optimizer.register_step_post_hook(self._post)]
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._restore(self.optimizer)
+
+    def _pre(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        self._restore(optimizer)  # a step that raised left our LR in place
+        for g, target in self.targets.items():
+            group = optimizer.param_groups[g]
+            lr = group["lr"]
+            if isinstance(lr, torch.Tensor):
+                self._saved.append((g, lr.clone()))
+                lr.fill_(float(target()))
+            else:
+                self._saved.append((g, lr))
+                group["lr"] = float(target())
+
+    def _post(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        self._restore(optimizer)
+
+    def _restore(self, optimizer: torch.optim.Optimizer) -> None:
+        for g, lr in self._saved:
+            current = optimizer.param_groups[g]["lr"]
+            if isinstance(current, torch.Tensor):
+                current.copy_(lr)
+            else:
+                optimizer.param_groups[g]["lr"] = lr
+        self._saved = []
+
+
+def fast_decay_position(t: float, *, growth_step: int, total_steps: int, end: int) -> float:
+    """Where on the baseline schedule the step taken at ``t`` is under ``decay_speedup``: ``t`` up to the growth,
+    then ``t_e + (t - t_e)(T - t_e)/(E - t_e)``, and ``T`` (the final LR, held) from ``E = end`` on.
+
+    Example::
+
+        >>> fast_decay_position(150, growth_step=100, total_steps=300, end=200)
+        200.0
+        >>> fast_decay_position(250, growth_step=100, total_steps=300, end=200)
+        300
+    """
+    if t <= growth_step or end >= total_steps:
+        return t
+    if t >= end:
+        return total_steps
+    return growth_step + (t - growth_step) * (total_steps - growth_step) / (end - growth_step)
+
+
+def schedule_function(scheduler: object, group: int) -> Callable[[float], float]:
+    """The user's LR of param group ``group`` as a function of the scheduler's (real-valued) step.
+
+    Raises:
+        GrowthError: for schedulers whose LR at another step cannot be computed exactly.
+    """
+    if type(scheduler) is torch.optim.lr_scheduler.LambdaLR:
+        base, lam = float(scheduler.base_lrs[group]), scheduler.lr_lambdas[group]
+        return lambda tau: base * float(lam(tau))
+    if type(scheduler) is torch.optim.lr_scheduler.CosineAnnealingLR:
+        base, eta_min, t_max = float(scheduler.base_lrs[group]), float(scheduler.eta_min), scheduler.T_max
+        return lambda tau: eta_min + (base - eta_min) * (1 + math.cos(math.pi * tau / t_max)) / 2
+    raise GrowthError(f"cannot evaluate a {type(scheduler).__name__} at other steps")
+
+
+def _scheduler_configs(trainer: Any, optimizer: torch.optim.Optimizer) -> list:
+    """The trainer's scheduler configs that drive ``optimizer``."""
+    return [c for c in trainer.lr_scheduler_configs if c.scheduler.optimizer is optimizer]
+
+
+def _every_step(trainer: Any, config: Any) -> bool:
+    """Whether the scheduler moves once per optimizer step: Lightning steps it (``interval="step"``, ``frequency=1``),
+    or the module does under manual optimization (Lightning then steps no scheduler; the module's own loop is
+    trusted to step it with the optimizers, as the package's ``LitGPTPretrainModule`` does)."""
+    module = getattr(trainer, "lightning_module", None)
+    if module is not None and not module.automatic_optimization:
+        return True
+    return config.interval == "step" and config.frequency == 1
+
+
+def check_baseline_schedulers(trainer: Any, stages: Sequence[GrowthStage]) -> None:
+    """At fit start: ``decay_speedup`` needs, for every optimizer, one ``LambdaLR`` or ``CosineAnnealingLR`` stepped
+    every optimizer step (``interval="step"``, ``frequency=1``; under manual optimization the module steps it),
+    whose LR at later steps it computes.
+
+    Raises:
+        GrowthError: naming the optimizer, what it has and what is needed.
+    """
+    speedup = [s for s in stages if s.decay_speedup > 0 and s.rewarmup_scope == "new"]  # 'all': its own schedule
+    if not speedup:
+        return
+    stage = speedup[0]
+    for o, optimizer in enumerate(trainer.optimizers):
+        configs = _scheduler_configs(trainer, optimizer)
+        kinds = ", ".join(f"{type(c.scheduler).__name__} (interval={c.interval!r}, frequency={c.frequency})"
+                          for c in configs) or "no scheduler"
+        ok = (len(configs) == 1 and _every_step(trainer, configs[0])
+              and type(configs[0].scheduler) in (torch.optim.lr_scheduler.LambdaLR,
+                                                 torch.optim.lr_scheduler.CosineAnnealingLR))
+        if not ok:
+            raise GrowthError(
+                f"GrowthStage(at_step={stage.at_step}, decay_speedup={stage.decay_speedup}) speeds up the decay of the "
+                f"module's LR schedule, so it must compute that schedule at later steps: optimizer {o} "
+                f"({type(optimizer).__name__}) has {kinds}; use one LambdaLR or CosineAnnealingLR with "
+                "interval='step' and frequency=1 (e.g. lightning_sparkling.schedules.WarmupCosineLambda)"
+            )
+
+
+def baseline_stage(stages: Sequence[GrowthStage], records: Sequence[dict[str, Any]]) -> int | None:
+    """Index of the applied stage that changes the baseline LR (``rewarmup_scope='all'`` or ``decay_speedup``),
+    or ``None``. Only the last stage may (:func:`~lightning_sparkling.stage.check_stage_sequence`)."""
+    applied = len(records)
+    if applied and stages[applied - 1].changes_baseline:
+        return applied - 1
+    return None
+
+
+def rewarmup_all_applied(stages: Sequence[GrowthStage], records: Sequence[dict[str, Any]]) -> bool:
+    """Whether an applied stage has ``rewarmup_scope='all'``: every entry then follows its re-warmup, so no
+    new-entry region is rescaled any more."""
+    k = baseline_stage(stages, records)
+    return k is not None and stages[k].rewarmup_scope == "all"
+
+
+def install_baseline_lr(trainer: Any, stages: Sequence[GrowthStage],
+                        records: Sequence[dict[str, Any]]) -> list[BaselineLR]:
+    """The :class:`BaselineLR` hooks of the applied stage that changes the baseline (none if no stage does).
+
+    Register them *before* the new-entry hooks: those rescale new entries against the group LR this one sets.
+    The time of a step is its scheduler's ``last_epoch`` when the optimizer has a step-interval scheduler (the step
+    whose LR the scheduler has set, also under manual optimization), else ``trainer.global_step``.
+    """
+    k = baseline_stage(stages, records)
+    if k is None:
+        return []
+    stage, record = stages[k], records[k]
+    t_e, total = int(record["global_step"]), int(record["total_steps"])
+    end = decay_end(stage, total, t_e)
+    hooks = []
+    flat = 0
+    for optimizer in trainer.optimizers:
+        configs = [c for c in _scheduler_configs(trainer, optimizer) if _every_step(trainer, c)]
+        scheduler = configs[0].scheduler if len(configs) == 1 else None
+        if scheduler is not None:
+            def now(scheduler=scheduler) -> float:
+                return scheduler.last_epoch
+        else:
+            def now() -> float:
+                return scheduler.last_epoch
+        targets: dict[int, Callable[[], float]] = {}
+        for g in range(len(optimizer.param_groups)):
+            if stage.rewarmup_scope == "all":
+                lam = RewarmupLambda(growth_step=t_e, lr_at_growth=record["lr_at_growth"][flat],
+                                     ratio=stage.rewarmup_ratio, warmup_steps=stage.rewarmup_steps,
+                                     total_steps=end, min_lr=record["min_lr"][flat])
+
+                def target(lam=lam, now=now) -> float:
+                    return lam(max(now() - t_e, 0))
+            else:
+                u = schedule_function(scheduler, g)
+
+                def target(u=u, now=now) -> float:
+                    return u(fast_decay_position(now(), growth_step=t_e, total_steps=total, end=end))
+            targets[g] = target
+            flat += 1
+        hooks.append(BaselineLR(optimizer, targets))
+    return hooks
