@@ -271,10 +271,24 @@ def test_any_litdatamodule_by_class_path_with_csv_logger(text_dir, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------------------ initial_checkpoint_dir
-def test_initial_checkpoint_dir_starts_from_a_grown_final_and_grows_it(textfiles_run, text_dir, tmp_path):
-    """Mid-stage growth of a model someone already trained: start from this package's (grown) ``final/``, whose
+@pytest.fixture(scope="module")
+def quickstart_final(tmp_path_factory) -> Path:
+    """The quickstart, shrunk to 4 steps (grown 64 -> 128 at step 2): its ``final/``."""
+    root = tmp_path_factory.mktemp("quickstart")
+    quickstart = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+    assert main(["pretrain", "--config", str(quickstart), "--out_dir", str(root / "out"), "--train.max_steps", "4",
+                 "--train.global_batch_size", "4", "--train.micro_batch_size", "4", "--train.lr_warmup_steps", "1",
+                 "--train.save_interval", "null", "--eval.interval", "null", "--eval.max_iters", "1",
+                 "--data.max_files", "8", "--data.max_bytes", "60000", "--data.vocab_size", "512",
+                 "--data.cache_dir", str(root / "cache"), "--rms_monitor", "null", "--growth.stages",
+                 "[{at_step: 2, n_embd: 128, intermediate_size: 512, rewarmup_steps: 1}]"]) == 0
+    return root / "out" / "final"
+
+
+def test_initial_checkpoint_dir_starts_from_a_grown_final_and_grows_it(quickstart_final, tmp_path):
+    """Mid-stage growth of a model someone already trained: start from the quickstart's (grown) ``final/``, whose
     config and tokenizer are used, on the embedded corpus (tokenized with that tokenizer), and grow it again."""
-    final = textfiles_run / "final"
+    final = quickstart_final
     out = tmp_path / "out"
     config = {
         "initial_checkpoint_dir": str(final), "out_dir": str(out), "devices": 1, "num_threads": 1,
@@ -282,12 +296,12 @@ def test_initial_checkpoint_dir_starts_from_a_grown_final_and_grows_it(textfiles
         "train": {"global_batch_size": 4, "micro_batch_size": 4, "max_steps": 4, "max_seq_length": 32,
                   "lr_warmup_steps": 1, "save_interval": None},
         "eval": {"interval": None, "max_iters": 1},
-        "growth": {"stages": [{"at_step": 2, "n_embd": 128, "rewarmup_steps": 1}]},
+        "growth": {"stages": [{"at_step": 2, "intermediate_size": 1024, "rewarmup_steps": 1}]},
     }
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     _, run, _ = parse(["--config", str(path)])
-    assert run.model_config.n_embd == 64 and run.model_config.name == "pythia-14m"  # the checkpoint's config
+    assert run.model_config.n_embd == 128 and run.model_config.name == "sparkling-quickstart"  # the checkpoint's
     assert run.tokenizer_dir == final  # and its tokenizer
     from lightning_sparkling.cli import build_module
 
@@ -298,12 +312,12 @@ def test_initial_checkpoint_dir_starts_from_a_grown_final_and_grows_it(textfiles
     summary = json.loads((out / "summary.json").read_text())
     assert summary["initial_checkpoint_dir"] == str(final) and summary["steps"] == 4
     assert summary["total_params"][0] == sum(v.numel() for v in saved.values())
-    assert summary["final_model_config"]["n_embd"] == 128
+    assert summary["final_model_config"]["intermediate_size"] == 1024
     assert (out / "final" / "tokenizer.json").read_bytes() == (final / "tokenizer.json").read_bytes()
 
 
-def test_initial_checkpoint_dir_refusals(textfiles_run, tmp_path, capsys):
-    final = textfiles_run / "final"
+def test_initial_checkpoint_dir_refusals(quickstart_final, tmp_path, capsys):
+    final = quickstart_final
     base = ["pretrain", "--initial_checkpoint_dir", str(final), "--out_dir", str(tmp_path / "out"),
             "--train.max_steps", "4", "--train.max_seq_length", "32"]
     for extra, key in ((["--model_config", "{n_layer: 2}"], "initial_checkpoint_dir"),
