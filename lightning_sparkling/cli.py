@@ -327,14 +327,36 @@ def build_datamodule(run: ResolvedRun):
     sample: the same windows at every evaluation and on resume), not on the split's first batches."""
     from lightning_sparkling.data import TextCorpusDataModule
 
+    if run.litgpt_data:  # data.class_path: a litgpt data module, connect()-ed as litgpt pretrain does
+        from lightning_sparkling.litgpt_compat import build_litgpt_datamodule
+
+        return build_litgpt_datamodule(run)
     d = run.data
     val_windows = run.eval.max_iters * run.micro_batch_size * run.world_size if run.eval.max_iters else None
-    kwargs = dict(seq_len=d.seq_len, batch_size=run.micro_batch_size, source=d.source, data_dir=d.data_dir,
+    kwargs = dict(seq_len=run.seq_len, batch_size=run.micro_batch_size, source=d.source, data_dir=d.data_dir,
                   include_tests=d.include_tests, vocab_size=d.vocab_size, val_percent=d.val_percent,
                   seed=run.seed if d.seed is None else d.seed, cache_dir=d.cache_dir, max_files=d.max_files,
                   max_bytes=d.max_bytes, num_workers=d.num_workers, tokenizer_dir=run.tokenizer_dir,
                   val_windows=val_windows)
     return TextCorpusDataModule(**kwargs)
+
+
+def build_module(run: ResolvedRun):
+    """The :class:`~lightning_sparkling.module.LitGPTPretrainModule` of ``run``, holding the weights of
+    ``initial_checkpoint_dir`` when one is given (litgpt's init otherwise)."""
+    from lightning_sparkling.module import LitGPTPretrainModule
+
+    module = LitGPTPretrainModule(
+        run.model_config, run.optimizer, max_steps=run.steps, lr_warmup_steps=run.train.lr_warmup_steps,
+        lr_warmup_fraction=run.train.lr_warmup_fraction, min_lr=run.train.min_lr, max_norm=run.train.max_norm,
+        tie_embeddings=run.train.tie_embeddings, seed=run.seed,
+        accumulate_grad_batches=run.accumulate if run.uses_muon else 1,
+    )
+    if run.initial_weights is not None:
+        from lightning_sparkling.litgpt_compat import load_initial_weights
+
+        load_initial_weights(module.model, run.initial_weights)
+    return module
 
 
 # ------------------------------------------------------------------------------------------------------------ callbacks
@@ -450,7 +472,9 @@ def _callbacks_module() -> types.SimpleNamespace:
             if trainer.is_global_zero:
                 folder.mkdir(parents=True, exist_ok=True)
                 torch.save(state, folder / "lit_model.pth")
-                copy_config_files(Path(self.tokenizer_dir_fn()), folder)
+                tokenizer_dir = self.tokenizer_dir_fn()
+                if tokenizer_dir is not None:  # (a litgpt data module of pre-tokenized data may have none)
+                    copy_config_files(Path(tokenizer_dir), folder)
                 save_config(model.config, folder)  # after the copy: a tokenizer_dir may hold another model_config
                 (folder / "hyperparameters.yaml").write_text(self.hparams_yaml)
                 self.written.append(folder)
@@ -657,13 +681,12 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-    from lightning.pytorch.loggers import TensorBoardLogger
 
+    from lightning_sparkling import litgpt_compat
     from lightning_sparkling.callbacks.growth import WidthGrowthCallback
     from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
     from lightning_sparkling.compute import estimate_compute
     from lightning_sparkling.config import find_resume_checkpoint
-    from lightning_sparkling.module import LitGPTPretrainModule
 
     start, started = time.perf_counter(), time.time()
     cb = _callbacks_module()
@@ -685,17 +708,14 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
         _info(f"growth stage {k}: at step {s.at_step}: {s.widths}")
     if run.resume_path is not None:
         _info(f"resuming from {run.resume_path}")
+    elif run.initial_checkpoint_dir is not None:
+        _info(f"starting from the weights of {run.initial_checkpoint_dir}")
 
     if run.num_threads is not None:
         torch.set_num_threads(run.num_threads)
     L.seed_everything(run.seed, verbose=False)
     datamodule = build_datamodule(run)
-    module = LitGPTPretrainModule(
-        run.model_config, run.optimizer, max_steps=run.steps, lr_warmup_steps=run.train.lr_warmup_steps,
-        lr_warmup_fraction=run.train.lr_warmup_fraction, min_lr=run.train.min_lr, max_norm=run.train.max_norm,
-        tie_embeddings=run.train.tie_embeddings, seed=run.seed,
-        accumulate_grad_batches=run.accumulate if run.uses_muon else 1,
-    )
+    module = build_module(run)
 
     token_counter = cb.TokenCounter(run.tokens_per_step, run.train.log_interval)
     tracker = cb.RunTracker()
@@ -708,7 +728,11 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
     if run.rms_monitor is not None:
         callbacks.append(ActivationRMSMonitor(every_n_steps=run.rms_monitor.every_n_steps,
                                               per_linear=run.rms_monitor.per_linear))
-    exporter = cb.LitGPTExport(out_dir, run.train.save_interval, lambda: datamodule.tokenizer_dir, hparams_yaml)
+    tokenizer_dir = lambda: getattr(datamodule, "tokenizer_dir", None) or run.tokenizer_dir  # noqa: E731
+    if run.eval.max_new_tokens:
+        callbacks.append(litgpt_compat.SampleGeneration(tokenizer_dir(), run.eval.max_new_tokens,
+                                                        run.eval.evaluate_example))
+    exporter = cb.LitGPTExport(out_dir, run.train.save_interval, tokenizer_dir, hparams_yaml)
     keep = run.train.keep_last_checkpoints
     checkpoint = ModelCheckpoint(
         dirpath=out_dir / "checkpoints", filename="step-{step:08d}", auto_insert_metric_name=False,
@@ -718,7 +742,7 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
     )
     callbacks += [token_counter, exporter, tracker, LearningRateMonitor(logging_interval="step"), checkpoint,
                   cb.StepProgressBar(run.tokens_per_step)]
-    logger = TensorBoardLogger(save_dir=str(out_dir), name="logs", version="", default_hp_metric=False)
+    logger = litgpt_compat.make_logger(run)
 
     interval = run.eval.interval if run.eval.interval else run.steps + 1
     trainer = L.Trainer(
@@ -728,6 +752,7 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
         check_val_every_n_epoch=None, limit_val_batches=run.eval.max_iters if run.eval.max_iters else 1.0,
         num_sanity_val_steps=0, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir),
         enable_model_summary=False,  # it printed "Total FLOPs: 0": parameters and FLOPs are in the lines above
+        max_time=None if run.train.max_time is None else {"seconds": float(run.train.max_time)},
     )
     if run.eval.initial_validation and run.resume_path is None:
         trainer.validate(module, datamodule=datamodule, verbose=False)
@@ -794,6 +819,7 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
         "val_loss": metric("val_loss"), "val_ppl": metric("val_ppl"),
         "wall_clock_seconds": time.perf_counter() - start, "fit_seconds": fit_seconds,
         "resumed_from": str(run.resume_path) if run.resume_path else None,
+        "initial_checkpoint_dir": str(run.initial_checkpoint_dir) if run.initial_checkpoint_dir else None,
         "final_dir": str(out_dir / "final") if status == "completed" else None,
         "interrupted": status != "completed" or bool(trainer.interrupted),
     }

@@ -3,9 +3,12 @@
 checks every value and derives what a run needs (model ``Config``, steps, gradient accumulation, growth stages)
 *before* anything starts: no tokenizer is trained and no weight is allocated here.
 
-Keys follow ``litgpt pretrain`` (``model_name`` / ``model_config``, ``out_dir``, ``precision``, ``resume``, ``data``,
-``train.*``, ``eval.*``, ``optimizer``, ``devices``, ``num_nodes``, ``tokenizer_dir``, ``seed``) plus ``strategy``,
-``growth`` and ``rms_monitor``. Every error names the key it is about (:class:`ConfigError`).
+Keys follow ``litgpt pretrain``: every key of the installed litgpt's ``litgpt.pretrain.setup`` is accepted with
+litgpt's meaning or refused by name (``model_name`` / ``model_config``, ``out_dir``, ``precision``,
+``initial_checkpoint_dir``, ``resume``, ``data`` (also litgpt data modules by ``class_path``), ``train.*``, ``eval.*``,
+``log.*``, ``optimizer``, ``devices``, ``num_nodes``, ``tokenizer_dir``, ``logger_name``, ``seed``; see
+:mod:`lightning_sparkling.litgpt_compat`), plus ``accelerator``, ``strategy``, ``num_threads``, ``growth`` and
+``rms_monitor``. Every error names the key it is about (:class:`ConfigError`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = [
     "DataArgs",
     "EvalArgs",
     "GrowthArgs",
+    "LogArgs",
     "RMSMonitorArgs",
     "ResolvedRun",
     "StageArgs",
@@ -52,7 +56,16 @@ class ConfigError(ValueError):
 @dataclass
 class DataArgs:
     """The training text: the embedded corpus (this machine's Python standard library, optionally every installed
-    package) or a directory of your own text, tokenized by a byte-level BPE trained on it (cached)."""
+    package) or a directory of your own text, tokenized by a byte-level BPE trained on it (cached); or a litgpt data
+    module given by ``class_path`` (``litgpt.data.TextFiles``, ``LitData``, ``TinyStories``, ``OpenWebText``, any
+    ``LightningDataModule`` with litgpt's ``connect``) and its ``init_args``, as in litgpt's configs."""
+
+    class_path: Optional[str] = None
+    """A litgpt data module (``litgpt.data.TextFiles``, or a short name ``TextFiles``; any importable
+    ``LightningDataModule`` with litgpt's ``connect(tokenizer, batch_size, max_seq_length)``) used instead of the
+    embedded corpus; the other ``data.*`` keys are then the corpus's and must be left unset."""
+    init_args: Optional[dict[str, Any]] = None
+    """Arguments of ``class_path`` (``train_data_path``, ``num_workers``, ...), checked against its signature."""
 
     source: str = "stdlib"
     """``stdlib``: the Python standard library's ``*.py`` (~12 MB); ``stdlib+site-packages``: also every installed
@@ -66,8 +79,10 @@ class DataArgs:
     ``model_config.vocab_size`` is set."""
     val_percent: float = 5.0
     """Share of files (percent, chosen by a hash of the file name) held out for validation."""
-    seq_len: int = 512
-    """Tokens per training sequence. Must not exceed the model's ``block_size`` (which defaults to it)."""
+    seq_len: Optional[int] = None
+    """Tokens per training sequence (``null``: ``train.max_seq_length``, else the ``block_size`` of ``model_name`` /
+    ``model_config`` / ``initial_checkpoint_dir``, else 512). Must not exceed the model's ``block_size`` (which
+    defaults to it)."""
     max_files: Optional[int] = None
     """Use at most this many files (quick runs and tests)."""
     max_bytes: Optional[int] = None
@@ -101,8 +116,17 @@ class TrainArgs:
     """LR at the end of the cosine decay (default ``0.01 * lr``, the paper)."""
     max_norm: Optional[float] = 1.0
     """Clip gradients to this global norm (``null`` or 0: no clipping)."""
-    tie_embeddings: bool = False
-    """Share the input embedding and the output head (``wte.weight = lm_head.weight``)."""
+    epochs: Optional[int] = None
+    """litgpt's key; ``litgpt pretrain`` refuses any value, and so does this package: the run length must be known
+    before the data is read (LR schedule, growth steps). Give ``max_tokens`` or ``max_steps``."""
+    max_time: Optional[float] = None
+    """Stop training after this many seconds (Lightning's ``Trainer(max_time=...)``); ``final/`` is still written.
+    The LR schedule and the growth steps keep the ``max_tokens`` / ``max_steps`` horizon."""
+    max_seq_length: Optional[int] = None
+    """Tokens per training sequence (litgpt's key; the model input length). Sets ``data.seq_len`` when that is
+    unset; both set must agree."""
+    tie_embeddings: Optional[bool] = False
+    """Share the input embedding and the output head (``wte.weight = lm_head.weight``); ``null``: ``false``."""
     log_interval: int = 1
     """Log train metrics (and ``tokens`` / ``flops``) every this many optimizer steps."""
     save_interval: Optional[int] = 1000
@@ -126,6 +150,35 @@ class EvalArgs:
     """Also validate before the first step."""
     final_validation: bool = True
     """Validate after the last step when the interval did not just do it (the summary's final val loss)."""
+    max_new_tokens: Optional[int] = None
+    """Generate this many tokens (greedy) after each evaluation from the start of a validation sequence, print the
+    text and log it (TensorBoard ``text``), as litgpt's ``generate_example``; ``null``: no sample."""
+    evaluate_example: Union[str, int] = "first"
+    """Which validation sequence prompts that sample: ``first``, ``random`` (seeded by the step) or its index in
+    the validation batches of that evaluation."""
+
+
+@dataclass
+class LogArgs:
+    """Logger settings (litgpt's ``log.*``): ``project``, ``run``, ``group`` for ``logger_name: wandb``; the others
+    for ``logger_name: litlogger``. A value its logger does not use is refused."""
+
+    project: Optional[str] = None
+    """WandB project name (default: ``pretrain-<model name>``)."""
+    run: Optional[str] = None
+    """WandB run name."""
+    group: Optional[str] = None
+    """WandB group name."""
+    teamspace: Optional[str] = None
+    """LitLogger teamspace."""
+    metadata: Optional[dict] = None
+    """LitLogger metadata."""
+    log_model: bool = False
+    """LitLogger: log model checkpoints as artifacts."""
+    save_logs: bool = True
+    """LitLogger: upload terminal logs."""
+    checkpoint_name: Optional[str] = None
+    """LitLogger: base name of logged checkpoints."""
 
 
 @dataclass
@@ -197,16 +250,19 @@ def pretrain_arguments(
     model_config: Optional[dict[str, Any]] = None,
     out_dir: Path = Path("out/sparkling"),
     precision: Optional[str] = None,
+    initial_checkpoint_dir: Optional[Path] = None,
     resume: Union[bool, Literal["auto"], Path] = False,
     data: DataArgs = DataArgs(),
     train: TrainArgs = TrainArgs(),
     eval: EvalArgs = EvalArgs(),
+    log: LogArgs = LogArgs(),
     optimizer: Union[str, dict] = "AdamW",
     devices: Union[int, str] = "auto",
     num_nodes: int = 1,
     accelerator: str = "auto",
     strategy: str = "auto",
     tokenizer_dir: Optional[Path] = None,
+    logger_name: str = "tensorboard",
     seed: int = 42,
     num_threads: Optional[int] = None,
     growth: GrowthArgs = GrowthArgs(),
@@ -222,12 +278,18 @@ def pretrain_arguments(
             and ``summary.json`` go.
         precision: Lightning precision (``32-true``, ``bf16-mixed``, ``bf16-true``, ``16-mixed``); default
             ``bf16-mixed`` on a bf16 GPU, ``16-mixed`` on another GPU, ``32-true`` on CPU.
+        initial_checkpoint_dir: start from the weights of this litgpt checkpoint dir (``lit_model.pth``,
+            ``model_config.yaml``; e.g. a ``final/`` of this package, a grown one included): its config is the model's
+            unless ``model_name`` / ``model_config`` are given (they must then match it), and its tokenizer is used
+            unless ``tokenizer_dir`` is given. Fresh optimizer, schedule and step count; growth steps count from 0.
         resume: ``false``; ``auto`` (the newest ``out_dir/checkpoints/step-*.ckpt`` if any, else start fresh);
             ``true`` (the newest, an error if none); or a ``.ckpt`` path. The checkpoint is checked before anything
             starts (readable, same growth stages and model).
-        data: the corpus (see ``data.*``).
+        data: the corpus (see ``data.*``), or a litgpt data module: ``{class_path: litgpt.data.TextFiles,
+            init_args: {train_data_path: ...}}``.
         train: training length and optimization (see ``train.*``).
         eval: validation (see ``eval.*``).
+        log: logger settings (see ``log.*``).
         optimizer: ``AdamW``, ``torch.optim.Muon`` or ``{class_path: ..., init_args: {lr: ..., ...}}`` (litgpt's
             format). With Muon, 2-D block weights use Muon and everything else AdamW.
         devices: devices per node (an int, or ``auto``: every GPU, or 1 CPU process).
@@ -237,7 +299,9 @@ def pretrain_arguments(
             data parallel only), ``fsdp`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only).
             DeepSpeed and tensor parallelism are refused.
         tokenizer_dir: use the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of training
-            a BPE on the corpus.
+            a BPE on the corpus; with a litgpt data module, the tokenizer it prepares its data with (as in litgpt).
+        logger_name: ``tensorboard`` (the RMS dashboard's custom-scalars layout needs it), ``csv``, ``wandb`` or
+            ``mlflow`` (when installed), as in litgpt. Logs go to ``out_dir/logs``.
         seed: model init and data order seed.
         num_threads: torch intra-op CPU threads (``torch.set_num_threads``); ``null``: torch's default (all cores).
             ``1`` is often much faster for small models on a busy machine.
@@ -247,7 +311,7 @@ def pretrain_arguments(
 
 
 # ------------------------------------------------------------------------------------------------------------ keys
-_SECTIONS = {"data": DataArgs, "train": TrainArgs, "eval": EvalArgs, "growth": GrowthArgs,
+_SECTIONS = {"data": DataArgs, "train": TrainArgs, "eval": EvalArgs, "log": LogArgs, "growth": GrowthArgs,
              "rms_monitor": RMSMonitorArgs}
 
 
@@ -327,6 +391,15 @@ class ResolvedRun:
     seed: int
     num_threads: Optional[int] = None
     notes: list[str] = field(default_factory=list)
+    initial_checkpoint_dir: Optional[Path] = None  # the litgpt checkpoint dir the weights come from
+    initial_weights: Optional[Path] = None  # its lit_model.pth
+    logger_name: str = "tensorboard"
+    log: Any = None  # LogArgs
+
+    @property
+    def litgpt_data(self) -> bool:
+        """Whether the data is a litgpt data module (``data.class_path``) rather than the embedded corpus."""
+        return self.data.class_path is not None
 
     @property
     def total_tokens(self) -> int:
@@ -388,7 +461,8 @@ def tokenizer_vocab_size(tokenizer_dir: Path) -> int:
     return max(ids) + 1 if ids else 0
 
 
-def model_config_from(model_name: Optional[str], model_config: Optional[dict], *, vocab_size: int, seq_len: int):
+def model_config_from(model_name: Optional[str], model_config: Optional[dict], *, vocab_size: Optional[int],
+                      seq_len: int):
     """The litgpt ``Config`` a run starts from: ``Config.from_name(model_name, **model_config)`` or
     ``Config(**model_config)``; ``vocab_size`` (and the derived ``padded_vocab_size``) from the tokenizer unless
     given, ``block_size`` = ``seq_len`` unless given (or set by the named model)."""
@@ -399,7 +473,7 @@ def model_config_from(model_name: Optional[str], model_config: Optional[dict], *
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"model_config.{unknown[0]}", f"not a litgpt Config field (unknown keys: {unknown})")
-    if "vocab_size" not in overrides:
+    if "vocab_size" not in overrides and vocab_size is not None:  # None: the named model's (or Config's) own
         overrides["vocab_size"] = vocab_size
         overrides.setdefault("padded_vocab_size", None)  # re-derived from vocab_size and padding_multiple
     if model_name is None and "block_size" not in overrides:
@@ -730,11 +804,16 @@ def resolve(ns: Any) -> ResolvedRun:
     Raises:
         ConfigError: naming the key, for anything impossible or unsupported.
     """
+    from lightning_sparkling import litgpt_compat
+
     data = _as(DataArgs, _get(ns, "data")) or DataArgs()
     train = _as(TrainArgs, _get(ns, "train")) or TrainArgs()
     evaluation = _as(EvalArgs, _get(ns, "eval")) or EvalArgs()
+    log = _as(LogArgs, _get(ns, "log")) or LogArgs()
     growth = _as(GrowthArgs, _get(ns, "growth")) or GrowthArgs()
     rms_monitor = _as(RMSMonitorArgs, _get(ns, "rms_monitor"))
+    if train.tie_embeddings is None:  # litgpt's TrainArgs default
+        train.tie_embeddings = False
     notes: list[str] = []
 
     # ---------------------------------------------------------------- hardware
@@ -761,11 +840,47 @@ def resolve(ns: Any) -> ResolvedRun:
     if precision not in PRECISIONS:
         raise ConfigError("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
 
+    # ---------------------------------------------------------------- litgpt keys without an equivalent
+    if train.epochs is not None:
+        raise ConfigError("train.epochs", "cannot be honoured: the run length must be known before the data is read "
+                                          "(LR schedule, growth steps), and `litgpt pretrain` refuses it too; give "
+                                          "train.max_tokens (or train.max_steps) and remove train.epochs")
+    if train.max_time is not None and not (isinstance(train.max_time, (int, float)) and train.max_time > 0):
+        raise ConfigError("train.max_time", f"must be a positive number of seconds, got {train.max_time!r}")
+    _positive_int("train.max_seq_length", train.max_seq_length, allow_none=True)
+    _positive_int("eval.max_new_tokens", evaluation.max_new_tokens, allow_none=True)
+    example = evaluation.evaluate_example
+    if not (example in ("first", "random") or (isinstance(example, int) and not isinstance(example, bool)
+                                                and example >= 0)):
+        raise ConfigError("eval.evaluate_example", f"expected 'first', 'random' or an index >= 0, got {example!r}")
+    logger_name = str(_get(ns, "logger_name", "tensorboard") or "tensorboard")
+    notes += litgpt_compat.check_logger(logger_name, log)
+
+    # ---------------------------------------------------------------- initial checkpoint
+    initial_dir = _get(ns, "initial_checkpoint_dir")
+    initial_config = initial_shapes = initial_weights = None
+    if initial_dir is not None:
+        initial_config, initial_shapes, initial_weights = litgpt_compat.read_initial_checkpoint(Path(str(initial_dir)))
+        initial_dir = initial_weights.parent
+
     # ---------------------------------------------------------------- data
+    data_class = None
+    if data.class_path is not None:
+        corpus_keys = [f.name for f in dataclasses.fields(DataArgs)
+                       if f.name not in ("class_path", "init_args") and getattr(data, f.name) != f.default]
+        if corpus_keys:
+            raise ConfigError(f"data.{corpus_keys[0]}", f"is a key of the embedded corpus, and data.class_path "
+                                                        f"{data.class_path!r} is given: put the data module's "
+                                                        "arguments in data.init_args (the sequence length is "
+                                                        "train.max_seq_length)")
+        data_class = litgpt_compat.resolve_data_class(data.class_path)
+        litgpt_compat.check_data_init_args(data_class, data.init_args)
+    elif data.init_args is not None:
+        raise ConfigError("data.init_args", "is only read with data.class_path (a litgpt data module)")
     if data.source not in ("stdlib", "stdlib+site-packages"):
         raise ConfigError("data.source", f"expected 'stdlib' or 'stdlib+site-packages', got {data.source!r} (for your "
                                          "own text set data.data_dir)")
-    _positive_int("data.seq_len", data.seq_len)
+    _positive_int("data.seq_len", data.seq_len, allow_none=True)
     _positive_int("data.vocab_size", data.vocab_size, minimum=2)
     if not 0 < data.val_percent < 100:
         raise ConfigError("data.val_percent", f"must be in (0, 100), got {data.val_percent}")
@@ -774,9 +889,19 @@ def resolve(ns: Any) -> ResolvedRun:
     _positive_int("data.num_workers", data.num_workers, minimum=0)
     if data.data_dir is not None and not Path(data.data_dir).expanduser().is_dir():
         raise ConfigError("data.data_dir", f"{str(data.data_dir)!r} is not a directory")
+    if (data.seq_len is not None and train.max_seq_length is not None and data.seq_len != train.max_seq_length):
+        raise ConfigError("train.max_seq_length", f"{train.max_seq_length} differs from data.seq_len={data.seq_len}: "
+                                                  "give one of them")
     tokenizer_dir = _get(ns, "tokenizer_dir")
+    if tokenizer_dir is None and initial_dir is not None and (initial_dir / "tokenizer.json").is_file():
+        tokenizer_dir = initial_dir  # the model's own tokenizer: its token ids are what its weights were trained on
+        notes.append(f"tokenizer: {initial_dir} (the initial checkpoint's)")
+    if tokenizer_dir is None and data_class is not None and litgpt_compat.needs_tokenizer(data_class):
+        raise ConfigError("tokenizer_dir", f"{data.class_path} tokenizes its text with the tokenizer of tokenizer_dir "
+                                           "(as in litgpt): give tokenizer_dir (a folder with tokenizer.json, e.g. a "
+                                           "litgpt checkpoint dir)")
     if tokenizer_dir is not None:
-        tokenizer_dir = Path(str(tokenizer_dir)).expanduser()
+        tokenizer_dir = litgpt_compat.extend_checkpoint_dir(Path(str(tokenizer_dir)))
         if not (tokenizer_dir / "tokenizer.json").is_file():
             raise ConfigError("tokenizer_dir", f"{str(tokenizer_dir)!r} holds no tokenizer.json (a Hugging Face "
                                                "`tokenizers` file, as in litgpt checkpoint dirs)")
@@ -784,19 +909,37 @@ def resolve(ns: Any) -> ResolvedRun:
             data_vocab = tokenizer_vocab_size(tokenizer_dir)
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ConfigError("tokenizer_dir", f"cannot read {tokenizer_dir / 'tokenizer.json'}: {err}") from err
+    elif data_class is not None or initial_config is not None:
+        data_vocab = None  # the model's own vocabulary (litgpt: model_name / model_config; or the checkpoint's)
     else:
         data_vocab = data.vocab_size
 
     # ---------------------------------------------------------------- model
     model_name = _get(ns, "model_name")
     model_config = _get(ns, "model_config")
-    config = model_config_from(model_name, model_config, vocab_size=data_vocab, seq_len=data.seq_len)
-    if config.padded_vocab_size < data_vocab:
+    if hasattr(model_config, "as_dict"):
+        model_config = model_config.as_dict()
+    seq_key = "train.max_seq_length" if train.max_seq_length is not None else "data.seq_len"
+    seq_len = train.max_seq_length if train.max_seq_length is not None else data.seq_len
+    if initial_config is not None:
+        config = _initial_model_config(initial_config, initial_shapes, model_name, model_config)
+        if data_vocab is not None and config.padded_vocab_size < data_vocab:
+            raise ConfigError("tokenizer_dir", f"its vocabulary ({data_vocab}) is larger than the initial checkpoint's "
+                                               f"padded_vocab_size={config.padded_vocab_size}")
+    else:
+        config = model_config_from(model_name, model_config, vocab_size=data_vocab, seq_len=seq_len or 512)
+    if seq_len is None:
+        seq_len = config.block_size if (model_name is not None or initial_config is not None
+                                        or "block_size" in (model_config or {})) else 512
+    if data_vocab is not None and config.padded_vocab_size < data_vocab:
         raise ConfigError("model_config.vocab_size",
                           f"the model's padded_vocab_size={config.padded_vocab_size} is smaller than the tokenizer's "
                           f"vocabulary ({data_vocab})")
-    if data.seq_len > config.block_size:
-        raise ConfigError("data.seq_len", f"{data.seq_len} is longer than the model's block_size={config.block_size}")
+    if seq_len > config.block_size:
+        raise ConfigError(seq_key, f"{seq_len} is longer than the model's block_size={config.block_size}")
+    if evaluation.max_new_tokens is not None and tokenizer_dir is None and data_class is not None:
+        raise ConfigError("eval.max_new_tokens", "the sample is decoded with the tokenizer of tokenizer_dir, and none "
+                                                 "is given: give tokenizer_dir or remove eval.max_new_tokens")
 
     # ---------------------------------------------------------------- batch and length
     _positive_int("train.micro_batch_size", train.micro_batch_size)
@@ -807,7 +950,7 @@ def resolve(ns: Any) -> ResolvedRun:
                           f"{train.global_batch_size} is not divisible by micro_batch_size * devices * num_nodes = "
                           f"{train.micro_batch_size} * {num_devices} * {num_nodes} = {per_step}")
     accumulate = train.global_batch_size // per_step
-    tokens_per_step = train.global_batch_size * data.seq_len
+    tokens_per_step = train.global_batch_size * seq_len
     if train.max_steps is not None:
         _positive_int("train.max_steps", train.max_steps)
         steps = train.max_steps
@@ -903,6 +1046,11 @@ def resolve(ns: Any) -> ResolvedRun:
     out_dir = Path(str(_get(ns, "out_dir", "out/sparkling"))).expanduser()
     resume = _get(ns, "resume", False)
     resume_path = None
+    if initial_dir is not None and resume not in (False, None, "false", "False", "auto"):
+        raise ConfigError("resume", "give resume or initial_checkpoint_dir, not both (as litgpt): resume continues a "
+                                    "run of this out_dir, initial_checkpoint_dir starts a new one from weights; "
+                                    "resume: auto resumes when out_dir has a checkpoint, else starts from "
+                                    "initial_checkpoint_dir")
     if resume in ("auto", True, "true", "True"):
         resume_path = find_resume_checkpoint(out_dir)
         if resume_path is None and resume != "auto":
@@ -911,16 +1059,61 @@ def resolve(ns: Any) -> ResolvedRun:
         resume_path = Path(str(resume)).expanduser()
         if not resume_path.exists():
             raise ConfigError("resume", f"{str(resume_path)!r} does not exist")
+        if (resume_path / "lit_model.pth").is_file() or resume_path.name == "lit_model.pth":
+            raise ConfigError("resume", f"{str(resume_path)!r} is a litgpt checkpoint (lit_model.pth), not a Lightning "
+                                        "checkpoint of `sparkling pretrain` (out_dir/checkpoints/step-*.ckpt): start "
+                                        "from its weights with initial_checkpoint_dir instead")
+    if resume_path is not None and initial_dir is not None:
+        notes.append(f"resume: auto found {resume_path}: resuming it (initial_checkpoint_dir is not read)")
     if resume_path is not None:
         notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=train.tie_embeddings,
                                          num_optimizers=2 if uses_muon else 1)
 
     return ResolvedRun(
-        model_config=config, stages=stages, steps=steps, tokens_per_step=tokens_per_step, seq_len=data.seq_len,
+        model_config=config, stages=stages, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
         micro_batch_size=train.micro_batch_size, accumulate=accumulate, devices=_get(ns, "devices", "auto"),
         num_devices=num_devices, num_nodes=num_nodes, world_size=world, accelerator=accelerator, strategy=strategy,
         precision=precision, optimizer=spec, optimizer_name=optimizer_name, uses_muon=uses_muon, lr=lr,
         out_dir=out_dir, resume=resume, resume_path=resume_path, tokenizer_dir=tokenizer_dir,
-        data_vocab_size=data_vocab, data=data, train=train, eval=evaluation, growth=growth, rms_monitor=rms_monitor,
+        data_vocab_size=data_vocab if data_vocab is not None else config.vocab_size, data=data, train=train, eval=evaluation, growth=growth, rms_monitor=rms_monitor,
         seed=int(_get(ns, "seed", 42)), num_threads=_get(ns, "num_threads"), notes=notes,
+        initial_checkpoint_dir=initial_dir if resume_path is None else None,
+        initial_weights=initial_weights if resume_path is None else None, logger_name=logger_name, log=log,
     )
+
+
+def _initial_model_config(saved: Any, shapes: dict[str, tuple[int, ...]], model_name: Optional[str],
+                          model_config: Optional[dict]):
+    """The starting ``Config`` of a run from ``initial_checkpoint_dir``: the checkpoint's own, or (litgpt's way)
+    ``model_name`` / ``model_config`` (``model_config`` alone overrides fields of the checkpoint's config), which must
+    then build exactly the checkpoint's parameters."""
+    from litgpt import Config
+
+    if model_name is None and not model_config:
+        config = saved
+    else:
+        overrides = dict(model_config or {})
+        known = {f.name for f in dataclasses.fields(Config)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(f"model_config.{unknown[0]}", f"not a litgpt Config field (unknown keys: {unknown})")
+        try:
+            if model_name is not None:
+                config = Config.from_name(model_name, **overrides)
+            else:
+                config = Config(**{**dataclasses.asdict(saved), **overrides})
+        except (ValueError, TypeError, AssertionError, ZeroDivisionError) as err:
+            key, reason = _config_rejection(err)
+            raise ConfigError(key, f"litgpt Config rejected it: {reason}") from err
+    want = _expected_shapes(config)
+    missing = sorted(set(want) - set(shapes))
+    wrong = [f"{n}: checkpoint {shapes[n]}, config {s}" for n, s in want.items() if n in shapes and shapes[n] != s]
+    extra = sorted(set(shapes) - set(want))
+    if missing or wrong or extra:
+        detail = "; ".join(([f"missing {', '.join(missing[:3])}"] if missing else []) + wrong[:3]
+                           + ([f"unexpected {', '.join(extra[:3])}"] if extra else []))
+        given = "model_name / model_config" if (model_name is not None or model_config) else "its model_config.yaml"
+        raise ConfigError("initial_checkpoint_dir", f"its lit_model.pth does not fit the model of {given} ({detail}): "
+                                                    "leave model_name and model_config out to use the checkpoint's "
+                                                    "own config")
+    return config

@@ -397,7 +397,8 @@ class LitGPTPretrainModule(L.LightningModule):
         if not isinstance(batch, torch.Tensor) or batch.ndim != 2 or batch.shape[1] < 2:
             shape = tuple(batch.shape) if isinstance(batch, torch.Tensor) else type(batch).__name__
             raise ValueError(f"expected a batch of token ids shaped (B, T + 1), got {shape}")
-        input_ids, targets = batch[:, :-1], batch[:, 1:].long()
+        batch = batch.long()  # litdata's token streams are int32
+        input_ids, targets = batch[:, :-1], batch[:, 1:]
         logits = self.model(input_ids)
         return chunked_cross_entropy(logits, targets, chunk_size=0)
 

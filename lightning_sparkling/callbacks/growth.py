@@ -459,7 +459,7 @@ class WidthGrowthCallback(Callback):
                 ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
             ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
             logits = (fsdp1_wrapper(pl_module, gpt) or gpt)(ids[:, :-1])  # FSDP1: through its root unit
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
         if is_sharded(gpt):
             reshard(gpt)
         loss = float(loss)
