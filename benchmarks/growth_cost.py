@@ -1,0 +1,266 @@
+"""The cost of growth itself: time and peak memory of one growth, next to a training step and a copy floor.
+
+    python benchmarks/growth_cost.py                       # 12M, 39M, 91M (grown): results/growth_cost.json
+    python benchmarks/growth_cost.py --sizes 12M --steps 2 # one size, fewer steps (smoke test)
+
+For each size (a litgpt LLaMA-style GPT grown hidden 2x + MLP inner 2x, the largest growth of one stage), in a
+fresh subprocess so that resident memory starts clean:
+
+1. build the small model and AdamW, train ``--steps`` steps (batch ``--batch`` x ``--seq`` tokens);
+2. grow it the way ``WidthGrowthCallback`` does (``grow_model`` + the asymmetric AdamW state patch + the new-entry
+   LR regions), timed;
+3. train ``--steps`` steps of the grown model (median step time: the post-growth training step);
+4. the floor, measured in the same process: copying the same bytes once, i.e. allocating and filling a copy of
+   every grown parameter and every grown AdamW state tensor (``torch.empty_like(t).copy_(t)``; median of 3).
+
+Memory is the process' resident set size (RSS), sampled every millisecond in a thread (CPU has no allocator
+statistics): the growth peak is the highest RSS while growing, the post-growth training peak the highest RSS during
+the grown model's steps. Because freed memory stays in the process (allocator caching), a second subprocess trains
+the grown shape *from scratch* for the same steps: its peak is the training peak of that shape with nothing left
+over from a growth, the stricter reference.
+
+Targets (issue #13): growth under the time of two training steps; growth peak at most 10% above the post-growth
+training peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# (name -> small config, grown widths); names are the grown model's parameter count
+SIZES = {
+    "12M": ({"n_layer": 4, "n_head": 4, "head_size": 32, "n_embd": 128, "intermediate_size": 512},
+            {"n_embd": 256, "intermediate_size": 1024}),
+    "39M": ({"n_layer": 6, "n_head": 8, "head_size": 32, "n_embd": 256, "intermediate_size": 1024},
+            {"n_embd": 512, "intermediate_size": 2048}),
+    "91M": ({"n_layer": 8, "n_head": 6, "head_size": 64, "n_embd": 384, "intermediate_size": 1536},
+            {"n_embd": 768, "intermediate_size": 3072}),
+}
+VOCAB = 16384
+
+
+def make_config(small: dict, seq: int):
+    from litgpt import Config
+
+    return Config(name="bench", vocab_size=VOCAB, padded_vocab_size=VOCAB, block_size=max(seq, 128),
+                  n_query_groups=small["n_head"], mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False,
+                  parallel_residual=False, rotary_percentage=1.0, **small)
+
+
+class RSSSampler:
+    """Highest resident set size per phase, sampled every ``interval`` seconds in a daemon thread."""
+
+    def __init__(self, interval: float = 0.001) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self.interval = interval
+        self.phase = "start"
+        self.peaks: dict[str, int] = {}
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def rss(self) -> int:
+        return self._proc.memory_info().rss
+
+    def _run(self) -> None:
+        while not self._stop:
+            r = self.rss()
+            if r > self.peaks.get(self.phase, 0):
+                self.peaks[self.phase] = r
+            time.sleep(self.interval)
+
+    def enter(self, phase: str) -> None:
+        r = self.rss()
+        self.phase = phase
+        self.peaks[phase] = max(self.peaks.get(phase, 0), r)
+
+    def stop(self) -> None:
+        self._stop = True
+        self._thread.join()
+
+
+def train_step(model, optimizer, ids) -> float:
+    import torch.nn.functional as F
+
+    t0 = time.perf_counter()
+    logits = model(ids[:, :-1])
+    F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)  # as Lightning: no gradients exist when the growth runs
+    return time.perf_counter() - t0
+
+
+def state_tensors(model, optimizer):
+    import torch
+
+    out = [p.data for p in model.parameters()]
+    for st in optimizer.state.values():
+        out += [v for v in st.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    return out
+
+
+def worker(args) -> dict:
+    """One size in this process (``--worker grow`` or ``--worker scratch``)."""
+    import torch
+    from litgpt import GPT
+
+    from lightning_sparkling import GrowthStage, grow_model
+    from lightning_sparkling.compute import count_params
+    from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, plan_optimizer_patch
+    from lightning_sparkling.plan import grown_config
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    small, widths = SIZES[args.size]
+    config = make_config(small, args.seq)
+    grown = grown_config(config, widths)
+    sampler = RSSSampler()
+    ids = torch.randint(0, VOCAB, (args.batch, args.seq + 1))
+    out = {"size": args.size, "params_before": count_params(config)[1], "params_after": count_params(grown)[1],
+           "threads": args.threads, "batch": args.batch, "seq": args.seq, "steps": args.steps}
+    mib = 2 ** 20
+
+    if args.worker == "scratch":
+        sampler.enter("build")
+        model = GPT(grown)
+        model.apply(model._init_weights)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+        sampler.enter("train")
+        times = [train_step(model, opt, ids) for _ in range(args.steps)]
+        sampler.stop()
+        out.update({"scratch_step_s": statistics.median(times[1:] or times),
+                    "scratch_train_peak_mib": sampler.peaks["train"] / mib})
+        return out
+
+    sampler.enter("build")
+    model = GPT(config)
+    model.apply(model._init_weights)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    sampler.enter("train_small")
+    small_times = [train_step(model, opt, ids) for _ in range(args.steps)]
+    old_bytes = sum(t.numel() * t.element_size() for t in state_tensors(model, opt))
+
+    time.sleep(0.05)
+    sampler.enter("before_growth")
+    rss_before = sampler.rss()
+    sampler.enter("growth")
+    t0 = time.perf_counter()
+    result = grow_model(model, GrowthStage(1, **widths))
+    t_model = time.perf_counter() - t0
+    patch = plan_optimizer_patch(opt, result, "asymmetric")
+    patch.apply()
+    t_optim = time.perf_counter() - t0
+    regions = {0: [NewEntryRegion(result.new_params[n], [(result.new_params[n].data, piece) for piece in pieces],
+                                  lambda: 1.3e-3) for n, pieces in result.new_entries.items()]}
+    hook = NewEntryLR(opt, regions)
+    t_growth = time.perf_counter() - t0
+    del result, patch
+    time.sleep(0.05)
+    sampler.enter("after_growth")
+    rss_after = sampler.rss()
+
+    sampler.enter("train_grown")
+    grown_times = [train_step(model, opt, ids) for _ in range(args.steps)]
+    hook.remove()
+
+    sampler.enter("floor")
+    tensors = state_tensors(model, opt)
+    new_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    floors = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        copies = [torch.empty_like(t).copy_(t) for t in tensors]
+        floors.append(time.perf_counter() - t0)
+        del copies
+    sampler.stop()
+    step = statistics.median(grown_times[1:] or grown_times)  # the first grown step warms new shapes
+    pk = sampler.peaks
+    out.update({
+        "small_step_s": statistics.median(small_times[1:] or small_times),
+        "grow_model_s": t_model, "growth_with_optimizer_s": t_optim, "growth_s": t_growth,
+        "grown_step_s": step, "grown_first_step_s": grown_times[0],
+        "growth_over_step": t_growth / step,
+        "floor_copy_s": statistics.median(floors), "growth_over_floor": t_growth / statistics.median(floors),
+        "bytes_before_mib": old_bytes / mib, "bytes_after_mib": new_bytes / mib,
+        "rss_before_growth_mib": rss_before / mib, "rss_after_growth_mib": rss_after / mib,
+        "small_train_peak_mib": pk["train_small"] / mib, "growth_peak_mib": pk["growth"] / mib,
+        "grown_train_peak_mib": pk["train_grown"] / mib,
+        "growth_peak_over_train_peak": pk["growth"] / pk["train_grown"],
+    })
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default=",".join(SIZES), help=f"comma list of {', '.join(SIZES)}")
+    parser.add_argument("--steps", type=int, default=4, help="training steps before and after growth (default 4)")
+    parser.add_argument("--batch", type=int, default=4, help="sequences per step (default 4)")
+    parser.add_argument("--seq", type=int, default=256, help="tokens per sequence (default 256)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--out", default=str(HERE / "results" / "growth_cost.json"))
+    parser.add_argument("--worker", choices=["grow", "scratch"], help=argparse.SUPPRESS)
+    parser.add_argument("--size", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print("RESULT " + json.dumps(worker(args)))
+        return 0
+
+    rows = []
+    for size in args.sizes.split(","):
+        row = {}
+        for mode in ("grow", "scratch"):
+            cmd = [sys.executable, __file__, "--worker", mode, "--size", size, "--steps", str(args.steps),
+                   "--batch", str(args.batch), "--seq", str(args.seq), "--threads", str(args.threads)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                                  env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+            if line is None:
+                raise SystemExit(f"worker {mode} {size} failed:\n{proc.stdout}\n{proc.stderr}")
+            row.update(json.loads(line[7:]))
+        row["growth_peak_over_scratch_peak"] = row["growth_peak_mib"] / row["scratch_train_peak_mib"]
+        row["ok_time"] = row["growth_s"] < 2 * row["grown_step_s"]
+        row["ok_memory"] = row["growth_peak_mib"] <= 1.10 * row["grown_train_peak_mib"]
+        rows.append(row)
+        print(f"{size}: growth {row['growth_s']:.3f} s (floor {row['floor_copy_s']:.3f} s), grown step "
+              f"{row['grown_step_s']:.3f} s; peaks: growth {row['growth_peak_mib']:.0f} MiB, grown training "
+              f"{row['grown_train_peak_mib']:.0f} MiB, from-scratch training {row['scratch_train_peak_mib']:.0f} MiB",
+              flush=True)
+
+    import torch
+
+    head = ("| grown params | growth (s) | of which grow_model / + state patch | floor copy (s) | growth / floor | "
+            "grown step (s) | growth / step | RSS before growth (MiB) | growth peak | grown training peak | "
+            "from-scratch training peak | growth peak / training peak |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        lines.append(
+            f"| {r['params_before'] / 1e6:.1f}M -> {r['params_after'] / 1e6:.1f}M | {r['growth_s']:.3f} | "
+            f"{r['grow_model_s']:.3f} / {r['growth_with_optimizer_s']:.3f} | {r['floor_copy_s']:.3f} | "
+            f"{r['growth_over_floor']:.1f}x | {r['grown_step_s']:.3f} | {r['growth_over_step']:.2f} | "
+            f"{r['rss_before_growth_mib']:.0f} | {r['growth_peak_mib']:.0f} | {r['grown_train_peak_mib']:.0f} | "
+            f"{r['scratch_train_peak_mib']:.0f} | {r['growth_peak_over_train_peak']:.2f} "
+            f"(vs scratch {r['growth_peak_over_scratch_peak']:.2f}) |")
+    table = "\n".join(lines)
+    print(table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"torch": torch.__version__, "threads": args.threads, "batch": args.batch,
+                               "seq": args.seq, "steps": args.steps, "rows": rows, "table": table}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

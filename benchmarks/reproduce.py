@@ -1,0 +1,616 @@
+"""Does growth pay? The paper's comparisons, with seeds: a grid of ``sparkling pretrain`` runs and its tables.
+
+    python benchmarks/reproduce.py --quick                      # the CPU subset (3 seeds, joint 2x, 18 runs)
+    python benchmarks/reproduce.py --size cpu --jobs 2           # the full CPU grid (every axis, every row)
+    python benchmarks/reproduce.py --size gpu                    # the same grid sized for one GPU
+    python benchmarks/reproduce.py --size cpu --dry-run          # list the runs (and refused rows) without training
+    python benchmarks/reproduce.py --quick --set train.max_steps=4000   # the same rows on 4x the tokens
+
+Every run is ``sparkling pretrain --config <generated>.yaml`` in a subprocess (one torch thread each; ``--jobs``
+runs in parallel), in ``--out/<size>/<axis>/<row>/seed<k>/``. A finished run (``summary.json`` with status
+``completed`` next to an identical ``config.yaml``) is reused, so an interrupted grid continues where it stopped,
+and rows whose configurations are identical (e.g. the ablation's "RMS only" and naive growth under copy-copy at
+2x) train once. Results: ``<results>/reproduce_<size>.json`` (every run, every curve), ``reproduce_<size>.md``
+(the tables) and ``reproduce_<size>_<axis>.png`` (validation loss against tokens and against FLOPs, growth
+marked).
+
+A row is a plain dict, so a row for an option the installed package does not have yet is a one-line change:
+
+- ``"stage": {...}``: :class:`~lightning_sparkling.GrowthStage` keys merged into every growth stage of the axis
+  (on top of the axis' widths, ``at_step`` and the size's ``rewarmup_steps``);
+- ``"set": {"dotted.key": value}``: any other configuration key (``optimizer.init_args.lr``, ``growth.seed``, ...);
+- ``"model": "small" | "large"`` with no stage: training from scratch; ``"iso_compute": "<row>"`` sets its
+  steps so that its FLOPs (``6 N D``) equal that growth row's (its own warmup and cosine over those steps).
+
+A row whose keys the package refuses (``sparkling pretrain`` exits with a configuration error) is reported as
+"not available in this version", with the package's message, and the rest of the grid runs.
+
+Statistics: per row the mean and sample standard deviation of the final validation loss over seeds; against
+SPARKLING the per-seed difference (same seed = same initial small model, same data order, same validation
+batches), its mean, its standard deviation and a 95% t-interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+# ------------------------------------------------------------------------------------------------------------ sizes
+_MODEL = {"mlp_class_name": "LLaMAMLP", "norm_class_name": "RMSNorm", "bias": False, "parallel_residual": False,
+          "rotary_percentage": 1.0}
+_ADAMW = {"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.003, "weight_decay": 0.1, "betas": [0.9, 0.95]}}
+
+SIZES: dict[str, dict[str, Any]] = {
+    # The regime of issue #15: 4 layers, 2 heads of 16, n_embd 32 -> 64, MLP 128 -> 256, vocabulary 1024,
+    # 3000 steps of 16 x 128 tokens (6.1M tokens, ~17 per parameter of the grown model), growth at half the run.
+    "cpu": {
+        "small": {"n_layer": 4, "n_head": 2, "n_query_groups": 2, "head_size": 16, "n_embd": 32,
+                  "intermediate_size": 128, "block_size": 128},
+        "large": {"n_embd": 64, "intermediate_size": 256},
+        "config": {
+            "precision": "32-true", "accelerator": "cpu", "devices": 1, "num_threads": 1,
+            "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 128},
+            "train": {"global_batch_size": 16, "micro_batch_size": 16, "max_steps": 3000, "max_norm": 1.0,
+                      "log_interval": 10, "save_interval": None},
+            "eval": {"interval": 250, "max_iters": 40},
+            "optimizer": _ADAMW, "rms_monitor": None,
+        },
+        "rewarmup_steps": 150,
+        "axes": ["inner", "hidden", "joint", "two-stage"],
+        "rows": None,  # all
+    },
+    # A smaller version of the same regime: same shapes and vocabulary, 1000 steps of 8 x 128 tokens (1.0M tokens,
+    # ~3 per grown parameter), growth at step 500, joint 2x only, the six rows that answer "does growth pay".
+    "quick": {
+        "base": "cpu",
+        "config": {"train": {"global_batch_size": 8, "micro_batch_size": 8, "max_steps": 1000},
+                   "eval": {"interval": 250, "max_iters": 20}},
+        "rewarmup_steps": 50,
+        "axes": ["joint"],
+        "rows": ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
+                 "SPARKLING", "SPARKLING random-random"],
+    },
+    # A smoke test of the harness itself (minutes): meaningless losses.
+    "tiny": {
+        "base": "cpu",
+        "config": {"train": {"global_batch_size": 4, "micro_batch_size": 4, "max_steps": 40},
+                   "eval": {"interval": 20, "max_iters": 2}},
+        "rewarmup_steps": 5,
+        "axes": ["joint"],
+        "rows": ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
+                 "SPARKLING", "uneven split 1:2"],
+    },
+    # One GPU (bf16): 6 layers, 4 heads of 32, n_embd 128 -> 256, MLP 512 -> 1024, vocabulary 4096 on the standard
+    # library plus installed packages (~40M tokens); 8000 steps of 64 x 512 tokens = 262M tokens (~35 per grown
+    # parameter, several epochs of the corpus). Not run by the session that wrote this.
+    "gpu": {
+        "small": {"n_layer": 6, "n_head": 4, "n_query_groups": 4, "head_size": 32, "n_embd": 128,
+                  "intermediate_size": 512, "block_size": 512},
+        "large": {"n_embd": 256, "intermediate_size": 1024},
+        "config": {
+            "precision": "bf16-mixed", "accelerator": "gpu", "devices": 1,
+            "data": {"source": "stdlib+site-packages", "vocab_size": 4096, "seq_len": 512, "num_workers": 2},
+            "train": {"global_batch_size": 64, "micro_batch_size": 64, "max_steps": 8000, "max_norm": 1.0,
+                      "log_interval": 20, "save_interval": None},
+            "eval": {"interval": 500, "max_iters": 50},
+            "optimizer": {"class_path": "torch.optim.AdamW",
+                          "init_args": {"lr": 0.002, "weight_decay": 0.1, "betas": [0.9, 0.95]}},
+            "rms_monitor": None,
+        },
+        "rewarmup_steps": 250,
+        "axes": ["inner", "hidden", "joint", "two-stage"],
+        "rows": None,
+    },
+}
+
+# ------------------------------------------------------------------------------------------------------------ rows
+_NO_ASYM = {"optimizer_state": "copy", "rewarmup_ratio": None}  # symmetric state, no re-warmup
+_NAIVE = {"init": "copy-copy", "rms_preserving": True, **_NO_ASYM}  # function preserving (alpha = 1/2 at 2x)
+
+ROWS: dict[str, dict[str, Any]] = {
+    "scratch small": {"model": "small", "note": "the starting shape, never grown"},
+    "scratch large (iso-token)": {"model": "large", "note": "the grown shape from scratch on the same tokens"},
+    "scratch large (iso-FLOPs)": {"model": "large", "iso_compute": "SPARKLING",
+                                  "note": "the grown shape from scratch on SPARKLING's FLOPs, its own schedule"},
+    "naive growth": {"stage": _NAIVE, "note": "copy-copy, fan-in scale, copied state, no re-warmup"},
+    "SPARKLING": {"stage": {}, "note": "the package's default recipe"},
+    "SPARKLING random-random": {"stage": {"init": "random-random"}, "note": "random fan-out and fan-in"},
+    # the paper's ablation (appendix "Ablation for RMS-Preserving Scaling and Asymmetric Strategies"), copy-copy
+    "ablation: neither RMS nor asym.": {"stage": {"rms_preserving": False, **_NO_ASYM}},
+    "ablation: RMS only": {"stage": {"rms_preserving": True, **_NO_ASYM}},
+    "ablation: asym. only": {"stage": {"rms_preserving": False}},
+    # the baselines of the baselines issue (keys of the branch that adds them; refused by older versions)
+    "uneven split 1:2": {"stage": {**_NAIVE, "split": "uneven", "split_ratio": 1 / 3}},
+    "random split r:(1-r)": {"stage": {**_NAIVE, "split": "random"}},
+    "symmetric perturb": {"stage": {**_NAIVE, "perturb": 0.1}},
+    "re-warmup all": {"stage": {"optimizer_state": "copy", "rewarmup_scope": "all"}},
+    "scaled optimizer state": {"stage": {"optimizer_state": "scaled", "rewarmup_ratio": None}},
+    "uneven + 25% faster decay": {"stage": {**_NAIVE, "split": "uneven", "split_ratio": 1 / 3,
+                                            "decay_speedup": 0.25}},
+}
+REFERENCE = "SPARKLING"
+TWO_STAGE_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
+                  "SPARKLING", "SPARKLING random-random"]
+
+
+def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
+    """The growth stages of an axis (widths, ``at_step``, re-warmup length) before a row's recipe is merged in."""
+    small, large = size["small"], size["large"]
+    rw = size["rewarmup_steps"]
+    half = steps // 2
+    if axis == "inner":
+        return [{"at_step": half, "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
+    if axis == "hidden":
+        return [{"at_step": half, "n_embd": large["n_embd"], "rewarmup_steps": rw}]
+    if axis == "joint":
+        return [{"at_step": half, "n_embd": large["n_embd"], "intermediate_size": large["intermediate_size"],
+                 "rewarmup_steps": rw}]
+    if axis == "two-stage":  # 1.5x at a third, 2x at two thirds (both axes each time)
+        mid = {k: (small[k] + large[k]) // 2 for k in ("n_embd", "intermediate_size")}
+        return [{"at_step": steps // 3, **mid, "rewarmup_steps": rw},
+                {"at_step": 2 * steps // 3, "n_embd": large["n_embd"],
+                 "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
+    raise ValueError(f"unknown axis {axis!r}")
+
+
+def large_model(axis: str, size: dict) -> dict[str, Any]:
+    if axis == "inner":
+        return {"intermediate_size": size["large"]["intermediate_size"]}
+    if axis == "hidden":
+        return {"n_embd": size["large"]["n_embd"]}
+    return dict(size["large"])
+
+
+# ------------------------------------------------------------------------------------------------------------ config
+def merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def set_dotted(config: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = config
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def resolve_size(name: str) -> dict:
+    size = SIZES[name]
+    if "base" in size:
+        base = resolve_size(size["base"])
+        size = {**base, **{k: v for k, v in size.items() if k not in ("base", "config")},
+                "config": merge(base["config"], size.get("config", {}))}
+    return copy.deepcopy(size)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def build_config(size: dict, axis: str, row: dict, seed: int, steps: int | None = None) -> dict:
+    """The full ``sparkling pretrain`` configuration of one row of one axis for one seed (no ``out_dir``)."""
+    config = copy.deepcopy(size["config"])
+    model = {"name": "repro", **_MODEL, **size["small"]}
+    if row.get("model") == "large":
+        model.update(large_model(axis, size))
+    config["model_config"] = model
+    config["seed"] = seed
+    total = config["train"]["max_steps"]
+    if "stage" in row:
+        config["growth"] = {"seed": seed, "stages": [{**s, **row["stage"]} for s in axis_stages(axis, size, total)]}
+    if steps is not None:
+        config["train"]["max_steps"] = steps
+    for key, value in row.get("set", {}).items():
+        set_dotted(config, key, value)
+    return config
+
+
+def check_config(config: dict) -> tuple[dict | None, str | None]:
+    """Let the installed package parse and resolve ``config``: ``(compute, None)`` or ``(None, its message)``.
+
+    ``compute`` holds the parameters per phase and the FLOPs (``estimate_compute``) of the run as configured.
+    """
+    from lightning_sparkling.cli import parse
+    from lightning_sparkling.compute import estimate_compute
+
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"repro_check_{os.getpid()}.yaml"
+    path.write_text(yaml.safe_dump({**config, "out_dir": "/tmp/repro_unused"}, sort_keys=False))
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            _, run, dumped = parse(["--config", str(path)])
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if "error" in ln.lower()] or err.getvalue().splitlines()
+        why = (lines[-1] if lines else "refused").strip()
+        return None, re.sub(r" \(in /\S+\)$", "", why)
+    except Exception as exc:  # noqa: BLE001 - any refusal is reported, never fatal for the grid
+        return None, f"{type(exc).__name__}: {exc}"
+    finally:
+        path.unlink(missing_ok=True)
+    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
+                           tie_embeddings=run.train.tie_embeddings)
+    return {"steps": run.steps, "tokens_per_step": run.tokens_per_step, "eval_interval": run.eval.interval,
+            "active_params": list(est.active_params),
+            "total_params": list(est.total_params), "phase_steps": list(est.phase_steps), "flops": est.flops,
+            "growth_steps": [s.at_step for s in run.stages],
+            # what the package makes of the config, defaults filled in: identical runs hash alike
+            "resolved_hash": hashlib.sha256(re.sub(r"(?m)^out_dir:.*$", "", dumped).encode()).hexdigest()[:16]}, None
+
+
+def cumulative_flops(compute: dict, step: int) -> float:
+    """Training FLOPs after ``step`` optimizer steps (``6 N D`` per phase)."""
+    done, total = 0, 0.0
+    for n, k in zip(compute["active_params"], compute["phase_steps"]):
+        take = max(0, min(k, step - done))
+        total += 6.0 * n * compute["tokens_per_step"] * take
+        done += k
+    return total
+
+
+# ------------------------------------------------------------------------------------------------------------ plan
+def plan_grid(size_name: str, size: dict, axes: list[str], rows: list[str], seeds: list[int],
+              out: Path) -> tuple[list, list]:
+    """Every (axis, row, seed) cell with its config, run dir and compute; and the refused rows."""
+    cells, refused, by_hash = [], [], {}
+    for axis in axes:
+        names = [r for r in rows if axis != "two-stage" or r in TWO_STAGE_ROWS]
+        # rows others depend on (iso_compute) first
+        names.sort(key=lambda r: 1 if ROWS[r].get("iso_compute") else 0)
+        computes: dict[str, dict] = {}
+        for name in names:
+            row = ROWS[name]
+            steps = None
+            if row.get("iso_compute"):
+                ref = computes.get(row["iso_compute"])
+                if ref is None:
+                    refused.append({"axis": axis, "row": name, "why": f"needs row {row['iso_compute']!r}"})
+                    continue
+                probe, why = check_config(build_config(size, axis, row, seeds[0]))
+                if probe is None:
+                    refused.append({"axis": axis, "row": name, "why": why})
+                    continue
+                per_step = 6.0 * probe["active_params"][-1] * probe["tokens_per_step"]
+                steps = max(1, round(ref["flops"] / per_step))
+            for seed in seeds:
+                config = build_config(size, axis, row, seed, steps)
+                compute, why = check_config(config)
+                if compute is None:
+                    refused.append({"axis": axis, "row": name, "why": why})
+                    break
+                computes.setdefault(name, compute)
+                key = compute["resolved_hash"]
+                run_dir = by_hash.setdefault(key, out / size_name / axis / slug(name) / f"seed{seed}")
+                cells.append({"axis": axis, "row": name, "seed": seed, "config": config, "hash": key,
+                              "run_dir": str(run_dir), "compute": compute, "note": row.get("note", "")})
+    return cells, refused
+
+
+# ------------------------------------------------------------------------------------------------------------ run
+def is_done(run_dir: Path, config: dict) -> bool:
+    summary, saved = run_dir / "summary.json", run_dir / "config.yaml"
+    if not (summary.is_file() and saved.is_file()):
+        return False
+    try:
+        ok = json.loads(summary.read_text()).get("status", "completed") == "completed"
+        return ok and yaml.safe_load(saved.read_text()) == {**config, "out_dir": str(run_dir)}
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+
+
+def run_grid(cells: list[dict], jobs: int, log=print) -> None:
+    """Train every distinct run (``jobs`` subprocesses at a time); skip runs already finished."""
+    todo, seen = [], set()
+    for cell in cells:
+        if cell["run_dir"] in seen:
+            continue
+        seen.add(cell["run_dir"])
+        if not is_done(Path(cell["run_dir"]), cell["config"]):
+            todo.append(cell)
+    todo.sort(key=lambda c: c["seed"])  # every row of seed 1 first: a stopped grid is still paired
+    log(f"{len(seen)} distinct runs, {len(seen) - len(todo)} already done, {len(todo)} to train ({jobs} at a time)")
+    running: list[tuple[subprocess.Popen, dict, float, Any]] = []
+    t_grid = time.perf_counter()
+    import signal
+
+    def _terminate(signum, frame):  # `kill` of the grid stops its own training subprocesses too
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        _run_loop(todo, running, jobs, seen, log, t_grid)
+    except KeyboardInterrupt:
+        for proc, cell, _, logf in running:
+            proc.terminate()
+            proc.wait()
+            logf.close()
+            log(f"stopped: {cell['axis']} | {cell['row']} seed {cell['seed']} (unfinished, trained again next time)")
+        raise SystemExit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_loop(todo: list, running: list, jobs: int, seen: set, log, t_grid: float) -> None:
+    done = 0
+    while todo or running:
+        while todo and len(running) < jobs:
+            cell = todo.pop(0)
+            run_dir = Path(cell["run_dir"])
+            if run_dir.exists():  # an unfinished or stale run: start it again from scratch
+                import shutil
+
+                shutil.rmtree(run_dir)
+            run_dir.mkdir(parents=True)
+            (run_dir / "config.yaml").write_text(yaml.safe_dump({**cell["config"], "out_dir": str(run_dir)},
+                                                                sort_keys=False))
+            logf = open(run_dir / "run.log", "w")  # noqa: SIM115 - open while the subprocess runs
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+            proc = subprocess.Popen([sys.executable, "-m", "lightning_sparkling.cli", "pretrain", "--config",
+                                     str(run_dir / "config.yaml")], stdout=logf, stderr=subprocess.STDOUT, env=env)
+            running.append((proc, cell, time.perf_counter(), logf))
+        time.sleep(2)
+        for item in list(running):
+            proc, cell, t0, logf = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            logf.close()
+            done += 1
+            status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {cell['run_dir']}/run.log)"
+            log(f"[{done}/{len(seen)}] {cell['axis']:>9} | {cell['row']:<32} seed {cell['seed']}: {status}, "
+                f"{time.perf_counter() - t0:.0f} s (grid {(time.perf_counter() - t_grid) / 60:.1f} min)")
+
+
+def read_curve(run_dir: Path, compute: dict) -> list[dict]:
+    """``[{step, tokens, flops, val_loss}]`` from the run's TensorBoard events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "logs"), size_guidance={"scalars": 0})
+    acc.Reload()
+    if "val_loss" not in acc.Tags().get("scalars", []):
+        return []
+    # Lightning logs a validation run inside the training loop at the step before the one that triggered it
+    # (after 250 optimizer steps: TensorBoard step 249); a final validation after the fit at max_steps itself
+    interval, steps = compute.get("eval_interval") or compute["steps"], compute["steps"]
+    points = {}
+    for ev in acc.Scalars("val_loss"):
+        s = ev.step
+        if s != steps and ((s + 1) % interval == 0 or s + 1 == steps):
+            s += 1
+        points[s] = ev.value  # a repeated step (final validation) keeps the last value
+    tps = compute["tokens_per_step"]
+    return [{"step": s, "tokens": s * tps, "flops": cumulative_flops(compute, s), "val_loss": v}
+            for s, v in sorted(points.items())]
+
+
+# ------------------------------------------------------------------------------------------------------------ stats
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def mean_sd(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def collect(cells: list[dict]) -> dict:
+    """Per axis and row: per-seed final val loss, curves, mean/sd, and the paired difference to SPARKLING."""
+    table: dict[str, dict[str, dict]] = {}
+    for cell in cells:
+        run_dir = Path(cell["run_dir"])
+        entry = table.setdefault(cell["axis"], {}).setdefault(cell["row"], {
+            "note": cell["note"], "compute": cell["compute"], "seeds": {}, "curves": {}, "failed": []})
+        summary_path = run_dir / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        if summary.get("status", "missing") != "completed" or summary.get("val_loss") is None:
+            entry["failed"].append(cell["seed"])
+            continue
+        entry["seeds"][cell["seed"]] = summary["val_loss"]
+        entry["curves"][cell["seed"]] = read_curve(run_dir, cell["compute"])
+        entry.setdefault("wall_s", []).append(summary.get("wall_clock_seconds"))
+        entry["run_dir"] = entry.get("run_dir") or str(run_dir.parent)
+    for rows in table.values():
+        ref = rows.get(REFERENCE, {}).get("seeds", {})
+        for entry in rows.values():
+            vals = list(entry["seeds"].values())
+            if vals:
+                entry["mean"], entry["sd"] = mean_sd(vals)
+            paired = [entry["seeds"][s] - ref[s] for s in entry["seeds"] if s in ref]
+            if paired and entry["seeds"] is not ref:
+                m, sd = mean_sd(paired)
+                half = _T975.get(len(paired) - 1, 1.96) * sd / math.sqrt(len(paired)) if sd is not None else None
+                entry["diff"] = {"n": len(paired), "mean": m, "sd": sd, "ci95": half,
+                                 "per_seed": paired, "wins": sum(d > 0 for d in paired)}
+    return table
+
+
+# ------------------------------------------------------------------------------------------------------------ report
+def fmt(x: float | None, p: int = 3) -> str:
+    return "-" if x is None else f"{x:.{p}f}"
+
+
+def markdown(size_name: str, table: dict, refused: list[dict], seeds: list[int], wall: float | None) -> str:
+    lines = [f"### `--size {size_name}`: final validation loss, {len(seeds)} seeds ({', '.join(map(str, seeds))})", ""]
+    runs = {e.get("run_dir"): sum(w for w in e.get("wall_s", []) if w) for rows in table.values()
+            for e in rows.values()}
+    spent = f"sum of the runs' wall-clock (summary.json): {sum(runs.values()) / 60:.1f} min"
+    lines.append(f"Grid wall-clock of this invocation: {wall / 60:.1f} min; {spent}." if wall is not None
+                 else f"{spent[0].upper()}{spent[1:]}.")
+    lines.append("")
+    for axis, rows in table.items():
+        large = next((e for n, e in rows.items() if n.startswith("scratch large (iso-token)")), None)
+        ref_flops = large["compute"]["flops"] if large else None
+        tokens = None
+        if large:
+            c = large["compute"]
+            tokens = c["steps"] * c["tokens_per_step"]
+            ratio = tokens / c["total_params"][-1]
+            lines.append(f"**{axis}**: {c['steps']} steps x {c['tokens_per_step']} tokens = {tokens:,} tokens; grown "
+                         f"shape {c['total_params'][-1]:,} parameters ({ratio:.3g} tokens per parameter; the paper: "
+                         f"~100 per active parameter).")
+            lines.append("")
+        lines.append("| row | parameters | steps | FLOPs (x iso-token scratch) | val loss mean ± sd | "
+                     f"Δ vs {REFERENCE} (paired mean ± sd, 95% CI) | row worse in | per seed |")
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for name, e in sorted(rows.items(), key=lambda kv: list(ROWS).index(kv[0])):
+            c = e["compute"]
+            params = " -> ".join(f"{p / 1e3:.0f}k" for p in c["total_params"])
+            rel = f"{c['flops']:.3g} ({c['flops'] / ref_flops:.2f})" if ref_flops else f"{c['flops']:.3g}"
+            loss = f"{fmt(e.get('mean'))} ± {fmt(e.get('sd'))} (n={len(e['seeds'])})" if e["seeds"] else "not run"
+            d = e.get("diff")
+            diff = "—" if name == REFERENCE else ("-" if not d else
+                                                   f"{d['mean']:+.3f} ± {fmt(d['sd'])} (± {fmt(d['ci95'])})")
+            wins = "" if name == REFERENCE or not d else f"{d['wins']}/{d['n']}"
+            per = ", ".join(f"{v:.3f}" for _, v in sorted(e["seeds"].items()))
+            if e["failed"]:
+                per += f" (failed: seeds {e['failed']})"
+            lines.append(f"| {name} | {params} | {c['steps']} | {rel} | {loss} | {diff} | {wins} | {per} |")
+        lines.append("")
+    if refused:
+        lines.append("Rows not available in this version (the installed package refused their keys):")
+        lines.append("")
+        seen = set()
+        for r in refused:
+            if (r["row"], r["why"]) in seen:
+                continue
+            seen.add((r["row"], r["why"]))
+            lines.append(f"- {r['row']} ({r['axis']}): {r['why']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(size_name: str, table: dict, results: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    for axis, rows in table.items():
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+        ymax = None
+        for name, e in rows.items():
+            curves = [c for c in e["curves"].values() if c]
+            if not curves:
+                continue
+            n = min(len(c) for c in curves)
+            xs_t = [curves[0][i]["tokens"] for i in range(n)]
+            xs_f = [curves[0][i]["flops"] for i in range(n)]
+            ys = [statistics.fmean(c[i]["val_loss"] for c in curves) for i in range(n)]
+            style = "-" if "stage" in ROWS[name] else "--"
+            label = f"{name} ({fmt(e.get('mean'))})"
+            line = axes[0].plot(xs_t, ys, style, marker=".", label=label)[0]
+            axes[1].plot(xs_f, ys, style, marker=".", color=line.get_color(), label=label)
+            ymax = max(ymax or 0, ys[0])  # the first evaluation: a growth spike above it is clipped
+            if name == REFERENCE:
+                c = e["compute"]
+                for s in c["growth_steps"]:
+                    axes[0].axvline(s * c["tokens_per_step"], color="gray", ls=":", lw=1)
+                    axes[1].axvline(cumulative_flops(c, s), color="gray", ls=":", lw=1)
+        for ax, xl in zip(axes, ("tokens", "training FLOPs (6 N D)")):
+            ax.set_xlabel(xl)
+            ax.set_ylabel("validation loss (mean over seeds)")
+            ax.grid(alpha=0.3)
+            if ymax:
+                ax.set_ylim(top=ymax)
+        axes[1].legend(fontsize=7)
+        fig.suptitle(f"reproduce.py --size {size_name}, axis {axis} (dotted: growth; y clipped at the first "
+                     "evaluation)")
+        fig.tight_layout()
+        path = results / f"reproduce_{size_name}_{slug(axis)}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(str(path))
+    return files
+
+
+# ------------------------------------------------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=sorted(SIZES), default="cpu", help="model/data/length preset (default cpu)")
+    parser.add_argument("--quick", action="store_true", help="same as --size quick")
+    parser.add_argument("--seeds", type=int, default=3, help="number of seeds, 1..N (default 3)")
+    parser.add_argument("--axes", default=None, help="comma list of inner,hidden,joint,two-stage (default: the "
+                                                     "size's)")
+    parser.add_argument("--rows", default=None, help="comma list of row names (default: the size's); see --list")
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (1 thread each; default 1)")
+    parser.add_argument("--out", default="/tmp/repro", help="where runs go (default /tmp/repro)")
+    parser.add_argument("--results", default=str(RESULTS), help="where JSON, tables and PNGs go")
+    parser.add_argument("--dry-run", action="store_true", help="plan and check every run, train nothing")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the tables from finished runs")
+    parser.add_argument("--list", action="store_true", help="print the rows and their overrides")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of the size's config for every run, e.g. --set train.max_steps=6000 "
+                             "(growth stays at half the steps; repeatable; values are YAML)")
+    args = parser.parse_args(argv)
+    size_name = "quick" if args.quick else args.size
+    size = resolve_size(size_name)
+    if args.list:
+        for name, row in ROWS.items():
+            print(f"{name:<34} {json.dumps({k: v for k, v in row.items() if k != 'note'}, default=str)}")
+        return 0
+    axes = args.axes.split(",") if args.axes else size["axes"]
+    rows = [r.strip() for r in args.rows.split(",")] if args.rows else (size["rows"] or list(ROWS))
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; see --list")
+    if REFERENCE not in rows:
+        rows.append(REFERENCE)
+    seeds = list(range(1, args.seeds + 1))
+    out, results = Path(args.out), Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    for item in args.set:
+        key, _, value = item.partition("=")
+        set_dotted(size["config"], key, yaml.safe_load(value))
+    if args.set and args.out == parser.get_default("out"):
+        out = out / ("set-" + hashlib.sha256(" ".join(args.set).encode()).hexdigest()[:8])
+    cells, refused = plan_grid(size_name, size, axes, rows, seeds, out)
+    distinct = len({c["run_dir"] for c in cells})
+    print(f"size {size_name}: axes {axes}, {len(rows)} rows, seeds {seeds}: {len(cells)} cells, {distinct} distinct "
+          f"runs; {len({(r['axis'], r['row']) for r in refused})} row(s) refused")
+    for r in refused:
+        print(f"  not available: {r['axis']} | {r['row']}: {r['why']}")
+    if args.dry_run:
+        for c in cells:
+            print(f"  {c['axis']:>9} | {c['row']:<32} seed {c['seed']}: {c['compute']['steps']} steps, "
+                  f"params {c['compute']['total_params']}, FLOPs {c['compute']['flops']:.3g} -> {c['run_dir']}")
+        return 0
+    wall = None
+    if not args.report_only:
+        run_grid(cells, args.jobs)
+        wall = time.perf_counter() - t0
+    table = collect(cells)
+    md = markdown(size_name, table, refused, seeds, wall)
+    pngs = plot(size_name, table, results)
+    (results / f"reproduce_{size_name}.md").write_text(md + "\n")
+    payload = {"size": size_name, "size_config": size, "axes": axes, "rows": {r: ROWS[r] for r in rows},
+               "seeds": seeds, "set": args.set, "wall_clock_seconds": wall, "refused": refused, "table": table,
+               "pngs": pngs,
+               "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:]))}
+    (results / f"reproduce_{size_name}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    print(md)
+    print(f"wrote {results / f'reproduce_{size_name}.json'}, .md and {len(pngs)} PNG(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
