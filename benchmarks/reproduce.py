@@ -506,8 +506,9 @@ def plot(size_name: str, table: dict, results: Path) -> list[str]:
     files = []
     for axis, rows in table.items():
         fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+        colors = plt.get_cmap("tab20").colors  # one color per row (the default cycle repeats after 10)
         ymax = None
-        for name, e in rows.items():
+        for index, (name, e) in enumerate(rows.items()):
             curves = [c for c in e["curves"].values() if c]
             if not curves:
                 continue
@@ -517,8 +518,9 @@ def plot(size_name: str, table: dict, results: Path) -> list[str]:
             ys = [statistics.fmean(c[i]["val_loss"] for c in curves) for i in range(n)]
             style = "-" if "stage" in ROWS[name] else "--"
             label = f"{name} ({fmt(e.get('mean'))})"
-            line = axes[0].plot(xs_t, ys, style, marker=".", label=label)[0]
-            axes[1].plot(xs_f, ys, style, marker=".", color=line.get_color(), label=label)
+            color = colors[index % len(colors)]
+            axes[0].plot(xs_t, ys, style, marker=".", color=color, label=label)
+            axes[1].plot(xs_f, ys, style, marker=".", color=color, label=label)
             ymax = max(ymax or 0, ys[0])  # the first evaluation: a growth spike above it is clipped
             if name == REFERENCE:
                 c = e["compute"]
