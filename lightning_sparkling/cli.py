@@ -223,9 +223,38 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
         "total_params": list(est.total_params), "flops": est.flops, "flops_from_scratch": est.flops_from_scratch,
         "flops_saved": est.flops_saved, "final_config": dataclasses.asdict(config),
     }
+    report["tokens_per_param"] = run.total_tokens / est.active_params[-1]
+    report["regime_warning"] = regime_warning(run.total_tokens, est.active_params[-1]) if run.stages else None
     if print_report:
         _print_plan(run, report)
     return report
+
+
+MEASURED_UNPROFITABLE_TOKENS_PER_PARAM = 17.0
+"""The largest training-tokens-per-final-active-parameter ratio at which the project's own seeded comparison
+(``benchmarks/reproduce.py``, docs/BENCHMARKS.md) measured growth against the final width trained from scratch on
+the same FLOPs: growth did not pay there, nor at any smaller ratio measured."""
+
+
+def regime_warning(total_tokens: int, final_active_params: int) -> str | None:
+    """A warning when a growth run trains fewer tokens per final active parameter than the largest ratio at which
+    the project measured growth not to pay (:data:`MEASURED_UNPROFITABLE_TOKENS_PER_PARAM`), else ``None``.
+
+    Example::
+
+        >>> regime_warning(614_400, 1_967_232)[:60]
+        'growth has not been found to pay at this scale: 0.31 trainin'
+        >>> regime_warning(10**9, 10**6) is None
+        True
+    """
+    ratio = total_tokens / final_active_params
+    if ratio > MEASURED_UNPROFITABLE_TOKENS_PER_PARAM:
+        return None
+    return (f"growth has not been found to pay at this scale: {ratio:.2f} training tokens per final active "
+            f"parameter, where the project's seeded comparisons (up to {MEASURED_UNPROFITABLE_TOKENS_PER_PARAM:g} "
+            "tokens per parameter, docs/BENCHMARKS.md) ended a grown run above the final width trained from scratch "
+            "on the same FLOPs; the paper's savings are at ~100. Check with benchmarks/reproduce.py before counting "
+            "on the FLOPs saved")
 
 
 def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
@@ -318,6 +347,8 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
     console.print(f"FLOPs: progressive {_fmt_flops(report['flops'])}, from scratch at the final width "
                   f"{_fmt_flops(report['flops_from_scratch'])}, saved {report['flops_saved']:.2%} "
                   f"(flops_saved={report['flops_saved']:.6f})")
+    if report["regime_warning"]:
+        console.print(f"[yellow]warning:[/yellow] {report['regime_warning']}")
 
 
 # ------------------------------------------------------------------------------------------------------------ data
@@ -704,6 +735,8 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
               if list(planned.active_params) != list(planned.total_params) else "")
     _info(f"parameters {' -> '.join(f'{p:,}' for p in planned.total_params)}{active}; training FLOPs (6 N D) "
           f"{_fmt_flops(planned.flops)}, {planned.flops_saved:.1%} fewer than the final width from scratch")
+    if run.stages and (warning := regime_warning(run.total_tokens, planned.active_params[-1])):
+        _info(f"warning: {warning}")
     for k, s in enumerate(run.stages):
         _info(f"growth stage {k}: at step {s.at_step}: {s.widths}")
     if run.resume_path is not None:

@@ -324,6 +324,24 @@ def test_plan_matches_estimate_compute(config_file, capsys, tmp_path):
     assert "linear re-warmup over steps 6..9 (to 1.3x the LR at growth), then cosine to min_lr over 3 steps" in printed
 
 
+def test_plan_warns_below_the_token_ratio_where_growth_was_measured_not_to_pay(config_file, capsys):
+    from lightning_sparkling.cli import MEASURED_UNPROFITABLE_TOKENS_PER_PARAM
+
+    _, run, _ = parse(["--config", str(config_file)])
+    report = plan(run, print_report=False)
+    assert report["tokens_per_param"] == pytest.approx(run.total_tokens / report["active_params"][-1])
+    assert report["tokens_per_param"] < MEASURED_UNPROFITABLE_TOKENS_PER_PARAM
+    assert f"{report['tokens_per_param']:.2f} training tokens per final active parameter" in report["regime_warning"]
+    assert main(["plan", "--config", str(config_file)]) == 0
+    assert "warning: growth has not been found to pay at this scale" in capsys.readouterr().out
+    # enough tokens per parameter (past every measured ratio), or no growth at all: no warning
+    steps = math.ceil(MEASURED_UNPROFITABLE_TOKENS_PER_PARAM * report["active_params"][-1] / run.tokens_per_step) + 1
+    _, long_run, _ = parse(["--config", str(config_file), "--train.max_steps", str(steps)])
+    assert plan(long_run, print_report=False)["regime_warning"] is None
+    _, plain, _ = parse(["--config", str(config_file), "--growth.stages", "[]"])
+    assert plan(plain, print_report=False)["regime_warning"] is None
+
+
 def test_plan_without_rewarmup_says_so(config_file, capsys):
     assert main(["plan", "--config", str(config_file), "--growth.stages",
                  "[{at_step: 6, n_embd: 64, rewarmup_ratio: null}]"]) == 0
