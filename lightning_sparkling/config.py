@@ -672,10 +672,10 @@ def _read_checkpoint(path: Path) -> tuple[dict[str, Any], Optional[dict[str, tup
 
 
 def _clean_name(name: str) -> str:
-    """A checkpoint parameter name as a plain ``litgpt.GPT`` state_dict name (no module or FSDP wrapper prefixes)."""
-    for wrapper in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod."):
-        name = name.replace(wrapper, "")
-    return name.removeprefix("model.")
+    """A checkpoint parameter name as a plain ``litgpt.GPT`` state_dict name (no module or wrapper prefixes)."""
+    from lightning_sparkling.surgery import clean_name
+
+    return clean_name(name).removeprefix("model.")
 
 
 def _expected_shapes(config: Any) -> dict[str, tuple[int, ...]]:

@@ -23,7 +23,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from lightning_sparkling.optim_state import OptimizerPatch, plan_optimizer_patch
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.stage import GrowthStage
-from lightning_sparkling.surgery import GrowthResult, _Swap, grow_tensors
+from lightning_sparkling.surgery import GrowthResult, _Swap, clean_name, grow_tensors
 
 
 SUPPORTED_STRATEGIES = (SingleDeviceStrategy, DDPStrategy, ModelParallelStrategy, FSDPStrategy)
@@ -168,8 +168,8 @@ def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: 
     with torch.device("meta"):
         new = GPT(config)
     # the dtype of every parameter as in old_gpt (GPT(config) builds in the default dtype: a bf16-true or float64
-    # model would otherwise come back float32); FSDP1 names carry its wrapper prefix
-    dtypes = {name.replace("_fsdp_wrapped_module.", ""): p.dtype for name, p in old_gpt.named_parameters()}
+    # model would otherwise come back float32); FSDP1 and activation checkpointing prefix the names
+    dtypes = {clean_name(name): p.dtype for name, p in old_gpt.named_parameters()}
     for name, param in list(new.named_parameters()):
         dtype = dtypes.get(name, param.dtype)
         if dtype != param.dtype:

@@ -42,24 +42,7 @@ from lightning_sparkling.distributed import _parent_and_attr, place_meta_gpt
 from lightning_sparkling.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
 from lightning_sparkling.plan import GrowthError, plan_growth
 from lightning_sparkling.stage import GrowthStage
-from lightning_sparkling.surgery import GrowthResult, _Swap, grow_tensors
-
-#: prefixes FSDP1 (and activation checkpointing) insert into parameter names
-_WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
-
-
-def clean_name(name: str) -> str:
-    """A parameter name without FSDP1/activation-checkpointing wrapper prefixes (the plain GPT's name).
-
-    Example::
-
-        >>> clean_name("transformer.h.0._fsdp_wrapped_module.attn.qkv.weight")
-        'transformer.h.0.attn.qkv.weight'
-    """
-    for prefix in _WRAPPER_PREFIXES:
-        name = name.replace(prefix, "")
-    return name
-
+from lightning_sparkling.surgery import GrowthResult, _Swap, clean_name, grow_tensors
 
 def fsdp1_wrapper(root: nn.Module, gpt: nn.Module) -> FSDP | None:
     """The FSDP1 unit that wraps ``gpt`` itself inside ``root`` (``None`` when ``gpt`` is not FSDP1-wrapped)."""

@@ -19,6 +19,24 @@ from lightning_sparkling.plan import AxisChange, GrowthError, GrowthPlan, Tensor
 from lightning_sparkling.stage import GrowthStage
 
 
+#: prefixes that wrappers insert into parameter and module names: FSDP1, activation checkpointing, torch.compile
+WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def clean_name(name: str) -> str:
+    """A parameter (or module) name without FSDP1, activation-checkpointing and ``torch.compile`` wrapper prefixes:
+    the plain GPT's name.
+
+    Example::
+
+        >>> clean_name("transformer.h.0._fsdp_wrapped_module._checkpoint_wrapped_module.attn.qkv.weight")
+        'transformer.h.0.attn.qkv.weight'
+    """
+    for prefix in WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
 @dataclass
 class GrowthResult:
     """What a growth did; what the optimizer patch and the re-warmup need.

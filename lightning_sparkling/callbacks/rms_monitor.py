@@ -74,6 +74,8 @@ from litgpt.model import GPT
 from torch import Tensor
 from torchmetrics import Metric
 
+from lightning_sparkling.surgery import clean_name
+
 __all__ = ["ActivationRMSMonitor", "RMSProbe", "compute_rms", "find_gpt", "rms", "rms_tags"]
 
 
@@ -129,18 +131,8 @@ def find_gpt(module: nn.Module) -> GPT:
     return found[0]
 
 
-_WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
-
-
-def _clean_name(name: str) -> str:
-    """A linear's name relative to its block, without activation-checkpoint / compile / FSDP1 wrapper prefixes."""
-    for prefix in _WRAPPER_PREFIXES:
-        name = name.replace(prefix, "")
-    return name
-
-
 def _block_linears(block: nn.Module) -> list[tuple[str, nn.Linear]]:
-    return [(_clean_name(name), m) for name, m in block.named_modules() if isinstance(m, nn.Linear)]
+    return [(clean_name(name), m) for name, m in block.named_modules() if isinstance(m, nn.Linear)]
 
 
 def rms_tags(model: GPT, per_linear: bool = False) -> list[str]:
