@@ -146,6 +146,18 @@ ROWS: dict[str, dict[str, Any]] = {
     "uneven + 25% faster decay": {"stage": {**_NAIVE, "split": "uneven", "split_ratio": 1 / 3,
                                             "decay_speedup": 0.25}},
 }
+# issue 15: what makes the grown capacity learn (GrowthStage keys of that change)
+ROWS.update({
+    "re-warmup ratio 3": {"stage": {"rewarmup_ratio": 3.0}, "note": "copy-copy, new entries re-warm to 3x"},
+    "fresh bias correction": {"stage": {"bias_correction": "fresh"},
+                              "note": "copy-copy, new entries' Adam bias correction counts from the growth"},
+    "symmetry target 0.5": {"stage": {"symmetry_target": 0.5},
+                            "note": "copy-copy, new-entry LR doubled (up to 8x) until the copies' cosine < 0.5"},
+    "symmetry target 0.8": {"stage": {"symmetry_target": 0.8},
+                            "note": "copy-copy, new-entry LR doubled (up to 8x) until the copies' cosine < 0.8"},
+    "symmetry 0.5 + fresh": {"stage": {"symmetry_target": 0.5, "bias_correction": "fresh"}},
+    "random-random + fresh": {"stage": {"init": "random-random", "bias_correction": "fresh"}},
+})
 REFERENCE = "SPARKLING"
 TWO_STAGE_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
                   "SPARKLING", "SPARKLING random-random"]

@@ -165,15 +165,20 @@ def _baseline_options(stage, steps: int) -> dict[str, Any]:
 
     return {"split": stage.split, "split_ratio": stage.split_ratio, "perturb": stage.perturb,
             "rewarmup_scope": stage.rewarmup_scope, "decay_speedup": stage.decay_speedup,
-            "decay_end": decay_end(stage, steps)}
+            "decay_end": decay_end(stage, steps), "bias_correction": stage.bias_correction,
+            "symmetry_target": stage.symmetry_target, "symmetry_interval": stage.symmetry_interval,
+            "symmetry_max_boost": stage.symmetry_max_boost}
 
 
 def _describe_baselines(s: dict[str, Any]) -> str:
     split = s["split"] + (f" ({s['split_ratio']:.4g} : {1 - s['split_ratio']:.4g})" if s["split"] == "uneven" else "")
     decay = (f"decay_speedup {s['decay_speedup']:g} (the decay ends at step {s['decay_end']:,})"
              if s["decay_speedup"] else "decay_speedup 0")
+    symmetry = (f"symmetry_target {s['symmetry_target']:g} (new-entry LR doubled every {s['symmetry_interval']} "
+                f"steps, up to {s['symmetry_max_boost']:g}x, while the copies' cosine is above it)"
+                if s["symmetry_target"] is not None else "symmetry_target off")
     return (f"baselines (paper appendix): split {split}, perturb {s['perturb']:g}, rewarmup_scope "
-            f"{s['rewarmup_scope']}, {decay}")
+            f"{s['rewarmup_scope']}, {decay}; lock breakers: bias_correction {s['bias_correction']}, {symmetry}")
 
 
 def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:

@@ -220,6 +220,16 @@ class StageArgs:
     decay_speedup: float = 0.0
     """Paper baseline "faster decay": the baseline schedule's remaining decay runs in ``1 - decay_speedup`` of the
     remaining steps, then holds its final LR; in [0, 1), 0: off."""
+    bias_correction: str = "shared"
+    """``shared`` (new entries share their tensor's Adam step count) or ``fresh`` (their updates follow a fresh Adam's
+    bias correction from the growth on; needs ``rewarmup_ratio`` and Adam/AdamW)."""
+    symmetry_target: Optional[float] = None
+    """Double the new entries' LR every ``symmetry_interval`` steps while their copies' mean cosine to their sources
+    is above this (in (0, 1)), then hand back to the re-warmup schedule; ``null``: off."""
+    symmetry_interval: int = 10
+    """Optimizer steps between two symmetry checks (``symmetry_target`` only)."""
+    symmetry_max_boost: float = 8.0
+    """Largest multiplier of the new entries' LR under ``symmetry_target`` (>= 1)."""
 
 
 @dataclass
@@ -571,6 +581,16 @@ def _optimizer_info(spec: Union[str, dict]) -> tuple[str, bool, float]:
     if not lr > 0:
         raise ConfigError("optimizer.init_args.lr", f"must be positive, got {lr}")
     return cls.__name__, _is_muon(cls), lr
+
+
+def _optimizer_defaults(spec: Union[str, dict]) -> dict[str, Any]:
+    """The hyperparameters (``defaults``) of the optimizer ``spec`` builds (already checked by ``_optimizer_info``)."""
+    import torch
+
+    from lightning_sparkling.module import resolve_optimizer
+
+    cls, init_args = resolve_optimizer(spec)
+    return dict(cls([torch.nn.Parameter(torch.zeros(2, 2))], **init_args).defaults)
 
 
 def _resolve_devices(accelerator: str, devices: Union[int, str], num_nodes: int) -> tuple[str, int]:
@@ -1039,6 +1059,12 @@ def resolve(ns: Any) -> ResolvedRun:
             raise ConfigError(f"{key}.rewarmup_steps", str(err).removeprefix(f"{key}: ")) from err
         stages.append(stage)
     _check_stage_sequence(stages)
+    fresh = next((k for k, s in enumerate(stages) if s.bias_correction == "fresh"), None)
+    if fresh is not None and (uses_muon or "betas" not in _optimizer_defaults(spec)):
+        raise ConfigError(f"growth.stages[{fresh}].bias_correction",
+                          f"'fresh' redoes Adam's bias correction, but the optimizer {optimizer_name} "
+                          f"{'(Muon for matrices) ' if uses_muon else ''}has no betas: use AdamW or Adam, or "
+                          "bias_correction: shared")
     if stages and strategy == "fsdp2" and num_devices * num_nodes < 1:
         raise ConfigError("devices", "fsdp2 needs at least one device")
 

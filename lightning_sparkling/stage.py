@@ -11,6 +11,7 @@ from lightning_sparkling.scaling import SPLITS, parse_init
 WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
 OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
 REWARMUP_SCOPES: tuple[str, ...] = ("new", "all")
+BIAS_CORRECTIONS: tuple[str, ...] = ("shared", "fresh")
 DEFAULT_SPLIT_RATIO = 1 / 3
 
 
@@ -69,6 +70,25 @@ class GrowthStage:
             faster decay" baseline after LEMON); the new entries' re-warmup ends at that same earlier step. ``0``
             (default): off.
 
+    The keys below make the grown capacity learn where the paper's recipe leaves the copies locked to their sources
+    (see ``docs/BENCHMARKS.md``, "Making growth pay"); their defaults leave the SPARKLING recipe unchanged.
+
+    Args:
+        bias_correction: ``shared`` (default: new entries share their tensor's Adam ``step``, so their zeroed
+            moments are bias-corrected as if mature and their first update is ``0.45x`` a fresh optimizer's at
+            ``betas=(0.9, 0.95)``) or ``fresh``: new entries' updates are scaled by
+            :func:`~lightning_sparkling.schedules.fresh_bias_factor`, so they move as under an optimizer that
+            started at the growth. Works through the new-entry LR, so it needs ``rewarmup_ratio`` (``1.0`` for the
+            correction alone) and an optimizer with ``betas`` (Adam, AdamW).
+        symmetry_target: close the loop on the symmetry lock: every ``symmetry_interval`` steps after the growth
+            the callback measures how alike the copies still are to their sources (the mean cosine of
+            ``symmetry/stage_k``, the largest over the stage's axes); while it is above ``symmetry_target`` the new
+            entries' LR is doubled (up to ``symmetry_max_boost`` times the re-warmup schedule), and once it falls
+            below, the boost ends for good and the new entries follow the re-warmup schedule. ``None`` (default):
+            off. Needs a copied side in ``init`` and ``rewarmup_ratio``.
+        symmetry_interval: optimizer steps between two symmetry checks (``symmetry_target`` only).
+        symmetry_max_boost: the largest multiplier of the new entries' LR (``symmetry_target`` only), ``>= 1``.
+
     ``rewarmup_scope='all'`` and ``decay_speedup`` redefine the schedule of the rest of the run, so only the last
     stage of a run may set them (:func:`check_stage_sequence`).
 
@@ -100,6 +120,10 @@ class GrowthStage:
     perturb: float = 0.0
     rewarmup_scope: str = "new"
     decay_speedup: float = 0.0
+    bias_correction: str = "shared"
+    symmetry_target: float | None = None
+    symmetry_interval: int = 10
+    symmetry_max_boost: float = 8.0
 
     def __post_init__(self) -> None:
         if isinstance(self.at_step, bool) or not isinstance(self.at_step, int) or self.at_step < 0:
@@ -134,6 +158,7 @@ class GrowthStage:
         if isinstance(self.rewarmup_steps, bool) or not isinstance(self.rewarmup_steps, int) or self.rewarmup_steps < 0:
             raise ValueError(f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
         self._check_baselines(fan_in)
+        self._check_lock_breakers(fan_out, fan_in)
 
     def _check_baselines(self, fan_in: str) -> None:
         def number(value: object) -> bool:
@@ -166,6 +191,35 @@ class GrowthStage:
         if not number(self.decay_speedup) or not 0 <= self.decay_speedup < 1:
             raise ValueError(f"GrowthStage(decay_speedup={self.decay_speedup!r}): must be a number in [0, 1) (the "
                              "fraction by which the remaining decay is shortened; the paper uses 0.25 and 0.5)")
+
+    def _check_lock_breakers(self, fan_out: str, fan_in: str) -> None:
+        if self.bias_correction not in BIAS_CORRECTIONS:
+            raise ValueError(f"GrowthStage(bias_correction={self.bias_correction!r}): choose one of "
+                             f"{', '.join(BIAS_CORRECTIONS)}")
+        if self.bias_correction == "fresh" and self.rewarmup_ratio is None:
+            raise ValueError("GrowthStage(bias_correction='fresh'): the correction scales the new entries' LR, but "
+                             "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio (1.0 for the correction "
+                             "alone)")
+        if isinstance(self.symmetry_interval, bool) or not isinstance(self.symmetry_interval, int) \
+                or self.symmetry_interval < 1:
+            raise ValueError(f"GrowthStage(symmetry_interval={self.symmetry_interval!r}): must be an integer >= 1 "
+                             "(optimizer steps between two symmetry checks)")
+        boost = self.symmetry_max_boost
+        if isinstance(boost, bool) or not isinstance(boost, (int, float)) or not (math.isfinite(boost) and boost >= 1):
+            raise ValueError(f"GrowthStage(symmetry_max_boost={boost!r}): must be a finite number >= 1 (the largest "
+                             "multiplier of the new entries' LR)")
+        target = self.symmetry_target
+        if target is None:
+            return
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
+            raise ValueError(f"GrowthStage(symmetry_target={target!r}): must be a number in (0, 1), the mean cosine "
+                             "of copies to their sources below which the LR boost ends (e.g. 0.5), or None")
+        if "copy" not in (fan_out, fan_in):
+            raise ValueError(f"GrowthStage(symmetry_target={target}): the init pair {self.init!r} copies nothing, so there "
+                             "is no symmetry to break; use a pair with a copied side or drop symmetry_target")
+        if self.rewarmup_ratio is None:
+            raise ValueError(f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
+                             "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio")
 
     @property
     def changes_baseline(self) -> bool:

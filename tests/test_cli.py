@@ -230,6 +230,12 @@ def test_unknown_key_in_config_file_is_refused_with_its_path(tmp_path, capsys, e
     ({"model_config": {**MODEL, "n_embd": 66}}, "model_config.n_embd"),
     ({"model_config": {**MODEL, "n_query_groups": 3}}, "model_config.n_query_groups"),
     ({"optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lrr": 1}}}, "optimizer.init_args"),
+    # issue 15's lock breakers: a fresh bias correction needs Adam's betas; a symmetry target needs a copied side
+    ({"optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1}},
+      "growth": {"stages": [{"at_step": 6, "n_embd": 64, "rewarmup_steps": 3, "bias_correction": "fresh"}]}},
+     "growth.stages[0].bias_correction"),
+    ({"growth": {"stages": [{"at_step": 6, "n_embd": 64, "rewarmup_steps": 3, "init": "random-random",
+                             "symmetry_target": 0.5}]}}, "growth.stages[0].symmetry_target"),
 ])
 def test_impossible_values_are_refused_before_anything_starts(tmp_path, capsys, overrides, key):
     cache = tmp_path / "cache"

@@ -18,6 +18,7 @@ Timeline of one stage with ``at_step=N`` (single device and DDP):
 
 from __future__ import annotations
 
+import copy
 import math
 import resource
 import time
@@ -190,6 +191,7 @@ class WidthGrowthCallback(Callback):
         self.summaries: list[dict[str, Any]] = []
         self.last_symmetry: dict[str, float] = {}
         self._lr_logged_step = -1
+        self._controlled_step = -1
 
     # ------------------------------------------------------------------ state
     @property
@@ -199,7 +201,7 @@ class WidthGrowthCallback(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         return {"grown": self._grown, "seed": self.seed, "stages": [s.to_dict() for s in self.stages],
-                "records": self._records}
+                "records": copy.deepcopy(self._records)}  # records change after growth (symmetry boost)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         applied = [GrowthStage(**s) for s in state_dict["stages"][: state_dict["grown"]]]
@@ -329,6 +331,7 @@ class WidthGrowthCallback(Callback):
             check_fsdp1_layout(pl_module, find_gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
+        self._check_fresh_bias_correction(trainer)
         check_baseline_schedulers(trainer, self.stages)  # decay_speedup reads the module's schedule
         if any(s.rewarmup_ratio is not None for s in self.stages):
             self._min_lrs = self._resolve_min_lrs(trainer)
@@ -336,6 +339,20 @@ class WidthGrowthCallback(Callback):
             if self.stages[k].rewarmup_ratio is not None and k not in self._schedulers:
                 self._register_scheduler(trainer, k, record)
         self._install_lr_hooks(trainer, pl_module)
+
+    def _check_fresh_bias_correction(self, trainer: pl.Trainer) -> None:
+        """``bias_correction='fresh'`` needs Adam's ``betas`` in every param group (read again at growth)."""
+        fresh = [k for k, s in enumerate(self.stages) if s.bias_correction == "fresh"]
+        if not fresh:
+            return
+        for o, g in _flat_groups(trainer.optimizers):
+            betas = trainer.optimizers[o].param_groups[g].get("betas")
+            if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+                raise GrowthError(
+                    f"GrowthStage(bias_correction='fresh') (stage {fresh[0]}): optimizer {o} "
+                    f"({type(trainer.optimizers[o]).__name__}) param group {g} has no Adam 'betas', so there is no "
+                    "bias correction to redo; use an Adam-type optimizer or bias_correction='shared'"
+                )
 
     def _resolve_min_lrs(self, trainer: pl.Trainer) -> list[float]:
         groups = _flat_groups(trainer.optimizers)
@@ -381,6 +398,7 @@ class WidthGrowthCallback(Callback):
         while self._due(trainer):
             self._grow(trainer, pl_module, batch)
             grew = True
+        self._control_symmetry(trainer, pl_module)
         self._log_lr_new(trainer, pl_module)
         every = trainer.log_every_n_steps if self.symmetry_every_n_steps is None else self.symmetry_every_n_steps
         if self._copies and every and (grew or trainer.global_step % every == 0):
@@ -432,6 +450,10 @@ class WidthGrowthCallback(Callback):
             "lr_at_growth": [float(trainer.optimizers[o].param_groups[g]["lr"]) for o, g in _flat_groups(trainer.optimizers)],
             "min_lr": list(self._min_lrs) if self._min_lrs is not None else None,
             "total_steps": trainer.max_steps,
+            "betas": [list(map(float, trainer.optimizers[o].param_groups[g]["betas"]))
+                      for o, g in _flat_groups(trainer.optimizers)] if stage.bias_correction == "fresh" else None,
+            "symmetry_boost": 1.0,  # the symmetry_target controller's LR multiplier (1: schedule only)
+            "symmetry_done": stage.symmetry_target is None,
         }
         self._records.append(record)
         self._regions.append(result.new_entries)
@@ -471,11 +493,12 @@ class WidthGrowthCallback(Callback):
     def _register_scheduler(self, trainer: pl.Trainer, k: int, record: dict[str, Any]) -> None:
         stage = self.stages[k]
         min_lrs = record.get("min_lr") or self._min_lrs
+        betas = record.get("betas") or [None] * len(record["lr_at_growth"])
         lambdas = [
             RewarmupLambda(growth_step=record["global_step"], lr_at_growth=lr, ratio=stage.rewarmup_ratio,
                            warmup_steps=stage.rewarmup_steps, min_lr=min_lr,
-                           total_steps=decay_end(stage, record["total_steps"], record["global_step"]))
-            for lr, min_lr in zip(record["lr_at_growth"], min_lrs)
+                           total_steps=decay_end(stage, record["total_steps"], record["global_step"]), betas=b)
+            for lr, min_lr, b in zip(record["lr_at_growth"], min_lrs, betas)
         ]
         scheduler = RewarmupLR(lambdas)
         self._schedulers[k] = scheduler
@@ -485,14 +508,15 @@ class WidthGrowthCallback(Callback):
 
     def _lr_fn(self, trainer: pl.Trainer, k: int, flat_group: int):
         scheduler = self._schedulers[k]
-        growth_step = self._records[k]["global_step"]
+        record = self._records[k]
+        growth_step = record["global_step"]
 
         def lr() -> float:
             # Lightning steps step-interval schedulers after each optimizer step (automatic optimization); under
             # manual optimization nobody does, so catch up with the global step here.
             while scheduler.last_epoch < trainer.global_step - growth_step:
                 scheduler.step()
-            return scheduler.lr_for(flat_group)
+            return scheduler.lr_for(flat_group) * record.get("symmetry_boost", 1.0)
 
         return lr
 
@@ -544,12 +568,46 @@ class WidthGrowthCallback(Callback):
             growth_step = self._records[k]["global_step"]
             step = trainer.global_step  # the LR of the next optimizer step
             lam = scheduler.lr_lambdas[0]
-            metrics[f"growth/lr_new/stage_{k}"] = lam(step - growth_step)
+            boost = self._records[k].get("symmetry_boost", 1.0)
+            metrics[f"growth/lr_new/stage_{k}"] = lam(step - growth_step) * boost
+            if self.stages[k].symmetry_target is not None:
+                metrics[f"growth/symmetry_boost/stage_{k}"] = boost
         trainer.logger.log_metrics(metrics, step=trainer.global_step)
 
-    def _log_symmetry(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """``symmetry/stage_{k}/{axis}``: mean cosine of copied channels to their sources (1 = still locked).
-        Runs on every rank (gathers under FSDP2); rank zero's logger writes it."""
+    def _control_symmetry(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """``GrowthStage(symmetry_target=...)``: every ``symmetry_interval`` optimizer steps after a growth, double
+        the stage's new-entry LR boost (up to ``symmetry_max_boost``) while its copies' mean cosine to their sources
+        (the largest over its axes) is above the target; below it, end the boost for good.
+
+        Once per optimizer step (not per micro-batch), after it. The decision is stored in the stage's record, which
+        checkpoints carry, and depends only on the weights, so a resumed run decides the same on every rank."""
+        step = trainer.global_step
+        if step == self._controlled_step:
+            return
+        self._controlled_step = step
+        due = [k for k, record in enumerate(self._records)
+               if not record.get("symmetry_done", True) and step > record["global_step"]
+               and (step - record["global_step"]) % self.stages[k].symmetry_interval == 0]
+        if not due:
+            return
+        metrics = self._symmetry_metrics(pl_module, due)
+        for k in due:
+            stage, record = self.stages[k], self._records[k]
+            cosines = [v for key, v in metrics.items() if key.startswith(f"symmetry/stage_{k}/")]
+            worst = max(cosines) if cosines else 0.0
+            if worst < stage.symmetry_target:
+                record["symmetry_done"] = True
+                record["symmetry_boost"] = 1.0
+                rank_zero_info(f"WidthGrowthCallback: stage {k}'s copies reached mean cosine {worst:.3f} < "
+                               f"symmetry_target={stage.symmetry_target} at step {step}; the new entries follow the "
+                               "re-warmup schedule again")
+            else:
+                record["symmetry_boost"] = min(2.0 * record["symmetry_boost"], float(stage.symmetry_max_boost))
+
+    def _symmetry_metrics(self, pl_module: pl.LightningModule, stages: Sequence[int] | None = None
+                          ) -> dict[str, float]:
+        """``{"symmetry/stage_{k}/{axis}": mean cosine}`` for the applied stages ``stages`` (default all).
+        Runs on every rank (gathers under FSDP2/FSDP1)."""
         gpt = find_gpt(pl_module)
         if is_sharded(gpt):
             reshard(gpt)
@@ -557,12 +615,20 @@ class WidthGrowthCallback(Callback):
         params = dict(gpt.named_parameters(remove_duplicate=False))  # tied: wte and lm_head both by name
         metrics = {}
         for k, specs in enumerate(self._copies):
+            if stages is not None and k not in stages:
+                continue
             names = sorted({name for spec in specs.values() for name, _ in spec.tensors})
             if wrapper is not None:  # FSDP1: gathered one unit at a time
                 tensors = iter_full_params(wrapper, names)
             else:
                 tensors = ((name, full_tensor(params[name].detach())) for name in names)
             metrics.update(symmetry_metrics(specs, tensors, f"symmetry/stage_{k}"))
+        return metrics
+
+    def _log_symmetry(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """``symmetry/stage_{k}/{axis}``: mean cosine of copied channels to their sources (1 = still locked).
+        Runs on every rank (gathers under FSDP2); rank zero's logger writes it."""
+        metrics = self._symmetry_metrics(pl_module)
         self.last_symmetry = metrics
         if trainer.logger is not None and metrics:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)
