@@ -6,7 +6,7 @@ on 2 CPU ranks (gloo), vs. steady-state training.
 
 FSDP2: the module's ``configure_model`` shards each block, then the GPT (``shard_gpt``); growth gathers, grows and
 re-shards one block at a time. FSDP1: Lightning's ``FSDPStrategy`` refuses CPU ranks, so this runs
-``lightning_sparkling.testing.CPUFSDPStrategy``; ``configure_model`` wraps each block, then the GPT (``wrap_gpt``),
+``lightning_sparkling.parallel.testing.CPUFSDPStrategy``; ``configure_model`` wraps each block, then the GPT (``wrap_gpt``),
 and growth goes one FSDP unit at a time (``summon_full_params(unit, recurse=False)``), optimizer state through the
 same round trip.
 
@@ -37,9 +37,9 @@ from litgpt import GPT, Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
-from lightning_sparkling.module import shard_gpt, wrap_gpt  # noqa: E402
-from lightning_sparkling.plan import grown_config  # noqa: E402
-from lightning_sparkling.testing import CPUFSDPStrategy  # noqa: E402
+from lightning_sparkling.growth.plan import grown_config  # noqa: E402
+from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
+from lightning_sparkling.pretrain.module import shard_gpt, wrap_gpt  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 GROW_AT, MAX_STEPS = 6, 10

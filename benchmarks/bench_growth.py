@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from litgpt import GPT, Config
 
 from lightning_sparkling import GrowthStage, grow_model
-from lightning_sparkling.compute import count_params
-from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, plan_optimizer_patch
+from lightning_sparkling.growth.compute import count_params
+from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, plan_optimizer_patch
 
 
 def base_config() -> Config:

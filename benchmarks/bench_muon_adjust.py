@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from litgpt import GPT, Config
 
 from lightning_sparkling import GrowthStage, grow_model
-from lightning_sparkling.optim_state import plan_optimizer_patch
+from lightning_sparkling.growth.optim_state import plan_optimizer_patch
 
 
 def adjust(shape: tuple[int, int], fn: str) -> float:

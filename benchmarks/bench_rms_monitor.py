@@ -300,7 +300,7 @@ def print_table(result: dict) -> None:
 
 
 def example_dashboard(out: Path, logdir: Path | None, steps: int = 60, grow_at: int = 30) -> Path:
-    from lightning_sparkling.plotting import plot_runs
+    from lightning_sparkling.dashboards.plotting import plot_runs
 
     torch.set_num_threads(2)
     logdir = Path(logdir or tempfile.mkdtemp(prefix="sparkling_example_"))

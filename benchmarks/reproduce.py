@@ -243,8 +243,8 @@ def check_config(config: dict) -> tuple[dict | None, str | None]:
 
     ``compute`` holds the parameters per phase and the FLOPs (``estimate_compute``) of the run as configured.
     """
-    from lightning_sparkling.cli import parse
-    from lightning_sparkling.compute import estimate_compute
+    from lightning_sparkling.growth.compute import estimate_compute
+    from lightning_sparkling.pretrain.cli import parse
 
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"repro_check_{os.getpid()}.yaml"
     path.write_text(yaml.safe_dump({**config, "out_dir": "/tmp/repro_unused"}, sort_keys=False))
@@ -377,7 +377,7 @@ def _run_loop(todo: list, running: list, jobs: int, seen: set, log, t_grid: floa
                                                                 sort_keys=False))
             logf = open(run_dir / "run.log", "w")  # noqa: SIM115 - open while the subprocess runs
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-            proc = subprocess.Popen([sys.executable, "-m", "lightning_sparkling.cli", "pretrain", "--config",
+            proc = subprocess.Popen([sys.executable, "-m", "lightning_sparkling.pretrain.cli", "pretrain", "--config",
                                      str(run_dir / "config.yaml")], stdout=logf, stderr=subprocess.STDOUT, env=env)
             running.append((proc, cell, time.perf_counter(), logf))
         time.sleep(2)

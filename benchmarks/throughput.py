@@ -58,9 +58,9 @@ def main() -> int:
     from litgpt import GPT
 
     from lightning_sparkling import GrowthStage, grow_model
-    from lightning_sparkling.compute import count_params
-    from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, plan_optimizer_patch
-    from lightning_sparkling.plan import grown_config
+    from lightning_sparkling.growth.compute import count_params
+    from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, plan_optimizer_patch
+    from lightning_sparkling.growth.plan import grown_config
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

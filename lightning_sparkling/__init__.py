@@ -5,14 +5,22 @@ Example::
     from lightning_sparkling import GrowthStage, WidthGrowthCallback
 
     trainer = L.Trainer(max_steps=2000, callbacks=[WidthGrowthCallback(GrowthStage(1000, n_embd=1024))])
+
+Layers (each imports only those before it): :mod:`~lightning_sparkling.growth` (the paper: pure torch and litgpt),
+:mod:`~lightning_sparkling.parallel` (one growth backend per strategy), :mod:`~lightning_sparkling.callbacks`
+(Lightning callbacks), then the applications :mod:`~lightning_sparkling.pretrain` (the ``sparkling`` CLI) and
+:mod:`~lightning_sparkling.dashboards` (plots, TensorBoard layout).
 """
 
-from lightning_sparkling.compute import ComputeEstimate, estimate_compute
-from lightning_sparkling.plan import GrowthError, GrowthPlan, plan_growth
-from lightning_sparkling.scaling import copy_source_index, fan_in_scale
-from lightning_sparkling.schedules import rewarmup_lr, warmup_cosine_lr
-from lightning_sparkling.stage import GrowthStage
-from lightning_sparkling.surgery import GrowthResult, grow_model
+from lightning_sparkling import _deprecated
+from lightning_sparkling.growth.compute import ComputeEstimate, estimate_compute
+from lightning_sparkling.growth.plan import GrowthError, GrowthPlan, plan_growth
+from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale
+from lightning_sparkling.growth.schedules import rewarmup_lr, warmup_cosine_lr
+from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.surgery import GrowthResult, grow_model
+
+_deprecated.install()  # the old flat module paths (lightning_sparkling.stage, ...) for one release
 
 __version__ = "0.1.0"
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from litgpt import GPT, Config
 
-from lightning_sparkling.schedules import WarmupCosineLambda
+from lightning_sparkling.growth.schedules import WarmupCosineLambda
 
 VOCAB = 64
 SEQ = 16
@@ -58,7 +58,7 @@ class TinyModule(L.LightningModule):
         blocks, then the GPT (both idempotent)."""
         from lightning.pytorch.strategies import FSDPStrategy
 
-        from lightning_sparkling.module import shard_gpt, wrap_gpt
+        from lightning_sparkling.pretrain.module import shard_gpt, wrap_gpt
 
         if self.device_mesh is not None:
             shard_gpt(self.model, self.device_mesh)

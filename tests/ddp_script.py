@@ -3,7 +3,7 @@
     python tests/ddp_script.py OUT_DIR {ddp|fsdp2|fsdp1|fsdp1-cuda|single} [--accumulate N] [--resume CKPT] [--tag=TAG]
 
 ``fsdp1`` runs Lightning's ``FSDPStrategy`` on 2 CPU ranks (gloo) through
-``lightning_sparkling.testing.CPUFSDPStrategy``, a subclass that lifts Lightning's GPU-only check (torch's FSDP1
+``lightning_sparkling.parallel.testing.CPUFSDPStrategy``, a subclass that lifts Lightning's GPU-only check (torch's FSDP1
 runs on CPU with gloo). ``fsdp1-cuda`` is the plain ``FSDPStrategy`` on 2 GPUs (nccl).
 
 Lightning's launcher re-runs this same command for rank 1. Each rank writes the final (gathered) weights to
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _tiny import TinyModule, exit_now, make_trainer  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
-from lightning_sparkling.testing import CPUFSDPStrategy  # noqa: E402
+from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
 
 MAX_STEPS = 24
 GROWTH_AT = 8

@@ -35,17 +35,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _tiny import exit_now, tiny_config, token_batch  # noqa: E402
 
 from lightning_sparkling import GrowthStage  # noqa: E402
-from lightning_sparkling.fsdp1 import (  # noqa: E402
+from lightning_sparkling.parallel.fsdp1 import (  # noqa: E402
     flat_pieces,
     grow_fsdp1,
     named_params,
     plan_fsdp1_optimizer_patch,
     shard_range,
 )
-from lightning_sparkling.module import wrap_gpt  # noqa: E402
-from lightning_sparkling.testing import CPUFSDPStrategy  # noqa: E402
-from lightning_sparkling.optim_state import plan_optimizer_patch  # noqa: E402
-from lightning_sparkling.surgery import grow_model  # noqa: E402
+from lightning_sparkling.pretrain.module import wrap_gpt  # noqa: E402
+from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
+from lightning_sparkling.growth.optim_state import plan_optimizer_patch  # noqa: E402
+from lightning_sparkling.growth.surgery import grow_model  # noqa: E402
 
 STAGE = GrowthStage(2, n_embd=64, intermediate_size=128)
 
@@ -178,7 +178,7 @@ def _steps_after(holder: Holder, opt: torch.optim.Optimizer) -> list[float]:
 
 
 def rollback(out: dict) -> None:
-    import lightning_sparkling.fsdp1 as fsdp1
+    import lightning_sparkling.parallel.fsdp1 as fsdp1
 
     strategy = Strategy()
     holder, opt = _wrapped(strategy)
@@ -220,7 +220,7 @@ def module(out: dict, out_dir: Path, precision: str = "32-true") -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
     from lightning_sparkling import ActivationRMSMonitor, WidthGrowthCallback
-    from lightning_sparkling.module import LitGPTPretrainModule
+    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
 
     cfg = dict(n_embd=32, n_head=4, n_query_groups=2, n_layer=2, block_size=16, vocab_size=64, padded_vocab_size=64,
                mlp_class_name="LLaMAMLP", intermediate_size=64, norm_class_name="RMSNorm", bias=False)
@@ -237,7 +237,7 @@ def module(out: dict, out_dir: Path, precision: str = "32-true") -> None:
                         log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=str(out_dir))
     trainer.fit(lit, data)
-    from lightning_sparkling.compute import count_params
+    from lightning_sparkling.growth.compute import count_params
 
     out.update(wrapped=type(lit.model).__name__, n_embd=lit.model.config.n_embd, step=trainer.global_step,
                flops_per_batch=lit.flops_per_batch,

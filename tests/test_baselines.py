@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model
-from lightning_sparkling.optim_state import plan_optimizer_patch
-from lightning_sparkling.plan import plan_growth
-from lightning_sparkling.scaling import copy_source_index, make_generator, split_shares
-from lightning_sparkling.stage import DEFAULT_SPLIT_RATIO, check_stage_sequence
+from lightning_sparkling.growth.optim_state import plan_optimizer_patch
+from lightning_sparkling.growth.plan import plan_growth
+from lightning_sparkling.growth.scaling import copy_source_index, make_generator, split_shares
+from lightning_sparkling.growth.stage import DEFAULT_SPLIT_RATIO, check_stage_sequence
 
 from _tiny import TinyModule, make_trainer
 from conftest import llama_config, make_gpt, make_tokens, moe_config, neox_config
@@ -248,7 +248,7 @@ def test_symmetry_breaking_baselines_unlock_the_copies(kwargs):
 
 # ------------------------------------------------------------------------------------------------------------ CLI
 def test_stage_args_mirror_growth_stage():
-    from lightning_sparkling.config import StageArgs
+    from lightning_sparkling.pretrain.config import StageArgs
 
     stage_fields = {f.name: f.default for f in dataclasses.fields(GrowthStage) if f.name != "at_step"}
     args_fields = {f.name: f.default for f in dataclasses.fields(StageArgs)}
@@ -259,7 +259,7 @@ def test_stage_args_mirror_growth_stage():
 def test_cli_keys_plan_and_refusals(tmp_path, capsys):
     import yaml
 
-    from lightning_sparkling.cli import main, parse, plan
+    from lightning_sparkling.pretrain.cli import main, parse, plan
 
     config = yaml.safe_load(open("examples/quickstart.yaml"))
     config["growth"]["stages"][0].update(split="uneven", split_ratio=0.25, perturb=0.02, rewarmup_scope="all",

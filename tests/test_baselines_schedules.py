@@ -13,9 +13,9 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr, warmup_cosine_lr
-from lightning_sparkling.baselines import fast_decay_position
-from lightning_sparkling.plan import GrowthError
-from lightning_sparkling.stage import check_rewarmup_fits, decay_end
+from lightning_sparkling.growth.baselines import fast_decay_position
+from lightning_sparkling.growth.plan import GrowthError
+from lightning_sparkling.growth.stage import check_rewarmup_fits, decay_end
 
 from _tiny import TinyModule, make_trainer
 
@@ -297,7 +297,7 @@ def test_decay_speedup_under_manual_optimization_with_two_optimizers():
     """The package's module with Muon (Muon for block matrices + AdamW for the rest, stepped by the module under
     manual optimization, 2 micro-batches per step): Lightning's global step already counts the step when the second
     optimizer steps, so the time of a step is each optimizer's scheduler position; both get the fast baseline."""
-    from lightning_sparkling.module import LitGPTPretrainModule
+    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
 
     from _tiny import VOCAB, tiny_config
 

@@ -13,7 +13,7 @@ from litgpt import GPT
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
 from lightning_sparkling.callbacks.growth import GrowthFailedError
-from lightning_sparkling.plan import GrowthError
+from lightning_sparkling.growth.plan import GrowthError
 
 from _measure import RecordSteps, applied_lr
 from _tiny import TinyModule, make_trainer, tiny_config
@@ -310,7 +310,7 @@ def test_fsdp1_without_orig_params_refused_clearly():
 
     from lightning.pytorch.strategies import FSDPStrategy
 
-    from lightning_sparkling.distributed import check_strategy_supported
+    from lightning_sparkling.parallel.fsdp2 import check_strategy_supported
 
     check_strategy_supported(SimpleNamespace(strategy=FSDPStrategy()))  # Lightning defaults to use_orig_params=True
     with pytest.raises(GrowthError, match=r"use_orig_params=False.*FSDPStrategy\(use_orig_params=True"):
@@ -323,7 +323,7 @@ def test_unsupported_strategies_refused_clearly(strategy_name):
 
     import lightning.pytorch.strategies as strategies
 
-    from lightning_sparkling.distributed import check_strategy_supported
+    from lightning_sparkling.parallel.fsdp2 import check_strategy_supported
 
     strategy = getattr(strategies, strategy_name).__new__(getattr(strategies, strategy_name))
     with pytest.raises(GrowthError, match=f"{strategy_name} is not supported.*strategy='ddp'.*ModelParallelStrategy"):
@@ -335,7 +335,7 @@ def test_tensor_parallel_refused_clearly():
 
     from lightning.pytorch.strategies import ModelParallelStrategy
 
-    from lightning_sparkling.distributed import check_strategy_supported
+    from lightning_sparkling.parallel.fsdp2 import check_strategy_supported
 
     strategy = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=2)
     with pytest.raises(GrowthError, match="tensor_parallel_size=2.*tensor_parallel_size=1"):

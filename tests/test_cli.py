@@ -18,8 +18,8 @@ import pytest
 import torch
 import yaml
 
-from lightning_sparkling.cli import main, parse, plan
-from lightning_sparkling.compute import estimate_compute
+from lightning_sparkling.growth.compute import estimate_compute
+from lightning_sparkling.pretrain.cli import main, parse, plan
 
 MODEL = dict(n_layer=2, n_embd=32, n_head=4, n_query_groups=2, intermediate_size=64, mlp_class_name="LLaMAMLP",
              norm_class_name="RMSNorm", bias=False, parallel_residual=False, rotary_percentage=1.0)
@@ -76,7 +76,7 @@ def first_run(tmp_path_factory, config_file) -> Path:
 
 
 def _tb_scalars(logdir: Path):
-    from lightning_sparkling.plotting import load_run
+    from lightning_sparkling.dashboards.plotting import load_run
 
     return load_run(logdir)
 
@@ -283,7 +283,7 @@ def test_at_tokens_and_optimizer_overrides(config_file):
 
 def test_validation_takes_a_spread_sample_of_max_iters_batches(config_file):
     """eval.max_iters batches per device of windows spread over the whole validation split (not its first batches)."""
-    from lightning_sparkling.cli import build_datamodule
+    from lightning_sparkling.pretrain.cli import build_datamodule
 
     _, run, _ = parse(["--config", str(config_file)])
     assert build_datamodule(run).val_windows == 2 * 4  # max_iters * micro_batch_size * devices
@@ -331,7 +331,7 @@ def test_plan_matches_estimate_compute(config_file, capsys, tmp_path):
 
 
 def test_plan_warns_below_the_token_ratio_where_growth_was_measured_not_to_pay(config_file, capsys):
-    from lightning_sparkling.cli import MEASURED_UNPROFITABLE_TOKENS_PER_PARAM
+    from lightning_sparkling.pretrain.cli import MEASURED_UNPROFITABLE_TOKENS_PER_PARAM
 
     _, run, _ = parse(["--config", str(config_file)])
     report = plan(run, print_report=False)
@@ -410,7 +410,7 @@ def test_readme_commands_and_config_reference():
     import dataclasses
     import inspect
 
-    from lightning_sparkling import config as schema
+    from lightning_sparkling.pretrain import config as schema
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()

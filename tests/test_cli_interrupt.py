@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_sparkling.cli import main, resume_command
-from lightning_sparkling.module import LitGPTPretrainModule
+from lightning_sparkling.pretrain.cli import main, resume_command
+from lightning_sparkling.pretrain.module import LitGPTPretrainModule
 from test_cli import tiny_config, write_config
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_sparkling.cli import main
+from lightning_sparkling.pretrain.cli import main
 from test_cli import MODEL, tiny_config, write_config
 
 

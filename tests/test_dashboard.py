@@ -14,7 +14,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.util import tensor_util
 
 from lightning_sparkling import ActivationRMSMonitor, GrowthStage, WidthGrowthCallback
-from lightning_sparkling.tb_layout import LAYOUT_TAG
+from lightning_sparkling.dashboards.tb_layout import LAYOUT_TAG
 
 from _tiny import TinyModule, make_trainer
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from litgpt.tokenizer import Tokenizer
 
-import lightning_sparkling.data as data_mod
-from lightning_sparkling.data import (
+import lightning_sparkling.pretrain.data as data_mod
+from lightning_sparkling.pretrain.data import (
     EOS_TOKEN,
     ContiguousWindowDataset,
     CorpusFile,

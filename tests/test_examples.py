@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from lightning_sparkling.cli import main, parse, plan
+from lightning_sparkling.pretrain.cli import main, parse, plan
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CONFIGS = sorted(EXAMPLES.glob("*.yaml"))

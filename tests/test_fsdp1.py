@@ -1,4 +1,4 @@
-"""FSDP1 growth (lightning_sparkling.fsdp1) piece by piece. The end-to-end runs (two-stage growth against one process,
+"""FSDP1 growth (lightning_sparkling.parallel.fsdp1) piece by piece. The end-to-end runs (two-stage growth against one process,
 resume from sharded and full checkpoints) are in test_ddp.py; these check the parts on 2 CPU ranks (gloo):
 
 - the grown shards of weights and AdamW state are exactly those of the plain growth of the gathered model;
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_sparkling.fsdp1 import FlatPiece, clean_name, flat_pieces
+from lightning_sparkling.parallel.fsdp1 import FlatPiece, clean_name, flat_pieces
 
 SCRIPT = Path(__file__).with_name("fsdp1_script.py")
 
@@ -69,7 +69,7 @@ def test_flat_piece_is_a_view_of_the_shard():
 
 
 def test_flat_pieces_refuse_3d_parameters():
-    from lightning_sparkling.plan import GrowthError
+    from lightning_sparkling.growth.plan import GrowthError
 
     with pytest.raises(GrowthError, match="3-D parameters"):
         flat_pieces((2, 2, 2), (slice(None),), 0, 8)

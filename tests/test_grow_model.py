@@ -26,10 +26,10 @@ from conftest import (
 )
 from litgpt import GPT, Config
 
-import lightning_sparkling.surgery as surgery
+import lightning_sparkling.growth.surgery as surgery
 from lightning_sparkling import GrowthError, GrowthResult, GrowthStage, fan_in_scale, grow_model, plan_growth
-from lightning_sparkling.plan import build_meta_gpt
-from lightning_sparkling.surgery import grow_tensors
+from lightning_sparkling.growth.plan import build_meta_gpt
+from lightning_sparkling.growth.surgery import grow_tensors
 
 INITS = ["copy-copy", "copy-random", "copy-zero", "random-copy", "random-random", "random-zero", "zero-copy",
          "zero-random"]

@@ -18,9 +18,9 @@ import yaml
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader
 
-from lightning_sparkling.cli import main, parse
-from lightning_sparkling.config import check_keys
-from lightning_sparkling.data import save_tokenizer_dir, train_tokenizer
+from lightning_sparkling.pretrain.cli import main, parse
+from lightning_sparkling.pretrain.config import check_keys
+from lightning_sparkling.pretrain.data import save_tokenizer_dir, train_tokenizer
 
 WORDS = ("the cat sat on a mat and the dog ran to the park while birds sang in tall green trees near "
          "old stone walls").split()
@@ -93,8 +93,8 @@ TINY_PYTHIA = "{n_layer: 1, n_embd: 32, n_head: 4, intermediate_size: 128}"
 def test_every_litgpt_pretrain_key_is_known(printed):
     """Every key of the installed litgpt's pretrain (its printed config, and its ``setup`` signature with the
     fields of its sections) is a key of ``sparkling pretrain``: a key a new litgpt adds fails here."""
-    from lightning_sparkling.cli import build_parser
-    from lightning_sparkling.litgpt_compat import litgpt_pretrain_keys
+    from lightning_sparkling.pretrain.cli import build_parser
+    from lightning_sparkling.pretrain.litgpt_compat import litgpt_pretrain_keys
 
     keys = dotted_keys(printed)
     assert {"initial_checkpoint_dir", "logger_name", "log", "train.epochs", "train.max_time", "train.max_seq_length",
@@ -174,7 +174,7 @@ def test_litgpt_config_with_growth_runs_on_textfiles(textfiles_run, text_dir):
               for d in ("step-00000003", "step-00000006", "final")}
     assert widths == {"step-00000003": 64, "step-00000006": 64, "final": 64}
     assert yaml.safe_load((out / "final" / "model_config.yaml").read_text())["name"] == "pythia-14m"
-    from lightning_sparkling.plotting import load_run
+    from lightning_sparkling.dashboards.plotting import load_run
 
     run = load_run(out / "logs")
     assert run.growth_steps() == [(3, 0)] and "val_loss" in run.scalars
@@ -303,7 +303,7 @@ def test_initial_checkpoint_dir_starts_from_a_grown_final_and_grows_it(quickstar
     _, run, _ = parse(["--config", str(path)])
     assert run.model_config.n_embd == 128 and run.model_config.name == "sparkling-quickstart"  # the checkpoint's
     assert run.tokenizer_dir == final  # and its tokenizer
-    from lightning_sparkling.cli import build_module
+    from lightning_sparkling.pretrain.cli import build_module
 
     module = build_module(run)
     saved = torch.load(final / "lit_model.pth", weights_only=True)

@@ -11,14 +11,14 @@ import pytest
 import torch
 from litgpt import GPT, Config
 
-from lightning_sparkling.module import (
+from lightning_sparkling.growth.schedules import WarmupCosineLambda
+from lightning_sparkling.pretrain.module import (
     LitGPTPretrainModule,
     active_parameter_count,
     build_gpt,
     resolve_optimizer,
     shard_gpt,
 )
-from lightning_sparkling.schedules import WarmupCosineLambda
 
 VOCAB = 64
 SMALL = dict(n_embd=32, n_head=4, n_layer=2, block_size=16, vocab_size=VOCAB, padded_vocab_size=VOCAB,

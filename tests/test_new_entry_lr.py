@@ -13,8 +13,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from litgpt import GPT
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
-from lightning_sparkling.plan import grown_config
-from lightning_sparkling.schedules import WarmupCosineLambda
+from lightning_sparkling.growth.plan import grown_config
+from lightning_sparkling.growth.schedules import WarmupCosineLambda
 
 from _measure import RecordSteps, applied_lr
 from _tiny import TinyModule, make_trainer, tiny_config

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lightning_sparkling import fan_in_scale
-from lightning_sparkling.operators import (
+from lightning_sparkling.growth.operators import (
     TensorStats,
     expand_dim,
     expand_embedding,
@@ -14,7 +14,7 @@ from lightning_sparkling.operators import (
     expand_fan_out,
     expand_norm,
 )
-from lightning_sparkling.scaling import copy_source_index, make_generator
+from lightning_sparkling.growth.scaling import copy_source_index, make_generator
 
 
 

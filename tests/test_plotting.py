@@ -12,7 +12,7 @@ from litgpt import Config
 from litgpt.model import GPT
 
 from lightning_sparkling import ActivationRMSMonitor
-from lightning_sparkling.plotting import GROWTH_GID, dashboard_figure, find_event_dirs, load_run, main_plot, plot_runs
+from lightning_sparkling.dashboards.plotting import GROWTH_GID, dashboard_figure, find_event_dirs, load_run, main_plot, plot_runs
 
 VOCAB, SEQ, BATCH = 64, 16, 2
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -19,7 +19,11 @@ from tensorboard.util import tensor_util
 
 from lightning_sparkling import ActivationRMSMonitor, GrowthStage, grow_model
 from lightning_sparkling.callbacks.rms_monitor import RMSProbe, compute_rms, rms_tags
-from lightning_sparkling.tb_layout import LAYOUT_TAG, rms_layout, write_layout
+from lightning_sparkling.dashboards.tb_layout import (
+    LAYOUT_TAG,
+    rms_layout,
+    write_layout,
+)
 
 VOCAB, SEQ, BATCH = 64, 16, 2
 
@@ -204,7 +208,9 @@ def test_cross_rank_mean_skips_ranks_where_a_tag_is_missing():
 
 
 def test_activation_checkpointing_and_compile_do_not_crash():
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        checkpoint_wrapper,
+    )
 
     torch.manual_seed(0)
     model = GPT(tiny_config("llama"))

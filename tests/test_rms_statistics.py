@@ -22,8 +22,8 @@ import torch
 from conftest import llama_config, make_gpt, make_tokens
 
 from lightning_sparkling import GrowthStage, fan_in_scale, grow_model
-from lightning_sparkling.operators import TensorStats, expand_dim, expand_fan_in
-from lightning_sparkling.scaling import copy_source_index, make_generator
+from lightning_sparkling.growth.operators import TensorStats, expand_dim, expand_fan_in
+from lightning_sparkling.growth.scaling import copy_source_index, make_generator
 
 
 TOLERANCE = 0.10  # RMS-preserving growth of a model: |ratio - 1| <= 10%

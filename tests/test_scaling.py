@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lightning_sparkling import copy_source_index, fan_in_scale
-from lightning_sparkling.scaling import derive_seed, make_generator, parse_init
+from lightning_sparkling.growth.scaling import derive_seed, make_generator, parse_init
 
 MODES = ("copy", "random", "zero")
 ALL_PAIRS = [f"{a}-{b}" for a in MODES for b in MODES]

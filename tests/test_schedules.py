@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightning_sparkling import rewarmup_lr, warmup_cosine_lr
-from lightning_sparkling.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
+from lightning_sparkling.growth.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
 
 
 

@@ -105,7 +105,7 @@ def test_rewarmup_can_be_turned_off_and_zero_steps_allowed():
 
 
 def test_rewarmup_must_finish_before_max_steps():
-    from lightning_sparkling.stage import check_rewarmup_fits, rewarmup_window
+    from lightning_sparkling.growth.stage import check_rewarmup_fits, rewarmup_window
 
     fits = GrowthStage(100, n_embd=128, rewarmup_steps=199)  # warm-up ends at 299: one cosine step to min_lr
     check_rewarmup_fits([fits], 300)

@@ -32,8 +32,8 @@ from lightning_sparkling import (
     rewarmup_lr,
 )
 from lightning_sparkling.callbacks.growth import GrowthFailedError
-from lightning_sparkling.optim_state import plan_optimizer_patch
-from lightning_sparkling.schedules import WarmupCosineLambda
+from lightning_sparkling.growth.optim_state import plan_optimizer_patch
+from lightning_sparkling.growth.schedules import WarmupCosineLambda
 
 FAN_IN_E = ("attn.qkv.weight", "mlp.fc_1.weight", "mlp.fc_2.weight", "lm_head.weight")  # readers of n_embd
 FAN_IN_I = ("mlp.proj.weight",)  # reader of intermediate_size
@@ -431,7 +431,7 @@ def _check_measured_lrs(records, measured, at, pre, regions, min_lrs, ratio, war
 
 
 def _regions(config, stage):
-    from lightning_sparkling.plan import plan_growth
+    from lightning_sparkling.growth.plan import plan_growth
 
     return {n: t.new_region() for n, t in plan_growth(config, stage).tensors.items()}
 

@@ -1,7 +1,7 @@
 """``WidthGrowthCallback``: grow a litgpt GPT's width inside a running ``Trainer.fit``.
 
-Orchestration only: the tensor math is in :mod:`lightning_sparkling.surgery`, the optimizer side in
-:mod:`lightning_sparkling.optim_state`, strategy re-wrapping in :mod:`lightning_sparkling.distributed`.
+Orchestration only: the tensor math is in :mod:`lightning_sparkling.growth.surgery`, the optimizer side in
+:mod:`lightning_sparkling.growth.optim_state`, strategy re-wrapping in :mod:`lightning_sparkling.parallel.fsdp2`.
 
 Timeline of one stage with ``at_step=N`` (single device and DDP):
 
@@ -10,10 +10,10 @@ Timeline of one stage with ``at_step=N`` (single device and DDP):
    schedulers of stages already applied are re-registered so Lightning restores their state by position.
 3. ``on_train_batch_end`` after the optimizer step that made ``global_step == N`` (and after the step-interval
    schedulers stepped): grow the GPT, patch every optimizer, check the loss of the grown model on the current batch,
-   re-wrap the strategy, register a :class:`~lightning_sparkling.schedules.RewarmupLR` for the new entries, log a
+   re-wrap the strategy, register a :class:`~lightning_sparkling.growth.schedules.RewarmupLR` for the new entries, log a
    summary. Anything failing puts the pre-growth model and optimizer back and stops the run with an error.
 4. Every later optimizer step: old entries follow the user's schedule untouched; the update of new entries is
-   rescaled to their re-warmup LR (:class:`~lightning_sparkling.optim_state.NewEntryLR`).
+   rescaled to their re-warmup LR (:class:`~lightning_sparkling.growth.optim_state.NewEntryLR`).
 """
 
 from __future__ import annotations
@@ -33,21 +33,33 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 
-from lightning_sparkling.baselines import check_baseline_schedulers, install_baseline_lr, rewarmup_all_applied
-from lightning_sparkling.compute import count_params
-from lightning_sparkling.distributed import (
-    build_sharded_gpt,
-    check_sharding_supported,
-    check_strategy_supported,
-    grow_sharded,
-    full_tensor,
-    is_sharded,
-    local_piece,
-    plan_sharded_optimizer_patch,
-    reshard,
-    rewrap_after_growth,
+from lightning_sparkling.growth.baselines import (
+    check_baseline_schedulers,
+    install_baseline_lr,
+    rewarmup_all_applied,
 )
-from lightning_sparkling.fsdp1 import (
+from lightning_sparkling.growth.compute import count_params
+from lightning_sparkling.growth.optim_state import (
+    NewEntryLR,
+    NewEntryRegion,
+    check_optimizer_supported,
+    plan_optimizer_patch,
+)
+from lightning_sparkling.growth.plan import GrowthError, plan_growth
+from lightning_sparkling.growth.schedules import (
+    RewarmupLambda,
+    RewarmupLR,
+    WarmupCosineLambda,
+)
+from lightning_sparkling.growth.stage import (
+    GrowthStage,
+    check_rewarmup_fits,
+    check_stage_sequence,
+    decay_end,
+)
+from lightning_sparkling.growth.surgery import GrowthResult, _Swap, grow_model
+from lightning_sparkling.growth.symmetry import CopySpec, copy_specs, symmetry_metrics
+from lightning_sparkling.parallel.fsdp1 import (
     build_wrapped_gpt,
     check_fsdp1_layout,
     clean_name,
@@ -58,12 +70,18 @@ from lightning_sparkling.fsdp1 import (
     plan_fsdp1_optimizer_patch,
     shard_range,
 )
-from lightning_sparkling.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported, plan_optimizer_patch
-from lightning_sparkling.plan import GrowthError, plan_growth
-from lightning_sparkling.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
-from lightning_sparkling.stage import GrowthStage, check_rewarmup_fits, check_stage_sequence, decay_end
-from lightning_sparkling.symmetry import CopySpec, copy_specs, symmetry_metrics
-from lightning_sparkling.surgery import GrowthResult, _Swap, grow_model
+from lightning_sparkling.parallel.fsdp2 import (
+    build_sharded_gpt,
+    check_sharding_supported,
+    check_strategy_supported,
+    full_tensor,
+    grow_sharded,
+    is_sharded,
+    local_piece,
+    plan_sharded_optimizer_patch,
+    reshard,
+    rewrap_after_growth,
+)
 
 
 def _peek_callback_state(checkpoint_path: Any, state_key: str) -> dict[str, Any] | None:
@@ -134,7 +152,7 @@ class WidthGrowthCallback(Callback):
         stages: one or several :class:`GrowthStage` with increasing ``at_step``.
         min_lr: the LR the new entries' re-warmup decays to at ``trainer.max_steps``. Without it, it is read from
             the module's schedule where that is exact (a ``LambdaLR`` of
-            :class:`~lightning_sparkling.schedules.WarmupCosineLambda`, or ``CosineAnnealingLR``'s ``eta_min``);
+            :class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`, or ``CosineAnnealingLR``'s ``eta_min``);
             otherwise setup fails with an error asking for it.
         seed: growth seed (copy maps and random init); identical on every rank.
         symmetry_every_n_steps: how often to log ``symmetry/stage_{k}/{axis}`` (mean cosine of copied channels to

@@ -48,7 +48,7 @@ How it works:
   step, which every rank reaches since logging steps are decided by ``global_step``; a tag is averaged over the
   ranks where it fired) and rank zero writes them with ``logger.log_metrics(..., step=s)`` to every logger
   of the trainer.
-* ``on_fit_start`` (rank zero) writes a TensorBoard custom-scalars layout (see :mod:`lightning_sparkling.tb_layout`)
+* ``on_fit_start`` (rank zero) writes a TensorBoard custom-scalars layout (see :mod:`lightning_sparkling.dashboards.tb_layout`)
   that overlays all blocks per quantity, for every ``TensorBoardLogger`` of the trainer.
 
 Callback order: the monitor resolves the ``GPT`` object itself in ``on_train_batch_start``. A callback that
@@ -74,7 +74,7 @@ from litgpt.model import GPT
 from torch import Tensor
 from torchmetrics import Metric
 
-from lightning_sparkling.surgery import clean_name
+from lightning_sparkling.growth.surgery import clean_name
 
 __all__ = ["ActivationRMSMonitor", "RMSProbe", "compute_rms", "find_gpt", "rms", "rms_tags"]
 
@@ -423,7 +423,7 @@ class ActivationRMSMonitor(Callback):
     def _write_layout(self, trainer: pl.Trainer, n_blocks: int) -> None:
         from lightning.pytorch.loggers import TensorBoardLogger
 
-        from lightning_sparkling.tb_layout import write_layout
+        from lightning_sparkling.dashboards.tb_layout import write_layout
 
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):

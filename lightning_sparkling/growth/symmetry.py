@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lightning_sparkling.plan import GrowthPlan
+from lightning_sparkling.growth.plan import GrowthPlan
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lightning_sparkling.plan import _check_model_kind, build_meta_gpt, grown_config
-from lightning_sparkling.stage import GrowthStage
+from lightning_sparkling.growth.plan import (
+    _check_model_kind,
+    build_meta_gpt,
+    grown_config,
+)
+from lightning_sparkling.growth.stage import GrowthStage
 
 
 @dataclass(frozen=True)

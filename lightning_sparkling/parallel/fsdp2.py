@@ -1,8 +1,8 @@
 """Parallelism side of a growth: which strategies can grow, DDP re-wrapping, and FSDP2 (DTensor) growth.
 
-Model surgery (:mod:`lightning_sparkling.surgery`) knows nothing of strategies; the callback calls
+Model surgery (:mod:`lightning_sparkling.growth.surgery`) knows nothing of strategies; the callback calls
 :func:`rewrap_after_growth` once the grown model and patched optimizers are in place. FSDP1 lives in
-:mod:`lightning_sparkling.fsdp1`.
+:mod:`lightning_sparkling.parallel.fsdp1`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,15 @@ from lightning.pytorch.strategies import (
 )
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from lightning_sparkling.optim_state import OptimizerPatch, plan_optimizer_patch
-from lightning_sparkling.plan import GrowthError, plan_growth
-from lightning_sparkling.stage import GrowthStage
-from lightning_sparkling.surgery import GrowthResult, _Swap, clean_name, grow_tensors
-
+from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
+from lightning_sparkling.growth.plan import GrowthError, plan_growth
+from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.surgery import (
+    GrowthResult,
+    _Swap,
+    clean_name,
+    grow_tensors,
+)
 
 SUPPORTED_STRATEGIES = (SingleDeviceStrategy, DDPStrategy, ModelParallelStrategy, FSDPStrategy)
 
@@ -48,7 +52,7 @@ def check_strategy_supported(trainer: pl.Trainer) -> None:
             raise GrowthError(
                 "FSDPStrategy(use_orig_params=False) gives the optimizer flattened parameters that growth cannot "
                 "patch: pass FSDPStrategy(use_orig_params=True, ...) and wrap the GPT in configure_model() with "
-                "lightning_sparkling.module.wrap_gpt"
+                "lightning_sparkling.pretrain.module.wrap_gpt"
             )
         return
     if isinstance(strategy, ModelParallelStrategy):
@@ -194,7 +198,7 @@ def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, c
         raise GrowthError(
             "after growth, the LightningModule's configure_model() did not shard the new GPT; under "
             "ModelParallelStrategy configure_model must fully_shard self.model (and its blocks) whenever they are "
-            "not sharded yet (see lightning_sparkling.module.shard_gpt)"
+            "not sharded yet (see lightning_sparkling.pretrain.module.shard_gpt)"
         )
     new.to_empty(device=device)
     for name, buf in old_gpt.named_buffers():  # RoPE cos/sin: head size and positions do not change

@@ -2,7 +2,7 @@
 
 Pure functions on tensors (no modules, no optimizer). A linear weight ``W`` is ``d_out x d_in``: a *fan-out*
 expansion appends rows (new output channels), a *fan-in* expansion appends columns (new input coordinates) and
-then scales the whole weight by ``alpha`` (:func:`~lightning_sparkling.scaling.fan_in_scale`). Norm weights and
+then scales the whole weight by ``alpha`` (:func:`~lightning_sparkling.growth.scaling.fan_in_scale`). Norm weights and
 biases are vectors on the fan-out side; an embedding table ``(vocab, n_embd)`` grows its columns on the fan-out
 side.
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lightning_sparkling.scaling import INIT_MODES
+from lightning_sparkling.growth.scaling import INIT_MODES
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
-from lightning_sparkling.stage import GrowthStage
+from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
+from lightning_sparkling.growth.stage import GrowthStage
 
 SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
 SUPPORTED_NORMS = ("RMSNorm", "LayerNorm")
@@ -50,7 +50,7 @@ class AxisChange:
         src: copy index map, shape ``(new - old,)``: new channel ``old + j`` copies ``src[j]``. Shared by every
             tensor on this width.
         split: ``None`` (even split), or the per-channel multipliers of the even fan-in share, shape ``(new,)``
-            (:func:`~lightning_sparkling.scaling.split_shares`), applied on top of ``alpha`` to every copied fan-in
+            (:func:`~lightning_sparkling.growth.scaling.split_shares`), applied on top of ``alpha`` to every copied fan-in
             dimension of this width.
     """
 

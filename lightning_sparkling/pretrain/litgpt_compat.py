@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from lightning_sparkling.config import ConfigError
+from lightning_sparkling.pretrain.config import ConfigError
 
 __all__ = [
     "LITGPT_PRETRAIN_DATA",

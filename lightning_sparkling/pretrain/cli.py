@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_sparkling.config import ConfigError, ResolvedRun, check_keys, pretrain_arguments, resolve
+from lightning_sparkling.pretrain.config import ConfigError, ResolvedRun, check_keys, pretrain_arguments, resolve
 
 __all__ = ["build_parser", "main", "parse", "plan", "pretrain"]
 
@@ -161,7 +161,7 @@ def _describe_dims(tensor_plan) -> str:
 def _baseline_options(stage, steps: int) -> dict[str, Any]:
     """The paper's comparison-baseline keys of a stage (defaults: SPARKLING's recipe), and where the schedule
     after the growth ends (``decay_end``: earlier than ``steps`` with ``decay_speedup``)."""
-    from lightning_sparkling.stage import decay_end
+    from lightning_sparkling.growth.stage import decay_end
 
     return {"split": stage.split, "split_ratio": stage.split_ratio, "perturb": stage.perturb,
             "rewarmup_scope": stage.rewarmup_scope, "decay_speedup": stage.decay_speedup,
@@ -190,8 +190,8 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
         a dict: ``stages`` (list of per-stage dicts), ``flops``, ``flops_from_scratch``, ``flops_saved``,
         ``active_params``, ``total_params``, ``phase_steps``, ``steps``, ``tokens_per_step``, ``total_tokens``.
     """
-    from lightning_sparkling.compute import count_params, estimate_compute
-    from lightning_sparkling.plan import plan_growth
+    from lightning_sparkling.growth.compute import count_params, estimate_compute
+    from lightning_sparkling.growth.plan import plan_growth
 
     tied = run.train.tie_embeddings
     config = run.model_config
@@ -266,7 +266,7 @@ def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
     """Where stage's new-entry LR re-warmup lies in the run: ``{start, warmup_end, peak_ratio, tail_steps, end}``
     (linear from the LR at growth to ``peak_ratio`` times it over the optimizer steps taken at ``start ..
     warmup_end - 1``, then ``tail_steps`` of cosine to ``min_lr`` at ``end = max_steps``), ``None`` without one."""
-    from lightning_sparkling.stage import rewarmup_window
+    from lightning_sparkling.growth.stage import rewarmup_window
 
     window = rewarmup_window(stage, max_steps)
     if window is None:
@@ -361,10 +361,10 @@ def build_datamodule(run: ResolvedRun):
     """The data module of ``run`` (nothing is read or trained until ``prepare_data``). With ``eval.max_iters`` it
     validates on ``max_iters`` batches per rank of windows spread over the whole validation split (a fixed, seeded
     sample: the same windows at every evaluation and on resume), not on the split's first batches."""
-    from lightning_sparkling.data import TextCorpusDataModule
+    from lightning_sparkling.pretrain.data import TextCorpusDataModule
 
     if run.litgpt_data:  # data.class_path: a litgpt data module, connect()-ed as litgpt pretrain does
-        from lightning_sparkling.litgpt_compat import build_litgpt_datamodule
+        from lightning_sparkling.pretrain.litgpt_compat import build_litgpt_datamodule
 
         return build_litgpt_datamodule(run)
     d = run.data
@@ -380,7 +380,7 @@ def build_datamodule(run: ResolvedRun):
 def build_module(run: ResolvedRun):
     """The :class:`~lightning_sparkling.module.LitGPTPretrainModule` of ``run``, holding the weights of
     ``initial_checkpoint_dir`` when one is given (litgpt's init otherwise)."""
-    from lightning_sparkling.module import LitGPTPretrainModule
+    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
 
     module = LitGPTPretrainModule(
         run.model_config, run.optimizer, max_steps=run.steps, lr_warmup_steps=run.train.lr_warmup_steps,
@@ -389,7 +389,7 @@ def build_module(run: ResolvedRun):
         accumulate_grad_batches=run.accumulate if run.uses_muon else 1,
     )
     if run.initial_weights is not None:
-        from lightning_sparkling.litgpt_compat import load_initial_weights
+        from lightning_sparkling.pretrain.litgpt_compat import load_initial_weights
 
         load_initial_weights(module.model, run.initial_weights)
     return module
@@ -406,7 +406,7 @@ def _callbacks_module() -> types.SimpleNamespace:
     import torch
     from lightning.pytorch.callbacks import RichProgressBar
 
-    from lightning_sparkling.module import active_parameter_count
+    from lightning_sparkling.pretrain.module import active_parameter_count
 
     class TokenCounter(pl.Callback):
         """Logs ``tokens`` (cumulative tokens seen) and ``flops`` (cumulative training FLOPs, ``6 * active params *
@@ -495,7 +495,7 @@ def _callbacks_module() -> types.SimpleNamespace:
 
             from torch.distributed.fsdp import FullyShardedDataParallel
 
-            from lightning_sparkling.distributed import is_sharded
+            from lightning_sparkling.parallel.fsdp2 import is_sharded
 
             model = pl_module.model
             if is_sharded(model) or isinstance(model, FullyShardedDataParallel):  # FSDP2/FSDP1: every rank gathers
@@ -718,11 +718,11 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
     import torch
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
-    from lightning_sparkling import litgpt_compat
+    from lightning_sparkling.pretrain import litgpt_compat
     from lightning_sparkling.callbacks.growth import WidthGrowthCallback
     from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
-    from lightning_sparkling.compute import estimate_compute
-    from lightning_sparkling.config import find_resume_checkpoint
+    from lightning_sparkling.growth.compute import estimate_compute
+    from lightning_sparkling.pretrain.config import find_resume_checkpoint
 
     start, started = time.perf_counter(), time.time()
     cb = _callbacks_module()
@@ -956,7 +956,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command == "plot":
-        from lightning_sparkling.plotting import main_plot
+        from lightning_sparkling.dashboards.plotting import main_plot
 
         return int(main_plot(rest) or 0)
     if command not in ("pretrain", "plan"):

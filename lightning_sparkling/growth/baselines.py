@@ -14,7 +14,7 @@ Mechanism: :class:`BaselineLR` sets each param group's ``lr`` to the baseline va
 ``optimizer.step()`` (a step pre-hook) and puts the user's value back right after it (a step post-hook). The
 optimizer therefore takes exactly the step it would take with that LR (any optimizer, no update rescale, no copy),
 while the user's scheduler keeps stepping and owning the group's ``lr`` between steps, and checkpoints hold the
-user's LR. The new-entry hooks (:class:`~lightning_sparkling.optim_state.NewEntryLR`) are registered after this
+user's LR. The new-entry hooks (:class:`~lightning_sparkling.growth.optim_state.NewEntryLR`) are registered after this
 one, so they rescale new entries against the baseline LR of the step. ``decay_speedup`` needs ``u`` at other
 steps than the current one, so it reads the user's scheduler: a ``LambdaLR`` (``base_lr * lr_lambda(tau)``, any
 lambda of a real-valued step) or a ``CosineAnnealingLR`` (its closed form), stepped every optimizer step; other
@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from lightning_sparkling.plan import GrowthError
-from lightning_sparkling.schedules import RewarmupLambda
-from lightning_sparkling.stage import GrowthStage, decay_end
+from lightning_sparkling.growth.plan import GrowthError
+from lightning_sparkling.growth.schedules import RewarmupLambda
+from lightning_sparkling.growth.stage import GrowthStage, decay_end
 
 
 class BaselineLR:
@@ -151,13 +151,13 @@ def check_baseline_schedulers(trainer: Any, stages: Sequence[GrowthStage]) -> No
                 f"GrowthStage(at_step={stage.at_step}, decay_speedup={stage.decay_speedup}) speeds up the decay of the "
                 f"module's LR schedule, so it must compute that schedule at later steps: optimizer {o} "
                 f"({type(optimizer).__name__}) has {kinds}; use one LambdaLR or CosineAnnealingLR with "
-                "interval='step' and frequency=1 (e.g. lightning_sparkling.schedules.WarmupCosineLambda)"
+                "interval='step' and frequency=1 (e.g. lightning_sparkling.growth.schedules.WarmupCosineLambda)"
             )
 
 
 def baseline_stage(stages: Sequence[GrowthStage], records: Sequence[dict[str, Any]]) -> int | None:
     """Index of the applied stage that changes the baseline LR (``rewarmup_scope='all'`` or ``decay_speedup``),
-    or ``None``. Only the last stage may (:func:`~lightning_sparkling.stage.check_stage_sequence`)."""
+    or ``None``. Only the last stage may (:func:`~lightning_sparkling.growth.stage.check_stage_sequence`)."""
     applied = len(records)
     if applied and stages[applied - 1].changes_baseline:
         return applied - 1

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.plan import AxisChange, GrowthError, TensorPlan
-from lightning_sparkling.surgery import GrowthResult, fan_in_shares, grow_tensor
+from lightning_sparkling.growth.plan import AxisChange, GrowthError, TensorPlan
+from lightning_sparkling.growth.surgery import GrowthResult, fan_in_shares, grow_tensor
 
 FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
 SECOND_MOMENT_KEYS = ("exp_avg_sq", "max_exp_avg_sq")

@@ -1,4 +1,4 @@
-"""``grow_model``: apply a :class:`~lightning_sparkling.plan.GrowthPlan` to a litgpt ``GPT`` in place.
+"""``grow_model``: apply a :class:`~lightning_sparkling.growth.plan.GrowthPlan` to a litgpt ``GPT`` in place.
 
 Data flow: ``plan_growth`` (shapes, copy maps, alphas) -> :func:`grow_tensors` (new tensors, pure, the model is
 untouched) -> :func:`swap_in` (new ``Parameter``\\ s on the same module objects, module attributes and ``config``
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.operators import TensorStats, expand_dim
-from lightning_sparkling.plan import AxisChange, GrowthError, GrowthPlan, TensorPlan, build_meta_gpt, plan_growth
-from lightning_sparkling.stage import GrowthStage
+from lightning_sparkling.growth.operators import TensorStats, expand_dim
+from lightning_sparkling.growth.plan import AxisChange, GrowthError, GrowthPlan, TensorPlan, build_meta_gpt, plan_growth
+from lightning_sparkling.growth.stage import GrowthStage
 
 
 #: prefixes that wrappers insert into parameter and module names: FSDP1, activation checkpointing, torch.compile

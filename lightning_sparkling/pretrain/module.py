@@ -1,6 +1,6 @@
 """``LitGPTPretrainModule``: a LightningModule that pretrains a plain ``litgpt.GPT`` (at ``self.model``), with litgpt's
 weight init, an optimizer from a litgpt-style spec (AdamW, Muon + AdamW, or any ``torch.optim`` class), the paper's
-warmup-cosine schedule (:class:`~lightning_sparkling.schedules.WarmupCosineLambda`), and checkpoints that carry the
+warmup-cosine schedule (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`), and checkpoints that carry the
 model config of their moment (so a checkpoint of a grown model loads into a freshly built small module).
 
 Also :func:`shard_gpt` (FSDP2 sharding of a GPT: every block, then the root) and :func:`init_gpt_weights`
@@ -24,8 +24,8 @@ from litgpt.utils import chunked_cross_entropy
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torchmetrics import MeanMetric
 
-from lightning_sparkling.compute import count_params
-from lightning_sparkling.schedules import WarmupCosineLambda
+from lightning_sparkling.growth.compute import count_params
+from lightning_sparkling.growth.schedules import WarmupCosineLambda
 
 __all__ = [
     "DEFAULT_MIN_LR_RATIO",

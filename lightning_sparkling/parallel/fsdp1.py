@@ -13,7 +13,7 @@ There is no API to reshard an FSDP1 unit to new shapes, so a growth is a round t
    own ``configure_model`` wraps it (inside ``strategy.model_sharded_context()``, as Lightning calls it); FSDP
    materializes it unit by unit;
 2. per pair of units (old, new): ``summon_full_params(old, recurse=False)`` gathers the unit's own parameters,
-   :func:`~lightning_sparkling.surgery.grow_tensors` grows them, and ``summon_full_params(new, recurse=False,
+   :func:`~lightning_sparkling.growth.surgery.grow_tensors` grows them, and ``summon_full_params(new, recurse=False,
    writeback=True)`` writes them into the new shards;
 3. optimizer state travels the same way: a state tensor has the shape of its parameter's shard, so it is put
    in the parameter's place for the length of one ``summon_full_params`` (the weights are stashed and put back),
@@ -38,11 +38,11 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-from lightning_sparkling.distributed import _parent_and_attr, place_meta_gpt
-from lightning_sparkling.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
-from lightning_sparkling.plan import GrowthError, plan_growth
-from lightning_sparkling.stage import GrowthStage
-from lightning_sparkling.surgery import GrowthResult, _Swap, clean_name, grow_tensors
+from lightning_sparkling.parallel.fsdp2 import _parent_and_attr, place_meta_gpt
+from lightning_sparkling.growth.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
+from lightning_sparkling.growth.plan import GrowthError, plan_growth
+from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.surgery import GrowthResult, _Swap, clean_name, grow_tensors
 
 def fsdp1_wrapper(root: nn.Module, gpt: nn.Module) -> FSDP | None:
     """The FSDP1 unit that wraps ``gpt`` itself inside ``root`` (``None`` when ``gpt`` is not FSDP1-wrapped)."""
@@ -60,7 +60,7 @@ def check_fsdp1_layout(pl_module: nn.Module, gpt: nn.Module) -> None:
         raise GrowthError(
             "under FSDPStrategy the GPT must be wrapped by the LightningModule's configure_model(), not by the "
             "strategy's auto_wrap_policy around the whole LightningModule: in configure_model() call "
-            "`self.model = lightning_sparkling.module.wrap_gpt(self.model)` (wraps each block, then the GPT)"
+            "`self.model = lightning_sparkling.pretrain.module.wrap_gpt(self.model)` (wraps each block, then the GPT)"
         )
     for unit in FSDP.fsdp_modules(wrapper):
         if not unit._use_orig_params:

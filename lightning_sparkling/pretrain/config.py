@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from lightning_sparkling.stage import GrowthStage, check_rewarmup_fits
+from lightning_sparkling.growth.stage import GrowthStage, check_rewarmup_fits
 
 __all__ = [
     "ConfigError",
@@ -446,7 +446,7 @@ def _as(cls: type, value: Any) -> Any:
 
 def _check_stage_sequence(stages: list[GrowthStage]) -> None:
     """``rewarmup_scope: all`` and ``decay_speedup`` only on the last stage (they redefine the rest of the run)."""
-    from lightning_sparkling.stage import check_stage_sequence
+    from lightning_sparkling.growth.stage import check_stage_sequence
 
     try:
         check_stage_sequence(stages)
@@ -565,7 +565,7 @@ def _optimizer_info(spec: Union[str, dict]) -> tuple[str, bool, float]:
     ``init_args`` fails here, naming the key."""
     import torch
 
-    from lightning_sparkling.module import _is_muon, resolve_optimizer
+    from lightning_sparkling.pretrain.module import _is_muon, resolve_optimizer
 
     try:
         cls, init_args = resolve_optimizer(spec)
@@ -693,7 +693,7 @@ def _read_checkpoint(path: Path) -> tuple[dict[str, Any], Optional[dict[str, tup
 
 def _clean_name(name: str) -> str:
     """A checkpoint parameter name as a plain ``litgpt.GPT`` state_dict name (no module or wrapper prefixes)."""
-    from lightning_sparkling.surgery import clean_name
+    from lightning_sparkling.growth.surgery import clean_name
 
     return clean_name(name).removeprefix("model.")
 
@@ -730,7 +730,7 @@ def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], 
     """
     from dataclasses import asdict
 
-    from lightning_sparkling.plan import GrowthError, plan_growth
+    from lightning_sparkling.growth.plan import GrowthError, plan_growth
 
     path = Path(path)
     older = _older_checkpoints(path) if not path.is_dir() else []
@@ -824,7 +824,7 @@ def resolve(ns: Any) -> ResolvedRun:
     Raises:
         ConfigError: naming the key, for anything impossible or unsupported.
     """
-    from lightning_sparkling import litgpt_compat
+    from lightning_sparkling.pretrain import litgpt_compat
 
     data = _as(DataArgs, _get(ns, "data")) or DataArgs()
     train = _as(TrainArgs, _get(ns, "train")) or TrainArgs()
@@ -1018,7 +1018,7 @@ def resolve(ns: Any) -> ResolvedRun:
                                        "bf16-true or 32-true")
 
     # ---------------------------------------------------------------- growth
-    from lightning_sparkling.plan import GrowthError, plan_growth
+    from lightning_sparkling.growth.plan import GrowthError, plan_growth
 
     if growth.min_lr is not None and (growth.min_lr < 0 or not math.isfinite(growth.min_lr)):
         raise ConfigError("growth.min_lr", f"must be a finite number >= 0, got {growth.min_lr}")

@@ -1,0 +1,120 @@
+"""Old flat module paths (``lightning_sparkling.stage``, ``lightning_sparkling.cli``, ...), kept for one release.
+
+The modules moved into subpackages (``growth/``, ``parallel/``, ``pretrain/``, ``dashboards/``). Rather than one
+shim file per old path (which would also hide the moves from ``git``'s rename detection), a single import hook,
+installed by ``lightning_sparkling/__init__.py``, answers for the old names:
+
+- ``import lightning_sparkling.stage`` gives the new module itself (``lightning_sparkling.growth.stage``: the same
+  object, so its names, private ones included, and monkeypatches are shared) and emits a ``DeprecationWarning``
+  naming the new path;
+- an old path whose names now live in several modules (``lightning_sparkling.distributed``) gives a small module
+  forwarding each attribute to the first new module that has it;
+- ``python -m lightning_sparkling.cli`` runs the new module as ``__main__`` (the ``sparkling`` CLI).
+
+Example::
+
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from lightning_sparkling.stage import GrowthStage  # DeprecationWarning: use lightning_sparkling.growth.stage
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+import warnings
+from typing import Any
+
+#: old module path -> new module path(s); where several, names are looked up in that order
+MOVED: dict[str, tuple[str, ...]] = {
+    "lightning_sparkling.scaling": ("lightning_sparkling.growth.scaling",),
+    "lightning_sparkling.operators": ("lightning_sparkling.growth.operators",),
+    "lightning_sparkling.stage": ("lightning_sparkling.growth.stage",),
+    "lightning_sparkling.plan": ("lightning_sparkling.growth.plan",),
+    "lightning_sparkling.surgery": ("lightning_sparkling.growth.surgery",),
+    "lightning_sparkling.optim_state": ("lightning_sparkling.growth.optim_state",),
+    "lightning_sparkling.schedules": ("lightning_sparkling.growth.schedules",),
+    "lightning_sparkling.symmetry": ("lightning_sparkling.growth.symmetry",),
+    "lightning_sparkling.compute": ("lightning_sparkling.growth.compute",),
+    "lightning_sparkling.baselines": ("lightning_sparkling.growth.baselines",),
+    "lightning_sparkling.distributed": ("lightning_sparkling.parallel.fsdp2",),
+    "lightning_sparkling.fsdp1": ("lightning_sparkling.parallel.fsdp1",),
+    "lightning_sparkling.testing": ("lightning_sparkling.parallel.testing",),
+    "lightning_sparkling.cli": ("lightning_sparkling.pretrain.cli",),
+    "lightning_sparkling.config": ("lightning_sparkling.pretrain.config",),
+    "lightning_sparkling.data": ("lightning_sparkling.pretrain.data",),
+    "lightning_sparkling.module": ("lightning_sparkling.pretrain.module",),
+    "lightning_sparkling.litgpt_compat": ("lightning_sparkling.pretrain.litgpt_compat",),
+    "lightning_sparkling.plotting": ("lightning_sparkling.dashboards.plotting",),
+    "lightning_sparkling.tb_layout": ("lightning_sparkling.dashboards.tb_layout",),
+}
+
+
+def _message(old: str) -> str:
+    new = " / ".join(MOVED[old])
+    return f"{old} is deprecated and will be removed in the next release: import from {new}"
+
+
+class _Forwarding(types.ModuleType):
+    """An old module whose names now live in several new modules."""
+
+    def __init__(self, name: str, targets: tuple[str, ...]) -> None:
+        super().__init__(name, f"Deprecated: moved to {', '.join(targets)}.")
+        self._targets = targets
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        for target in self._targets:
+            module = importlib.import_module(target)
+            if hasattr(module, attr):
+                return getattr(module, attr)
+        raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
+
+    def __dir__(self) -> list[str]:
+        return sorted({n for t in self._targets for n in dir(importlib.import_module(t))})
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
+    """Import hook answering for the old module paths in :data:`MOVED` (first on ``sys.meta_path``)."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=False)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        targets = MOVED[spec.name]
+        warnings.warn(_message(spec.name), DeprecationWarning, stacklevel=2)
+        if len(targets) == 1:
+            module = importlib.import_module(targets[0])  # the new module itself, under its old name too
+            self._specs[module.__name__] = module.__spec__
+            return module
+        return _Forwarding(spec.name, targets)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # the import system set the old name's spec on the (shared) new module: give it its own back
+        if module.__name__ in self._specs:
+            module.__spec__ = self._specs.pop(module.__name__)
+
+    def is_package(self, fullname: str) -> bool:
+        return False
+
+    def get_source(self, fullname: str) -> str:
+        """Code run by ``python -m <old path>``: warn, then run the new module as ``__main__``."""
+        return (f"import runpy, warnings\nwarnings.warn({_message(fullname)!r}, DeprecationWarning)\n"
+                f"runpy.run_module({MOVED[fullname][0]!r}, run_name='__main__', alter_sys=True)\n")
+
+
+def install() -> None:
+    """Put the finder first on ``sys.meta_path`` (once)."""
+    if not any(isinstance(f, MovedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, MovedModuleFinder())

@@ -1,0 +1,78 @@
+"""The package layout: old module paths still import (deprecated), and the layers import only downwards."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lightning_sparkling
+from lightning_sparkling._deprecated import MOVED
+
+ROOT = Path(lightning_sparkling.__file__).parent
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_old_module_path_warns_and_gives_the_same_objects(old):
+    new_modules = [importlib.import_module(n) for n in MOVED[old]]
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=MOVED[old][0].replace(".", r"\.")):
+        module = importlib.import_module(old)
+    names = {n for m in new_modules for n in vars(m) if not n.startswith("__")}
+    assert names
+    for name in names:  # private helpers too (tests and user code import some)
+        owner = next(m for m in new_modules if hasattr(m, name))
+        assert getattr(module, name) is getattr(owner, name), name
+    if len(new_modules) == 1:
+        assert module is new_modules[0]
+        assert new_modules[0].__spec__.name == MOVED[old][0]  # the import of the old name kept its own spec
+
+
+def test_old_from_imports():
+    with pytest.warns(DeprecationWarning):
+        sys.modules.pop("lightning_sparkling.surgery", None)
+        from lightning_sparkling.surgery import _Swap, grow_model
+    from lightning_sparkling.growth.surgery import _Swap as new_swap
+    from lightning_sparkling.growth.surgery import grow_model as new_grow
+
+    assert _Swap is new_swap and grow_model is new_grow
+
+
+def test_old_cli_path_runs_as_main():
+    """``python -m lightning_sparkling.cli`` (README, benchmarks/reproduce.py) still runs the CLI."""
+    out = subprocess.run([sys.executable, "-m", "lightning_sparkling.cli", "--version"], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT.parent)
+    assert out.returncode == 0, out.stderr
+    assert lightning_sparkling.__version__ in out.stdout + out.stderr
+
+
+def _walk(package: str) -> list[str]:
+    pkg = importlib.import_module(package)
+    return [package] + [m.name for m in pkgutil.walk_packages(pkg.__path__, package + ".")]
+
+
+def test_growth_layer_imports_no_lightning():
+    modules = _walk("lightning_sparkling.growth")
+    assert "lightning_sparkling.growth.plan" in modules and "lightning_sparkling.growth.surgery" in modules
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "bad = sorted(m for m in sys.modules if m == 'lightning' or m.startswith(('lightning.', 'pytorch_lightning'))\n"
+        "             or m.startswith(('lightning_sparkling.callbacks', 'lightning_sparkling.pretrain',\n"
+        "                              'lightning_sparkling.parallel', 'lightning_sparkling.dashboards')))\n"
+        "assert not bad, bad\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT.parent)
+    assert out.returncode == 0, out.stderr
+
+
+def test_package_import_is_light():
+    code = "import sys, lightning_sparkling\nassert 'lightning' not in sys.modules\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT.parent)
+    assert out.returncode == 0, out.stderr
+
