@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
-from lightning_sparkling.plan import GrowthError, plan_growth
-from lightning_sparkling.schedules import RewarmupLambda, WarmupCosineLambda, fresh_bias_factor
+from lightning_sparkling.growth.plan import GrowthError, plan_growth
+from lightning_sparkling.growth.schedules import RewarmupLambda, WarmupCosineLambda, fresh_bias_factor
 
 from _measure import RecordSteps, applied_lr
 from _tiny import TinyModule, make_trainer, tiny_config
