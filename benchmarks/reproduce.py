@@ -157,6 +157,9 @@ ROWS.update({
                             "note": "copy-copy, new-entry LR doubled (up to 8x) until the copies' cosine < 0.8"},
     "symmetry 0.5 + fresh": {"stage": {"symmetry_target": 0.5, "bias_correction": "fresh"}},
     "random-random + fresh": {"stage": {"init": "random-random", "bias_correction": "fresh"}},
+    "re-warmup ratio 10": {"stage": {"rewarmup_ratio": 10.0}, "note": "copy-copy, new entries re-warm to 10x"},
+    "symmetry 0.5 boost 16": {"stage": {"symmetry_target": 0.5, "symmetry_max_boost": 16.0}},
+    "random-random + ratio 10": {"stage": {"init": "random-random", "rewarmup_ratio": 10.0}},
 })
 REFERENCE = "SPARKLING"
 TWO_STAGE_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",

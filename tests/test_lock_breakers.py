@@ -173,9 +173,10 @@ def _mlp_copy_cosine(weights: dict[str, torch.Tensor], old: int, src: torch.Tens
 
 
 def _symmetry_run(tmp_path: Path | None, accumulate: int, target: float, ckpt_every: int | None = None,
-                  resume: str | None = None, max_boost: float = 4.0, precision: str = "64-true"):
+                  resume: str | None = None, max_boost: float = 4.0, precision: str = "64-true",
+                  release: str = "schedule"):
     stage = GrowthStage(AT, intermediate_size=96, rewarmup_ratio=1.5, rewarmup_steps=4, symmetry_target=target,
-                        symmetry_interval=2, symmetry_max_boost=max_boost)
+                        symmetry_interval=2, symmetry_max_boost=max_boost, symmetry_release=release)
     module = TinyModule(optimizer="sgd", lr=0.05, max_steps=MAX_STEPS, accumulate=accumulate)
     recorder = RecordSteps()
     callbacks = [recorder, WidthGrowthCallback(stage, symmetry_every_n_steps=0)]
@@ -189,18 +190,19 @@ def _symmetry_run(tmp_path: Path | None, accumulate: int, target: float, ckpt_ev
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("accumulate", [1, 2])
-def test_symmetry_target_boosts_the_new_entries_lr_until_the_copies_part(accumulate):
+@pytest.mark.parametrize("accumulate, release", [(1, "schedule"), (2, "schedule"), (1, "hold"), (2, "hold")])
+def test_symmetry_target_boosts_the_new_entries_lr_until_the_copies_part(accumulate, release):
     """SGD, float64, MLP 64 -> 96 by copy-copy, checks every 2 steps, boost up to 4x. The applied LR of the new
     entries (from the updates) is the re-warmup schedule times a boost that doubles at each check whose cosine
-    (measured here, from the weights) is above the target and drops to 1 for good at the first one below it."""
+    (measured here, from the weights) is above the target; at the first check below it the checks stop and the
+    boost drops to 1 for good (``schedule``) or stays where it is (``hold``)."""
     src = plan_growth(tiny_config(), GrowthStage(AT, intermediate_size=96), seed=0).axes["intermediate_size"].src
     # the target: the cosine the copies reach 8 steps after growth without a boost, so the boost must end
     _, plain = _symmetry_run(None, accumulate, target=0.999999, max_boost=1.0)
     after = {r["step"] + 1: r["after"] for r in plain.records}
     target = _mlp_copy_cosine(after[AT + 8], 64, src)
     assert target < 1.0, target  # the copies did part a little without a boost
-    module, recorder = _symmetry_run(None, accumulate, target=target)
+    module, recorder = _symmetry_run(None, accumulate, target=target, release=release)
     schedule = WarmupCosineLambda(5, MAX_STEPS, 0.1)
     boost, done, boosts = 1.0, False, []
     for record in recorder.records:
@@ -211,7 +213,7 @@ def test_symmetry_target_boosts_the_new_entries_lr_until_the_copies_part(accumul
             weights = record["before"]  # = after `step` optimizer steps
             cosine = _mlp_copy_cosine(weights, 64, src)
             if cosine < target:
-                boost, done = 1.0, True
+                boost, done = (1.0 if release == "schedule" else boost), True
             else:
                 boost = min(2 * boost, 4.0)
         boosts.append(boost)
@@ -224,7 +226,8 @@ def test_symmetry_target_boosts_the_new_entries_lr_until_the_copies_part(accumul
         assert got.numel() > 100
         torch.testing.assert_close(got, torch.full_like(got, want), rtol=1e-6, atol=0,
                                    msg=f"step {step}: boost {boost}")
-    assert max(boosts) >= 2.0 and done and boosts[-1] == 1.0, boosts  # both regimes were checked
+    assert max(boosts) >= 2.0 and done, boosts  # both regimes were checked
+    assert boosts[-1] == (1.0 if release == "schedule" else max(boosts)), boosts
 
 
 @pytest.mark.slow
@@ -251,6 +254,8 @@ def test_symmetry_target_settings_are_checked():
         GrowthStage(5, n_embd=48, symmetry_target=0.5, rewarmup_ratio=None)
     with pytest.raises(ValueError, match="symmetry_interval=0"):
         GrowthStage(5, n_embd=48, symmetry_target=0.5, symmetry_interval=0)
+    with pytest.raises(ValueError, match="symmetry_release='never'"):
+        GrowthStage(5, n_embd=48, symmetry_target=0.5, symmetry_release="never")
     with pytest.raises(ValueError, match="symmetry_max_boost=0.5"):
         GrowthStage(5, n_embd=48, symmetry_target=0.5, symmetry_max_boost=0.5)
     stage = GrowthStage(5, n_embd=48, symmetry_target=0.5)

@@ -595,7 +595,8 @@ class WidthGrowthCallback(Callback):
     def _control_symmetry(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """``GrowthStage(symmetry_target=...)``: every ``symmetry_interval`` optimizer steps after a growth, double
         the stage's new-entry LR boost (up to ``symmetry_max_boost``) while its copies' mean cosine to their sources
-        (the largest over its axes) is above the target; below it, end the boost for good.
+        (the largest over its axes) is above the target; below it, stop checking, and keep the boost
+        (``symmetry_release='hold'``) or drop it to 1 (``'schedule'``).
 
         Once per optimizer step (not per micro-batch), after it. The decision is stored in the stage's record, which
         checkpoints carry, and depends only on the weights, so a resumed run decides the same on every rank."""
@@ -615,10 +616,12 @@ class WidthGrowthCallback(Callback):
             worst = max(cosines) if cosines else 0.0
             if worst < stage.symmetry_target:
                 record["symmetry_done"] = True
-                record["symmetry_boost"] = 1.0
+                if stage.symmetry_release == "schedule":
+                    record["symmetry_boost"] = 1.0
+                then = ("follow the re-warmup schedule again" if stage.symmetry_release == "schedule" else
+                        f"keep their {record['symmetry_boost']:g}x boost (symmetry_release='hold')")
                 rank_zero_info(f"WidthGrowthCallback: stage {k}'s copies reached mean cosine {worst:.3f} < "
-                               f"symmetry_target={stage.symmetry_target} at step {step}; the new entries follow the "
-                               "re-warmup schedule again")
+                               f"symmetry_target={stage.symmetry_target} at step {step}; the new entries {then}")
             else:
                 record["symmetry_boost"] = min(2.0 * record["symmetry_boost"], float(stage.symmetry_max_boost))
 

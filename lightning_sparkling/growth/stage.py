@@ -12,6 +12,7 @@ WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_
 OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
 REWARMUP_SCOPES: tuple[str, ...] = ("new", "all")
 BIAS_CORRECTIONS: tuple[str, ...] = ("shared", "fresh")
+SYMMETRY_RELEASES: tuple[str, ...] = ("hold", "schedule")
 DEFAULT_SPLIT_RATIO = 1 / 3
 
 
@@ -83,11 +84,16 @@ class GrowthStage:
         symmetry_target: close the loop on the symmetry lock: every ``symmetry_interval`` steps after the growth
             the callback measures how alike the copies still are to their sources (the mean cosine of
             ``symmetry/stage_k``, the largest over the stage's axes); while it is above ``symmetry_target`` the new
-            entries' LR is doubled (up to ``symmetry_max_boost`` times the re-warmup schedule), and once it falls
-            below, the boost ends for good and the new entries follow the re-warmup schedule. ``None`` (default):
-            off. Needs a copied side in ``init`` and ``rewarmup_ratio``.
+            entries' LR multiplier (the *boost*, on top of the re-warmup schedule) is doubled, up to
+            ``symmetry_max_boost``. Once the cosine falls below the target the loop stops and
+            ``symmetry_release`` says what the boost does. ``None`` (default): off. Needs a copied side in
+            ``init`` and ``rewarmup_ratio``.
         symmetry_interval: optimizer steps between two symmetry checks (``symmetry_target`` only).
-        symmetry_max_boost: the largest multiplier of the new entries' LR (``symmetry_target`` only), ``>= 1``.
+        symmetry_max_boost: the largest boost (``symmetry_target`` only), ``>= 1``.
+        symmetry_release: ``hold`` (default): the boost the loop reached stays for the rest of the run (the
+            re-warmup's cosine decay still brings the new entries to ``min_lr``); ``schedule``: the boost drops to
+            1 and the new entries follow the re-warmup schedule. Measured: dropping the boost undoes most of its
+            gain (``docs/BENCHMARKS.md``, "Making growth pay").
 
     ``rewarmup_scope='all'`` and ``decay_speedup`` redefine the schedule of the rest of the run, so only the last
     stage of a run may set them (:func:`check_stage_sequence`).
@@ -124,6 +130,7 @@ class GrowthStage:
     symmetry_target: float | None = None
     symmetry_interval: int = 10
     symmetry_max_boost: float = 8.0
+    symmetry_release: str = "hold"
 
     def __post_init__(self) -> None:
         if isinstance(self.at_step, bool) or not isinstance(self.at_step, int) or self.at_step < 0:
@@ -208,6 +215,9 @@ class GrowthStage:
         if isinstance(boost, bool) or not isinstance(boost, (int, float)) or not (math.isfinite(boost) and boost >= 1):
             raise ValueError(f"GrowthStage(symmetry_max_boost={boost!r}): must be a finite number >= 1 (the largest "
                              "multiplier of the new entries' LR)")
+        if self.symmetry_release not in SYMMETRY_RELEASES:
+            raise ValueError(f"GrowthStage(symmetry_release={self.symmetry_release!r}): choose one of "
+                             f"{', '.join(SYMMETRY_RELEASES)}")
         target = self.symmetry_target
         if target is None:
             return

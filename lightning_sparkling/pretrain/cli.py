@@ -167,7 +167,7 @@ def _baseline_options(stage, steps: int) -> dict[str, Any]:
             "rewarmup_scope": stage.rewarmup_scope, "decay_speedup": stage.decay_speedup,
             "decay_end": decay_end(stage, steps), "bias_correction": stage.bias_correction,
             "symmetry_target": stage.symmetry_target, "symmetry_interval": stage.symmetry_interval,
-            "symmetry_max_boost": stage.symmetry_max_boost}
+            "symmetry_max_boost": stage.symmetry_max_boost, "symmetry_release": stage.symmetry_release}
 
 
 def _describe_baselines(s: dict[str, Any]) -> str:
@@ -175,7 +175,8 @@ def _describe_baselines(s: dict[str, Any]) -> str:
     decay = (f"decay_speedup {s['decay_speedup']:g} (the decay ends at step {s['decay_end']:,})"
              if s["decay_speedup"] else "decay_speedup 0")
     symmetry = (f"symmetry_target {s['symmetry_target']:g} (new-entry LR doubled every {s['symmetry_interval']} "
-                f"steps, up to {s['symmetry_max_boost']:g}x, while the copies' cosine is above it)"
+                f"steps, up to {s['symmetry_max_boost']:g}x, while the copies' cosine is above it; then "
+                f"{s['symmetry_release']})"
                 if s["symmetry_target"] is not None else "symmetry_target off")
     return (f"baselines (paper appendix): split {split}, perturb {s['perturb']:g}, rewarmup_scope "
             f"{s['rewarmup_scope']}, {decay}; lock breakers: bias_correction {s['bias_correction']}, {symmetry}")

@@ -225,11 +225,13 @@ class StageArgs:
     bias correction from the growth on; needs ``rewarmup_ratio`` and Adam/AdamW)."""
     symmetry_target: Optional[float] = None
     """Double the new entries' LR every ``symmetry_interval`` steps while their copies' mean cosine to their sources
-    is above this (in (0, 1)), then hand back to the re-warmup schedule; ``null``: off."""
+    is above this (in (0, 1)), then stop (see ``symmetry_release``); ``null``: off."""
     symmetry_interval: int = 10
     """Optimizer steps between two symmetry checks (``symmetry_target`` only)."""
     symmetry_max_boost: float = 8.0
     """Largest multiplier of the new entries' LR under ``symmetry_target`` (>= 1)."""
+    symmetry_release: str = "hold"
+    """Once the copies' cosine is below ``symmetry_target``: ``hold`` the boost reached, or drop it (``schedule``)."""
 
 
 @dataclass
