@@ -236,6 +236,8 @@ def test_unknown_key_in_config_file_is_refused_with_its_path(tmp_path, capsys, e
      "growth.stages[0].bias_correction"),
     ({"growth": {"stages": [{"at_step": 6, "n_embd": 64, "rewarmup_steps": 3, "init": "random-random",
                              "symmetry_target": 0.5}]}}, "growth.stages[0].symmetry_target"),
+    ({"growth": {"recipe": "sparkling", "stages": [{"at_step": 6, "n_embd": 64, "rewarmup_steps": 3}]}},
+     "growth.recipe"),
 ])
 def test_impossible_values_are_refused_before_anything_starts(tmp_path, capsys, overrides, key):
     cache = tmp_path / "cache"

@@ -253,6 +253,59 @@ class GrowthStage:
         """Plain-data form (for checkpoints and logs); ``GrowthStage(**stage.to_dict())`` rebuilds it."""
         return asdict(self)
 
+    @classmethod
+    def from_recipe(cls, recipe: str, at_step: int, **keys: Any) -> GrowthStage:
+        """A stage of a named recipe (:data:`RECIPES`): the recipe's keys, then ``keys`` on top.
+
+        ``GrowthStage(...)`` alone is the paper's recipe (``recipe='paper'``); ``'recommended'`` is the one our
+        seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay").
+
+        Example::
+
+            >>> GrowthStage.from_recipe("recommended", 500, n_embd=1024).symmetry_target
+            0.5
+            >>> GrowthStage.from_recipe("paper", 500, n_embd=1024) == GrowthStage(500, n_embd=1024)
+            True
+        """
+        return cls(at_step, **apply_recipe(recipe, keys))
+
+
+RECIPES: dict[str, dict[str, Any]] = {
+    # GrowthStage's own defaults: the SPARKLING recipe as published (copy-copy, RMS-preserving scale, asymmetric
+    # state, new entries re-warmed to 1.3x over rewarmup_steps).
+    "paper": {},
+    # The paper's recipe plus the closed loop on the symmetry lock: the new entries' LR is doubled every 10 steps
+    # (up to 8x) while the copies' cosine to their sources is above 0.5, and held. Chosen by the seeded comparisons
+    # of docs/BENCHMARKS.md ("Making growth pay"); still function preserving at the growth (copy-copy).
+    "recommended": {"symmetry_target": 0.5, "symmetry_max_boost": 8.0, "symmetry_release": "hold"},
+}
+"""Named recipes: :class:`GrowthStage` keys a stage gets unless it sets them itself (:func:`apply_recipe`)."""
+
+_SYMMETRY_KEYS = ("symmetry_target", "symmetry_interval", "symmetry_max_boost", "symmetry_release")
+
+
+def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
+    """``keys`` (a stage's own :class:`GrowthStage` keys) completed by the recipe ``recipe``: a key the stage sets
+    wins. The symmetry loop of a recipe is left out of a stage it cannot apply to (an ``init`` with no copied side,
+    or ``rewarmup_ratio=None``): there is no lock to break there, and the stage said so itself.
+
+    Raises:
+        ValueError: for an unknown recipe, naming the known ones.
+
+    Example::
+
+        >>> apply_recipe("recommended", {"n_embd": 128, "init": "random-random"})
+        {'n_embd': 128, 'init': 'random-random'}
+    """
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}")
+    extra = {k: v for k, v in RECIPES[recipe].items() if k not in keys}
+    init = keys.get("init", "copy-copy")
+    copies = isinstance(init, str) and "copy" in init.split("-")
+    if not copies or ("rewarmup_ratio" in keys and keys["rewarmup_ratio"] is None):
+        extra = {k: v for k, v in extra.items() if k not in _SYMMETRY_KEYS}
+    return {**keys, **extra}
+
 
 def decay_end(stage: GrowthStage, max_steps: int, growth_step: int | None = None) -> int:
     """The step at which the schedule after a growth reaches its final LR: ``max_steps``, or with

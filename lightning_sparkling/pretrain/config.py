@@ -245,6 +245,10 @@ class GrowthArgs:
     """Seed of the copy maps and random inits (identical on every rank)."""
     min_lr: Optional[float] = None
     """LR the new entries' re-warmup decays to at the last step (default: the baseline schedule's final LR)."""
+    recipe: str = "recommended"
+    """Keys every stage gets unless it sets them: ``recommended`` (the paper's recipe plus the closed loop on the
+    symmetry lock, chosen by the project's seeded comparisons, docs/BENCHMARKS.md) or ``paper`` (SPARKLING as
+    published: GrowthStage's own defaults)."""
 
 
 @dataclass
@@ -434,6 +438,11 @@ def _as(cls: type, value: Any) -> Any:
     values.pop("__path__", None)
     names = {f.name for f in dataclasses.fields(cls)}
     if cls is GrowthArgs:
+        from lightning_sparkling.growth.stage import RECIPES, apply_recipe
+
+        recipe = values.get("recipe", GrowthArgs.recipe)
+        if recipe not in RECIPES:
+            raise ConfigError("growth.recipe", f"unknown recipe {recipe!r}: choose one of {', '.join(RECIPES)}")
         stages = []
         for k, s in enumerate(values.get("stages") or []):
             s = s.as_dict() if hasattr(s, "as_dict") else s
@@ -441,6 +450,7 @@ def _as(cls: type, value: Any) -> Any:
                 raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {s!r}")
             if isinstance(s, dict):
                 _check_dataclass_keys(StageArgs, s, f"growth.stages[{k}]")
+                s = apply_recipe(recipe, s)  # the recipe fills what the stage does not set
             stages.append(_as(StageArgs, s))
         values["stages"] = stages
     return cls(**{k: v for k, v in values.items() if k in names})

@@ -1,0 +1,62 @@
+"""Named recipes (``growth.recipe`` / ``GrowthStage.from_recipe``): the paper's recipe one key away from the
+recommended one, stage keys winning over the recipe, and the CLI's default."""
+
+from __future__ import annotations
+
+import doctest
+from pathlib import Path
+
+import pytest
+
+import lightning_sparkling.growth.schedules as schedules_module
+import lightning_sparkling.growth.stage as stage_module
+from lightning_sparkling import GrowthStage
+from lightning_sparkling.growth.stage import RECIPES, apply_recipe
+from lightning_sparkling.pretrain.cli import parse
+
+from test_cli import tiny_config, write_config
+
+
+@pytest.mark.parametrize("module", [stage_module, schedules_module])
+def test_docstring_examples_hold(module):
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, result
+
+
+def test_paper_recipe_is_growth_stage_defaults_and_recommended_adds_the_symmetry_loop():
+    assert GrowthStage.from_recipe("paper", 10, n_embd=64) == GrowthStage(10, n_embd=64)
+    rec = GrowthStage.from_recipe("recommended", 10, n_embd=64)
+    assert (rec.symmetry_target, rec.symmetry_max_boost, rec.symmetry_release) == (0.5, 8.0, "hold")
+    assert (rec.init, rec.rewarmup_ratio, rec.optimizer_state) == ("copy-copy", 1.3, "asymmetric")
+    # a key the stage sets wins over the recipe
+    assert GrowthStage.from_recipe("recommended", 10, n_embd=64, symmetry_target=0.7).symmetry_target == 0.7
+    assert set(RECIPES) == {"paper", "recommended"}
+
+
+@pytest.mark.parametrize("keys", [{"init": "random-random"}, {"init": "zero-random"}, {"rewarmup_ratio": None}])
+def test_recommended_leaves_the_loop_out_where_nothing_is_copied_or_nothing_rewarms(keys):
+    stage = GrowthStage.from_recipe("recommended", 10, n_embd=64, **keys)
+    assert stage.symmetry_target is None
+    assert apply_recipe("recommended", {"n_embd": 64, **keys}) == {"n_embd": 64, **keys}
+
+
+def test_unknown_recipe_is_refused():
+    with pytest.raises(ValueError, match="recipe='sparkling': choose one of paper, recommended"):
+        apply_recipe("sparkling", {})
+
+
+def _stages(tmp_path: Path, **growth) -> list[GrowthStage]:
+    config = tiny_config(tmp_path / "cache")
+    config["growth"] = {**config["growth"], **growth}
+    _, run, _ = parse(["--config", str(write_config(tmp_path / "c.yaml", config)), "--out_dir", str(tmp_path / "o")])
+    return run.stages
+
+
+def test_cli_default_is_the_recommended_recipe_and_paper_is_one_key_away(tmp_path):
+    stage = dict(at_step=6, n_embd=64, intermediate_size=128, rewarmup_steps=3)
+    (default,) = _stages(tmp_path, stages=[stage])
+    assert default == GrowthStage.from_recipe("recommended", **stage)
+    (paper,) = _stages(tmp_path, stages=[stage], recipe="paper")
+    assert paper == GrowthStage(**stage)
+    (own,) = _stages(tmp_path, stages=[{**stage, "symmetry_target": 0.9, "symmetry_release": "schedule"}])
+    assert (own.symmetry_target, own.symmetry_release, own.symmetry_max_boost) == (0.9, "schedule", 8.0)
