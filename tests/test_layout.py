@@ -76,3 +76,11 @@ def test_package_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT.parent)
     assert out.returncode == 0, out.stderr
 
+
+
+def test_callbacks_import_no_strategy_specific_module():
+    for path in (ROOT / "callbacks").glob("*.py"):
+        text = path.read_text()
+        for forbidden in ("parallel.fsdp1", "parallel.fsdp2", "parallel.single", "lightning_sparkling.distributed",
+                          "lightning_sparkling.fsdp1", "FSDPStrategy", "ModelParallelStrategy", "DDPStrategy"):
+            assert forbidden not in text, f"{path.name} mentions {forbidden}"
