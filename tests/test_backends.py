@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _tiny import TinyModule, tiny_config
 from lightning.pytorch.strategies import (
     DDPStrategy,
     DeepSpeedStrategy,
@@ -25,7 +26,6 @@ from lightning_sparkling.parallel import GrowthBackend, select_backend
 from lightning_sparkling.parallel.fsdp1 import FSDP1Backend
 from lightning_sparkling.parallel.fsdp2 import FSDP2Backend
 from lightning_sparkling.parallel.single import DDPBackend, SingleBackend
-from _tiny import TinyModule, tiny_config
 
 
 @pytest.mark.parametrize(("strategy", "backend"), [

@@ -40,16 +40,16 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
+from lightning_sparkling.growth.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
+from lightning_sparkling.growth.plan import GrowthError, plan_growth
+from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.surgery import GrowthResult, _Swap, clean_name, grow_tensors
 from lightning_sparkling.parallel.fsdp2 import (
     _parent_and_attr,
     check_sharding_supported,
     hook_strategy_resume,
     place_meta_gpt,
 )
-from lightning_sparkling.growth.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
-from lightning_sparkling.growth.plan import GrowthError, plan_growth
-from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import GrowthResult, _Swap, clean_name, grow_tensors
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
