@@ -107,6 +107,8 @@ if __name__ == "__main__":
         callbacks.append(SaveAt(out))
     trainer = make_trainer(callbacks, max_steps=MAX_STEPS, accumulate=args.accumulate, **kwargs)
     trainer.fit(module, ckpt_path=args.resume)
+    backend = {"single": "single", "ddp": "ddp", "fsdp2": "fsdp2", "fsdp1": "fsdp1", "fsdp1-cuda": "fsdp1"}[args.mode]
+    assert callbacks[0].backend.name == backend, (callbacks[0].backend, args.mode)  # grown through its backend
     state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
              for k, v in module.model.state_dict().items()}  # FSDP1: a full state dict with plain GPT names
     torch.save({"state": state, "losses": module.losses}, out / f"final{args.tag}-rank{trainer.global_rank}.pt")

@@ -277,7 +277,9 @@ def test_failed_growth_keeps_pre_growth_model_and_optimizer(monkeypatch, failure
     if failure == "optimizer_patch":
         def boom(*args, **kwargs):
             raise RuntimeError("injected failure")
-        monkeypatch.setattr(growth_mod, "plan_optimizer_patch", boom)
+        from lightning_sparkling.parallel.single import SingleBackend
+
+        monkeypatch.setattr(SingleBackend, "plan_optimizer_patch", boom)  # the backend's optimizer patch fails
     else:
         original = growth_mod.WidthGrowthCallback._check_loss
 
@@ -310,7 +312,7 @@ def test_fsdp1_without_orig_params_refused_clearly():
 
     from lightning.pytorch.strategies import FSDPStrategy
 
-    from lightning_sparkling.parallel.fsdp2 import check_strategy_supported
+    from lightning_sparkling.parallel import check_strategy_supported
 
     check_strategy_supported(SimpleNamespace(strategy=FSDPStrategy()))  # Lightning defaults to use_orig_params=True
     with pytest.raises(GrowthError, match=r"use_orig_params=False.*FSDPStrategy\(use_orig_params=True"):
@@ -323,7 +325,7 @@ def test_unsupported_strategies_refused_clearly(strategy_name):
 
     import lightning.pytorch.strategies as strategies
 
-    from lightning_sparkling.parallel.fsdp2 import check_strategy_supported
+    from lightning_sparkling.parallel import check_strategy_supported
 
     strategy = getattr(strategies, strategy_name).__new__(getattr(strategies, strategy_name))
     with pytest.raises(GrowthError, match=f"{strategy_name} is not supported.*strategy='ddp'.*ModelParallelStrategy"):
@@ -335,7 +337,7 @@ def test_tensor_parallel_refused_clearly():
 
     from lightning.pytorch.strategies import ModelParallelStrategy
 
-    from lightning_sparkling.parallel.fsdp2 import check_strategy_supported
+    from lightning_sparkling.parallel import check_strategy_supported
 
     strategy = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=2)
     with pytest.raises(GrowthError, match="tensor_parallel_size=2.*tensor_parallel_size=1"):

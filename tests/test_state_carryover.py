@@ -564,10 +564,12 @@ def test_failed_growth_restores_optimizer_state_and_groups_deeply(monkeypatch, f
             raise RuntimeError("injected failure")
         monkeypatch.setattr(growth_mod.WidthGrowthCallback, "_check_loss", fail)
     else:
-        def fail(trainer_, pl_module):
+        from lightning_sparkling.parallel.single import SingleBackend
+
+        def fail(self, trainer_, pl_module):
             applied["state_shape"] = tuple(trainer_.optimizers[0].state[pl_module.model.lm_head.weight]["exp_avg"].shape)
             raise RuntimeError("injected failure")
-        monkeypatch.setattr(growth_mod, "rewrap_after_growth", fail)
+        monkeypatch.setattr(SingleBackend, "rewrap", fail)
 
     growth = WidthGrowthCallback(GrowthStage(at, n_embd=64, intermediate_size=128, optimizer_state="asymmetric-scaled",
                                              rewarmup_steps=2))

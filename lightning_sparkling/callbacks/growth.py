@@ -1,7 +1,9 @@
 """``WidthGrowthCallback``: grow a litgpt GPT's width inside a running ``Trainer.fit``.
 
-Orchestration only: the tensor math is in :mod:`lightning_sparkling.growth.surgery`, the optimizer side in
-:mod:`lightning_sparkling.growth.optim_state`, strategy re-wrapping in :mod:`lightning_sparkling.parallel.fsdp2`.
+Orchestration only (the "when" and the bookkeeping): the tensor math is in :mod:`lightning_sparkling.growth.surgery`,
+the optimizer side in :mod:`lightning_sparkling.growth.optim_state`, and the "how" under each strategy (grow in place
+or gather-grow-reshard, re-wrap, new-entry slices of a shard, resume) in the strategy's
+:class:`~lightning_sparkling.parallel.GrowthBackend`, chosen once in ``setup``.
 
 Timeline of one stage with ``at_step=N`` (single device and DDP):
 
@@ -22,80 +24,25 @@ import copy
 import math
 import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 
-from lightning_sparkling.growth.baselines import (
-    check_baseline_schedulers,
-    install_baseline_lr,
-    rewarmup_all_applied,
-)
+from lightning_sparkling.growth.baselines import check_baseline_schedulers, install_baseline_lr, rewarmup_all_applied
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.optim_state import (
-    NewEntryLR,
-    NewEntryRegion,
-    check_optimizer_supported,
-    plan_optimizer_patch,
-)
-from lightning_sparkling.growth.plan import GrowthError, plan_growth
-from lightning_sparkling.growth.schedules import (
-    RewarmupLambda,
-    RewarmupLR,
-    WarmupCosineLambda,
-)
-from lightning_sparkling.growth.stage import (
-    GrowthStage,
-    check_rewarmup_fits,
-    check_stage_sequence,
-    decay_end,
-)
-from lightning_sparkling.growth.surgery import GrowthResult, _Swap, grow_model
+from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported
+from lightning_sparkling.growth.plan import GrowthError, GrowthPlan, plan_growth
+from lightning_sparkling.growth.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
+from lightning_sparkling.growth.stage import GrowthStage, check_rewarmup_fits, check_stage_sequence, decay_end
+from lightning_sparkling.growth.surgery import GrowthResult, clean_name
 from lightning_sparkling.growth.symmetry import CopySpec, copy_specs, symmetry_metrics
-from lightning_sparkling.parallel.fsdp1 import (
-    build_wrapped_gpt,
-    check_fsdp1_layout,
-    clean_name,
-    flat_pieces,
-    fsdp1_wrapper,
-    grow_fsdp1,
-    iter_full_params,
-    plan_fsdp1_optimizer_patch,
-    shard_range,
-)
-from lightning_sparkling.parallel.fsdp2 import (
-    build_sharded_gpt,
-    check_sharding_supported,
-    check_strategy_supported,
-    full_tensor,
-    grow_sharded,
-    is_sharded,
-    local_piece,
-    plan_sharded_optimizer_patch,
-    reshard,
-    rewrap_after_growth,
-)
-
-
-def _peek_callback_state(checkpoint_path: Any, state_key: str) -> dict[str, Any] | None:
-    """This callback's state in a checkpoint, without loading its tensors (``meta.pt`` of a sharded directory, or
-    the full file memory-mapped)."""
-    from pathlib import Path
-
-    path = Path(checkpoint_path)
-    if path.is_dir():
-        meta = path / "meta.pt"
-        checkpoint = torch.load(meta, map_location="cpu", weights_only=False) if meta.is_file() else {}
-    else:
-        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    return (checkpoint.get("callbacks") or {}).get(state_key)
+from lightning_sparkling.parallel import GrowthBackend, select_backend
 
 
 class GrowthFailedError(RuntimeError):
@@ -204,7 +151,8 @@ class WidthGrowthCallback(Callback):
         self._copies: list[dict[str, CopySpec]] = []  # copied channels per applied stage (symmetry diagnostics)
         self._schedulers: dict[int, RewarmupLR] = {}  # stage index -> its new-entry LR scheduler
         self._lr_hooks: list[NewEntryLR] = []
-        self._resume_hook: tuple[pl.LightningModule, Any] | None = None
+        self._backend: GrowthBackend | None = None  # chosen in setup from the trainer's strategy
+        self._remove_resume_hook_fn: Callable[[], None] | None = None
         self._min_lrs: list[float] | None = None
         self.summaries: list[dict[str, Any]] = []
         self.last_symmetry: dict[str, float] = {}
@@ -231,11 +179,18 @@ class WidthGrowthCallback(Callback):
         self._grown = int(state_dict["grown"])
         self._records = list(state_dict["records"])
 
+    @property
+    def backend(self) -> GrowthBackend:
+        """The growth backend of the trainer's strategy (chosen in ``setup``)."""
+        if self._backend is None:
+            raise RuntimeError("WidthGrowthCallback: no growth backend yet (it is chosen in setup, at fit start)")
+        return self._backend
+
     # ------------------------------------------------------------------ setup / validation
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        check_strategy_supported(trainer)
+        self._backend = select_backend(trainer.strategy)  # refuses unsupported strategies, naming them
         gpt = find_gpt(pl_module)
         max_steps = trainer.max_steps
         needs_horizon = any(s.rewarmup_ratio is not None for s in self.stages)
@@ -261,92 +216,53 @@ class WidthGrowthCallback(Callback):
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         for k in range(self._grown, len(self.stages)):
             config = plan_growth(config, self.stages[k], seed=self.seed, stage_index=k, tied_embeddings=tied).new_config
-        if isinstance(trainer.strategy, (ModelParallelStrategy, FSDPStrategy)):
-            self._install_sharded_resume_hook(trainer, pl_module)
-        else:
-            self._install_resume_hook(pl_module)
+        self._install_resume_hook(trainer, pl_module)
 
-    def _install_resume_hook(self, pl_module: pl.LightningModule) -> None:
-        """Checkpoints of grown models: grow the fresh model right before its weights are loaded.
-
-        Lightning calls ``LightningModule.on_load_checkpoint`` before loading the state_dict, but a callback's own
-        state only after it, so the module's hook is wrapped (on this instance, until training starts).
-        """
-        if self._resume_hook is not None:
+    def _install_resume_hook(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Checkpoints of grown models: grow the fresh model before the checkpoint's weights are loaded. A
+        callback's own state arrives only after the weights, so the backend hooks the point where the strategy
+        loads (the module's ``on_load_checkpoint``, or the sharded strategy's ``load_checkpoint``) until training
+        starts."""
+        if self._remove_resume_hook_fn is not None:
             return
-        original = pl_module.on_load_checkpoint
+        self._remove_resume_hook_fn = self.backend.hook_resume(
+            trainer, pl_module, self.state_key, lambda state: self._resume(trainer, pl_module, state))
 
-        def on_load_checkpoint(checkpoint: dict[str, Any]) -> None:
-            state = (checkpoint.get("callbacks") or {}).get(self.state_key)
-            if state:
-                self._regrow(pl_module, int(state["grown"]), int(state["seed"]))
-            return original(checkpoint)
+    def _remove_resume_hook(self) -> None:
+        if self._remove_resume_hook_fn is not None:
+            self._remove_resume_hook_fn()
+            self._remove_resume_hook_fn = None
 
-        pl_module.on_load_checkpoint = on_load_checkpoint
-        self._resume_hook = (pl_module, original)
-
-    def _install_sharded_resume_hook(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """FSDP2 (``ModelParallelStrategy``) and FSDP1 (``FSDPStrategy``) load weights *and optimizer states*
-        straight into the live sharded model in ``strategy.load_checkpoint`` (after ``on_fit_start``), so that call
-        is wrapped: the checkpoint's callback state is peeked (``meta.pt`` of a sharded directory, or the full
-        file), the model is rebuilt at the grown shapes, optimizers are rebuilt over it, and the re-warmup
-        schedulers re-registered, before Lightning loads into them."""
-        if self._resume_hook is not None:
+    def _resume(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state: dict[str, Any]) -> None:
+        """Give a freshly built model the shapes of a checkpoint that had ``state["grown"]`` stages applied. Under
+        a strategy that loads into the live optimizers after ``on_fit_start``, also rebuild the grown optimizer
+        layout, re-warmup schedulers and new-entry LR before Lightning loads into them."""
+        grown = int(state["grown"])
+        if grown <= len(self._regions):
             return
-        strategy = trainer.strategy
-        original = strategy.load_checkpoint
-
-        def load_checkpoint(checkpoint_path, *args, **kwargs):
-            state = _peek_callback_state(checkpoint_path, self.state_key)
-            if state and int(state["grown"]) > len(self._regions):
-                self._regrow_sharded(trainer, pl_module, state)
-            return original(checkpoint_path, *args, **kwargs)
-
-        strategy.load_checkpoint = load_checkpoint
-        self._resume_hook = (strategy, original)
-
-    def _regrow_sharded(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state: dict[str, Any]) -> None:
         gpt = find_gpt(pl_module)
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         config = gpt.config
-        for k in range(len(self._regions), int(state["grown"])):
+        plans: list[GrowthPlan] = []
+        for k in range(len(self._regions), grown):
             plan = plan_growth(config, self.stages[k], seed=int(state["seed"]), stage_index=k, tied_embeddings=tied)
             self._regions.append({n: t.new_region() for n, t in plan.tensors.items()})
             self._copies.append(copy_specs(plan))
+            plans.append(plan)
             config = plan.new_config
-        wrapper = fsdp1_wrapper(pl_module, gpt)
-        if wrapper is not None:  # values come from the checkpoint
-            build_wrapped_gpt(pl_module, trainer.strategy, wrapper, config, _Swap())
-        else:
-            build_sharded_gpt(pl_module, gpt, config, _Swap())
-        trainer.strategy.setup_optimizers(trainer)
+        self.backend.regrow(trainer, pl_module, gpt, plans)
+        if not self.backend.restores_after_fit_start:
+            return  # load_state_dict and on_fit_start follow, as for any fit
         self._records = list(state["records"])
-        self._grown = int(state["grown"])
+        self._grown = grown
         self._schedulers = {}
         for k, record in enumerate(self._records):
             if self.stages[k].rewarmup_ratio is not None:
                 self._register_scheduler(trainer, k, record)
         self._install_lr_hooks(trainer, pl_module)
 
-    def _remove_resume_hook(self) -> None:
-        if self._resume_hook is not None:
-            owner, _ = self._resume_hook
-            owner.__dict__.pop("on_load_checkpoint" if isinstance(owner, pl.LightningModule) else "load_checkpoint",
-                               None)
-            self._resume_hook = None
-
-    def _regrow(self, pl_module: pl.LightningModule, grown: int, seed: int) -> None:
-        """Give a freshly built model the shapes of a checkpoint that had ``grown`` stages applied."""
-        gpt = find_gpt(pl_module)
-        for k in range(len(self._regions), grown):
-            result = grow_model(gpt, self.stages[k], seed=seed, stage_index=k)
-            self._regions.append(result.new_entries)
-            self._copies.append(copy_specs(result.plan))
-
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        check_sharding_supported(find_gpt(pl_module))
-        if isinstance(trainer.strategy, FSDPStrategy):
-            check_fsdp1_layout(pl_module, find_gpt(pl_module))
+        self.backend.check_model(pl_module, find_gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
         self._check_fresh_bias_correction(trainer)
@@ -435,24 +351,16 @@ class WidthGrowthCallback(Callback):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
-        if fsdp1_wrapper(pl_module, gpt) is not None:
-            result = grow_fsdp1(pl_module, trainer.strategy, gpt, stage, seed=self.seed, stage_index=k)
-            patch_fn = plan_fsdp1_optimizer_patch
-        elif is_sharded(gpt):
-            result = grow_sharded(pl_module, gpt, stage, seed=self.seed, stage_index=k)
-            patch_fn = plan_sharded_optimizer_patch
-        else:
-            result = grow_model(gpt, stage, seed=self.seed, stage_index=k)
-            patch_fn = plan_optimizer_patch
+        result = self.backend.grow(trainer, pl_module, gpt, stage, seed=self.seed, stage_index=k)
         gpt = find_gpt(pl_module)
         patches = []
         try:
             for optimizer in trainer.optimizers:
-                patches.append(patch_fn(optimizer, result, stage.optimizer_state))
+                patches.append(self.backend.plan_optimizer_patch(optimizer, result, stage.optimizer_state))
             for patch in patches:
                 patch.apply()
             loss = self._check_loss(pl_module, gpt, batch)
-            rewrap_after_growth(trainer, pl_module)
+            self.backend.rewrap(trainer, pl_module)
         except BaseException as err:
             for patch in reversed(patches):
                 patch.undo()
@@ -498,10 +406,9 @@ class WidthGrowthCallback(Callback):
                 g = torch.Generator().manual_seed(0)
                 ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
             ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
-            logits = (fsdp1_wrapper(pl_module, gpt) or gpt)(ids[:, :-1])  # FSDP1: through its root unit
+            logits = self.backend.forward_module(pl_module, gpt)(ids[:, :-1])
             loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
-        if is_sharded(gpt):
-            reshard(gpt)
+        self.backend.reshard(pl_module, gpt)
         loss = float(loss)
         if not math.isfinite(loss):
             raise GrowthError(f"the grown model's loss on the current batch is not finite ({loss})")
@@ -548,20 +455,10 @@ class WidthGrowthCallback(Callback):
         if not self._schedulers or rewarmup_all_applied(self.stages, self._records):
             return
         gpt = find_gpt(pl_module)
-        if is_sharded(gpt):
-            reshard(gpt)
-        wrapper = fsdp1_wrapper(pl_module, gpt)
+        self.backend.reshard(pl_module, gpt)
+        pieces_of = self.backend.new_entry_pieces(pl_module, gpt)
         name_of = {id(p): clean_name(n) for n, p in gpt.named_parameters()}
         flat = {og: j for j, og in enumerate(_flat_groups(trainer.optimizers))}
-
-        def pieces_of(p: torch.Tensor, pieces: list[tuple[slice, ...]]) -> list:
-            if wrapper is None:
-                return [lp for lp in (local_piece(p, piece) for piece in pieces) if lp is not None]
-            held = shard_range(p, wrapper)  # FSDP1: p is this rank's 1-D view of its flattened values
-            if held is None:
-                return []
-            (start, stop), shape = held
-            return [(p, fp) for piece in pieces for fp in flat_pieces(shape, piece, start, stop)]
 
         for o, optimizer in enumerate(trainer.optimizers):
             regions: dict[int, list[NewEntryRegion]] = {}
@@ -628,21 +525,14 @@ class WidthGrowthCallback(Callback):
     def _symmetry_metrics(self, pl_module: pl.LightningModule, stages: Sequence[int] | None = None
                           ) -> dict[str, float]:
         """``{"symmetry/stage_{k}/{axis}": mean cosine}`` for the applied stages ``stages`` (default all).
-        Runs on every rank (gathers under FSDP2/FSDP1)."""
+        Runs on every rank (the backend gathers sharded tensors)."""
         gpt = find_gpt(pl_module)
-        if is_sharded(gpt):
-            reshard(gpt)
-        wrapper = fsdp1_wrapper(pl_module, gpt)
-        params = dict(gpt.named_parameters(remove_duplicate=False))  # tied: wte and lm_head both by name
         metrics = {}
         for k, specs in enumerate(self._copies):
             if stages is not None and k not in stages:
                 continue
             names = sorted({name for spec in specs.values() for name, _ in spec.tensors})
-            if wrapper is not None:  # FSDP1: gathered one unit at a time
-                tensors = iter_full_params(wrapper, names)
-            else:
-                tensors = ((name, full_tensor(params[name].detach())) for name in names)
+            tensors = self.backend.full_tensors(pl_module, gpt, names)  # a collective when sharded
             metrics.update(symmetry_metrics(specs, tensors, f"symmetry/stage_{k}"))
         return metrics
 

@@ -23,26 +23,39 @@ There is no API to reshard an FSDP1 unit to new shapes, so a growth is a round t
 The new-entry learning rate needs, for each original parameter, which part of its flattened values this rank
 holds; that is read from ``FlatParameter._shard_param_infos`` (see :func:`shard_range`), the one place this
 module relies on FSDP1 internals.
+
+:class:`FSDP1Backend` is the :class:`~lightning_sparkling.parallel.base.GrowthBackend` built on these.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-from lightning_sparkling.parallel.fsdp2 import _parent_and_attr, place_meta_gpt
 from lightning_sparkling.growth.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import GrowthResult, _Swap, clean_name, grow_tensors
+from lightning_sparkling.parallel.fsdp2 import (
+    _parent_and_attr,
+    check_sharding_supported,
+    hook_strategy_resume,
+    place_meta_gpt,
+)
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from lightning_sparkling.growth.plan import GrowthPlan
+
 
 def fsdp1_wrapper(root: nn.Module, gpt: nn.Module) -> FSDP | None:
     """The FSDP1 unit that wraps ``gpt`` itself inside ``root`` (``None`` when ``gpt`` is not FSDP1-wrapped)."""
@@ -405,3 +418,74 @@ def flat_pieces(shape: tuple[int, ...], piece: tuple[slice, ...], start: int, st
         if hi > lo:
             out.append(FlatPiece(lo - start, hi - start))
     return out
+
+
+# ------------------------------------------------------------------------------------------------ the backend
+class FSDP1Backend:
+    """FSDP1 through ``FSDPStrategy(use_orig_params=True)``: the module's ``configure_model`` must wrap the GPT as
+    one unit inside the LightningModule (:func:`lightning_sparkling.pretrain.module.wrap_gpt`: each block, then
+    the GPT) whenever it is not wrapped yet, so that it can wrap the grown GPT too.
+
+    Example::
+
+        trainer = L.Trainer(strategy=FSDPStrategy(use_orig_params=True), ...)
+        select_backend(trainer.strategy)  # FSDP1Backend()
+    """
+
+    name = "fsdp1"
+    restores_after_fit_start = True
+
+    def check_model(self, pl_module: pl.LightningModule, gpt: nn.Module) -> None:
+        check_sharding_supported(gpt)
+        check_fsdp1_layout(pl_module, gpt)
+
+    def grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: nn.Module, stage: GrowthStage, *,
+             seed: int, stage_index: int) -> GrowthResult:
+        return grow_fsdp1(pl_module, trainer.strategy, gpt, stage, seed=seed, stage_index=stage_index)
+
+    def plan_optimizer_patch(self, optimizer: torch.optim.Optimizer, result: GrowthResult,
+                             recipe: str) -> OptimizerPatch:
+        return plan_fsdp1_optimizer_patch(optimizer, result, recipe)
+
+    def forward_module(self, pl_module: pl.LightningModule, gpt: nn.Module) -> nn.Module:
+        return fsdp1_wrapper(pl_module, gpt) or gpt  # through its root unit, which gathers
+
+    def reshard(self, pl_module: pl.LightningModule, gpt: nn.Module) -> None:
+        pass  # FSDP1 reshards after each forward
+
+    def rewrap(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        pass  # the grown GPT was wrapped by configure_model when it was built
+
+    def new_entry_pieces(self, pl_module: pl.LightningModule,
+                         gpt: nn.Module) -> Callable[[torch.Tensor, Sequence[tuple[slice, ...]]], list]:
+        wrapper = fsdp1_wrapper(pl_module, gpt)
+
+        def pieces_of(param: torch.Tensor, pieces: Sequence[tuple[slice, ...]]) -> list:
+            if wrapper is None:
+                return [(param.data, piece) for piece in pieces]
+            held = shard_range(param, wrapper)  # param is this rank's 1-D view of its flattened values
+            if held is None:
+                return []
+            (start, stop), shape = held
+            return [(param, fp) for piece in pieces for fp in flat_pieces(shape, piece, start, stop)]
+
+        return pieces_of
+
+    def full_tensors(self, pl_module: pl.LightningModule, gpt: nn.Module,
+                     names: Iterable[str]) -> Iterator[tuple[str, torch.Tensor]]:
+        wrapper = fsdp1_wrapper(pl_module, gpt)
+        if wrapper is not None:  # gathered one unit at a time
+            return iter_full_params(wrapper, list(names))
+        params = dict(gpt.named_parameters(remove_duplicate=False))
+        return ((name, params[name].detach()) for name in names)
+
+    def hook_resume(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state_key: str,
+                    on_state: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        return hook_strategy_resume(trainer, state_key, on_state)
+
+    def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: nn.Module,
+               plans: Sequence[GrowthPlan]) -> None:
+        check_fsdp1_layout(pl_module, gpt)
+        wrapper = fsdp1_wrapper(pl_module, gpt)  # values come from the checkpoint
+        build_wrapped_gpt(pl_module, trainer.strategy, wrapper, plans[-1].new_config, _Swap())
+        trainer.strategy.setup_optimizers(trainer)

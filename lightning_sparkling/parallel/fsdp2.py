@@ -1,90 +1,31 @@
-"""Parallelism side of a growth: which strategies can grow, DDP re-wrapping, and FSDP2 (DTensor) growth.
+"""FSDP2 growth backend (``ModelParallelStrategy`` with ``tensor_parallel_size=1``: ``fully_shard``, DTensors).
 
-Model surgery (:mod:`lightning_sparkling.growth.surgery`) knows nothing of strategies; the callback calls
-:func:`rewrap_after_growth` once the grown model and patched optimizers are in place. FSDP1 lives in
-:mod:`lightning_sparkling.parallel.fsdp1`.
+There is no API to reshard a ``fully_shard``-ed module to new shapes, so a growth is a round trip: the grown GPT
+is built on the meta device where the old one sits, the LightningModule's own ``configure_model`` shards it, and
+it is filled one block at a time from gathered full tensors grown by
+:func:`~lightning_sparkling.growth.surgery.grow_tensors` (:func:`grow_sharded`). Optimizer state travels the same
+way (:func:`plan_sharded_optimizer_patch`). :class:`FSDP2Backend` is the
+:class:`~lightning_sparkling.parallel.base.GrowthBackend` built on these; model surgery itself
+(:mod:`lightning_sparkling.growth.surgery`) knows nothing of strategies.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.strategies import (
-    DDPStrategy,
-    DeepSpeedStrategy,
-    FSDPStrategy,
-    ModelParallelStrategy,
-    SingleDeviceStrategy,
-)
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import (
-    GrowthResult,
-    _Swap,
-    clean_name,
-    grow_tensors,
-)
+from lightning_sparkling.growth.surgery import GrowthResult, _Swap, clean_name, grow_model, grow_tensors
 
-SUPPORTED_STRATEGIES = (SingleDeviceStrategy, DDPStrategy, ModelParallelStrategy, FSDPStrategy)
-
-
-def check_strategy_supported(trainer: pl.Trainer) -> None:
-    """Refuse, at setup and naming it, a strategy growth cannot handle.
-
-    Supported: one device (CPU or GPU), DDP (``"ddp"``, ``"ddp_spawn"``), FSDP2 through
-    ``ModelParallelStrategy`` with ``tensor_parallel_size=1``, and FSDP1 through ``FSDPStrategy`` with
-    ``use_orig_params=True``. DeepSpeed and tensor parallelism are refused.
-    """
-    strategy = trainer.strategy
-    if isinstance(strategy, DeepSpeedStrategy):  # a DDPStrategy subclass: refuse it before the DDP check
-        raise GrowthError(
-            f"strategy {type(strategy).__name__} is not supported by WidthGrowthCallback: DeepSpeed owns the "
-            "parameters and optimizer state (ZeRO partitions), so they cannot be grown mid-fit; use strategy='ddp', "
-            "FSDP2 via ModelParallelStrategy, or FSDPStrategy(use_orig_params=True)"
-        )
-    if isinstance(strategy, FSDPStrategy):
-        if not strategy.kwargs.get("use_orig_params"):
-            raise GrowthError(
-                "FSDPStrategy(use_orig_params=False) gives the optimizer flattened parameters that growth cannot "
-                "patch: pass FSDPStrategy(use_orig_params=True, ...) and wrap the GPT in configure_model() with "
-                "lightning_sparkling.pretrain.module.wrap_gpt"
-            )
-        return
-    if isinstance(strategy, ModelParallelStrategy):
-        tp = getattr(strategy, "_tensor_parallel_size", 1)  # "auto" is resolved to the local device count by now
-        if tp != 1:
-            raise GrowthError(
-                f"ModelParallelStrategy(tensor_parallel_size={tp}): tensor parallelism is not supported by "
-                "WidthGrowthCallback; use ModelParallelStrategy(data_parallel_size=<devices x nodes>, "
-                "tensor_parallel_size=1) for FSDP2"
-            )
-        return
-    if isinstance(strategy, SUPPORTED_STRATEGIES):
-        return
-    raise GrowthError(
-        f"strategy {type(strategy).__name__} is not supported by WidthGrowthCallback: use a single device, "
-        "strategy='ddp', FSDP2 via ModelParallelStrategy, or FSDPStrategy(use_orig_params=True) (DeepSpeed and "
-        "tensor parallelism cannot be grown mid-fit by this version)"
-    )
-
-
-def rewrap_after_growth(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-    """Make the strategy see the grown parameters.
-
-    - single device: nothing to do;
-    - DDP: DDP registered its gradient hooks on the old Parameters; without a re-wrap nothing errors but ranks
-      drift apart. ``configure_ddp`` wraps the LightningModule anew (broadcasting rank 0's parameters in place,
-      so optimizer references stay valid).
-    """
-    strategy = trainer.strategy
-    if isinstance(strategy, DDPStrategy):
-        strategy.model = pl_module
-        strategy.configure_ddp()
+if TYPE_CHECKING:
+    from lightning_sparkling.growth.plan import GrowthPlan
 
 
 # ------------------------------------------------------------------------------------------------ FSDP2 (DTensor)
@@ -259,3 +200,97 @@ def plan_sharded_optimizer_patch(optimizer: torch.optim.Optimizer, result: Growt
     grown parameters is gathered, grown by ``recipe`` and re-sharded like the new parameter, one tensor at a time;
     state of unchanged parameters is carried over as is."""
     return plan_optimizer_patch(optimizer, result, recipe, to_full=full_tensor, like_param=shard_like)
+
+
+# ------------------------------------------------------------------------------------------------ the backend
+def peek_callback_state(checkpoint_path: Any, state_key: str) -> dict[str, Any] | None:
+    """A callback's state in a checkpoint, without loading its tensors (``meta.pt`` of a sharded directory, or
+    the full file memory-mapped)."""
+    from pathlib import Path
+
+    path = Path(checkpoint_path)
+    if path.is_dir():
+        meta = path / "meta.pt"
+        checkpoint = torch.load(meta, map_location="cpu", weights_only=False) if meta.is_file() else {}
+    else:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    return (checkpoint.get("callbacks") or {}).get(state_key)
+
+
+def hook_strategy_resume(trainer: pl.Trainer, state_key: str, on_state: Callable[[dict[str, Any]], None]
+                         ) -> Callable[[], None]:
+    """FSDP2 (``ModelParallelStrategy``) and FSDP1 (``FSDPStrategy``) load weights *and optimizer states* straight
+    into the live sharded model in ``strategy.load_checkpoint`` (after ``on_fit_start``), so that call is wrapped:
+    the checkpoint's callback state is peeked (:func:`peek_callback_state`) and handed to ``on_state`` before
+    Lightning loads. Returns the function that removes the wrapper."""
+    strategy = trainer.strategy
+    original = strategy.load_checkpoint
+
+    def load_checkpoint(checkpoint_path, *args, **kwargs):
+        state = peek_callback_state(checkpoint_path, state_key)
+        if state:
+            on_state(state)
+        return original(checkpoint_path, *args, **kwargs)
+
+    strategy.load_checkpoint = load_checkpoint
+    return lambda: strategy.__dict__.pop("load_checkpoint", None)
+
+
+class FSDP2Backend:
+    """FSDP2 through ``ModelParallelStrategy``: the module's ``configure_model`` must ``fully_shard`` ``self.model``
+    (its blocks, then the GPT) whenever they are not sharded yet, so that it can shard the grown GPT too
+    (:func:`lightning_sparkling.pretrain.module.shard_gpt` does). A GPT that ``configure_model`` left unsharded is
+    grown in place, as on one device.
+
+    Example::
+
+        trainer = L.Trainer(strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1), ...)
+        select_backend(trainer.strategy)  # FSDP2Backend()
+    """
+
+    name = "fsdp2"
+    restores_after_fit_start = True
+
+    def check_model(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> None:
+        check_sharding_supported(gpt)
+
+    def grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *,
+             seed: int, stage_index: int) -> GrowthResult:
+        if not is_sharded(gpt):
+            return grow_model(gpt, stage, seed=seed, stage_index=stage_index)
+        return grow_sharded(pl_module, gpt, stage, seed=seed, stage_index=stage_index)
+
+    def plan_optimizer_patch(self, optimizer: torch.optim.Optimizer, result: GrowthResult,
+                             recipe: str) -> OptimizerPatch:
+        if any(isinstance(p, DTensor) for p in result.new_params.values()):
+            return plan_sharded_optimizer_patch(optimizer, result, recipe)
+        return plan_optimizer_patch(optimizer, result, recipe)
+
+    def forward_module(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> torch.nn.Module:
+        return gpt
+
+    def reshard(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> None:
+        if is_sharded(gpt):
+            reshard(gpt)
+
+    def rewrap(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        pass  # the grown GPT was sharded by configure_model when it was built
+
+    def new_entry_pieces(self, pl_module: pl.LightningModule,
+                         gpt: torch.nn.Module) -> Callable[[torch.Tensor, Sequence[tuple[slice, ...]]], list]:
+        return lambda param, pieces: [lp for lp in (local_piece(param, piece) for piece in pieces) if lp is not None]
+
+    def full_tensors(self, pl_module: pl.LightningModule, gpt: torch.nn.Module,
+                     names: Iterable[str]) -> Iterator[tuple[str, torch.Tensor]]:
+        self.reshard(pl_module, gpt)
+        params = dict(gpt.named_parameters(remove_duplicate=False))  # tied: wte and lm_head both by name
+        return ((name, full_tensor(params[name].detach())) for name in names)
+
+    def hook_resume(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state_key: str,
+                    on_state: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        return hook_strategy_resume(trainer, state_key, on_state)
+
+    def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
+               plans: Sequence[GrowthPlan]) -> None:
+        build_sharded_gpt(pl_module, gpt, plans[-1].new_config, _Swap())  # values come from the checkpoint
+        trainer.strategy.setup_optimizers(trainer)

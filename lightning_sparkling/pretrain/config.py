@@ -827,27 +827,8 @@ def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], 
     return notes
 
 
-def resolve(ns: Any) -> ResolvedRun:
-    """Check a parsed configuration and derive the run from it.
-
-    Args:
-        ns: the jsonargparse ``Namespace`` of :func:`pretrain_arguments` (or a dict with the same keys).
-
-    Raises:
-        ConfigError: naming the key, for anything impossible or unsupported.
-    """
-    from lightning_sparkling.pretrain import litgpt_compat
-
-    data = _as(DataArgs, _get(ns, "data")) or DataArgs()
-    train = _as(TrainArgs, _get(ns, "train")) or TrainArgs()
-    evaluation = _as(EvalArgs, _get(ns, "eval")) or EvalArgs()
-    log = _as(LogArgs, _get(ns, "log")) or LogArgs()
-    growth = _as(GrowthArgs, _get(ns, "growth")) or GrowthArgs()
-    rms_monitor = _as(RMSMonitorArgs, _get(ns, "rms_monitor"))
-    if train.tie_embeddings is None:  # litgpt's TrainArgs default
-        train.tie_embeddings = False
-    notes: list[str] = []
-
+def _resolve_hardware(ns: Any) -> tuple[str, int, str, int, int, str]:
+    """``(strategy, num_nodes, accelerator, num_devices, world size, precision)`` of a run."""
     # ---------------------------------------------------------------- hardware
     strategy = str(_get(ns, "strategy", "auto") or "auto")
     if strategy not in STRATEGIES:
@@ -871,6 +852,12 @@ def resolve(ns: Any) -> ResolvedRun:
     precision = str(precision)
     if precision not in PRECISIONS:
         raise ConfigError("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return strategy, num_nodes, accelerator, num_devices, world, precision
+
+
+def _check_litgpt_keys(ns: Any, train: TrainArgs, evaluation: EvalArgs, log: LogArgs, notes: list[str]) -> str:
+    """Refuse litgpt keys that have no equivalent here; returns the logger name (notes are appended to ``notes``)."""
+    from lightning_sparkling.pretrain import litgpt_compat
 
     # ---------------------------------------------------------------- litgpt keys without an equivalent
     if train.epochs is not None:
@@ -887,6 +874,12 @@ def resolve(ns: Any) -> ResolvedRun:
         raise ConfigError("eval.evaluate_example", f"expected 'first', 'random' or an index >= 0, got {example!r}")
     logger_name = str(_get(ns, "logger_name", "tensorboard") or "tensorboard")
     notes += litgpt_compat.check_logger(logger_name, log)
+    return logger_name
+
+
+def _read_initial_checkpoint(ns: Any) -> tuple[Path | None, Any, Any, Path | None]:
+    """``(initial_checkpoint_dir, its litgpt Config, its tensor shapes, its weights file)`` (all ``None`` without one)."""
+    from lightning_sparkling.pretrain import litgpt_compat
 
     # ---------------------------------------------------------------- initial checkpoint
     initial_dir = _get(ns, "initial_checkpoint_dir")
@@ -894,6 +887,13 @@ def resolve(ns: Any) -> ResolvedRun:
     if initial_dir is not None:
         initial_config, initial_shapes, initial_weights = litgpt_compat.read_initial_checkpoint(Path(str(initial_dir)))
         initial_dir = initial_weights.parent
+    return initial_dir, initial_config, initial_shapes, initial_weights
+
+
+def _resolve_data(ns: Any, data: DataArgs, train: TrainArgs, initial_dir: Path | None, initial_config: Any,
+                  notes: list[str]) -> tuple[Any, Path | None, int | None]:
+    """``(litgpt data class or None, tokenizer_dir, vocabulary size the data needs or None)``."""
+    from lightning_sparkling.pretrain import litgpt_compat
 
     # ---------------------------------------------------------------- data
     data_class = None
@@ -945,7 +945,13 @@ def resolve(ns: Any) -> ResolvedRun:
         data_vocab = None  # the model's own vocabulary (litgpt: model_name / model_config; or the checkpoint's)
     else:
         data_vocab = data.vocab_size
+    return data_class, tokenizer_dir, data_vocab
 
+
+def _resolve_model(ns: Any, data: DataArgs, train: TrainArgs, evaluation: EvalArgs, initial_config: Any,
+                   initial_shapes: Any, data_vocab: int | None, tokenizer_dir: Path | None,
+                   data_class: Any) -> tuple[Any, int]:
+    """``(litgpt Config of the initial model, sequence length)``."""
     # ---------------------------------------------------------------- model
     model_name = _get(ns, "model_name")
     model_config = _get(ns, "model_config")
@@ -972,7 +978,12 @@ def resolve(ns: Any) -> ResolvedRun:
     if evaluation.max_new_tokens is not None and tokenizer_dir is None and data_class is not None:
         raise ConfigError("eval.max_new_tokens", "the sample is decoded with the tokenizer of tokenizer_dir, and none "
                                                  "is given: give tokenizer_dir or remove eval.max_new_tokens")
+    return config, seq_len
 
+
+def _resolve_length(ns: Any, train: TrainArgs, evaluation: EvalArgs, num_devices: int, num_nodes: int,
+                    world: int, seq_len: int, notes: list[str]) -> tuple[int, int, int]:
+    """``(gradient accumulation, tokens per optimizer step, optimizer steps)`` of the run."""
     # ---------------------------------------------------------------- batch and length
     _positive_int("train.micro_batch_size", train.micro_batch_size)
     _positive_int("train.global_batch_size", train.global_batch_size)
@@ -1013,7 +1024,11 @@ def resolve(ns: Any) -> ResolvedRun:
     _positive_int("num_threads", _get(ns, "num_threads"), allow_none=True)
     _positive_int("eval.interval", evaluation.interval, allow_none=True)
     _positive_int("eval.max_iters", evaluation.max_iters, allow_none=True)
+    return accumulate, tokens_per_step, steps
 
+
+def _resolve_optimizer(ns: Any, train: TrainArgs, strategy: str, precision: str) -> tuple[dict, str, bool, float]:
+    """``(normalized optimizer spec, its name, whether it uses Muon, its lr)``."""
     # ---------------------------------------------------------------- optimizer
     spec = normalize_optimizer(_get(ns, "optimizer", "AdamW"))
     optimizer_name, uses_muon, lr = _optimizer_info(spec)
@@ -1028,7 +1043,12 @@ def resolve(ns: Any) -> ResolvedRun:
     if uses_muon and precision in ("16-mixed", "16"):
         raise ConfigError("precision", "16-mixed (gradient scaling) is not supported with Muon: use bf16-mixed, "
                                        "bf16-true or 32-true")
+    return spec, optimizer_name, uses_muon, lr
 
+
+def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: int, tokens_per_step: int,
+                    strategy: str, num_devices: int, num_nodes: int) -> list[GrowthStage]:
+    """The ``GrowthStage`` list of ``growth.stages`` (``at_tokens`` turned into steps), each dry-run on the model."""
     # ---------------------------------------------------------------- growth
     from lightning_sparkling.growth.plan import GrowthError, plan_growth
 
@@ -1071,15 +1091,25 @@ def resolve(ns: Any) -> ResolvedRun:
             raise ConfigError(f"{key}.rewarmup_steps", str(err).removeprefix(f"{key}: ")) from err
         stages.append(stage)
     _check_stage_sequence(stages)
+    if stages and strategy == "fsdp2" and num_devices * num_nodes < 1:
+        raise ConfigError("devices", "fsdp2 needs at least one device")
+    return stages
+
+
+def _check_fresh_bias_correction(stages: list[GrowthStage], spec: Union[str, dict], optimizer_name: str,
+                                 uses_muon: bool) -> None:
+    """``bias_correction: fresh`` redoes Adam's bias correction: refuse it for an optimizer without ``betas``."""
     fresh = next((k for k, s in enumerate(stages) if s.bias_correction == "fresh"), None)
     if fresh is not None and (uses_muon or "betas" not in _optimizer_defaults(spec)):
         raise ConfigError(f"growth.stages[{fresh}].bias_correction",
                           f"'fresh' redoes Adam's bias correction, but the optimizer {optimizer_name} "
                           f"{'(Muon for matrices) ' if uses_muon else ''}has no betas: use AdamW or Adam, or "
                           "bias_correction: shared")
-    if stages and strategy == "fsdp2" and num_devices * num_nodes < 1:
-        raise ConfigError("devices", "fsdp2 needs at least one device")
 
+
+def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list[GrowthStage], train: TrainArgs,
+                    uses_muon: bool, notes: list[str]) -> tuple[Path, Any, Path | None]:
+    """``(out_dir, resume setting, checkpoint to resume or None)``; the checkpoint is checked against the run."""
     # ---------------------------------------------------------------- resume
     out_dir = Path(str(_get(ns, "out_dir", "out/sparkling"))).expanduser()
     resume = _get(ns, "resume", False)
@@ -1106,6 +1136,39 @@ def resolve(ns: Any) -> ResolvedRun:
     if resume_path is not None:
         notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=train.tie_embeddings,
                                          num_optimizers=2 if uses_muon else 1)
+    return out_dir, resume, resume_path
+
+
+def resolve(ns: Any) -> ResolvedRun:
+    """Check a parsed configuration and derive the run from it.
+
+    Args:
+        ns: the jsonargparse ``Namespace`` of :func:`pretrain_arguments` (or a dict with the same keys).
+
+    Raises:
+        ConfigError: naming the key, for anything impossible or unsupported.
+    """
+    data = _as(DataArgs, _get(ns, "data")) or DataArgs()
+    train = _as(TrainArgs, _get(ns, "train")) or TrainArgs()
+    evaluation = _as(EvalArgs, _get(ns, "eval")) or EvalArgs()
+    log = _as(LogArgs, _get(ns, "log")) or LogArgs()
+    growth = _as(GrowthArgs, _get(ns, "growth")) or GrowthArgs()
+    rms_monitor = _as(RMSMonitorArgs, _get(ns, "rms_monitor"))
+    if train.tie_embeddings is None:  # litgpt's TrainArgs default
+        train.tie_embeddings = False
+    notes: list[str] = []
+    strategy, num_nodes, accelerator, num_devices, world, precision = _resolve_hardware(ns)
+    logger_name = _check_litgpt_keys(ns, train, evaluation, log, notes)
+    initial_dir, initial_config, initial_shapes, initial_weights = _read_initial_checkpoint(ns)
+    data_class, tokenizer_dir, data_vocab = _resolve_data(ns, data, train, initial_dir, initial_config, notes)
+    config, seq_len = _resolve_model(ns, data, train, evaluation, initial_config, initial_shapes, data_vocab,
+                                     tokenizer_dir, data_class)
+    accumulate, tokens_per_step, steps = _resolve_length(ns, train, evaluation, num_devices, num_nodes, world, seq_len,
+                                                         notes)
+    spec, optimizer_name, uses_muon, lr = _resolve_optimizer(ns, train, strategy, precision)
+    stages = _resolve_stages(growth, config, train, steps, tokens_per_step, strategy, num_devices, num_nodes)
+    _check_fresh_bias_correction(stages, spec, optimizer_name, uses_muon)
+    out_dir, resume, resume_path = _resolve_resume(ns, initial_dir, config, stages, train, uses_muon, notes)
 
     return ResolvedRun(
         model_config=config, stages=stages, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
