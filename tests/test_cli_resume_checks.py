@@ -88,6 +88,9 @@ def test_resume_auto_refuses_a_corrupt_newest_checkpoint(run, tmp_path, capsys):
     (["--growth.stages", "[{at_step: 6, n_embd: 64, rewarmup_steps: 3}]"],
      "another growth.stages[0] than the config's (intermediate_size: checkpoint 128, config None)"),
     (["--growth.stages", "[]"], "was grown by 1 stage(s) but growth.stages has 0"),
+    # same stages, other recipe: the message names the key that restores it
+    (["--growth.recipe", "paper"], "(symmetry_target: checkpoint 0.5, config None"),
+    (["--growth.recipe", "paper"], "only the recipe's keys differ: growth.recipe: paper"),
     # another architecture: the checkpoint's would be silently used (then a KeyError a few steps later)
     (["--model_config.n_layer", "3"], "n_layer: checkpoint 2, config 3"),
     (["--data.seq_len", "16"], "block_size: checkpoint 32, config 16"),

@@ -773,8 +773,14 @@ def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], 
         if done != given:
             diff = ", ".join(f"{f}: checkpoint {getattr(done, f)!r}, config {getattr(given, f)!r}"
                              for f in done.to_dict() if getattr(done, f) != getattr(given, f))
+            from lightning_sparkling.growth.stage import RECIPES
+
+            differing = {f for f in done.to_dict() if getattr(done, f) != getattr(given, f)}
+            recipe = ("; only the recipe's keys differ: growth.recipe: paper (the recipe of runs started before "
+                      "recipes existed) or the recipe it was trained with"
+                      if differing <= set(RECIPES["recommended"]) else "")
             raise ConfigError("resume", f"{str(path)!r} was grown by another growth.stages[{k}] than the config's "
-                                        f"({diff}): resume with the stages it was trained with, {fresh}")
+                                        f"({diff}): resume with the stages it was trained with{recipe}, {fresh}")
     if grown < len(stages) and stages[grown].at_step < step:
         raise ConfigError("resume", f"{str(path)!r} is at step {step} and was not grown by growth.stages[{grown}] "
                                     f"(at_step={stages[grown].at_step}): that growth would happen late, at step "
