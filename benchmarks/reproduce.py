@@ -131,7 +131,7 @@ ROWS: dict[str, dict[str, Any]] = {
     "scratch large (iso-FLOPs)": {"model": "large", "iso_compute": "SPARKLING",
                                   "note": "the grown shape from scratch on SPARKLING's FLOPs, its own schedule"},
     "naive growth": {"stage": _NAIVE, "note": "copy-copy, fan-in scale, copied state, no re-warmup"},
-    "SPARKLING": {"stage": {}, "note": "the package's default recipe"},
+    "SPARKLING": {"stage": {}, "note": "the paper's recipe (GrowthStage's defaults, growth.recipe: paper)"},
     "SPARKLING random-random": {"stage": {"init": "random-random"}, "note": "random fan-out and fan-in"},
     # the paper's ablation (appendix "Ablation for RMS-Preserving Scaling and Asymmetric Strategies"), copy-copy
     "ablation: neither RMS nor asym.": {"stage": {"rms_preserving": False, **_NO_ASYM}},
@@ -160,6 +160,8 @@ ROWS.update({
     "re-warmup ratio 10": {"stage": {"rewarmup_ratio": 10.0}, "note": "copy-copy, new entries re-warm to 10x"},
     "symmetry 0.5 boost 16": {"stage": {"symmetry_target": 0.5, "symmetry_max_boost": 16.0}},
     "random-random + ratio 10": {"stage": {"init": "random-random", "rewarmup_ratio": 10.0}},
+    "recommended recipe": {"stage": {}, "set": {"growth.recipe": "recommended"},
+                           "note": "the CLI's default recipe (growth.recipe: recommended)"},
 })
 REFERENCE = "SPARKLING"
 TWO_STAGE_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
@@ -233,7 +235,10 @@ def build_config(size: dict, axis: str, row: dict, seed: int, steps: int | None 
     config["seed"] = seed
     total = config["train"]["max_steps"]
     if "stage" in row:
-        config["growth"] = {"seed": seed, "stages": [{**s, **row["stage"]} for s in axis_stages(axis, size, total)]}
+        # recipe paper: a row is exactly its keys on top of GrowthStage's defaults (the CLI's default recipe would
+        # add the symmetry loop to every copy-copy row); the "recommended" row sets growth.recipe itself
+        config["growth"] = {"seed": seed, "recipe": "paper",
+                            "stages": [{**s, **row["stage"]} for s in axis_stages(axis, size, total)]}
     if steps is not None:
         config["train"]["max_steps"] = steps
     for key, value in row.get("set", {}).items():
@@ -328,7 +333,10 @@ def is_done(run_dir: Path, config: dict) -> bool:
         return False
     try:
         ok = json.loads(summary.read_text()).get("status", "completed") == "completed"
-        return ok and yaml.safe_load(saved.read_text()) == {**config, "out_dir": str(run_dir)}
+        previous = yaml.safe_load(saved.read_text())
+        if isinstance(previous.get("growth"), dict):  # runs from before growth.recipe existed grew by the paper's
+            previous["growth"].setdefault("recipe", "paper")
+        return ok and previous == {**config, "out_dir": str(run_dir)}
     except (OSError, ValueError, yaml.YAMLError):
         return False
 
@@ -574,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="plan and check every run, train nothing")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the tables from finished runs")
     parser.add_argument("--list", action="store_true", help="print the rows and their overrides")
+    parser.add_argument("--no-reference", action="store_true",
+                        help=f"do not add the {REFERENCE!r} row (e.g. while another grid in the same --out trains it; "
+                             "rebuild the table with it later with --report-only)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the size's config for every run, e.g. --set train.max_steps=6000 "
                              "(growth stays at half the steps; repeatable; values are YAML)")
@@ -589,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         parser.error(f"unknown rows {unknown}; see --list")
-    if REFERENCE not in rows:
+    if REFERENCE not in rows and not args.no_reference:
         rows.append(REFERENCE)
     seeds = list(range(1, args.seeds + 1))
     out, results = Path(args.out), Path(args.results)
