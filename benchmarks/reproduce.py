@@ -164,6 +164,7 @@ ROWS.update({
                            "note": "the CLI's default recipe (growth.recipe: recommended)"},
 })
 REFERENCE = "SPARKLING"
+ISO_FLOPS = "scratch large (iso-FLOPs)"  # the question "does growth pay": each growth row against this one
 TWO_STAGE_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
                   "SPARKLING", "SPARKLING random-random"]
 
@@ -404,6 +405,16 @@ def _run_loop(todo: list, running: list, jobs: int, seen: set, log, t_grid: floa
                 f"{time.perf_counter() - t0:.0f} s (grid {(time.perf_counter() - t_grid) / 60:.1f} min)")
 
 
+def read_symmetry(run_dir: Path) -> dict[str, float]:
+    """The last logged ``symmetry/stage_k/<axis>`` values (mean cosine of copies to their sources) of a run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "logs"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag.removeprefix("symmetry/"): acc.Scalars(tag)[-1].value
+            for tag in acc.Tags().get("scalars", []) if tag.startswith("symmetry/")}
+
+
 def read_curve(run_dir: Path, compute: dict) -> list[dict]:
     """``[{step, tokens, flops, val_loss}]`` from the run's TensorBoard events."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -448,20 +459,29 @@ def collect(cells: list[dict]) -> dict:
             continue
         entry["seeds"][cell["seed"]] = summary["val_loss"]
         entry["curves"][cell["seed"]] = read_curve(run_dir, cell["compute"])
+        entry.setdefault("symmetry", {})[cell["seed"]] = read_symmetry(run_dir)
         entry.setdefault("wall_s", []).append(summary.get("wall_clock_seconds"))
         entry["run_dir"] = entry.get("run_dir") or str(run_dir.parent)
     for rows in table.values():
-        ref = rows.get(REFERENCE, {}).get("seeds", {})
         for entry in rows.values():
             vals = list(entry["seeds"].values())
             if vals:
                 entry["mean"], entry["sd"] = mean_sd(vals)
-            paired = [entry["seeds"][s] - ref[s] for s in entry["seeds"] if s in ref]
-            if paired and entry["seeds"] is not ref:
-                m, sd = mean_sd(paired)
-                half = _T975.get(len(paired) - 1, 1.96) * sd / math.sqrt(len(paired)) if sd is not None else None
-                entry["diff"] = {"n": len(paired), "mean": m, "sd": sd, "ci95": half,
-                                 "per_seed": paired, "wins": sum(d > 0 for d in paired)}
+            for key, name in (("diff", REFERENCE), ("diff_iso_flops", ISO_FLOPS)):
+                ref = rows.get(name, {}).get("seeds", {})
+                paired = [entry["seeds"][s] - ref[s] for s in entry["seeds"] if s in ref]
+                if paired and entry["seeds"] is not ref:
+                    m, sd = mean_sd(paired)
+                    half = _T975.get(len(paired) - 1, 1.96) * sd / math.sqrt(len(paired)) if sd is not None else None
+                    entry[key] = {"n": len(paired), "mean": m, "sd": sd, "ci95": half,
+                                  "per_seed": paired, "wins": sum(d > 0 for d in paired)}
+            sym = [v for per_seed in entry.get("symmetry", {}).values() for v in per_seed.values()]
+            by_axis: dict[str, list[float]] = {}
+            for per_seed in entry.get("symmetry", {}).values():
+                for tag, v in per_seed.items():
+                    by_axis.setdefault(tag.split("/")[-1], []).append(v)
+            if sym:
+                entry["symmetry_end"] = {axis: sum(v) / len(v) for axis, v in by_axis.items()}
     return table
 
 
@@ -491,8 +511,9 @@ def markdown(size_name: str, table: dict, refused: list[dict], seeds: list[int],
                          f"~100 per active parameter).")
             lines.append("")
         lines.append("| row | parameters | steps | FLOPs (x iso-token scratch) | val loss mean ± sd | "
-                     f"Δ vs {REFERENCE} (paired mean ± sd, 95% CI) | row worse in | per seed |")
-        lines.append("|---|---|---|---|---|---|---|---|")
+                     f"Δ vs {REFERENCE} (paired mean ± sd, 95% CI) | row worse in | Δ vs iso-FLOPs scratch "
+                     "(paired mean ± sd) | copies' cosine at the end | per seed |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|")
         for name, e in sorted(rows.items(), key=lambda kv: list(ROWS).index(kv[0])):
             c = e["compute"]
             params = " -> ".join(f"{p / 1e3:.0f}k" for p in c["total_params"])
@@ -505,7 +526,12 @@ def markdown(size_name: str, table: dict, refused: list[dict], seeds: list[int],
             per = ", ".join(f"{v:.3f}" for _, v in sorted(e["seeds"].items()))
             if e["failed"]:
                 per += f" (failed: seeds {e['failed']})"
-            lines.append(f"| {name} | {params} | {c['steps']} | {rel} | {loss} | {diff} | {wins} | {per} |")
+            di = e.get("diff_iso_flops")
+            iso = "—" if name == ISO_FLOPS else ("-" if not di else f"{di['mean']:+.3f} ± {fmt(di['sd'])} "
+                                                                     f"({di['wins']}/{di['n']} above)")
+            sym = ", ".join(f"{axis} {v:.2f}" for axis, v in sorted(e.get("symmetry_end", {}).items())) or "-"
+            lines.append(f"| {name} | {params} | {c['steps']} | {rel} | {loss} | {diff} | {wins} | {iso} | {sym} "
+                         f"| {per} |")
         lines.append("")
     if refused:
         lines.append("Rows not available in this version (the installed package refused their keys):")
