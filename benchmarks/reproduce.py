@@ -162,6 +162,7 @@ ROWS.update({
     "random-random + ratio 10": {"stage": {"init": "random-random", "rewarmup_ratio": 10.0}},
     "random-zero + ratio 10": {"stage": {"init": "random-zero", "rewarmup_ratio": 10.0},
                                "note": "new channels random, their outgoing weights zero"},
+    "random-zero": {"stage": {"init": "random-zero"}, "note": "the paper's re-warmup (1.3x) with random-zero init"},
     "recommended recipe": {"stage": {}, "set": {"growth.recipe": "recommended"},
                            "note": "the CLI's default recipe (growth.recipe: recommended)"},
 })
