@@ -715,20 +715,39 @@ def resume_command(argv: Sequence[str] | None, checkpoint: Path | str) -> str:
 
 def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
               argv: Sequence[str] | None) -> dict[str, Any]:
+    """The body of :func:`pretrain`, one call per phase: announce the run, build the data module and the module,
+    the callbacks, the logger and the Trainer, fit, settle the outcome, write the summary."""
     import lightning as L
     import torch
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
     from lightning_sparkling.pretrain import litgpt_compat
-    from lightning_sparkling.callbacks.growth import WidthGrowthCallback
-    from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
-    from lightning_sparkling.growth.compute import estimate_compute
-    from lightning_sparkling.pretrain.config import find_resume_checkpoint
 
     start, started = time.perf_counter(), time.time()
-    cb = _callbacks_module()
-    out_dir = run.out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    _announce_run(run)
+    if run.num_threads is not None:
+        torch.set_num_threads(run.num_threads)
+    L.seed_everything(run.seed, verbose=False)
+    datamodule = build_datamodule(run)
+    module = build_module(run)
+    callbacks = _build_callbacks(run, datamodule, hparams_yaml)
+    logger = litgpt_compat.make_logger(run)
+    trainer = _build_trainer(run, callbacks.all, logger)
+    failure = _fit(trainer, module, datamodule, run, callbacks.on_interrupt)
+    status, resume_from = _settle_fit(trainer, module, datamodule, run, callbacks, failure, started)
+    summary = _run_summary(run, trainer, module, callbacks, status, start)
+    _write_outputs(run, trainer, summary, failure, resume_from, callbacks.on_interrupt, hparams_yaml, argv,
+                   print_summary)
+    if failure is not None and status == "failed":
+        raise failure
+    return summary
+
+
+def _announce_run(run: ResolvedRun) -> None:
+    """Log what the run is about to do: its notes, the model, steps and tokens, parameters and FLOPs of the growth
+    plan (with the regime warning), the growth stages, and where the weights come from."""
+    from lightning_sparkling.growth.compute import estimate_compute
+
     for note in run.notes:
         _info(note)
     _info(f"model: {_model_line(run.model_config)}")
@@ -750,12 +769,43 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
     elif run.initial_checkpoint_dir is not None:
         _info(f"starting from the weights of {run.initial_checkpoint_dir}")
 
-    if run.num_threads is not None:
-        torch.set_num_threads(run.num_threads)
-    L.seed_everything(run.seed, verbose=False)
-    datamodule = build_datamodule(run)
-    module = build_module(run)
 
+@dataclasses.dataclass
+class _RunCallbacks:
+    """The callbacks of a CLI run: ``all`` in Trainer order, and those the run reads back after the fit.
+
+    Attributes:
+        all: every callback, in the order the Trainer runs them (``on_interrupt`` first).
+        on_interrupt: the ``InterruptCheckpoint`` (the checkpoint written on Ctrl-C or a failed step).
+        token_counter: the ``TokenCounter`` (tokens, FLOPs and per-step losses).
+        tracker: the ``RunTracker`` (last validated step, fit time).
+        growth: the ``WidthGrowthCallback``, ``None`` without growth stages.
+    """
+
+    all: list[Any]
+    on_interrupt: Any
+    token_counter: Any
+    tracker: Any
+    growth: Any | None
+
+
+def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _RunCallbacks:
+    """The callbacks of ``run``: interrupt checkpoint, growth, activation RMS monitor, sample generation, token
+    counter, litgpt export, run tracker, LR monitor, periodic Lightning checkpoints and the progress bar.
+
+    Args:
+        run: the resolved configuration.
+        datamodule: the run's data module (its ``tokenizer_dir``, once prepared, goes next to exported checkpoints).
+        hparams_yaml: the configuration as YAML (written next to every litgpt checkpoint).
+    """
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+
+    from lightning_sparkling.callbacks.growth import WidthGrowthCallback
+    from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
+    from lightning_sparkling.pretrain import litgpt_compat
+
+    cb = _callbacks_module()
+    out_dir = run.out_dir
     token_counter = cb.TokenCounter(run.tokens_per_step, run.train.log_interval)
     tracker = cb.RunTracker()
     on_interrupt = cb.InterruptCheckpoint(out_dir / "checkpoints")
@@ -781,18 +831,34 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
     )
     callbacks += [token_counter, exporter, tracker, LearningRateMonitor(logging_interval="step"), checkpoint,
                   cb.StepProgressBar(run.tokens_per_step)]
-    logger = litgpt_compat.make_logger(run)
+    return _RunCallbacks(all=callbacks, on_interrupt=on_interrupt, token_counter=token_counter, tracker=tracker,
+                         growth=growth)
+
+
+def _build_trainer(run: ResolvedRun, callbacks: list[Any], logger: Any):
+    """The ``lightning.Trainer`` of ``run``: devices, strategy, precision, steps, accumulation (the module's own
+    under Muon), logging and validation intervals, ``max_time``."""
+    import lightning as L
 
     interval = run.eval.interval if run.eval.interval else run.steps + 1
-    trainer = L.Trainer(
+    return L.Trainer(
         accelerator=run.accelerator, devices=run.num_devices, num_nodes=run.num_nodes, strategy=_strategy(run),
         precision=run.precision, max_steps=run.steps, accumulate_grad_batches=1 if run.uses_muon else run.accumulate,
         log_every_n_steps=run.train.log_interval, val_check_interval=interval * run.accumulate,
         check_val_every_n_epoch=None, limit_val_batches=run.eval.max_iters if run.eval.max_iters else 1.0,
-        num_sanity_val_steps=0, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir),
+        num_sanity_val_steps=0, logger=logger, callbacks=callbacks, default_root_dir=str(run.out_dir),
         enable_model_summary=False,  # it printed "Total FLOPs: 0": parameters and FLOPs are in the lines above
         max_time=None if run.train.max_time is None else {"seconds": float(run.train.max_time)},
     )
+
+
+def _fit(trainer: Any, module: Any, datamodule: Any, run: ResolvedRun, on_interrupt: Any) -> BaseException | None:
+    """Validate first when asked (fresh runs only), then fit (from ``run.resume_path`` when resuming).
+
+    Returns:
+        ``None`` when the fit returned; the ``KeyboardInterrupt`` of a Ctrl-C or the exception a training step
+        raised otherwise (Ctrl-C is given back to the process either way).
+    """
     if run.eval.initial_validation and run.resume_path is None:
         trainer.validate(module, datamodule=datamodule, verbose=False)
         # trainer.validate runs under inference_mode, leaving the metric's state as inference tensors that fit's
@@ -806,10 +872,25 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
             raise
         failure = on_interrupt.exception
         err.__suppress_context__ = True
-    except Exception as err:  # noqa: BLE001 - re-raised below, after the checkpoint and summary
+    except Exception as err:  # noqa: BLE001 - re-raised by _pretrain, after the checkpoint and summary
         failure = err
     finally:
         _restore_sigint()
+    return failure
+
+
+def _settle_fit(trainer: Any, module: Any, datamodule: Any, run: ResolvedRun, callbacks: _RunCallbacks,
+                failure: BaseException | None, started: float) -> tuple[str, Path | None]:
+    """The outcome of the fit: ``(status, resume_from)``. After a failure, the checkpoint to resume from (the
+    interrupt checkpoint, else the newest periodic one of this run, else the one this run resumed from). After a
+    completed fit, save the Lightning checkpoint of the last step and run the final validation when asked.
+
+    Args:
+        started: ``time.time()`` at the start of the run (older checkpoints are not this run's).
+    """
+    from lightning_sparkling.pretrain.config import find_resume_checkpoint
+
+    out_dir = run.out_dir
     step = trainer.global_step
     status = "completed"
     resume_from: Path | None = None
@@ -817,16 +898,30 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
         status = "interrupted" if isinstance(failure, KeyboardInterrupt) else "failed"
         newest = find_resume_checkpoint(out_dir)  # a periodic one of this run (multi-process runs save none on exit)
         newest = newest if newest is not None and newest.stat().st_mtime >= started else None
-        resume_from = on_interrupt.path or newest or run.resume_path
+        resume_from = callbacks.on_interrupt.path or newest or run.resume_path
     elif not trainer.interrupted:
         # Lightning's `.ckpt` of the last step (ModelCheckpoint saves only every save_interval): `resume` continues here
         last = out_dir / "checkpoints" / f"step-{step:08d}.ckpt"
         if not last.exists():
             trainer.save_checkpoint(last, weights_only=False)
-        if run.eval.final_validation and tracker.last_val_step != step:
+        if run.eval.final_validation and callbacks.tracker.last_val_step != step:
             trainer.validate(module, datamodule=datamodule, verbose=False)
+    return status, resume_from
 
-    # ---------------------------------------------------------------- summary
+
+def _run_summary(run: ResolvedRun, trainer: Any, module: Any, callbacks: _RunCallbacks, status: str,
+                 start: float) -> dict[str, Any]:
+    """The summary of the run (``summary.json`` without the failure keys): steps, tokens, FLOPs of the growth
+    stages applied, parameters, final widths, losses, times, and where it started and ended.
+
+    Args:
+        start: ``time.perf_counter()`` at the start of the run.
+    """
+    from lightning_sparkling.growth.compute import estimate_compute
+
+    out_dir = run.out_dir
+    step = trainer.global_step
+    token_counter, tracker, growth = callbacks.token_counter, callbacks.tracker, callbacks.growth
     applied = []
     if growth is not None:
         records = growth.state_dict()["records"]
@@ -841,7 +936,7 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
 
     last_losses = [v for s in range(max(0, step - 10), step) if (v := token_counter.step_loss(s)) is not None]
     fit_seconds = tracker.fit_seconds or (time.perf_counter() - tracker._t0 if tracker._t0 is not None else 0.0)
-    summary = {
+    return {
         "status": status, "out_dir": str(out_dir), "steps": step, "max_steps": run.steps,
         "tokens": step * run.tokens_per_step, "tokens_per_step": run.tokens_per_step,
         "flops": est.flops, "flops_from_scratch": est.flops_from_scratch, "flops_saved": est.flops_saved,
@@ -862,10 +957,20 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
         "final_dir": str(out_dir / "final") if status == "completed" else None,
         "interrupted": status != "completed" or bool(trainer.interrupted),
     }
+
+
+def _write_outputs(run: ResolvedRun, trainer: Any, summary: dict[str, Any], failure: BaseException | None,
+                   resume_from: Path | None, on_interrupt: Any, hparams_yaml: str, argv: Sequence[str] | None,
+                   print_summary: bool) -> None:
+    """Complete ``summary`` after a failure (error, checkpoint, resume command; ``out_dir/hparams.yaml`` when the
+    command had no arguments to repeat), then on rank zero write ``out_dir/summary.json`` and print the table and
+    the resume hint."""
+    out_dir = run.out_dir
     if failure is not None and argv is None and resume_from is not None and trainer.is_global_zero:
         (out_dir / "hparams.yaml").write_text(hparams_yaml)
         argv = ["--config", str(out_dir / "hparams.yaml")]
     if failure is not None:
+        status = summary["status"]
         summary["error"] = f"{type(failure).__name__}: {failure}" if status == "failed" else "KeyboardInterrupt"
         summary["checkpoint"] = str(resume_from) if resume_from is not None else None
         summary["checkpoint_step"] = on_interrupt.step if resume_from == on_interrupt.path else None
@@ -876,9 +981,6 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
             print_summary_table(summary)
         if failure is not None:
             _print_resume_hint(summary)
-    if failure is not None and status == "failed":
-        raise failure
-    return summary
 
 
 def _restore_sigint() -> None:

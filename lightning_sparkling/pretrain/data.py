@@ -315,6 +315,14 @@ def corpus_cache_key(train_files: Sequence[CorpusFile], val_files: Sequence[Corp
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+def _tokenizer_corpus_key(train_files: Sequence[CorpusFile], val_files: Sequence[CorpusFile],
+                          tokenizer_dir: Path) -> str:
+    """Hex digest naming the cache of a corpus tokenized by an existing tokenizer: the file list (as
+    :func:`corpus_cache_key` with vocabulary size 0) and the bytes of ``tokenizer_dir/tokenizer.json``."""
+    tok_hash = hashlib.sha256((tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
+    return hashlib.sha256((corpus_cache_key(train_files, val_files, 0) + tok_hash).encode()).hexdigest()
+
+
 def _token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
 
@@ -435,8 +443,7 @@ def build_tokenized_cache(train_files: Sequence[CorpusFile], val_files: Sequence
     tokenizer_dir = Path(tokenizer_dir).expanduser().resolve()
     if not (tokenizer_dir / "tokenizer.json").is_file():
         raise FileNotFoundError(f"tokenizer_dir={str(tokenizer_dir)!r} has no tokenizer.json")
-    tok_hash = hashlib.sha256((tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
-    key = hashlib.sha256((corpus_cache_key(train_files, val_files, 0) + tok_hash).encode()).hexdigest()
+    key = _tokenizer_corpus_key(train_files, val_files, tokenizer_dir)
     cache_root = Path(cache_dir).expanduser()
     final = cache_root / f"corpus-tok-{key[:20]}"
     if (final / "meta.json").is_file():
@@ -682,6 +689,88 @@ class ResumableWindowSampler(DistributedSampler):
         return iter(range(start + self.rank, start + self.total_size, self.num_replicas))
 
 
+def _check_datamodule_args(seq_len: int, batch_size: int, val_percent: float, max_files: int | None,
+                           max_bytes: int | None, source: str, val_windows: int | None) -> None:
+    """Raise ``ValueError`` for :class:`TextCorpusDataModule` arguments out of range."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len={seq_len} must be >= 1")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1")
+    if not 0 < val_percent < 100:
+        raise ValueError(f"val_percent={val_percent} must be in (0, 100)")
+    if max_files is not None and max_files < 2:
+        raise ValueError(f"max_files={max_files} must be >= 2 (one file per split at least)")
+    if max_bytes is not None and max_bytes < 1:
+        raise ValueError(f"max_bytes={max_bytes} must be positive")
+    if source not in ("stdlib", "stdlib+site-packages"):
+        raise ValueError(f"source={source!r}: expected 'stdlib' or 'stdlib+site-packages' (or data_dir=...)")
+    if val_windows is not None and val_windows < 1:
+        raise ValueError(f"val_windows={val_windows} must be >= 1 (or None: the whole validation split)")
+
+
+def _given_tokenizer_dir(tokenizer_dir: str | Path | None) -> Path | None:
+    """``tokenizer_dir`` resolved, checked to hold a ``tokenizer.json`` (``None`` stays ``None``)."""
+    if tokenizer_dir is None:
+        return None
+    path = Path(tokenizer_dir).expanduser().resolve()
+    if not (path / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"tokenizer_dir={str(tokenizer_dir)!r} has no tokenizer.json: give a folder "
+                                "holding one (e.g. a litgpt checkpoint dir), or leave tokenizer_dir unset to "
+                                "train a BPE on the corpus")
+    return path
+
+
+def _corpus_splits(source: str, data_dir: Path | None, include_tests: bool, val_percent: float,
+                   max_files: int | None, max_bytes: int | None) -> tuple[list[CorpusFile], list[CorpusFile]]:
+    """``(train, val)`` files of a corpus: collected (:func:`collect_corpus_files`), split by hash
+    (:func:`split_files`) and capped (:func:`cap_files`), ``max_files`` and ``max_bytes`` shared between the splits
+    in proportion to ``val_percent`` (at least one file and one byte each).
+
+    Raises:
+        ValueError: a split is empty.
+    """
+    files = collect_corpus_files(source, data_dir=data_dir, include_tests=include_tests)
+    train, val = split_files(files, val_percent)
+    share = val_percent / 100
+    val_max_files = None if max_files is None else max(1, round(max_files * share))
+    train_max_files = None if max_files is None else max(1, max_files - val_max_files)
+    val_max_bytes = None if max_bytes is None else max(1, int(max_bytes * share))
+    train_max_bytes = None if max_bytes is None else max(1, max_bytes - val_max_bytes)
+    train_files = cap_files(train, max_files=train_max_files, max_bytes=train_max_bytes)
+    val_files = cap_files(val, max_files=val_max_files, max_bytes=val_max_bytes)
+    if not train_files or not val_files:
+        empty = "train" if not train_files else "validation"
+        raise ValueError(f"the {empty} split is empty ({len(files)} files, val_percent={val_percent}): "
+                         "adjust val_percent or add data")
+    return train_files, val_files
+
+
+def _corpus_cache_path(cache_dir: Path, train_files: Sequence[CorpusFile], val_files: Sequence[CorpusFile],
+                       vocab_size: int, tokenizer_dir: Path | None) -> Path:
+    """The cache folder :func:`build_corpus_cache` (``corpus-<key>``) or, with ``tokenizer_dir``,
+    :func:`build_tokenized_cache` (``corpus-tok-<key>``) writes for these splits."""
+    if tokenizer_dir is not None:
+        return cache_dir / f"corpus-tok-{_tokenizer_corpus_key(train_files, val_files, tokenizer_dir)[:20]}"
+    return cache_dir / f"corpus-{corpus_cache_key(train_files, val_files, vocab_size)[:20]}"
+
+
+def _read_cache_meta(cache_path: Path) -> dict[str, Any]:
+    """The ``meta.json`` of a corpus cache (``RuntimeError`` when the cache has not been built)."""
+    meta_path = cache_path / "meta.json"
+    if not meta_path.is_file():
+        raise RuntimeError(f"no corpus cache at {cache_path}: prepare_data() has not run (under several "
+                           "nodes without a shared cache_dir keep prepare_data_per_node=True)")
+    return json.loads(meta_path.read_text())
+
+
+def _sampler_world(trainer: Any) -> tuple[int, int]:
+    """``(num_replicas, rank)`` of the Trainer's distributed sampler settings (``(1, 0)`` without any)."""
+    kwargs = trainer.distributed_sampler_kwargs if trainer is not None else None
+    if not kwargs:
+        return 1, 0
+    return int(kwargs.get("num_replicas", 1)), int(kwargs.get("rank", 0))
+
+
 class TextCorpusDataModule(L.LightningDataModule):
     """Token windows from a text corpus: by default Python's own standard library on this machine (~12 MB of
     ``*.py`` without its tests, ~3.5M tokens at ``vocab_size=4096``), with a byte-level BPE tokenizer trained on the
@@ -736,20 +825,7 @@ class TextCorpusDataModule(L.LightningDataModule):
                  max_files: int | None = None, max_bytes: int | None = None, num_workers: int = 0,
                  tokenizer_dir: str | Path | None = None, val_windows: int | None = None, val_seed: int = 0) -> None:
         super().__init__()
-        if seq_len < 1:
-            raise ValueError(f"seq_len={seq_len} must be >= 1")
-        if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be >= 1")
-        if not 0 < val_percent < 100:
-            raise ValueError(f"val_percent={val_percent} must be in (0, 100)")
-        if max_files is not None and max_files < 2:
-            raise ValueError(f"max_files={max_files} must be >= 2 (one file per split at least)")
-        if max_bytes is not None and max_bytes < 1:
-            raise ValueError(f"max_bytes={max_bytes} must be positive")
-        if source not in ("stdlib", "stdlib+site-packages"):
-            raise ValueError(f"source={source!r}: expected 'stdlib' or 'stdlib+site-packages' (or data_dir=...)")
-        if val_windows is not None and val_windows < 1:
-            raise ValueError(f"val_windows={val_windows} must be >= 1 (or None: the whole validation split)")
+        _check_datamodule_args(seq_len, batch_size, val_percent, max_files, max_bytes, source, val_windows)
         if include_site_packages:
             source = "stdlib+site-packages"
         self.seq_len = int(seq_len)
@@ -766,11 +842,7 @@ class TextCorpusDataModule(L.LightningDataModule):
         self.num_workers = int(num_workers)
         self.val_windows = None if val_windows is None else int(val_windows)
         self.val_seed = int(val_seed)
-        self.given_tokenizer_dir = Path(tokenizer_dir).expanduser().resolve() if tokenizer_dir is not None else None
-        if self.given_tokenizer_dir is not None and not (self.given_tokenizer_dir / "tokenizer.json").is_file():
-            raise FileNotFoundError(f"tokenizer_dir={str(tokenizer_dir)!r} has no tokenizer.json: give a folder "
-                                    "holding one (e.g. a litgpt checkpoint dir), or leave tokenizer_dir unset to "
-                                    "train a BPE on the corpus")
+        self.given_tokenizer_dir = _given_tokenizer_dir(tokenizer_dir)
         self.train_files: list[CorpusFile] | None = None
         self.val_files: list[CorpusFile] | None = None
         self._cache_path: Path | None = None
@@ -797,19 +869,8 @@ class TextCorpusDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ files and cache
     def _resolve_files(self) -> tuple[list[CorpusFile], list[CorpusFile]]:
         if self.train_files is None or self.val_files is None:
-            files = collect_corpus_files(self.source, data_dir=self.data_dir, include_tests=self.include_tests)
-            train, val = split_files(files, self.val_percent)
-            share = self.val_percent / 100
-            val_max_files = None if self.max_files is None else max(1, round(self.max_files * share))
-            train_max_files = None if self.max_files is None else max(1, self.max_files - val_max_files)
-            val_max_bytes = None if self.max_bytes is None else max(1, int(self.max_bytes * share))
-            train_max_bytes = None if self.max_bytes is None else max(1, self.max_bytes - val_max_bytes)
-            self.train_files = cap_files(train, max_files=train_max_files, max_bytes=train_max_bytes)
-            self.val_files = cap_files(val, max_files=val_max_files, max_bytes=val_max_bytes)
-            if not self.train_files or not self.val_files:
-                empty = "train" if not self.train_files else "validation"
-                raise ValueError(f"the {empty} split is empty ({len(files)} files, val_percent={self.val_percent}): "
-                                 "adjust val_percent or add data")
+            self.train_files, self.val_files = _corpus_splits(self.source, self.data_dir, self.include_tests,
+                                                              self.val_percent, self.max_files, self.max_bytes)
         return self.train_files, self.val_files
 
     @property
@@ -818,13 +879,8 @@ class TextCorpusDataModule(L.LightningDataModule):
         ``corpus-tok-<hash of file list and tokenizer>`` with ``tokenizer_dir``)."""
         if self._cache_path is None:
             train, val = self._resolve_files()
-            if self.given_tokenizer_dir is not None:
-                tok = hashlib.sha256((self.given_tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
-                key = hashlib.sha256((corpus_cache_key(train, val, 0) + tok).encode()).hexdigest()
-                self._cache_path = self.cache_dir / f"corpus-tok-{key[:20]}"
-            else:
-                key = corpus_cache_key(train, val, self.requested_vocab_size)
-                self._cache_path = self.cache_dir / f"corpus-{key[:20]}"
+            self._cache_path = _corpus_cache_path(self.cache_dir, train, val, self.requested_vocab_size,
+                                                  self.given_tokenizer_dir)
         return self._cache_path
 
     @property
@@ -853,11 +909,7 @@ class TextCorpusDataModule(L.LightningDataModule):
         return int(self.meta["vocab_size"])
 
     def _read_meta(self) -> dict[str, Any]:
-        meta_path = self.cache_path / "meta.json"
-        if not meta_path.is_file():
-            raise RuntimeError(f"no corpus cache at {self.cache_path}: prepare_data() has not run (under several "
-                               "nodes without a shared cache_dir keep prepare_data_per_node=True)")
-        return json.loads(meta_path.read_text())
+        return _read_cache_meta(self.cache_path)
 
     def prepare_data(self) -> None:
         """List and split the files, train the tokenizer and tokenize both splits into the cache, unless that cache
@@ -895,18 +947,11 @@ class TextCorpusDataModule(L.LightningDataModule):
         return self.train_dataset is None or self.train_dataset.seq_len != self.seq_len
 
     # ------------------------------------------------------------------ loaders
-    def _sampler_world(self) -> tuple[int, int]:
-        trainer = self.trainer
-        kwargs = trainer.distributed_sampler_kwargs if trainer is not None else None
-        if not kwargs:
-            return 1, 0
-        return int(kwargs.get("num_replicas", 1)), int(kwargs.get("rank", 0))
-
     def train_dataloader(self) -> DataLoader:
         """Seeded random windows, ``(batch_size, seq_len + 1)`` int64, continuing from the samples consumed so far."""
         if self._datasets_stale():
             self._build_datasets()
-        num_replicas, rank = self._sampler_world()
+        num_replicas, rank = _sampler_world(self.trainer)
         self._num_replicas = num_replicas
         sampler = ResumableWindowSampler(self.train_dataset, batch_size=self.batch_size, num_replicas=num_replicas,
                                          rank=rank, start=self._samples_consumed, position_fn=self._stream_position)

@@ -264,6 +264,170 @@ def _noop_closure() -> None:
     return None
 
 
+def _check_module_args(max_steps: int | None, lr_warmup_steps: int | None, lr_warmup_fraction: float | None,
+                       min_lr: float | None, max_norm: float | None, accumulate_grad_batches: int) -> None:
+    """Raise ``ValueError`` for :class:`LitGPTPretrainModule` arguments out of range or given together."""
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps={max_steps} must be >= 1")
+    if lr_warmup_steps is not None and lr_warmup_fraction is not None:
+        raise ValueError("give lr_warmup_steps or lr_warmup_fraction, not both "
+                         f"(got {lr_warmup_steps} and {lr_warmup_fraction})")
+    if lr_warmup_steps is not None and lr_warmup_steps < 0:
+        raise ValueError(f"lr_warmup_steps={lr_warmup_steps} must be >= 0")
+    if lr_warmup_steps is not None and max_steps is not None and lr_warmup_steps > max_steps:
+        raise ValueError(f"lr_warmup_steps={lr_warmup_steps} is larger than max_steps={max_steps}")
+    if lr_warmup_fraction is not None and not 0 <= lr_warmup_fraction <= 1:
+        raise ValueError(f"lr_warmup_fraction={lr_warmup_fraction} must be in [0, 1]")
+    if min_lr is not None and min_lr < 0:
+        raise ValueError(f"min_lr={min_lr} must be >= 0")
+    if max_norm is not None and max_norm < 0:
+        raise ValueError(f"max_norm={max_norm} must be >= 0")
+    if accumulate_grad_batches < 1:
+        raise ValueError(f"accumulate_grad_batches={accumulate_grad_batches} must be >= 1")
+
+
+def _schedule_steps(max_steps: int | None, trainer_max_steps: int | None, lr_warmup_steps: int | None,
+                    lr_warmup_fraction: float | None) -> tuple[int, int]:
+    """``(warmup_steps, total_steps)`` of the LR schedule: total is ``max_steps``, else the Trainer's; warmup is
+    ``lr_warmup_steps``, else ``ceil(fraction * total)`` (fraction default :data:`DEFAULT_WARMUP_FRACTION`).
+
+    Example::
+
+        >>> _schedule_steps(200, None, None, None), _schedule_steps(None, 100, 5, None)
+        ((6, 200), (5, 100))
+    """
+    total = max_steps
+    if total is None:
+        if trainer_max_steps is None or trainer_max_steps < 1:
+            raise ValueError("max_steps is not set: give LitGPTPretrainModule(max_steps=...) or "
+                             "Trainer(max_steps=...)")
+        total = trainer_max_steps
+    if lr_warmup_steps is not None:
+        warmup = lr_warmup_steps
+    else:
+        fraction = DEFAULT_WARMUP_FRACTION if lr_warmup_fraction is None else lr_warmup_fraction
+        warmup = math.ceil(fraction * total)
+    if warmup > total:
+        raise ValueError(f"lr_warmup_steps={warmup} is larger than max_steps={total}")
+    return int(warmup), int(total)
+
+
+def _split_muon_params(model: GPT) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """``(muon, adamw)``: the trainable 2-D weights of the transformer blocks, and every other trainable parameter
+    (embeddings, ``lm_head``, norms, biases), each parameter once (tied weights too)."""
+    matrix_ids = {id(p) for p in model.transformer.h.parameters() if p.ndim == 2}
+    muon, adamw, seen = [], [], set()
+    for p in model.parameters():
+        if id(p) in seen or not p.requires_grad:
+            continue
+        seen.add(id(p))
+        (muon if id(p) in matrix_ids else adamw).append(p)
+    return muon, adamw
+
+
+def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
+                      muon_adamw: dict[str, Any]) -> list[torch.optim.Optimizer]:
+    """The optimizer of ``optimizer_spec`` over the trainable parameters of ``model``; with Muon, Muon over the
+    block matrices and AdamW (Muon's ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``, updated by
+    ``muon_adamw``) over the rest, in that order.
+
+    Args:
+        model: the GPT.
+        optimizer_spec: a spec for :func:`resolve_optimizer`.
+        uses_muon: whether that spec is Muon.
+        muon_adamw: AdamW ``init_args`` overrides (Muon only).
+    """
+    cls, init_args = resolve_optimizer(optimizer_spec)
+    if not uses_muon:
+        params = [p for p in model.parameters() if p.requires_grad]
+        return [cls(params, **init_args)]
+    muon_params, adamw_params = _split_muon_params(model)
+    main = cls(muon_params, **init_args)
+    aux_args = {"lr": main.defaults["lr"], "betas": (0.9, 0.95), "eps": 1e-8,
+                "weight_decay": main.defaults.get("weight_decay", 0.0)}
+    aux_args.update(muon_adamw)
+    if isinstance(aux_args.get("betas"), list):
+        aux_args["betas"] = tuple(aux_args["betas"])
+    return [main, torch.optim.AdamW(adamw_params, **aux_args)]
+
+
+def _min_lr_ratio(min_lr: float | None, base_lr: float) -> float:
+    """``min_lr / base_lr`` (:data:`DEFAULT_MIN_LR_RATIO` when ``min_lr`` is ``None``), checking both LRs.
+
+    Example::
+
+        >>> _min_lr_ratio(None, 1e-3), _min_lr_ratio(1e-4, 1e-3)
+        (0.01, 0.1)
+    """
+    if base_lr <= 0:
+        raise ValueError(f"optimizer lr={base_lr} must be positive")
+    if min_lr is None:
+        return DEFAULT_MIN_LR_RATIO
+    if min_lr > base_lr:
+        raise ValueError(f"min_lr={min_lr} is larger than the optimizer's lr={base_lr}")
+    return min_lr / base_lr
+
+
+def _warmup_cosine_configs(optimizers: list[torch.optim.Optimizer], warmup: int, total: int,
+                           min_lr_ratio: float) -> list[dict]:
+    """One Lightning optimizer config per optimizer, each with its own step-interval
+    ``LambdaLR(WarmupCosineLambda(warmup, total, min_lr_ratio))``."""
+    configs = []
+    for opt in optimizers:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            opt, WarmupCosineLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio))
+        configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}})
+    return configs
+
+
+def _as_list(value: Any) -> list:
+    """``value`` as a list: ``[]`` for ``None``, itself for a list, else ``[value]``."""
+    return [] if value is None else value if isinstance(value, list) else [value]
+
+
+def _clip_global_norm(optimizers: list[Any], max_norm: float | None) -> None:
+    """Clip the gradients of every parameter of ``optimizers`` to one global norm ``max_norm`` (falsy: no-op)."""
+    if max_norm:
+        params = [p for opt in optimizers for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+
+# ---------------------------------------------------------------------------------------------------------- loss
+def _next_token_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of ``model`` on token ids ``batch`` ``(B, T + 1)`` (inputs ``[:, :-1]``,
+    targets ``[:, 1:]``; integer dtypes of any width)."""
+    if not isinstance(batch, torch.Tensor) or batch.ndim != 2 or batch.shape[1] < 2:
+        shape = tuple(batch.shape) if isinstance(batch, torch.Tensor) else type(batch).__name__
+        raise ValueError(f"expected a batch of token ids shaped (B, T + 1), got {shape}")
+    batch = batch.long()  # litdata's token streams are int32
+    input_ids, targets = batch[:, :-1], batch[:, 1:]
+    logits = model(input_ids)
+    return chunked_cross_entropy(logits, targets, chunk_size=0)
+
+
+def _flops_params(model: nn.Module, tie_embeddings: bool) -> int:
+    """Active parameters of ``model`` for the FLOPs count: counted from its config under FSDP1 (whose parameters
+    are this rank's flat shards), from its parameters otherwise (:func:`active_parameter_count`)."""
+    if isinstance(model, FullyShardedDataParallel):
+        return count_params(model.config, tie_embeddings=tie_embeddings)[0]
+    return active_parameter_count(model)
+
+
+def _rebuilt_gpt(old: GPT | None, config: Config, *, seed: int, tie_embeddings: bool) -> GPT:
+    """A fresh GPT of ``config`` (torch's default init: weights are loaded next) on the device and in the
+    floating dtype of ``old``'s parameters (unless those are on ``meta``), keeping ``old``'s shorter
+    ``max_seq_length``."""
+    reference = next(old.parameters(), None) if old is not None else None
+    model = build_gpt(config, seed=seed, tie_embeddings=tie_embeddings, init_weights=False)
+    if reference is not None and reference.device.type != "meta":
+        model = model.to(device=reference.device)
+        if reference.dtype != torch.float32 and reference.is_floating_point():
+            model = model.to(dtype=reference.dtype)
+    if old is not None and old.max_seq_length != config.block_size and old.max_seq_length <= config.block_size:
+        model.max_seq_length = old.max_seq_length
+    return model
+
+
 # ---------------------------------------------------------------------------------------------------------- module
 class LitGPTPretrainModule(L.LightningModule):
     """Pretrains a ``litgpt.GPT`` on batches of token ids ``(B, T + 1)`` (inputs ``[:, :-1]``, targets ``[:, 1:]``).
@@ -332,23 +496,7 @@ class LitGPTPretrainModule(L.LightningModule):
         super().__init__()
         config = _as_config(model_config)
         optimizer_cls, _ = resolve_optimizer(optimizer)  # validates the spec early
-        if max_steps is not None and max_steps < 1:
-            raise ValueError(f"max_steps={max_steps} must be >= 1")
-        if lr_warmup_steps is not None and lr_warmup_fraction is not None:
-            raise ValueError("give lr_warmup_steps or lr_warmup_fraction, not both "
-                             f"(got {lr_warmup_steps} and {lr_warmup_fraction})")
-        if lr_warmup_steps is not None and lr_warmup_steps < 0:
-            raise ValueError(f"lr_warmup_steps={lr_warmup_steps} must be >= 0")
-        if lr_warmup_steps is not None and max_steps is not None and lr_warmup_steps > max_steps:
-            raise ValueError(f"lr_warmup_steps={lr_warmup_steps} is larger than max_steps={max_steps}")
-        if lr_warmup_fraction is not None and not 0 <= lr_warmup_fraction <= 1:
-            raise ValueError(f"lr_warmup_fraction={lr_warmup_fraction} must be in [0, 1]")
-        if min_lr is not None and min_lr < 0:
-            raise ValueError(f"min_lr={min_lr} must be >= 0")
-        if max_norm is not None and max_norm < 0:
-            raise ValueError(f"max_norm={max_norm} must be >= 0")
-        if accumulate_grad_batches < 1:
-            raise ValueError(f"accumulate_grad_batches={accumulate_grad_batches} must be >= 1")
+        _check_module_args(max_steps, lr_warmup_steps, lr_warmup_fraction, min_lr, max_norm, accumulate_grad_batches)
         self.uses_muon = _is_muon(optimizer_cls)
         if muon_adamw is not None and not self.uses_muon:
             raise ValueError("muon_adamw is only used with optimizer Muon")
@@ -394,13 +542,7 @@ class LitGPTPretrainModule(L.LightningModule):
         return self.model(idx)
 
     def _lm_loss(self, batch: torch.Tensor) -> torch.Tensor:
-        if not isinstance(batch, torch.Tensor) or batch.ndim != 2 or batch.shape[1] < 2:
-            shape = tuple(batch.shape) if isinstance(batch, torch.Tensor) else type(batch).__name__
-            raise ValueError(f"expected a batch of token ids shaped (B, T + 1), got {shape}")
-        batch = batch.long()  # litdata's token streams are int32
-        input_ids, targets = batch[:, :-1], batch[:, 1:]
-        logits = self.model(input_ids)
-        return chunked_cross_entropy(logits, targets, chunk_size=0)
+        return _next_token_loss(self.model, batch)
 
     # ------------------------------------------------------------------ FLOPs
     def update_flops_per_batch(self, micro_batch_size: int, seq_len: int) -> int:
@@ -411,10 +553,7 @@ class LitGPTPretrainModule(L.LightningModule):
             micro_batch_size: sequences per micro-batch (per device).
             seq_len: tokens per sequence (the model input length, i.e. window length - 1).
         """
-        if isinstance(self.model, FullyShardedDataParallel):  # FSDP1: parameters are this rank's flat shards
-            n_active = count_params(self.model.config, tie_embeddings=self.tie_embeddings)[0]
-        else:
-            n_active = active_parameter_count(self.model)
+        n_active = _flops_params(self.model, self.tie_embeddings)
         self.flops_per_batch = 6 * n_active * int(micro_batch_size) * int(seq_len)
         self._flops_key = (id(self.model), id(self.model.config), int(micro_batch_size), int(seq_len))
         return self.flops_per_batch
@@ -432,6 +571,12 @@ class LitGPTPretrainModule(L.LightningModule):
         self._refresh_flops(batch)
         loss = self._lm_loss(batch)
         self._stepped = self.automatic_optimization or self._manual_step(loss, batch_idx)
+        self._log_train_loss(loss)
+        return loss
+
+    def _log_train_loss(self, loss: torch.Tensor) -> None:
+        """Log ``train_loss``: every micro-batch when each one is an optimizer step (or Lightning accumulates), else
+        once per optimizer step, at the end of the accumulation window."""
         if self.automatic_optimization or self.accumulate_grad_batches == 1:
             self.log("train_loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
         elif self._stepped:
@@ -442,7 +587,6 @@ class LitGPTPretrainModule(L.LightningModule):
             if every and step % every == 0:
                 for logger in self.loggers:
                     logger.log_metrics({"train_loss": float(loss)}, step=step - 1)
-        return loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Under manual optimization with ``accumulate_grad_batches > 1``, make Lightning's logging step count
@@ -462,13 +606,9 @@ class LitGPTPretrainModule(L.LightningModule):
         self.manual_backward(loss / accumulate)
         if (batch_idx + 1) % accumulate != 0 and not self.trainer.is_last_batch:
             return False
-        optimizers = self.optimizers()
-        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
-        schedulers = self.lr_schedulers()
-        schedulers = [] if schedulers is None else schedulers if isinstance(schedulers, list) else [schedulers]
-        if self.max_norm:
-            params = [p for opt in optimizers for g in opt.param_groups for p in g["params"] if p.grad is not None]
-            torch.nn.utils.clip_grad_norm_(params, self.max_norm)
+        optimizers = _as_list(self.optimizers())
+        schedulers = _as_list(self.lr_schedulers())
+        _clip_global_norm(optimizers, self.max_norm)
         # Only the first step goes through Lightning's optimizer wrapper: each wrapper step counts one
         # `trainer.global_step`, and one optimizer step of this module is one global step.
         optimizers[0].step()
@@ -500,62 +640,15 @@ class LitGPTPretrainModule(L.LightningModule):
     # ------------------------------------------------------------------ optimizers
     def schedule_steps(self) -> tuple[int, int]:
         """``(warmup_steps, total_steps)`` of the LR schedule (total from ``max_steps`` or the Trainer's)."""
-        total = self.max_steps
-        if total is None:
-            trainer_steps = self._trainer.max_steps if self._trainer is not None else -1
-            if trainer_steps is None or trainer_steps < 1:
-                raise ValueError("max_steps is not set: give LitGPTPretrainModule(max_steps=...) or "
-                                 "Trainer(max_steps=...)")
-            total = trainer_steps
-        if self.lr_warmup_steps is not None:
-            warmup = self.lr_warmup_steps
-        else:
-            fraction = DEFAULT_WARMUP_FRACTION if self.lr_warmup_fraction is None else self.lr_warmup_fraction
-            warmup = math.ceil(fraction * total)
-        if warmup > total:
-            raise ValueError(f"lr_warmup_steps={warmup} is larger than max_steps={total}")
-        return int(warmup), int(total)
-
-    def _split_muon_params(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-        matrix_ids = {id(p) for p in self.model.transformer.h.parameters() if p.ndim == 2}
-        muon, adamw, seen = [], [], set()
-        for p in self.model.parameters():
-            if id(p) in seen or not p.requires_grad:
-                continue
-            seen.add(id(p))
-            (muon if id(p) in matrix_ids else adamw).append(p)
-        return muon, adamw
+        trainer_steps = self._trainer.max_steps if self._trainer is not None else -1
+        return _schedule_steps(self.max_steps, trainer_steps, self.lr_warmup_steps, self.lr_warmup_fraction)
 
     def configure_optimizers(self) -> dict | list[dict]:
         """The optimizer(s) and step-interval ``LambdaLR(WarmupCosineLambda)`` scheduler(s)."""
         warmup, total = self.schedule_steps()
-        cls, init_args = resolve_optimizer(self.optimizer_spec)
-        if self.uses_muon:
-            muon_params, adamw_params = self._split_muon_params()
-            main = cls(muon_params, **init_args)
-            aux_args = {"lr": main.defaults["lr"], "betas": (0.9, 0.95), "eps": 1e-8,
-                        "weight_decay": main.defaults.get("weight_decay", 0.0)}
-            aux_args.update(self.muon_adamw)
-            if isinstance(aux_args.get("betas"), list):
-                aux_args["betas"] = tuple(aux_args["betas"])
-            optimizers = [main, torch.optim.AdamW(adamw_params, **aux_args)]
-        else:
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            optimizers = [cls(params, **init_args)]
-        base_lr = float(optimizers[0].param_groups[0]["lr"])
-        if base_lr <= 0:
-            raise ValueError(f"optimizer lr={base_lr} must be positive")
-        if self.min_lr is None:
-            min_lr_ratio = DEFAULT_MIN_LR_RATIO
-        else:
-            if self.min_lr > base_lr:
-                raise ValueError(f"min_lr={self.min_lr} is larger than the optimizer's lr={base_lr}")
-            min_lr_ratio = self.min_lr / base_lr
-        configs = []
-        for opt in optimizers:
-            scheduler = torch.optim.lr_scheduler.LambdaLR(
-                opt, WarmupCosineLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio))
-            configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}})
+        optimizers = _build_optimizers(self.model, self.optimizer_spec, self.uses_muon, self.muon_adamw)
+        min_lr_ratio = _min_lr_ratio(self.min_lr, float(optimizers[0].param_groups[0]["lr"]))
+        configs = _warmup_cosine_configs(optimizers, warmup, total, min_lr_ratio)
         return configs[0] if len(configs) == 1 else configs
 
     @property
@@ -610,16 +703,7 @@ class LitGPTPretrainModule(L.LightningModule):
         self._rebuild_model(config)
 
     def _rebuild_model(self, config: Config) -> None:
-        old = self.model
-        reference = next(old.parameters(), None) if old is not None else None
-        model = build_gpt(config, seed=self.seed, tie_embeddings=self.tie_embeddings, init_weights=False)
-        if reference is not None and reference.device.type != "meta":
-            model = model.to(device=reference.device)
-            if reference.dtype != torch.float32 and reference.is_floating_point():
-                model = model.to(dtype=reference.dtype)
-        if old is not None and old.max_seq_length != config.block_size and old.max_seq_length <= config.block_size:
-            model.max_seq_length = old.max_seq_length
-        self.model = model
+        self.model = _rebuilt_gpt(self.model, config, seed=self.seed, tie_embeddings=self.tie_embeddings)
         self._flops_key = None
         if self.device_mesh is not None:
             shard_gpt(self.model, self.device_mesh)
