@@ -258,11 +258,15 @@ class GrowthStage:
         """A stage of a named recipe (:data:`RECIPES`): the recipe's keys, then ``keys`` on top.
 
         ``GrowthStage(...)`` alone is the paper's recipe (``recipe='paper'``); ``'recommended'`` is the one our
-        seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay").
+        seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay"); ``'copy-loop'`` keeps the paper's
+        function-preserving copy-copy init and adds the symmetry loop.
 
         Example::
 
-            >>> GrowthStage.from_recipe("recommended", 500, n_embd=1024).symmetry_target
+            >>> stage = GrowthStage.from_recipe("recommended", 500, n_embd=1024)
+            >>> stage.init, stage.rewarmup_ratio
+            ('random-zero', 10.0)
+            >>> GrowthStage.from_recipe("copy-loop", 500, n_embd=1024).symmetry_target
             0.5
             >>> GrowthStage.from_recipe("paper", 500, n_embd=1024) == GrowthStage(500, n_embd=1024)
             True
@@ -274,10 +278,14 @@ RECIPES: dict[str, dict[str, Any]] = {
     # GrowthStage's own defaults: the SPARKLING recipe as published (copy-copy, RMS-preserving scale, asymmetric
     # state, new entries re-warmed to 1.3x over rewarmup_steps).
     "paper": {},
-    # The paper's recipe plus the closed loop on the symmetry lock: the new entries' LR is doubled every 10 steps
-    # (up to 8x) while the copies' cosine to their sources is above 0.5, and held. Chosen by the seeded comparisons
-    # of docs/BENCHMARKS.md ("Making growth pay"); still function preserving at the growth (copy-copy).
-    "recommended": {"symmetry_target": 0.5, "symmetry_max_boost": 8.0, "symmetry_release": "hold"},
+    # What the seeded comparisons of docs/BENCHMARKS.md ("Making growth pay") found best: new channels start random
+    # and write nothing (random fan-out, zero fan-in: no copy to stay locked to, the function barely moves), and
+    # their LR re-warms to 10x the LR at growth instead of 1.3x.
+    "recommended": {"init": "random-zero", "rewarmup_ratio": 10.0},
+    # Function preserving at the growth (copy-copy, as the paper) plus the closed loop on the symmetry lock: the new
+    # entries' LR is doubled every 10 steps (up to 8x) while the copies' cosine to their sources is above 0.5, and
+    # held.
+    "copy-loop": {"symmetry_target": 0.5, "symmetry_max_boost": 8.0, "symmetry_release": "hold"},
 }
 """Named recipes: :class:`GrowthStage` keys a stage gets unless it sets them itself (:func:`apply_recipe`)."""
 
@@ -294,13 +302,15 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
 
     Example::
 
-        >>> apply_recipe("recommended", {"n_embd": 128, "init": "random-random"})
+        >>> apply_recipe("recommended", {"n_embd": 128, "init": "copy-copy"})
+        {'n_embd': 128, 'init': 'copy-copy', 'rewarmup_ratio': 10.0}
+        >>> apply_recipe("copy-loop", {"n_embd": 128, "init": "random-random"})
         {'n_embd': 128, 'init': 'random-random'}
     """
     if recipe not in RECIPES:
         raise ValueError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}")
     extra = {k: v for k, v in RECIPES[recipe].items() if k not in keys}
-    init = keys.get("init", "copy-copy")
+    init = keys.get("init", extra.get("init", "copy-copy"))
     copies = isinstance(init, str) and "copy" in init.split("-")
     if not copies or ("rewarmup_ratio" in keys and keys["rewarmup_ratio"] is None):
         extra = {k: v for k, v in extra.items() if k not in _SYMMETRY_KEYS}

@@ -246,9 +246,10 @@ class GrowthArgs:
     min_lr: Optional[float] = None
     """LR the new entries' re-warmup decays to at the last step (default: the baseline schedule's final LR)."""
     recipe: str = "recommended"
-    """Keys every stage gets unless it sets them: ``recommended`` (the paper's recipe plus the closed loop on the
-    symmetry lock, chosen by the project's seeded comparisons, docs/BENCHMARKS.md) or ``paper`` (SPARKLING as
-    published: GrowthStage's own defaults)."""
+    """Keys every stage gets unless it sets them: ``recommended`` (random-zero init, new entries re-warmed to 10x:
+    what the project's seeded comparisons found best, docs/BENCHMARKS.md), ``copy-loop`` (function preserving:
+    copy-copy plus the closed loop on the symmetry lock) or ``paper`` (SPARKLING as published: GrowthStage's own
+    defaults)."""
 
 
 @dataclass
@@ -778,7 +779,7 @@ def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], 
             differing = {f for f in done.to_dict() if getattr(done, f) != getattr(given, f)}
             recipe = ("; only the recipe's keys differ: growth.recipe: paper (the recipe of runs started before "
                       "recipes existed) or the recipe it was trained with"
-                      if differing <= set(RECIPES["recommended"]) else "")
+                      if differing <= {k for keys in RECIPES.values() for k in keys} else "")
             raise ConfigError("resume", f"{str(path)!r} was grown by another growth.stages[{k}] than the config's "
                                         f"({diff}): resume with the stages it was trained with{recipe}, {fresh}")
     if grown < len(stages) and stages[grown].at_step < step:
