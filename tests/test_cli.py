@@ -335,19 +335,42 @@ def test_plan_matches_estimate_compute(config_file, capsys, tmp_path):
 def test_plan_warns_below_the_token_ratio_where_growth_was_measured_not_to_pay(config_file, capsys):
     from lightning_sparkling.pretrain.cli import MEASURED_UNPROFITABLE_TOKENS_PER_PARAM
 
-    _, run, _ = parse(["--config", str(config_file)])
+    _, run, _ = parse(["--config", str(config_file), "--growth.recipe", "paper"])
     report = plan(run, print_report=False)
     assert report["tokens_per_param"] == pytest.approx(run.total_tokens / report["active_params"][-1])
     assert report["tokens_per_param"] < MEASURED_UNPROFITABLE_TOKENS_PER_PARAM
     assert f"{report['tokens_per_param']:.2f} training tokens per final active parameter" in report["regime_warning"]
-    assert main(["plan", "--config", str(config_file)]) == 0
+    assert "ended the paper's recipe above" in report["regime_warning"]
+    assert main(["plan", "--config", str(config_file), "--growth.recipe", "paper"]) == 0
     assert "warning: growth has not been found to pay at this scale" in capsys.readouterr().out
+    # the recommended recipe below the smallest ratio it was measured at: a warning that says so
+    _, rec, _ = parse(["--config", str(config_file)])
+    assert "below the smallest ratio measured" in plan(rec, print_report=False)["regime_warning"]
     # enough tokens per parameter (past every measured ratio), or no growth at all: no warning
     steps = math.ceil(MEASURED_UNPROFITABLE_TOKENS_PER_PARAM * report["active_params"][-1] / run.tokens_per_step) + 1
-    _, long_run, _ = parse(["--config", str(config_file), "--train.max_steps", str(steps)])
+    _, long_run, _ = parse(["--config", str(config_file), "--train.max_steps", str(steps), "--growth.recipe", "paper"])
     assert plan(long_run, print_report=False)["regime_warning"] is None
     _, plain, _ = parse(["--config", str(config_file), "--growth.stages", "[]"])
     assert plan(plain, print_report=False)["regime_warning"] is None
+
+
+@pytest.mark.parametrize("recipe, ratio, expected", [
+    ("recommended", 1.0, "below the smallest ratio measured"),
+    ("recommended", 5.0, None),
+    ("recommended", 15.0, "ended growth.recipe: recommended above"),
+    ("recommended", 30.0, None),
+    ("paper", 5.0, "ended the paper's recipe above"),
+    ("copy-loop", 5.0, "ended the paper's recipe above"),
+    ("paper", 30.0, None),
+])
+def test_regime_warning_follows_what_each_recipe_was_measured_to_do(recipe, ratio, expected):
+    from lightning_sparkling import GrowthStage
+    from lightning_sparkling.pretrain.cli import MEASURED_RECOMMENDED_PAYS, regime_warning
+
+    assert MEASURED_RECOMMENDED_PAYS[0] < 5.0 < MEASURED_RECOMMENDED_PAYS[1] < 15.0
+    stages = [GrowthStage.from_recipe(recipe, 10, n_embd=64), GrowthStage.from_recipe(recipe, 20, n_embd=128)]
+    warning = regime_warning(int(ratio * 1_000_000), 1_000_000, stages)
+    assert (warning is None) if expected is None else (expected in warning), warning
 
 
 def test_plan_without_rewarmup_says_so(config_file, capsys):
