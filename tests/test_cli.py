@@ -360,7 +360,7 @@ def test_plan_warns_below_the_token_ratio_where_growth_was_measured_not_to_pay(c
     ("recommended", 15.0, "ended growth.recipe: recommended above"),
     ("recommended", 30.0, None),
     ("paper", 5.0, "ended the paper's recipe above"),
-    ("copy-loop", 5.0, "ended the paper's recipe above"),
+    ("random-zero", 5.0, "ended the paper's recipe above"),
     ("paper", 30.0, None),
 ])
 def test_regime_warning_follows_what_each_recipe_was_measured_to_do(recipe, ratio, expected):

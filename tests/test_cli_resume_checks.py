@@ -89,7 +89,7 @@ def test_resume_auto_refuses_a_corrupt_newest_checkpoint(run, tmp_path, capsys):
      "another growth.stages[0] than the config's (intermediate_size: checkpoint 128, config None)"),
     (["--growth.stages", "[]"], "was grown by 1 stage(s) but growth.stages has 0"),
     # same stages, other recipe: the message names the key that restores it
-    (["--growth.recipe", "paper"], "(init: checkpoint 'random-zero', config 'copy-copy'"),
+    (["--growth.recipe", "paper"], "(symmetry_target: checkpoint 0.5, config None"),
     (["--growth.recipe", "paper"], "only the recipe's keys differ: growth.recipe: paper"),
     # another architecture: the checkpoint's would be silently used (then a KeyError a few steps later)
     (["--model_config.n_layer", "3"], "n_layer: checkpoint 2, config 3"),

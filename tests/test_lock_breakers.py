@@ -252,6 +252,8 @@ def test_symmetry_target_settings_are_checked():
         GrowthStage(5, n_embd=48, init="random-random", symmetry_target=0.5)
     with pytest.raises(ValueError, match="rewarmup_ratio is None"):
         GrowthStage(5, n_embd=48, symmetry_target=0.5, rewarmup_ratio=None)
+    with pytest.raises(ValueError, match="rewarmup_scope='all' every entry follows one LR"):
+        GrowthStage(5, n_embd=48, symmetry_target=0.5, rewarmup_scope="all")
     with pytest.raises(ValueError, match="symmetry_interval=0"):
         GrowthStage(5, n_embd=48, symmetry_target=0.5, symmetry_interval=0)
     with pytest.raises(ValueError, match="symmetry_release='never'"):

@@ -25,27 +25,28 @@ def test_docstring_examples_hold(module):
 
 def test_paper_recipe_is_growth_stage_defaults_and_the_others_add_their_keys():
     assert GrowthStage.from_recipe("paper", 10, n_embd=64) == GrowthStage(10, n_embd=64)
-    rec = GrowthStage.from_recipe("recommended", 10, n_embd=64)
-    assert (rec.init, rec.rewarmup_ratio, rec.optimizer_state, rec.symmetry_target) == \
+    rz = GrowthStage.from_recipe("random-zero", 10, n_embd=64)
+    assert (rz.init, rz.rewarmup_ratio, rz.optimizer_state, rz.symmetry_target) == \
         ("random-zero", 10.0, "asymmetric", None)
-    loop = GrowthStage.from_recipe("copy-loop", 10, n_embd=64)
+    loop = GrowthStage.from_recipe("recommended", 10, n_embd=64)
     assert (loop.symmetry_target, loop.symmetry_max_boost, loop.symmetry_release) == (0.5, 8.0, "hold")
     assert (loop.init, loop.rewarmup_ratio, loop.optimizer_state) == ("copy-copy", 1.3, "asymmetric")
     # a key the stage sets wins over the recipe
-    assert GrowthStage.from_recipe("copy-loop", 10, n_embd=64, symmetry_target=0.7).symmetry_target == 0.7
-    assert GrowthStage.from_recipe("recommended", 10, n_embd=64, init="copy-copy").init == "copy-copy"
-    assert set(RECIPES) == {"paper", "recommended", "copy-loop"}
+    assert GrowthStage.from_recipe("recommended", 10, n_embd=64, symmetry_target=0.7).symmetry_target == 0.7
+    assert GrowthStage.from_recipe("random-zero", 10, n_embd=64, init="copy-copy").init == "copy-copy"
+    assert set(RECIPES) == {"paper", "recommended", "random-zero"}
 
 
-@pytest.mark.parametrize("keys", [{"init": "random-random"}, {"init": "zero-random"}, {"rewarmup_ratio": None}])
-def test_copy_loop_leaves_the_loop_out_where_nothing_is_copied_or_nothing_rewarms(keys):
-    stage = GrowthStage.from_recipe("copy-loop", 10, n_embd=64, **keys)
+@pytest.mark.parametrize("keys", [{"init": "random-random"}, {"init": "zero-random"}, {"rewarmup_ratio": None},
+                                  {"rewarmup_scope": "all"}])
+def test_recommended_leaves_the_loop_out_where_nothing_is_copied_or_no_new_entry_lr(keys):
+    stage = GrowthStage.from_recipe("recommended", 10, n_embd=64, **keys)
     assert stage.symmetry_target is None
-    assert apply_recipe("copy-loop", {"n_embd": 64, **keys}) == {"n_embd": 64, **keys}
+    assert apply_recipe("recommended", {"n_embd": 64, **keys}) == {"n_embd": 64, **keys}
 
 
 def test_unknown_recipe_is_refused():
-    with pytest.raises(ValueError, match="recipe='sparkling': choose one of paper, recommended, copy-loop"):
+    with pytest.raises(ValueError, match="recipe='sparkling': choose one of paper, recommended, random-zero"):
         apply_recipe("sparkling", {})
 
 
@@ -62,8 +63,7 @@ def test_cli_default_is_the_recommended_recipe_and_paper_is_one_key_away(tmp_pat
     assert default == GrowthStage.from_recipe("recommended", **stage)
     (paper,) = _stages(tmp_path, stages=[stage], recipe="paper")
     assert paper == GrowthStage(**stage)
-    (loop,) = _stages(tmp_path, stages=[{**stage, "symmetry_release": "schedule"}], recipe="copy-loop")
-    assert (loop.init, loop.symmetry_target, loop.symmetry_release, loop.symmetry_max_boost) == \
-        ("copy-copy", 0.5, "schedule", 8.0)
-    (own,) = _stages(tmp_path, stages=[{**stage, "init": "copy-copy"}])
-    assert (own.init, own.rewarmup_ratio) == ("copy-copy", 10.0)
+    (rz,) = _stages(tmp_path, stages=[{**stage, "rewarmup_ratio": 5.0}], recipe="random-zero")
+    assert (rz.init, rz.rewarmup_ratio, rz.symmetry_target) == ("random-zero", 5.0, None)
+    (own,) = _stages(tmp_path, stages=[{**stage, "symmetry_release": "schedule"}])
+    assert (own.symmetry_target, own.symmetry_release, own.symmetry_max_boost) == (0.5, "schedule", 8.0)

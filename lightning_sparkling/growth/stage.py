@@ -230,6 +230,9 @@ class GrowthStage:
         if self.rewarmup_ratio is None:
             raise ValueError(f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
                              "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio")
+        if self.rewarmup_scope == "all":
+            raise ValueError(f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
+                             "with rewarmup_scope='all' every entry follows one LR; use rewarmup_scope='new'")
 
     @property
     def changes_baseline(self) -> bool:
@@ -258,16 +261,16 @@ class GrowthStage:
         """A stage of a named recipe (:data:`RECIPES`): the recipe's keys, then ``keys`` on top.
 
         ``GrowthStage(...)`` alone is the paper's recipe (``recipe='paper'``); ``'recommended'`` is the one our
-        seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay"); ``'copy-loop'`` keeps the paper's
-        function-preserving copy-copy init and adds the symmetry loop.
+        seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay"): the paper's plus the closed loop on
+        the symmetry lock; ``'random-zero'`` grows sourceless channels re-warmed to 10x.
 
         Example::
 
-            >>> stage = GrowthStage.from_recipe("recommended", 500, n_embd=1024)
+            >>> GrowthStage.from_recipe("recommended", 500, n_embd=1024).symmetry_target
+            0.5
+            >>> stage = GrowthStage.from_recipe("random-zero", 500, n_embd=1024)
             >>> stage.init, stage.rewarmup_ratio
             ('random-zero', 10.0)
-            >>> GrowthStage.from_recipe("copy-loop", 500, n_embd=1024).symmetry_target
-            0.5
             >>> GrowthStage.from_recipe("paper", 500, n_embd=1024) == GrowthStage(500, n_embd=1024)
             True
         """
@@ -278,14 +281,14 @@ RECIPES: dict[str, dict[str, Any]] = {
     # GrowthStage's own defaults: the SPARKLING recipe as published (copy-copy, RMS-preserving scale, asymmetric
     # state, new entries re-warmed to 1.3x over rewarmup_steps).
     "paper": {},
-    # What the seeded comparisons of docs/BENCHMARKS.md ("Making growth pay") found best: new channels start random
-    # and write nothing (random fan-out, zero fan-in: no copy to stay locked to, the function barely moves), and
-    # their LR re-warms to 10x the LR at growth instead of 1.3x.
-    "recommended": {"init": "random-zero", "rewarmup_ratio": 10.0},
-    # Function preserving at the growth (copy-copy, as the paper) plus the closed loop on the symmetry lock: the new
-    # entries' LR is doubled every 10 steps (up to 8x) while the copies' cosine to their sources is above 0.5, and
-    # held.
-    "copy-loop": {"symmetry_target": 0.5, "symmetry_max_boost": 8.0, "symmetry_release": "hold"},
+    # What the seeded comparisons of docs/BENCHMARKS.md ("Making growth pay") found best over the token ratios
+    # measured: the paper's function-preserving copy-copy growth plus the closed loop on the symmetry lock (the new
+    # entries' LR is doubled every 10 steps, up to 8x, while the copies' cosine to their sources is above 0.5, then
+    # held).
+    "recommended": {"symmetry_target": 0.5, "symmetry_max_boost": 8.0, "symmetry_release": "hold"},
+    # New channels with no source (random fan-out, zero fan-in: they write nothing at first) and a 10x re-warmup:
+    # the best at the smallest token ratio measured (2.8 per parameter), behind "recommended" at 11 and 17.
+    "random-zero": {"init": "random-zero", "rewarmup_ratio": 10.0},
 }
 """Named recipes: :class:`GrowthStage` keys a stage gets unless it sets them itself (:func:`apply_recipe`)."""
 
@@ -295,16 +298,17 @@ _SYMMETRY_KEYS = ("symmetry_target", "symmetry_interval", "symmetry_max_boost", 
 def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
     """``keys`` (a stage's own :class:`GrowthStage` keys) completed by the recipe ``recipe``: a key the stage sets
     wins. The symmetry loop of a recipe is left out of a stage it cannot apply to (an ``init`` with no copied side,
-    or ``rewarmup_ratio=None``): there is no lock to break there, and the stage said so itself.
+    ``rewarmup_ratio=None``, or ``rewarmup_scope='all'``, where every entry follows one LR): there is no new-entry
+    LR to boost or no lock to break there, and the stage said so itself.
 
     Raises:
         ValueError: for an unknown recipe, naming the known ones.
 
     Example::
 
-        >>> apply_recipe("recommended", {"n_embd": 128, "init": "copy-copy"})
+        >>> apply_recipe("random-zero", {"n_embd": 128, "init": "copy-copy"})
         {'n_embd': 128, 'init': 'copy-copy', 'rewarmup_ratio': 10.0}
-        >>> apply_recipe("copy-loop", {"n_embd": 128, "init": "random-random"})
+        >>> apply_recipe("recommended", {"n_embd": 128, "init": "random-random"})
         {'n_embd': 128, 'init': 'random-random'}
     """
     if recipe not in RECIPES:
@@ -312,7 +316,8 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
     extra = {k: v for k, v in RECIPES[recipe].items() if k not in keys}
     init = keys.get("init", extra.get("init", "copy-copy"))
     copies = isinstance(init, str) and "copy" in init.split("-")
-    if not copies or ("rewarmup_ratio" in keys and keys["rewarmup_ratio"] is None):
+    no_rewarmup = "rewarmup_ratio" in keys and keys["rewarmup_ratio"] is None
+    if not copies or no_rewarmup or keys.get("rewarmup_scope") == "all":
         extra = {k: v for k, v in extra.items() if k not in _SYMMETRY_KEYS}
     return {**keys, **extra}
 

@@ -246,10 +246,10 @@ class GrowthArgs:
     min_lr: Optional[float] = None
     """LR the new entries' re-warmup decays to at the last step (default: the baseline schedule's final LR)."""
     recipe: str = "recommended"
-    """Keys every stage gets unless it sets them: ``recommended`` (random-zero init, new entries re-warmed to 10x:
-    what the project's seeded comparisons found best, docs/BENCHMARKS.md), ``copy-loop`` (function preserving:
-    copy-copy plus the closed loop on the symmetry lock) or ``paper`` (SPARKLING as published: GrowthStage's own
-    defaults)."""
+    """Keys every stage gets unless it sets them: ``recommended`` (the paper's copy-copy growth plus the closed loop
+    on the symmetry lock: what the project's seeded comparisons found best, docs/BENCHMARKS.md), ``random-zero``
+    (sourceless new channels re-warmed to 10x: best at the smallest token ratio measured) or ``paper`` (SPARKLING as
+    published: GrowthStage's own defaults)."""
 
 
 @dataclass
