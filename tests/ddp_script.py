@@ -86,7 +86,10 @@ if __name__ == "__main__":
     args = parser.parse_args()
     out = Path(args.out) / f"{args.mode}-acc{args.accumulate}"
     out.mkdir(parents=True, exist_ok=True)
-    stages = [GrowthStage(GROWTH_AT, n_embd=64, intermediate_size=128, rewarmup_steps=4),
+    # the first stage runs the symmetry loop (a check every 2 steps, boost up to 4x): its decisions read full tensors
+    # through the backend, so ranks must gather and decide alike for DDP/FSDP to end where one process ends
+    stages = [GrowthStage(GROWTH_AT, n_embd=64, intermediate_size=128, rewarmup_steps=4, symmetry_target=0.2,
+                          symmetry_interval=2, symmetry_max_boost=4.0),
               GrowthStage(16, intermediate_size=191, init="random-copy", rewarmup_ratio=2.0, rewarmup_steps=3)]
     # float64 weights on CPU: one process and 2 ranks agree to ~5e-7 (float32: ~4e-5) unless something really differs
     module = TinyModule(max_steps=MAX_STEPS, accumulate=args.accumulate, emulate_ranks=2 if args.mode == "single" else 0,
@@ -111,7 +114,9 @@ if __name__ == "__main__":
     assert callbacks[0].backend.name == backend, (callbacks[0].backend, args.mode)  # grown through its backend
     state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
              for k, v in module.model.state_dict().items()}  # FSDP1: a full state dict with plain GPT names
-    torch.save({"state": state, "losses": module.losses}, out / f"final{args.tag}-rank{trainer.global_rank}.pt")
+    boosts = [float(r["symmetry_boost"]) for r in callbacks[0].state_dict()["records"]]  # the loop's decisions
+    torch.save({"state": state, "losses": module.losses, "boosts": boosts},
+               out / f"final{args.tag}-rank{trainer.global_rank}.pt")
     if torch.distributed.is_initialized():  # an orderly gloo shutdown (avoids an abort at interpreter exit)
         torch.distributed.barrier()  # both ranks' results are on disk
         torch.distributed.destroy_process_group()

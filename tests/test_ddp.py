@@ -76,6 +76,9 @@ def test_two_stage_growth_matches_single_process_and_ranks_agree(multi, single):
     # float64 weights (litgpt's RMSNorm still computes in float32, so rank-split batches round differently there):
     # noise ends near 5e-7 here, where float32 runs end near 4e-5 after 24 AdamW steps
     assert _rel_diff(ranks[0], single[1]) < 1e-5
+    # the symmetry loop of stage 0 boosted its new entries to the 4x cap, on both ranks as in one process
+    boosts = [torch.load(out / run / f"final-rank{r}.pt")["boosts"] for r in (0, 1)]
+    assert boosts[0] == boosts[1] == [4.0, 1.0], boosts
 
 
 def test_resume_after_growth_matches_uninterrupted(multi):
