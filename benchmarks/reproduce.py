@@ -454,8 +454,11 @@ def collect(cells: list[dict]) -> dict:
     for cell in cells:
         run_dir = Path(cell["run_dir"])
         entry = table.setdefault(cell["axis"], {}).setdefault(cell["row"], {
-            "note": cell["note"], "compute": cell["compute"], "seeds": {}, "curves": {}, "failed": []})
+            "note": cell["note"], "compute": cell["compute"], "seeds": {}, "curves": {}, "failed": [], "not_run": []})
         summary_path = run_dir / "summary.json"
+        if not summary_path.is_file():
+            entry["not_run"].append(cell["seed"])
+            continue
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
         if summary.get("status", "missing") != "completed" or summary.get("val_loss") is None:
             entry["failed"].append(cell["seed"])
@@ -529,6 +532,8 @@ def markdown(size_name: str, table: dict, refused: list[dict], seeds: list[int],
             per = ", ".join(f"{v:.3f}" for _, v in sorted(e["seeds"].items()))
             if e["failed"]:
                 per += f" (failed: seeds {e['failed']})"
+            if e.get("not_run"):
+                per += f" (not run: seeds {e['not_run']})"
             di = e.get("diff_iso_flops")
             iso = "—" if name == ISO_FLOPS else ("-" if not di else f"{di['mean']:+.3f} ± {fmt(di['sd'])} "
                                                                      f"({di['wins']}/{di['n']} above)")

@@ -433,15 +433,16 @@ class WidthGrowthCallback(Callback):
 
     def _lr_fn(self, trainer: pl.Trainer, k: int, flat_group: int):
         scheduler = self._schedulers[k]
-        record = self._records[k]
-        growth_step = record["global_step"]
+        growth_step = self._records[k]["global_step"]
 
         def lr() -> float:
             # Lightning steps step-interval schedulers after each optimizer step (automatic optimization); under
             # manual optimization nobody does, so catch up with the global step here.
             while scheduler.last_epoch < trainer.global_step - growth_step:
                 scheduler.step()
-            return scheduler.lr_for(flat_group) * record.get("symmetry_boost", 1.0)
+            # the record is looked up at each step, not captured: a sharded resume installs these hooks before
+            # Lightning restores the callback state, which replaces the records (and the symmetry loop's boost)
+            return scheduler.lr_for(flat_group) * self._records[k].get("symmetry_boost", 1.0)
 
         return lr
 
