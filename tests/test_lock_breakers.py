@@ -262,3 +262,38 @@ def test_symmetry_target_settings_are_checked():
         GrowthStage(5, n_embd=48, symmetry_target=0.5, symmetry_max_boost=0.5)
     stage = GrowthStage(5, n_embd=48, symmetry_target=0.5)
     assert GrowthStage(**stage.to_dict()) == stage
+
+
+def test_fresh_bias_correction_uses_each_param_groups_own_betas():
+    """Two AdamW param groups with different betas (matrices 0.9/0.95, vectors 0.8/0.99, no decay) and an ``n_embd``
+    growth, so both groups hold new entries: each group's new entries move by the re-warmup ratio times a fresh
+    AdamW's update with that group's betas."""
+
+    class _TwoBetas(TinyModule):
+        def configure_optimizers(self):
+            matrices = [p for p in self.model.parameters() if p.ndim == 2]
+            vectors = [p for p in self.model.parameters() if p.ndim < 2]
+            opt = torch.optim.AdamW([{"params": matrices, "lr": 1e-2, "betas": (0.9, 0.95)},
+                                     {"params": vectors, "lr": 5e-3, "betas": (0.8, 0.99)}], weight_decay=0.0,
+                                    eps=1e-12)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, WarmupCosineLambda(5, self.max_steps, 0.1))
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    stage = GrowthStage(AT, n_embd=48, rewarmup_ratio=1.5, rewarmup_steps=4, bias_correction="fresh")
+    recorder = _FreshTwin()
+    trainer = make_trainer([recorder, WidthGrowthCallback(stage)], max_steps=MAX_STEPS, precision="64-true")
+    trainer.fit(_TwoBetas(max_steps=MAX_STEPS))
+    schedule = WarmupCosineLambda(5, MAX_STEPS, 0.1)
+    checked = [r["step"] for r in recorder.records if r["step"] >= AT]
+    assert checked == list(range(AT, MAX_STEPS))
+    for record in recorder.records:
+        step = record["step"]
+        if step < AT:
+            continue
+        ratio = rewarmup_lr(step, growth_step=AT, lr_at_growth=schedule(AT), ratio=1.5, warmup_steps=4,
+                            total_steps=MAX_STEPS, min_lr=0.1) / schedule(step)
+        for name, new in (("transformer.h.0.attn.proj.weight", (slice(32, None),)),
+                          ("transformer.h.1.norm_2.weight", (slice(32, None),))):
+            before, after, fresh = record["before"][name], record["after"][name], record["fresh"][name]
+            torch.testing.assert_close(after[new] - before[new], ratio * (fresh[new] - before[new]), rtol=2e-5,
+                                       atol=0, msg=f"step {step}, {name}")
