@@ -460,3 +460,17 @@ def test_readme_commands_and_config_reference():
     for stages in examples:
         _, run, _ = parse(["--config", str(root / "examples" / "quickstart.yaml"), "--growth.stages", stages])
         assert run.stages[0].at_step + run.stages[0].rewarmup_steps < run.steps
+
+
+def test_optimizer_mapping_on_the_command_line_replaces_the_files_optimizer(config_file, capsys):
+    """``--optimizer '{class_path, init_args}'`` over a config file whose optimizer is a mapping: the whole optimizer
+    is replaced (no AdamW betas leak into SGD), where jsonargparse alone ended in an AttributeError traceback."""
+    _, run, dumped = parse(["--config", str(config_file), "--optimizer",
+                            "{class_path: torch.optim.SGD, init_args: {lr: 0.1, momentum: 0.9}}"])
+    assert run.optimizer == {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1, "momentum": 0.9}}
+    assert "torch.optim.SGD" in dumped
+    _, run, _ = parse(["--config", str(config_file), "--optimizer=AdamW"])  # a name still goes through jsonargparse
+    assert run.optimizer == "AdamW"
+    with pytest.raises(SystemExit) as info:  # and a bad one is still one error line
+        main(["plan", "--config", str(config_file), "--optimizer", "{class_path: torch.optim.SGD, init_args: {lrr: 1}}"])
+    assert info.value.code == 2 and "error: optimizer.init_args" in capsys.readouterr().err

@@ -101,13 +101,15 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
         SystemExit: (code 2, message on stderr naming the key) for unknown keys, wrong types and impossible values.
     """
     parser = build_parser(command)
-    argv = _rewrite_optimizer_args(list(argv))
+    argv, optimizer = _take_optimizer_mapping(_rewrite_optimizer_args(list(argv)))
     try:
         for path in _config_files(argv):
             check_keys(_read_yaml(path))
     except ConfigError as err:
         parser.error(f"{err} (in {path})")
     ns = parser.parse_args(argv)
+    if optimizer is not None:  # `--optimizer '{class_path: ..., init_args: ...}'` replaces the whole optimizer
+        ns.optimizer = optimizer
     try:
         run = resolve(ns)
     except ConfigError as err:
@@ -122,6 +124,33 @@ def _rewrite_optimizer_args(argv: list[str]) -> list[str]:
     optimizer dict; :func:`~lightning_sparkling.config.normalize_optimizer` moves such keys into ``init_args``)."""
     return [a.replace("--optimizer.init_args.", "--optimizer.", 1) if a.startswith("--optimizer.init_args.") else a
             for a in argv]
+
+
+def _take_optimizer_mapping(argv: list[str]) -> tuple[list[str], dict | None]:
+    """Take ``--optimizer '{class_path: ..., init_args: {...}}'`` (a YAML mapping) out of ``argv``: it replaces the
+    whole optimizer, as ``--growth.stages`` replaces the list. jsonargparse would try to merge it into a config
+    file's optimizer mapping and fail with a traceback. The last one given wins; a name (``--optimizer AdamW``)
+    stays in ``argv``."""
+    import yaml
+
+    rest, given = [], None
+    i = 0
+    while i < len(argv):
+        arg, value, width = argv[i], None, 1
+        if arg == "--optimizer" and i + 1 < len(argv):
+            value, width = argv[i + 1], 2
+        elif arg.startswith("--optimizer="):
+            value = arg.split("=", 1)[1]
+        try:
+            parsed = yaml.safe_load(value) if value is not None else None
+        except yaml.YAMLError:
+            parsed = None
+        if isinstance(parsed, dict):
+            given = parsed
+        else:
+            rest.extend(argv[i:i + width])
+        i += width
+    return rest, given
 
 
 def _config_files(argv: list[str]) -> list[str]:
