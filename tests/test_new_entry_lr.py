@@ -188,3 +188,46 @@ def test_bit_exact_resume_from_every_step_of_a_two_growth_run(tmp_path: Path, ac
         assert got.keys() == expected.keys()
         for name in expected:
             assert torch.equal(got[name], expected[name]), f"resume from step {step}: {name} differs"
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_two_stages_each_with_its_own_symmetry_loop(accumulate):
+    """Two stages on different axes, each with its own symmetry loop (checks every 2 steps, a target the copies
+    cannot reach in 20 steps, held) and its own cap: 4x for stage 0, 2x for stage 1. Read from the SGD updates,
+    each stage's entries follow that stage's re-warmup times that stage's boost, which doubles at each of its
+    own checks up to its own cap, while stage 1's growth and its boost leave stage 0's boost alone."""
+    caps = (4.0, 2.0)
+    stages = [GrowthStage(s["at"], **s["widths"], rewarmup_ratio=s["ratio"], rewarmup_steps=s["warmup"],
+                          symmetry_target=0.01, symmetry_interval=2, symmetry_max_boost=cap,
+                          symmetry_release="hold") for s, cap in zip(STAGES, caps)]
+    lr = 0.05
+    module = TinyModule(optimizer="sgd", lr=lr, max_steps=MAX_STEPS, accumulate=accumulate)
+    recorder = RecordSteps()
+    trainer = make_trainer([recorder, WidthGrowthCallback(stages, symmetry_every_n_steps=0)], max_steps=MAX_STEPS,
+                           accumulate=accumulate, precision="64-true")
+    trainer.fit(module)
+    expected = _expected_lrs(lr, WarmupCosineLambda(5, MAX_STEPS, 0.1))
+
+    def boost(k: int, step: int) -> float:
+        """Stage k's boost for the step that makes ``step + 1`` steps: doubled at each check after a step
+        ``at + 2j`` (j >= 1), capped (closed form, not the callback's records)."""
+        at = STAGES[k]["at"]
+        checks = max(0, (step - at) // 2) if step >= at else 0
+        return min(2.0 ** checks, caps[k])
+
+    seen = {0: set(), 1: set()}
+    for record in recorder.records:
+        step = record["step"]
+        for name in DIMS:
+            before = record["before"][name]
+            creator = _creator(name, before.shape)
+            for k in creator.unique().tolist():
+                got = applied_lr(before, record["grad"][name], record["after"][name], creator == k)
+                want = expected[k](step) * (boost(k, step) if k >= 0 else 1.0)
+                torch.testing.assert_close(got, torch.full_like(got, want), rtol=1e-6, atol=0,
+                                           msg=f"step {step}, {name}, class {k}")
+                if k >= 0:
+                    seen[k].add(boost(k, step))
+    assert seen == {0: {1.0, 2.0, 4.0}, 1: {1.0, 2.0}}, seen  # each stage reached its own cap, not the other's
+    growth = next(c for c in trainer.callbacks if isinstance(c, WidthGrowthCallback))
+    assert [r["symmetry_boost"] for r in growth._records] == [4.0, 2.0], growth._records
