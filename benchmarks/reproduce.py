@@ -169,7 +169,8 @@ ROWS.update({
 REFERENCE = "SPARKLING"
 ISO_FLOPS = "scratch large (iso-FLOPs)"  # the question "does growth pay": each growth row against this one
 TWO_STAGE_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
-                  "SPARKLING", "SPARKLING random-random"]
+                  "SPARKLING", "SPARKLING random-random", "recommended recipe"]
+AXES = ["inner", "hidden", "joint", "two-stage", "joint-25", "joint-75"]
 
 
 def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
@@ -184,6 +185,9 @@ def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
     if axis == "joint":
         return [{"at_step": half, "n_embd": large["n_embd"], "intermediate_size": large["intermediate_size"],
                  "rewarmup_steps": rw}]
+    if axis in ("joint-25", "joint-75"):  # joint 2x at a quarter / three quarters of the run (not in any size's axes)
+        return [{"at_step": steps * int(axis[-2:]) // 100, "n_embd": large["n_embd"],
+                 "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
     if axis == "two-stage":  # 1.5x at a third, 2x at two thirds (both axes each time)
         mid = {k: (small[k] + large[k]) // 2 for k in ("n_embd", "intermediate_size")}
         return [{"at_step": steps // 3, **mid, "rewarmup_steps": rw},
@@ -278,8 +282,22 @@ def check_config(config: dict) -> tuple[dict | None, str | None]:
             "active_params": list(est.active_params),
             "total_params": list(est.total_params), "phase_steps": list(est.phase_steps), "flops": est.flops,
             "growth_steps": [s.at_step for s in run.stages],
-            # what the package makes of the config, defaults filled in: identical runs hash alike
-            "resolved_hash": hashlib.sha256(re.sub(r"(?m)^out_dir:.*$", "", dumped).encode()).hexdigest()[:16]}, None
+            "resolved_hash": resolved_hash(dumped, run.stages)}, None
+
+
+def resolved_hash(dumped: str, stages: list) -> str:
+    """A hash of what the package makes of a config: identical runs hash alike, however their stages were written.
+
+    ``dumped`` is the parsed config as the CLI saves it (stages as written, ``growth.recipe``); they are replaced by
+    the resolved stages (recipe applied, every ``GrowthStage`` default filled in), so e.g. "ablation: RMS only" and
+    "naive growth" (copy-copy is the default ``init``) or "recommended recipe" and "symmetry target 0.5" train once.
+    """
+    config = yaml.safe_load(dumped)
+    config.pop("out_dir", None)
+    if isinstance(config.get("growth"), dict):
+        config["growth"].pop("recipe", None)
+        config["growth"]["stages"] = [s.to_dict() for s in stages]
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def cumulative_flops(compute: dict, step: int) -> float:
@@ -607,8 +625,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="cpu", help="model/data/length preset (default cpu)")
     parser.add_argument("--quick", action="store_true", help="same as --size quick")
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds, 1..N (default 3)")
-    parser.add_argument("--axes", default=None, help="comma list of inner,hidden,joint,two-stage (default: the "
-                                                     "size's)")
+    parser.add_argument("--axes", default=None, help=f"comma list of {','.join(AXES)} (default: the size's; "
+                                                     "joint-25 / joint-75 grow at a quarter / three quarters)")
     parser.add_argument("--rows", default=None, help="comma list of row names (default: the size's); see --list")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (1 thread each; default 1)")
     parser.add_argument("--out", default="/tmp/repro", help="where runs go (default /tmp/repro)")
@@ -630,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<34} {json.dumps({k: v for k, v in row.items() if k != 'note'}, default=str)}")
         return 0
     axes = args.axes.split(",") if args.axes else size["axes"]
+    if [a for a in axes if a not in AXES]:
+        parser.error(f"unknown axes {[a for a in axes if a not in AXES]}; choose from {AXES}")
     rows = [r.strip() for r in args.rows.split(",")] if args.rows else (size["rows"] or list(ROWS))
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
