@@ -534,7 +534,9 @@ def markdown(size_name: str, table: dict, refused: list[dict], seeds: list[int],
             lines.append(f"**{axis}**: {c['steps']} steps x {c['tokens_per_step']} tokens = {tokens:,} tokens; grown "
                          f"shape {c['total_params'][-1]:,} parameters ({ratio:.3g} tokens per parameter; the paper: "
                          f"~100 per active parameter).")
-            lines.append("")
+        else:
+            lines.append(f"**{axis}** (no iso-token row in this grid)")
+        lines.append("")
         lines.append("| row | parameters | steps | FLOPs (x iso-token scratch) | val loss mean ± sd | "
                      f"Δ vs {REFERENCE} (paired mean ± sd, 95% CI) | row worse in | Δ vs iso-FLOPs scratch "
                      "(paired mean ± sd) | copies' cosine at the end | per seed |")
