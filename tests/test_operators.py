@@ -150,3 +150,31 @@ def test_tensor_stats():
     assert s.mean == pytest.approx(2.0)
     assert s.std == pytest.approx(2**0.5)
     assert TensorStats.of(torch.tensor([5.0])).std == 0.0
+
+
+@pytest.mark.parametrize("widths", [{"n_embd": 48}, {"intermediate_size": 100}, {"n_embd": 64, "intermediate_size": 96}])
+def test_zero_state_growth_fast_path_equals_appending_zeros_dim_by_dim(widths):
+    """``grow_tensor(mode="zero")`` (optimizer state) allocates the grown tensor once and copies the old block in; it
+    equals appending zero slices dim by dim with :func:`expand_dim`, for every tensor of a model, any widths."""
+    from litgpt import GPT
+
+    from lightning_sparkling import GrowthStage
+    from lightning_sparkling.growth.plan import plan_growth
+    from lightning_sparkling.growth.surgery import grow_tensor
+
+    from _tiny import tiny_config
+
+    config = tiny_config()
+    plan = plan_growth(config, GrowthStage(1, **widths), seed=0)
+    torch.manual_seed(0)
+    state = {n: torch.randn_like(p) for n, p in GPT(config).named_parameters()}
+    checked = 0
+    for name, spec in plan.tensors.items():
+        slow = state[name]
+        for d in spec.dims:
+            slow = expand_dim(slow, d.dim, plan.axes[d.axis].src, "zero")
+        fast = grow_tensor(state[name], spec, plan.axes, mode="zero", scale=1.0)
+        assert fast.shape == spec.new_shape and torch.equal(fast, slow), name
+        assert fast.data_ptr() != state[name].data_ptr()
+        checked += 1
+    assert checked >= 6  # 3 MLP tensors per layer at least

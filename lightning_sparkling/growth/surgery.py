@@ -120,6 +120,12 @@ def grow_tensor(
     """
     if tuple(t.shape) != spec.old_shape:
         raise GrowthError(f"tensor {spec.name!r} has shape {tuple(t.shape)}, the plan expects {spec.old_shape}")
+    if mode == "zero" and (scale is None or scale == 1.0) and (scale is not None or spec.scale == 1.0):
+        # every new slice zero (optimizer state): one zero tensor of the new shape and one copy of the old block,
+        # which expand_dim's append puts first along every dim, instead of a cat per grown dim
+        out = torch.zeros(spec.new_shape, dtype=t.dtype, device=t.device)  # (*new_shape)
+        out[tuple(slice(0, n) for n in spec.old_shape)] = t.detach()
+        return out
     stats = stats or (TensorStats.of(t) if any(d.mode == "random" for d in spec.dims) and mode is None else None)
     out = t.detach()
     for d in spec.dims:
