@@ -57,6 +57,18 @@ def _creator(name: str, shape: torch.Size) -> torch.Tensor:
     return out
 
 
+def _applied_lrs(recorder: RecordSteps):
+    """``(step, name, k, applied LR of the entries of class k)`` for every recorded step, checked tensor and entry
+    class (``k``: the stage that created the entries, -1 for the model before growth); SGD only."""
+    for record in recorder.records:
+        for name in DIMS:
+            before = record["before"][name]
+            creator = _creator(name, before.shape)
+            for k in creator.unique().tolist():
+                yield record["step"], name, k, applied_lr(before, record["grad"][name], record["after"][name],
+                                                          creator == k)
+
+
 def _expected_lrs(base_lr: float, schedule: WarmupCosineLambda) -> dict[int, callable]:
     """Expected LR per entry class at global step ``s`` (closed forms, not the package's schedulers)."""
 
@@ -82,19 +94,13 @@ def test_applied_lr_of_every_entry_class_at_every_step_two_stages_on_different_a
     expected = _expected_lrs(lr, WarmupCosineLambda(5, MAX_STEPS, 0.1))
     assert [r["step"] for r in recorder.records] == list(range(MAX_STEPS))
     checked = {-1: 0, 0: 0, 1: 0}
-    for record in recorder.records:
-        step = record["step"]
-        for name in DIMS:
-            before = record["before"][name]
-            creator = _creator(name, before.shape)
-            for k in creator.unique().tolist():
-                got = applied_lr(before, record["grad"][name], record["after"][name], creator == k)
-                want = expected[k](step)
-                assert got.numel() > 0, (step, name, k)
-                assert torch.allclose(got, torch.full_like(got, want), rtol=1e-6, atol=0), (
-                    f"step {step}, {name}, entries of {'the model before growth' if k < 0 else f'stage {k}'}: "
-                    f"applied LR {got.min().item():.6g}..{got.max().item():.6g}, expected {want:.6g}")
-                checked[k] += got.numel()
+    for step, name, k, got in _applied_lrs(recorder):
+        want = expected[k](step)
+        assert got.numel() > 0, (step, name, k)
+        assert torch.allclose(got, torch.full_like(got, want), rtol=1e-6, atol=0), (
+            f"step {step}, {name}, entries of {'the model before growth' if k < 0 else f'stage {k}'}: "
+            f"applied LR {got.min().item():.6g}..{got.max().item():.6g}, expected {want:.6g}")
+        checked[k] += got.numel()
     assert min(checked.values()) > 1000, checked
     # the schedules really differ over the steps checked: a wrong class assignment cannot pass by coincidence
     s = STAGES[1]["at"] + STAGES[1]["warmup"]
@@ -216,18 +222,12 @@ def test_two_stages_each_with_its_own_symmetry_loop(accumulate):
         return min(2.0 ** checks, caps[k])
 
     seen = {0: set(), 1: set()}
-    for record in recorder.records:
-        step = record["step"]
-        for name in DIMS:
-            before = record["before"][name]
-            creator = _creator(name, before.shape)
-            for k in creator.unique().tolist():
-                got = applied_lr(before, record["grad"][name], record["after"][name], creator == k)
-                want = expected[k](step) * (boost(k, step) if k >= 0 else 1.0)
-                torch.testing.assert_close(got, torch.full_like(got, want), rtol=1e-6, atol=0,
-                                           msg=f"step {step}, {name}, class {k}")
-                if k >= 0:
-                    seen[k].add(boost(k, step))
+    for step, name, k, got in _applied_lrs(recorder):
+        want = expected[k](step) * (boost(k, step) if k >= 0 else 1.0)
+        torch.testing.assert_close(got, torch.full_like(got, want), rtol=1e-6, atol=0,
+                                   msg=f"step {step}, {name}, class {k}")
+        if k >= 0:
+            seen[k].add(boost(k, step))
     assert seen == {0: {1.0, 2.0, 4.0}, 1: {1.0, 2.0}}, seen  # each stage reached its own cap, not the other's
     growth = next(c for c in trainer.callbacks if isinstance(c, WidthGrowthCallback))
     assert [r["symmetry_boost"] for r in growth._records] == [4.0, 2.0], growth._records
