@@ -266,10 +266,11 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
     return report
 
 
-MEASURED_UNPROFITABLE_TOKENS_PER_PARAM = 17.0
+MEASURED_UNPROFITABLE_TOKENS_PER_PARAM = 23.0
 """The largest training-tokens-per-final-active-parameter ratio at which the project's own seeded comparison
 (``benchmarks/reproduce.py``, docs/BENCHMARKS.md) measured the paper's recipe against the final width trained from
-scratch on the same FLOPs: it did not pay there, nor at any smaller ratio measured (2.8, 11)."""
+scratch on the same FLOPs: it did not pay there (hidden-size growth at the ``cpu`` size), nor at any smaller ratio
+measured (2.8 to 17); ``recommended`` did not pay there either, nor at 17."""
 
 MEASURED_RECOMMENDED_PAYS: tuple[float, float] = (2.8, 11.0)
 """The range of tokens per final active parameter over which ``growth.recipe: recommended`` was measured to end at
