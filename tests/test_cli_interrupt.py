@@ -73,6 +73,70 @@ def test_exception_in_a_step_leaves_a_resumable_checkpoint(tmp_path, monkeypatch
     assert all(torch.equal(expected[k], got[k]) for k in expected), "the resumed run ends elsewhere"
 
 
+def test_ctrl_c_right_after_an_optimizer_step_is_held_until_the_step_ends(tmp_path, monkeypatch):
+    """SIGINT delivered inside step 9, after ``optimizer.step()`` changed the weights (a torch step post-hook sends
+    it) but before the batch ends: the step finishes, the checkpoint holds step 9 (weights, optimizer and loop of
+    the same step) and resuming from it ends bit for bit where the uninterrupted run ends. Before the fix the
+    interrupt was raised at once, and the checkpoint paired step 9's weights with step 8's loop."""
+    config = write_config(tmp_path / "tiny.yaml", tiny_config(tmp_path / "cache", num_threads=1))
+    full = tmp_path / "full"
+    assert main(["pretrain", "--config", str(config), "--out_dir", str(full)]) == 0
+
+    original = LitGPTPretrainModule.on_train_start
+
+    def on_train_start(self):
+        original(self)
+        optimizer = self.trainer.optimizers[0]
+
+        def post_hook(opt, args, kwargs):
+            if self.trainer.global_step == 8:  # the 9th optimizer step has just updated the weights
+                os.kill(os.getpid(), signal.SIGINT)
+
+        optimizer.register_step_post_hook(post_hook)
+
+    out = tmp_path / "out"
+    args = ["--config", str(config), "--out_dir", str(out)]
+    monkeypatch.setattr(LitGPTPretrainModule, "on_train_start", on_train_start)
+    assert main(["pretrain", *args]) == 130
+    monkeypatch.setattr(LitGPTPretrainModule, "on_train_start", original)
+
+    summary = json.loads((out / "summary.json").read_text())
+    ckpt = out / "checkpoints" / "step-00000009.ckpt"
+    assert summary["status"] == "interrupted" and summary["steps"] == 9, summary
+    assert summary["checkpoint"] == str(ckpt) and summary["checkpoint_step"] == 9
+    state = torch.load(ckpt, weights_only=False)
+    assert state["global_step"] == 9 and state["TextCorpusDataModule"]["samples_consumed"] == 9 * 8
+
+    assert main(["pretrain", *args, "--resume", str(ckpt)]) == 0
+    expected, got = _final_state(full), _final_state(out)
+    assert all(torch.equal(expected[k], got[k]) for k in expected), "the resumed run ends elsewhere"
+
+
+def test_a_second_ctrl_c_stops_at_once_and_names_the_newest_periodic_checkpoint(tmp_path, monkeypatch):
+    """Two SIGINTs inside step 9, after its weights changed: the second stops the fit there, no checkpoint of that
+    half-finished moment is written, and the run names the newest periodic checkpoint (step 5) to resume from."""
+    config = write_config(tmp_path / "tiny.yaml", tiny_config(tmp_path / "cache", num_threads=1))
+    original = LitGPTPretrainModule.on_train_start
+
+    def on_train_start(self):
+        original(self)
+
+        def post_hook(opt, args, kwargs):
+            if self.trainer.global_step == 8:
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)
+
+        self.trainer.optimizers[0].register_step_post_hook(post_hook)
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(LitGPTPretrainModule, "on_train_start", on_train_start)
+    assert main(["pretrain", "--config", str(config), "--out_dir", str(out)]) == 130
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert summary["checkpoint"] == str(out / "checkpoints" / "step-00000005.ckpt"), summary
+    assert sorted(p.name for p in (out / "checkpoints").glob("*.ckpt")) == ["step-00000005.ckpt"]
+
+
 @pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_summary_and_resume_command(tmp_path):
     """A real ``sparkling pretrain`` process gets SIGINT once it has written its step-4 checkpoint."""

@@ -641,6 +641,13 @@ def _callbacks_module() -> types.SimpleNamespace:
         callback (e.g. a growth) acts on it. Single-process runs only: in a multi-process run the ranks may be
         stopped at different places, and the newest periodic checkpoint is the resume point.
 
+        A Ctrl-C that arrives inside a training step (from its first micro-batch until the next batch or
+        validation starts) is held until then: the optimizer step and every callback acting on it finish, so the
+        checkpoint holds weights, optimizer and loop of one and the same step. Without that, a Ctrl-C between
+        ``optimizer.step()`` and the end of the batch would save step N+1's weights with step N's loop, and a
+        resume would train one batch twice. A second Ctrl-C stops at once; no checkpoint is saved of that moment
+        (it could be half a step), and the newest periodic one is named instead.
+
         Attributes:
             exception: what stopped the fit (``KeyboardInterrupt`` for Ctrl-C), or ``None``.
             path: the checkpoint to resume from (this one, or one of the step it is at), or ``None``.
@@ -655,9 +662,39 @@ def _callbacks_module() -> types.SimpleNamespace:
             self._start_step: int | None = None
             self._boundary: tuple[int, dict[str, Any], dict[str, Any] | None] | None = None
             self._saving = False
+            self._in_step = False  # from a batch's start until the next batch or validation starts
+            self._sigint_pending = False  # a Ctrl-C held until the step ends
+            self._mid_step = False  # the fit was stopped inside a step (a second Ctrl-C): no consistent state
+            self._previous_sigint: Any = None
+
+        def _on_sigint(self, signum: int, frame: Any) -> None:
+            if self._in_step and not self._sigint_pending:
+                self._sigint_pending = True
+                return
+            self._mid_step = self._in_step
+            raise KeyboardInterrupt
+
+        def _raise_if_pending(self) -> None:
+            if self._sigint_pending:
+                self._sigint_pending = False
+                raise KeyboardInterrupt
+
+        def _restore_handler(self) -> None:
+            if self._previous_sigint is not None:
+                signal.signal(signal.SIGINT, self._previous_sigint)
+                self._previous_sigint = None
 
         def on_train_start(self, trainer, pl_module) -> None:
+            import threading
+
             self._start_step = trainer.global_step
+            if trainer.world_size == 1 and threading.current_thread() is threading.main_thread():
+                self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            self._in_step = False
+            self._raise_if_pending()
+            self._in_step = True
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             step = trainer.global_step
@@ -666,9 +703,27 @@ def _callbacks_module() -> types.SimpleNamespace:
                 self._boundary = (step, copy.deepcopy(trainer.fit_loop.state_dict()),
                                   copy.deepcopy(datamodule.state_dict()) if datamodule is not None else None)
 
+        def on_validation_start(self, trainer, pl_module) -> None:
+            if trainer.sanity_checking:
+                return
+            self._in_step = False
+            self._raise_if_pending()
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            self._in_step = False
+            self._restore_handler()
+            self._raise_if_pending()
+
+        def teardown(self, trainer, pl_module, stage: str) -> None:
+            self._restore_handler()
+
         def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
             self.exception = exception
+            self._restore_handler()
             if self._boundary is None or trainer.world_size > 1:
+                return
+            if self._mid_step or trainer.global_step != self._boundary[0]:
+                _info(f"stopped inside step {trainer.global_step + 1}: no checkpoint of this moment is consistent")
                 return
             step = self._boundary[0]
             path = self.dirpath / f"step-{step:08d}.ckpt"
