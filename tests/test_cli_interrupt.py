@@ -80,7 +80,9 @@ def test_ctrl_c_right_after_an_optimizer_step_is_held_until_the_step_ends(tmp_pa
     interrupt was raised at once, and the checkpoint paired step 9's weights with step 8's loop."""
     config = write_config(tmp_path / "tiny.yaml", tiny_config(tmp_path / "cache", num_threads=1))
     full = tmp_path / "full"
+    handler = signal.getsignal(signal.SIGINT)
     assert main(["pretrain", "--config", str(config), "--out_dir", str(full)]) == 0
+    assert signal.getsignal(signal.SIGINT) is handler  # the fit's own handler is gone after it
 
     original = LitGPTPretrainModule.on_train_start
 
@@ -98,6 +100,7 @@ def test_ctrl_c_right_after_an_optimizer_step_is_held_until_the_step_ends(tmp_pa
     args = ["--config", str(config), "--out_dir", str(out)]
     monkeypatch.setattr(LitGPTPretrainModule, "on_train_start", on_train_start)
     assert main(["pretrain", *args]) == 130
+    assert signal.getsignal(signal.SIGINT) is handler
     monkeypatch.setattr(LitGPTPretrainModule, "on_train_start", original)
 
     summary = json.loads((out / "summary.json").read_text())

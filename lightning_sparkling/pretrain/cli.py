@@ -666,6 +666,7 @@ def _callbacks_module() -> types.SimpleNamespace:
             self._sigint_pending = False  # a Ctrl-C held until the step ends
             self._mid_step = False  # the fit was stopped inside a step (a second Ctrl-C): no consistent state
             self._previous_sigint: Any = None
+            self._handler_installed = False
 
         def _on_sigint(self, signum: int, frame: Any) -> None:
             if self._in_step and not self._sigint_pending:
@@ -680,9 +681,11 @@ def _callbacks_module() -> types.SimpleNamespace:
                 raise KeyboardInterrupt
 
         def _restore_handler(self) -> None:
-            if self._previous_sigint is not None:
-                signal.signal(signal.SIGINT, self._previous_sigint)
-                self._previous_sigint = None
+            if self._handler_installed:
+                # None: the previous handler was not set from Python; the default is the closest to it
+                signal.signal(signal.SIGINT, self._previous_sigint if self._previous_sigint is not None
+                              else signal.default_int_handler)
+                self._handler_installed = False
 
         def on_train_start(self, trainer, pl_module) -> None:
             import threading
@@ -690,6 +693,7 @@ def _callbacks_module() -> types.SimpleNamespace:
             self._start_step = trainer.global_step
             if trainer.world_size == 1 and threading.current_thread() is threading.main_thread():
                 self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+                self._handler_installed = True
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
             self._in_step = False
