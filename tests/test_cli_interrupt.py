@@ -73,35 +73,43 @@ def test_exception_in_a_step_leaves_a_resumable_checkpoint(tmp_path, monkeypatch
     assert all(torch.equal(expected[k], got[k]) for k in expected), "the resumed run ends elsewhere"
 
 
-def test_ctrl_c_right_after_an_optimizer_step_is_held_until_the_step_ends(tmp_path, monkeypatch):
-    """SIGINT delivered inside step 9, after ``optimizer.step()`` changed the weights (a torch step post-hook sends
-    it) but before the batch ends: the step finishes, the checkpoint holds step 9 (weights, optimizer and loop of
-    the same step) and resuming from it ends bit for bit where the uninterrupted run ends. Before the fix the
-    interrupt was raised at once, and the checkpoint paired step 9's weights with step 8's loop."""
-    config = write_config(tmp_path / "tiny.yaml", tiny_config(tmp_path / "cache", num_threads=1))
-    full = tmp_path / "full"
-    handler = signal.getsignal(signal.SIGINT)
-    assert main(["pretrain", "--config", str(config), "--out_dir", str(full)]) == 0
-    assert signal.getsignal(signal.SIGINT) is handler  # the fit's own handler is gone after it
-
+def _sigint_after_optimizer_step(monkeypatch, step: int, times: int) -> None:
+    """Make the fit send itself ``times`` SIGINTs from a torch step post-hook of optimizer step ``step + 1``: after
+    ``optimizer.step()`` changed the weights, before Lightning counts the step and the batch ends."""
     original = LitGPTPretrainModule.on_train_start
 
     def on_train_start(self):
         original(self)
-        optimizer = self.trainer.optimizers[0]
 
         def post_hook(opt, args, kwargs):
-            if self.trainer.global_step == 8:  # the 9th optimizer step has just updated the weights
-                os.kill(os.getpid(), signal.SIGINT)
+            if self.trainer.global_step == step:
+                for _ in range(times):
+                    os.kill(os.getpid(), signal.SIGINT)
 
-        optimizer.register_step_post_hook(post_hook)
+        self.trainer.optimizers[0].register_step_post_hook(post_hook)
+
+    monkeypatch.setattr(LitGPTPretrainModule, "on_train_start", on_train_start)
+
+
+@pytest.mark.parametrize("micro_batch_size", [8, 4])  # accumulation 1 and 2
+def test_ctrl_c_right_after_an_optimizer_step_is_held_until_the_step_ends(tmp_path, monkeypatch, micro_batch_size):
+    """SIGINT delivered inside step 9, after ``optimizer.step()`` changed the weights but before the batch ends:
+    the step finishes, the checkpoint holds step 9 (weights, optimizer and loop of the same step) and resuming from
+    it ends bit for bit where the uninterrupted run ends. Before the fix the interrupt was raised at once, and the
+    checkpoint paired step 9's weights with step 8's loop."""
+    config = write_config(tmp_path / "tiny.yaml", tiny_config(tmp_path / "cache", num_threads=1))
+    args = ["--config", str(config), "--train.micro_batch_size", str(micro_batch_size)]
+    full = tmp_path / "full"
+    handler = signal.getsignal(signal.SIGINT)
+    assert main(["pretrain", *args, "--out_dir", str(full)]) == 0
+    assert signal.getsignal(signal.SIGINT) is handler  # the fit's own handler is gone after it
 
     out = tmp_path / "out"
-    args = ["--config", str(config), "--out_dir", str(out)]
-    monkeypatch.setattr(LitGPTPretrainModule, "on_train_start", on_train_start)
-    assert main(["pretrain", *args]) == 130
+    args += ["--out_dir", str(out)]
+    with monkeypatch.context() as patch:
+        _sigint_after_optimizer_step(patch, step=8, times=1)
+        assert main(["pretrain", *args]) == 130
     assert signal.getsignal(signal.SIGINT) is handler
-    monkeypatch.setattr(LitGPTPretrainModule, "on_train_start", original)
 
     summary = json.loads((out / "summary.json").read_text())
     ckpt = out / "checkpoints" / "step-00000009.ckpt"
@@ -119,20 +127,8 @@ def test_a_second_ctrl_c_stops_at_once_and_names_the_newest_periodic_checkpoint(
     """Two SIGINTs inside step 9, after its weights changed: the second stops the fit there, no checkpoint of that
     half-finished moment is written, and the run names the newest periodic checkpoint (step 5) to resume from."""
     config = write_config(tmp_path / "tiny.yaml", tiny_config(tmp_path / "cache", num_threads=1))
-    original = LitGPTPretrainModule.on_train_start
-
-    def on_train_start(self):
-        original(self)
-
-        def post_hook(opt, args, kwargs):
-            if self.trainer.global_step == 8:
-                os.kill(os.getpid(), signal.SIGINT)
-                os.kill(os.getpid(), signal.SIGINT)
-
-        self.trainer.optimizers[0].register_step_post_hook(post_hook)
-
     out = tmp_path / "out"
-    monkeypatch.setattr(LitGPTPretrainModule, "on_train_start", on_train_start)
+    _sigint_after_optimizer_step(monkeypatch, step=8, times=2)
     assert main(["pretrain", "--config", str(config), "--out_dir", str(out)]) == 130
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted"

@@ -120,7 +120,8 @@ def grow_tensor(
     """
     if tuple(t.shape) != spec.old_shape:
         raise GrowthError(f"tensor {spec.name!r} has shape {tuple(t.shape)}, the plan expects {spec.old_shape}")
-    if mode == "zero" and (scale is None or scale == 1.0) and (scale is not None or spec.scale == 1.0):
+    factor = spec.scale if scale is None else scale
+    if mode == "zero" and factor == 1.0:
         # every new slice zero (optimizer state): one zero tensor of the new shape and one copy of the old block,
         # which expand_dim's append puts first along every dim, instead of a cat per grown dim
         out = torch.zeros(spec.new_shape, dtype=t.dtype, device=t.device)  # (*new_shape)
@@ -130,7 +131,6 @@ def grow_tensor(
     out = t.detach()
     for d in spec.dims:
         out = expand_dim(out, d.dim, axes[d.axis].src, mode or d.mode, generator=generator, stats=stats)
-    factor = spec.scale if scale is None else scale
     copied_fan_in = [d for d in spec.dims if d.role == "fan_in" and d.mode == "copy"] if mode is None else []
     shares = fan_in_shares(spec, axes) if copied_fan_in else None
     if shares is not None or (perturb and copied_fan_in):
