@@ -27,6 +27,16 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from lightning_sparkling.growth.depth import (
+    DEPTH_AXIS,
+    DepthChange,
+    block_name,
+    depth_change,
+    depth_config_values,
+    fresh_block_init,
+    litgpt_init_std,
+    split_block_name,
+)
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
 from lightning_sparkling.growth.stage import GrowthStage
 
@@ -80,6 +90,11 @@ class TensorPlan:
     ``scale`` (``alpha`` for fan-in weights, compensation factors for ``scale_embeddings`` / tied embeddings).
     ``unit_offset`` marks a Gemma-style ``RMSNorm`` whose effective weight is ``1 + w``: ``scale`` then applies
     to ``1 + w``.
+
+    Under a depth growth ``name`` is the tensor's name in the grown model and ``source`` the pre-growth tensor it
+    derives from (``""``: the same name). A tensor of a *new* block has a ``block_init`` (``copy``: its source's
+    values, grown by ``dims`` and ``scale``; ``zero``, ``one``, or ``normal`` with standard deviation ``init_std``)
+    and is new as a whole.
     """
 
     name: str
@@ -88,6 +103,19 @@ class TensorPlan:
     dims: tuple[DimGrowth, ...]
     scale: float = 1.0
     unit_offset: bool = False
+    source: str = ""
+    block_init: str | None = None
+    init_std: float = 0.0
+
+    @property
+    def source_name(self) -> str:
+        """The pre-growth tensor this one derives from."""
+        return self.source or self.name
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the tensor belongs to a new block (every entry is new)."""
+        return self.block_init is not None
 
     def new_region(self) -> list[tuple[slice, ...]]:
         """Disjoint rectangular pieces covering the entries that did not exist before the growth.
@@ -104,6 +132,8 @@ class TensorPlan:
             >>> plan.new_region()
             [(slice(2, 4, None), slice(0, 5, None)), (slice(0, 2, None), slice(3, 5, None))]
         """
+        if self.fresh:
+            return [tuple(slice(0, size) for size in self.new_shape)]
         pieces = []
         grown = sorted({d.dim for d in self.dims})
         for k, dim in enumerate(grown):
@@ -123,10 +153,12 @@ class GrowthPlan:
         stage: the stage. stage_index: its position in the callback's list (part of every random seed).
         old_config / new_config: litgpt ``Config`` before and after.
         axes: the widths that grow, by name.
-        tensors: ``{state_dict name: TensorPlan}`` for every tensor that changes; tensors not listed keep their
-            values. A tied ``lm_head.weight`` / ``transformer.wte.weight`` appears under both names.
+        tensors: ``{state_dict name: TensorPlan}`` for every tensor that changes, by its name in the grown model;
+            tensors not listed keep their values (and names). A tied ``lm_head.weight`` / ``transformer.wte.weight``
+            appears under both names. Under a depth growth every tensor of a block that moves or is new is listed.
         tied_embeddings: the plan is for a model whose ``lm_head`` and ``wte`` share one weight.
         seed: the growth seed.
+        depth: the depth change, or ``None`` when the stage keeps ``n_layer``.
     """
 
     stage: GrowthStage
@@ -137,6 +169,26 @@ class GrowthPlan:
     tensors: dict[str, TensorPlan]
     tied_embeddings: bool
     seed: int
+    depth: DepthChange | None = None
+
+    def carry(self, name: str) -> str | None:
+        """The grown model's name of a pre-growth tensor ``name`` (a kept block may move); ``None`` for names that
+        are not in the model.
+
+        Example::
+
+            >>> from litgpt import Config
+            >>> cfg = Config(n_embd=16, n_head=2, n_layer=2, vocab_size=32, block_size=8)
+            >>> plan = plan_growth(cfg, GrowthStage(0, n_layer=4, depth_order="interleave"))
+            >>> plan.carry("transformer.h.1.attn.qkv.weight")
+            'transformer.h.2.attn.qkv.weight'
+        """
+        found = split_block_name(name)
+        if self.depth is None or found is None:
+            return name
+        index, rest = found
+        position = self.depth.kept_position.get(index)
+        return None if position is None else block_name(position, rest)
 
     def alphas(self) -> dict[str, float]:
         """Fan-in scale per growing axis, e.g. ``{"n_embd": 0.5, "intermediate_size": 0.5}``."""
@@ -159,11 +211,13 @@ def build_meta_gpt(config) -> nn.Module:
         return GPT(config)
 
 
-def grown_config(config, widths: dict[str, int]):
+def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", depth_init: str = "copy-zero"):
     """A **new** litgpt ``Config`` with ``widths`` applied, pinning what ``__post_init__`` would re-derive.
 
     ``head_size``, ``n_head``, ``n_query_groups`` and ``intermediate_size`` are passed explicitly so that growing
     ``n_embd`` leaves heads, head size and RoPE (``rope_n_elem = rotary_percentage * head_size``) unchanged.
+    ``widths`` may hold ``n_layer``: the per-block lists then follow each block's source under ``depth_order``
+    (:func:`~lightning_sparkling.growth.depth.depth_config_values`).
 
     Example::
 
@@ -182,7 +236,13 @@ def grown_config(config, widths: dict[str, int]):
         n_query_groups=config.n_query_groups,
         intermediate_size=config.intermediate_size,
     )
-    values.update(widths)
+    values.update({k: v for k, v in widths.items() if k != DEPTH_AXIS})
+    if widths.get(DEPTH_AXIS) is not None:
+        try:
+            values.update(depth_config_values(config, depth_change(config.n_layer, widths[DEPTH_AXIS], depth_order,
+                                                                   depth_init)))
+        except ValueError as err:
+            raise GrowthError(str(err)) from err
     return Config(**values)
 
 
@@ -211,14 +271,14 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
             "(no dense blocks); grow moe_intermediate_size instead"
         )
     current = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
-               "moe_intermediate_size": config.moe_intermediate_size}
-    for axis, new in stage.widths.items():
+               "moe_intermediate_size": config.moe_intermediate_size, DEPTH_AXIS: config.n_layer}
+    for axis, new in stage.sizes.items():
         old = current[axis]
         if new <= old:
             what = "shrinks" if new < old else "does not change"
             raise GrowthError(
                 f"GrowthStage(at_step={stage.at_step}) {axis}={new} {what} the model ({axis} is {old}): "
-                "a stage must make every width it names larger"
+                "a stage must make every size it names larger"
             )
 
 
@@ -267,7 +327,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     """
     _check_model_kind(config, stage)
     axes = _axis_changes(config, stage, seed=seed, stage_index=stage_index)
-    new_config = grown_config(config, stage.widths)
+    new_config = grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init)
     old_model = build_meta_gpt(config)
     fan_out, fan_in = stage.fan_out_init, stage.fan_in_init
     tensors: dict[str, TensorPlan] = {}
@@ -366,17 +426,47 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         else:
             add_mlp(f"{p}.mlp", mlp, "intermediate_size")
 
-    _check_against_grown(old_model, new_config, tensors, old_shapes)
+    depth = None
+    if stage.n_layer is not None:
+        depth = depth_change(config.n_layer, stage.n_layer, stage.depth_order, stage.depth_init)
+        tensors = _place_blocks(tensors, old_shapes, depth, litgpt_init_std(new_config.n_embd))
+    _check_against_grown(new_config, tensors, old_shapes)
     return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
-                      tensors=tensors, tied_embeddings=tied_embeddings, seed=seed)
+                      tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth)
 
 
-def _check_against_grown(old_model: nn.Module, new_config, tensors: dict[str, TensorPlan],
-                         old_shapes: dict[str, tuple[int, ...]]) -> None:
+def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]], depth: DepthChange,
+                  init_std: float) -> dict[str, TensorPlan]:
+    """The per-tensor plans of a stage with a depth change: ``width`` (the width plans, by pre-growth name) for
+    tensors outside the blocks; for every block tensor of the grown model, its source's width plan (or an unchanged
+    one) under its new name, with ``block_init`` set for a new block's tensors. Blocks that neither move nor grow
+    are left out, as for a width growth."""
+    tensors = {name: spec for name, spec in width.items() if split_block_name(name) is None}
+    by_block: dict[int, list[str]] = {}
+    for name in old_shapes:
+        found = split_block_name(name)
+        if found is not None:
+            by_block.setdefault(found[0], []).append(found[1])
+    for position, (index, fresh) in enumerate(zip(depth.source, depth.fresh)):
+        for rest in by_block[index]:
+            old = block_name(index, rest)
+            new = block_name(position, rest)
+            spec = width.get(old) or TensorPlan(old, old_shapes[old], old_shapes[old], ())
+            if fresh:
+                how = fresh_block_init(rest, len(spec.new_shape), depth.init)
+                tensors[new] = dataclasses.replace(spec, name=new, source=old, block_init=how,
+                                                   init_std=init_std if how == "normal" else 0.0)
+            elif new != old or old in width:
+                tensors[new] = dataclasses.replace(spec, name=new, source=old if new != old else "")
+    return tensors
+
+
+def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]]) -> None:
     """Every tensor of ``GPT(new_config)`` must be either planned with its exact shape or unchanged."""
     new_shapes = {name: tuple(t.shape) for name, t in build_meta_gpt(new_config).state_dict(keep_vars=True).items()}
-    if set(new_shapes) != set(old_shapes):
-        raise GrowthError(f"growth would change the set of tensors: {sorted(set(new_shapes) ^ set(old_shapes))}")
+    known = set(old_shapes) | set(tensors)
+    if set(new_shapes) != known:
+        raise GrowthError(f"growth would change the set of tensors: {sorted(set(new_shapes) ^ known)[:8]}")
     for name, new_shape in new_shapes.items():
         planned = tensors[name].new_shape if name in tensors else old_shapes[name]
         if planned != new_shape:

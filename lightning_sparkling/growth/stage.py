@@ -9,6 +9,10 @@ from typing import Any
 from lightning_sparkling.growth.scaling import SPLITS, parse_init
 
 WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
+#: every size a stage can set: the widths, then the depth
+SIZE_AXES: tuple[str, ...] = (*WIDTH_AXES, "n_layer")
+DEPTH_INITS: tuple[str, ...] = ("copy-zero", "copy", "random-zero")
+DEPTH_ORDERS: tuple[str, ...] = ("stack", "interleave", "middle")
 OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
 REWARMUP_SCOPES: tuple[str, ...] = ("new", "all")
 BIAS_CORRECTIONS: tuple[str, ...] = ("shared", "fresh")
@@ -18,7 +22,8 @@ DEFAULT_SPLIT_RATIO = 1 / 3
 
 @dataclass(frozen=True)
 class GrowthStage:
-    """One growth: at ``at_step`` widen some of ``n_embd``, ``intermediate_size``, ``moe_intermediate_size``.
+    """One growth: at ``at_step`` widen some of ``n_embd``, ``intermediate_size``, ``moe_intermediate_size``
+    and/or deepen the model to ``n_layer`` blocks (one plan, one growth event when a stage sets several).
 
     The defaults are the SPARKLING recipe: copy-copy init, RMS-preserving fan-in scale, asymmetric optimizer
     state (old entries keep theirs, new entries start at zero) and an asymmetric learning-rate re-warmup of the
@@ -43,6 +48,23 @@ class GrowthStage:
         rewarmup_ratio: peak of the new entries' re-warmup relative to the LR at growth; ``None`` turns the
             re-warmup off (new entries follow the baseline schedule exactly).
         rewarmup_steps: length of the linear re-warmup, in optimizer steps.
+
+    The keys below grow the depth (G_stack, MIDAS); a new block's tensors are new entries like new width, so the
+    re-warmup, ``optimizer_state``, ``bias_correction`` and the symmetry loop apply to them.
+
+    Args:
+        n_layer: new number of blocks (larger than the model's).
+        depth_init: how a new block starts. ``copy-zero`` (default; function preserving): the source block's
+            weights with its output projections (attention ``proj``, MLP / every expert's ``proj``, their biases and
+            a LayerNorm post-norm's bias) zeroed, so the block adds nothing to the residual stream at first and the
+            grown model computes the same logits. ``copy``: the source block's weights as they are (G_stack; not
+            function preserving). ``random-zero``: litgpt's init (normal(0, 0.02) linears, unit norms, zero biases)
+            with the output projections zeroed (function preserving, no source).
+        depth_order: where the new blocks go and which old block each copies. ``stack`` (default, G_stack): the
+            stack repeated on top, new block ``L + i`` copies block ``i % L``. ``interleave``: every block followed
+            by its copies (``N // L - 1`` each; the ``N % L`` extra copies go to blocks spread evenly over the
+            depth). ``middle`` (MIDAS): like ``interleave``, but the ``N % L`` extra copies go to the middle blocks,
+            so ``n_layer < 2 L`` duplicates a centred window of blocks in place. ``sparkling plan`` prints the map.
 
     The keys below are the paper's comparison baselines (appendix "Comparison to Prior Function-Preserving
     Symmetry-Breaking Heuristics" and "Comparison to Prior Dynamics-Based Strategies"); their defaults leave the
@@ -121,6 +143,9 @@ class GrowthStage:
     optimizer_state: str = "asymmetric"
     rewarmup_ratio: float | None = 1.3
     rewarmup_steps: int = 250
+    n_layer: int | None = None
+    depth_init: str = "copy-zero"
+    depth_order: str = "stack"
     split: str = "even"
     split_ratio: float = DEFAULT_SPLIT_RATIO
     perturb: float = 0.0
@@ -135,13 +160,18 @@ class GrowthStage:
     def __post_init__(self) -> None:
         if isinstance(self.at_step, bool) or not isinstance(self.at_step, int) or self.at_step < 0:
             raise ValueError(f"GrowthStage(at_step={self.at_step!r}): at_step must be an integer >= 0")
-        if not self.widths:
+        if not self.sizes:
             raise ValueError(
-                f"GrowthStage(at_step={self.at_step}) grows nothing: give at least one of {', '.join(WIDTH_AXES)}"
+                f"GrowthStage(at_step={self.at_step}) grows nothing: give at least one of {', '.join(SIZE_AXES)}"
             )
-        for axis, size in self.widths.items():
+        for axis, size in self.sizes.items():
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                raise ValueError(f"GrowthStage({axis}={size!r}): a width must be a positive integer")
+                what = "a layer count" if axis == "n_layer" else "a width"
+                raise ValueError(f"GrowthStage({axis}={size!r}): {what} must be a positive integer")
+        if self.depth_init not in DEPTH_INITS:
+            raise ValueError(f"GrowthStage(depth_init={self.depth_init!r}): choose one of {', '.join(DEPTH_INITS)}")
+        if self.depth_order not in DEPTH_ORDERS:
+            raise ValueError(f"GrowthStage(depth_order={self.depth_order!r}): choose one of {', '.join(DEPTH_ORDERS)}")
         fan_out, fan_in = parse_init(self.init)
         if fan_out == fan_in == "zero":
             raise ValueError(
@@ -224,9 +254,13 @@ class GrowthStage:
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
             raise ValueError(f"GrowthStage(symmetry_target={target!r}): must be a number in (0, 1), the mean cosine "
                              "of copies to their sources below which the LR boost ends (e.g. 0.5), or None")
-        if "copy" not in (fan_out, fan_in):
-            raise ValueError(f"GrowthStage(symmetry_target={target}): the init pair {self.init!r} copies nothing, so there "
-                             "is no symmetry to break; use a pair with a copied side or drop symmetry_target")
+        if not self.copies:
+            what = f"the init pair {self.init!r}" if self.widths else ""
+            if self.n_layer is not None:
+                what += (" and " if what else "") + f"depth_init={self.depth_init!r}"
+            raise ValueError(f"GrowthStage(symmetry_target={target}): {what} copies nothing, so there is no symmetry "
+                             "to break; use a copied init (a pair with a copied side, depth_init 'copy' or "
+                             "'copy-zero') or drop symmetry_target")
         if self.rewarmup_ratio is None:
             raise ValueError(f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
                              "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio")
@@ -243,6 +277,24 @@ class GrowthStage:
     def widths(self) -> dict[str, int]:
         """The widths this stage sets, ``{axis: new size}``, in the order of :data:`WIDTH_AXES`."""
         return {axis: getattr(self, axis) for axis in WIDTH_AXES if getattr(self, axis) is not None}
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Every size this stage sets, ``{axis: new size}``: :attr:`widths`, then ``n_layer``.
+
+        Example::
+
+            >>> GrowthStage(500, n_layer=12, n_embd=1024).sizes
+            {'n_embd': 1024, 'n_layer': 12}
+        """
+        return {axis: getattr(self, axis) for axis in SIZE_AXES if getattr(self, axis) is not None}
+
+    @property
+    def copies(self) -> bool:
+        """Whether some new entries start as copies of old ones (a copied side of ``init`` on a width this stage
+        grows, or a copied ``depth_init``): the copies whose likeness ``symmetry/`` measures."""
+        width_copies = bool(self.widths) and "copy" in (self.fan_out_init, self.fan_in_init)
+        return width_copies or (self.n_layer is not None and self.depth_init.startswith("copy"))
 
     @property
     def fan_out_init(self) -> str:
@@ -315,7 +367,10 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}")
     extra = {k: v for k, v in RECIPES[recipe].items() if k not in keys}
     init = keys.get("init", extra.get("init", "copy-copy"))
-    copies = isinstance(init, str) and "copy" in init.split("-")
+    depth_init = keys.get("depth_init", extra.get("depth_init", "copy-zero"))
+    widths = any(keys.get(axis) is not None for axis in WIDTH_AXES)
+    copies = (widths and isinstance(init, str) and "copy" in init.split("-")) or (
+        keys.get("n_layer") is not None and isinstance(depth_init, str) and depth_init.startswith("copy"))
     no_rewarmup = "rewarmup_ratio" in keys and keys["rewarmup_ratio"] is None
     if not copies or no_rewarmup or keys.get("rewarmup_scope") == "all":
         extra = {k: v for k, v in extra.items() if k not in _SYMMETRY_KEYS}

@@ -43,14 +43,18 @@ class GrowthResult:
 
     Attributes:
         plan: the plan that was applied (grown config, axes with copy maps and alphas, per-tensor specs).
-        old_params / new_params: ``{name: Parameter}`` for every parameter that was replaced (names as in
-            ``model.named_parameters()``); the optimizer patch maps ``old_params[n] -> new_params[n]``.
+        old_params / new_params: ``{name: Parameter}`` for every parameter that was replaced, by its name in the
+            grown model (``model.named_parameters()``; a block moved by a depth growth has a new name): the
+            optimizer patch maps ``old_params[n] -> new_params[n]``.
+        added: ``{name: (source Parameter, new Parameter)}`` for every parameter of a new block (depth growth):
+            the optimizer patch adds it to its source's param group, with state grown from the source's.
         seconds: wall-clock time of the growth.
     """
 
     plan: GrowthPlan
     old_params: dict[str, nn.Parameter] = field(repr=False)
     new_params: dict[str, nn.Parameter] = field(repr=False)
+    added: dict[str, tuple[nn.Parameter, nn.Parameter]] = field(default_factory=dict, repr=False)
     seconds: float = 0.0
     _swap: _Swap | None = field(default=None, repr=False)
 
@@ -77,8 +81,11 @@ class GrowthResult:
 
     @property
     def new_entries(self) -> dict[str, list[tuple[slice, ...]]]:
-        """``{name: disjoint slices of the entries that are new}`` for every grown parameter."""
-        return {name: self.plan.tensors[name].new_region() for name in self.new_params if name in self.plan.tensors}
+        """``{name: disjoint slices of the entries that are new}`` for every grown parameter (the whole tensor for
+        a new block's)."""
+        names = [*self.new_params, *self.added]
+        regions = {name: self.plan.tensors[name].new_region() for name in names if name in self.plan.tensors}
+        return {name: pieces for name, pieces in regions.items() if pieces}
 
     @property
     def sources(self) -> dict[str, torch.Tensor]:
@@ -120,6 +127,8 @@ def grow_tensor(
     """
     if tuple(t.shape) != spec.old_shape:
         raise GrowthError(f"tensor {spec.name!r} has shape {tuple(t.shape)}, the plan expects {spec.old_shape}")
+    if spec.fresh and (mode == "zero" or (mode is None and spec.block_init != "copy")):
+        return _fresh_tensor(t, spec, "zero" if mode == "zero" else spec.block_init, generator)
     factor = spec.scale if scale is None else scale
     if mode == "zero" and factor == 1.0:
         # every new slice zero (optimizer state): one zero tensor of the new shape and one copy of the old block,
@@ -146,24 +155,43 @@ def grow_tensor(
             out = ((1.0 + out.to(compute)) * factor - 1.0).to(t.dtype)
         else:
             out = (out.to(compute) * factor).to(t.dtype)
-    if out is t:
-        out = t.detach().clone()
+    if out is t or out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+        out = out.detach().clone()  # never share storage with the pre-growth tensor (a new block's plain copy)
     return out
 
 
+def _fresh_tensor(t: torch.Tensor, spec: TensorPlan, how: str, generator: torch.Generator | None) -> torch.Tensor:
+    """A new block's tensor that does not copy its source: zeros, ones, or normal(0, ``spec.init_std``) drawn on
+    the CPU from ``generator`` (device and rank independent)."""
+    if how == "zero":
+        return torch.zeros(spec.new_shape, dtype=t.dtype, device=t.device)
+    if how == "one":
+        return torch.ones(spec.new_shape, dtype=t.dtype, device=t.device)
+    if how != "normal" or generator is None:
+        raise GrowthError(f"tensor {spec.name!r}: unknown new-block init {how!r} (or no generator)")
+    sample = torch.empty(spec.new_shape, dtype=torch.float32).normal_(0.0, spec.init_std, generator=generator)
+    return sample.to(device=t.device, dtype=t.dtype)
+
+
 def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Grow every planned tensor found in ``tensors`` (pure: inputs are not modified).
+    """Grow every planned tensor whose source is found in ``tensors`` (pre-growth names; pure: inputs are not
+    modified). The result is keyed by the grown model's names: under a depth growth one source gives its kept
+    block's tensor and every new block's copy of it; a tensor that only moves comes back as the input itself.
 
     ``tensors`` may hold a subset (e.g. one layer at a time under FSDP); the result does not depend on which
     subset or order, since each tensor has its own seeded generator.
     """
     out = {}
     perturb = float(plan.stage.perturb)
-    for name, t in tensors.items():
-        spec = plan.tensors.get(name)
-        if spec is not None:
-            out[name] = grow_tensor(t, spec, plan.axes, generator=plan.tensor_generator(name), perturb=perturb,
-                                    perturb_generator=plan.perturb_generator(name) if perturb else None)
+    for name, spec in plan.tensors.items():
+        t = tensors.get(spec.source_name)
+        if t is None:
+            continue
+        if not spec.dims and spec.scale == 1.0 and not spec.fresh:
+            out[name] = t  # a kept block's tensor under its new position's name
+            continue
+        out[name] = grow_tensor(t, spec, plan.axes, generator=plan.tensor_generator(name), perturb=perturb,
+                                perturb_generator=plan.perturb_generator(name) if perturb else None)
     return out
 
 
@@ -278,12 +306,18 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
         modules = dict(model.named_modules())
         replaced: dict[int, nn.Parameter] = {}  # id(old Parameter) -> new one: tied weights stay one Parameter
         touched: set[str] = set()
+        fresh = {name: value for name, value in grown.items() if name in plan.tensors and plan.tensors[name].fresh}
         for name, value in grown.items():
-            module_name, attr = name.rsplit(".", 1)
+            if name in fresh:
+                continue
+            spec = plan.tensors.get(name)
+            module_name, attr = (spec.source_name if spec is not None else name).rsplit(".", 1)
             module = modules[module_name]
             old = module._parameters.get(attr)
             if old is None:
                 raise GrowthError(f"{name!r} is not a parameter of the model")
+            if value is old:
+                continue  # a kept block's tensor that only moves: the same Parameter
             new = replaced.get(id(old))
             if new is None:
                 new = replaced[id(old)] = nn.Parameter(value, requires_grad=old.requires_grad)
@@ -295,6 +329,8 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
         for module in modules.values():
             if module.__dict__.get("config") is plan.old_config:
                 swap.set(module, "config", plan.new_config)
+        if plan.depth is not None:
+            _place_blocks(swap, model, plan, fresh)
         reference = build_meta_gpt(plan.new_config)
         # parameter-free norms (e.g. OLMo's non-affine LayerNorm) have no tensor to infer their size from
         for name, ref in reference.named_modules():
@@ -309,11 +345,60 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
         raise
 
 
-def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0) -> GrowthResult:
-    """Widen a litgpt ``GPT`` in place by ``stage`` (hidden, MLP inner and/or MoE expert inner size).
+def _place_blocks(swap: _Swap, model: nn.Module, plan: GrowthPlan, fresh: Mapping[str, torch.Tensor]) -> None:
+    """Depth growth: a new ``transformer.h`` holding the kept blocks (same module objects, ``block_idx`` set to their
+    new position) and new ``Block(grown config, j)`` modules filled with ``fresh`` (new ``Parameter``\ s; buffers
+    copied from the source block)."""
+    from litgpt.model import Block
 
-    The model keeps its module objects; the grown parameters are new ``nn.Parameter`` objects (same dtype,
-    device and ``requires_grad``), and ``model.config`` becomes the grown litgpt ``Config`` so that
+    depth = plan.depth
+    old_blocks = list(model.transformer.h)
+    blocks = []
+    for j, (index, is_new) in enumerate(zip(depth.source, depth.fresh)):
+        source = old_blocks[index]
+        if not is_new:
+            for module in source.modules():
+                if "block_idx" in module.__dict__ and module.block_idx != j:
+                    swap.set(module, "block_idx", j)
+            blocks.append(source)
+            continue
+        with torch.device("meta"):
+            block = Block(plan.new_config, j)
+        source_params = dict(source.named_parameters())
+        for name, param in list(block.named_parameters()):
+            owner, _, attr = name.rpartition(".")
+            value = fresh[f"transformer.h.{j}.{name}"]
+            block.get_submodule(owner)._parameters[attr] = nn.Parameter(
+                value, requires_grad=source_params[name].requires_grad)
+        for name, buffer in source.named_buffers():
+            owner, _, attr = name.rpartition(".")
+            block.get_submodule(owner)._buffers[attr] = buffer.clone()
+        blocks.append(block)
+    swap.set(model.transformer, "h", nn.ModuleList(blocks))
+
+
+def _result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_named: Mapping[str, nn.Parameter]
+                   ) -> tuple[dict, dict, dict]:
+    """``(old_params, new_params, added)`` of a :class:`GrowthResult` from the model's parameters before and after
+    (``old_named`` by pre-growth names, ``new_named`` by grown names)."""
+    old_params, new_params, added = {}, {}, {}
+    for name, param in new_named.items():
+        spec = plan.tensors.get(name)
+        source = old_named.get(spec.source_name if spec is not None else name)
+        if spec is not None and spec.fresh:
+            added[name] = (source, param)
+        elif source is not None and source is not param:
+            old_params[name], new_params[name] = source, param
+    return old_params, new_params, added
+
+
+def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0) -> GrowthResult:
+    """Grow a litgpt ``GPT`` in place by ``stage``: widen it (hidden, MLP inner and/or MoE expert inner size)
+    and/or deepen it (``n_layer``).
+
+    The model keeps its module objects (a depth growth puts the kept blocks, possibly at new positions, and new
+    ``Block`` modules in a new ``transformer.h``); the grown parameters are new ``nn.Parameter`` objects (same
+    dtype, device and ``requires_grad``), and ``model.config`` becomes the grown litgpt ``Config`` so that
     ``GPT(model.config).load_state_dict(model.state_dict(), strict=True)`` works. Heads, head size and RoPE do
     not change. Either the whole growth happens or the model is left exactly as it was.
 
@@ -346,7 +431,8 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
     tied = _is_tied(model)
     plan = plan_growth(model.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     current = dict(model.named_parameters(remove_duplicate=False))
-    sources = {name: current[name] for name in plan.tensors if name in current}
+    sources = {spec.source_name: current[spec.source_name] for spec in plan.tensors.values()
+               if spec.source_name in current}
     # tied: grow the shared tensor once, under the embedding's name
     if tied and "lm_head.weight" in sources:
         sources.pop("lm_head.weight")
@@ -356,8 +442,6 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
         grown["lm_head.weight"] = grown["transformer.wte.weight"]
     old_named = dict(model.named_parameters())
     swap = swap_in(model, plan, grown)
-    new_named = dict(model.named_parameters())
-    old_params = {n: old_named[n] for n in new_named if n in old_named and old_named[n] is not new_named[n]}
-    new_params = {n: new_named[n] for n in old_params}
-    return GrowthResult(plan=plan, old_params=old_params, new_params=new_params,
+    old_params, new_params, added = _result_params(plan, old_named, dict(model.named_parameters()))
+    return GrowthResult(plan=plan, old_params=old_params, new_params=new_params, added=added,
                         seconds=time.perf_counter() - start, _swap=swap)

@@ -207,6 +207,15 @@ class StageArgs:
     rewarmup_steps: int = 250
     """Length of the new entries' linear LR re-warmup, in optimizer steps; must end before the last step
     (``at_step + rewarmup_steps < max_steps``)."""
+    n_layer: Optional[int] = None
+    """New number of blocks (depth growth); may be combined with widths in one stage."""
+    depth_init: str = "copy-zero"
+    """How a new block starts: ``copy-zero`` (its source's weights, output projections zeroed: function
+    preserving), ``copy`` (its source's weights: G_stack) or ``random-zero`` (litgpt's init, output projections
+    zeroed)."""
+    depth_order: str = "stack"
+    """Where new blocks go and which old block each copies: ``stack`` (new block ``L + i`` copies ``i % L``),
+    ``interleave`` (every block followed by its copies) or ``middle`` (the middle blocks duplicated in place)."""
     split: str = "even"
     """Paper baseline "Uneven Splitting": ``even``, ``uneven`` (source : copy shares ``split_ratio : 1 -
     split_ratio``) or ``random`` (a ratio per channel from [0.1, 0.5]); fan-in side ``copy`` only."""
@@ -1090,7 +1099,7 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
             current = plan_growth(current, stage, seed=growth.seed, stage_index=k,
                                   tied_embeddings=train.tie_embeddings).new_config
         except GrowthError as err:
-            bad = next((name for name in stage.widths if re.search(rf"\b{name}\b", str(err))), None)
+            bad = next((name for name in stage.sizes if re.search(rf"\b{name}\b", str(err))), None)
             raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
         try:
             check_rewarmup_fits([stage], steps, names=[key])
