@@ -39,7 +39,14 @@ from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthError, GrowthPlan, plan_growth
 from lightning_sparkling.growth.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
-from lightning_sparkling.growth.stage import GrowthStage, check_rewarmup_fits, check_stage_sequence, decay_end
+from lightning_sparkling.growth.depth import describe_depth
+from lightning_sparkling.growth.stage import (
+    SIZE_AXES,
+    GrowthStage,
+    check_rewarmup_fits,
+    check_stage_sequence,
+    decay_end,
+)
 from lightning_sparkling.growth.surgery import GrowthResult, clean_name
 from lightning_sparkling.growth.symmetry import CopySpec, copy_specs, symmetry_metrics
 from lightning_sparkling.parallel import GrowthBackend, select_backend
@@ -246,7 +253,8 @@ class WidthGrowthCallback(Callback):
         plans: list[GrowthPlan] = []
         for k in range(len(self._regions), grown):
             plan = plan_growth(config, self.stages[k], seed=int(state["seed"]), stage_index=k, tied_embeddings=tied)
-            self._regions.append({n: t.new_region() for n, t in plan.tensors.items()})
+            self._carry_forward(plan)
+            self._regions.append({n: r for n, t in plan.tensors.items() if (r := t.new_region())})
             self._copies.append(copy_specs(plan))
             plans.append(plan)
             config = plan.new_config
@@ -366,7 +374,7 @@ class WidthGrowthCallback(Callback):
                 patch.undo()
             result.rollback()
             raise GrowthFailedError(
-                f"growth stage {k} (GrowthStage(at_step={stage.at_step}, {stage.widths})) failed at global step "
+                f"growth stage {k} (GrowthStage(at_step={stage.at_step}, {stage.sizes})) failed at global step "
                 f"{trainer.global_step}: {err}. The model and optimizer are the pre-growth ones."
             ) from err
         seconds = time.perf_counter() - start
@@ -382,6 +390,7 @@ class WidthGrowthCallback(Callback):
             "symmetry_done": stage.symmetry_target is None,
         }
         self._records.append(record)
+        self._carry_forward(result.plan)
         self._regions.append(result.new_entries)
         self._copies.append(copy_specs(result.plan))
         self._grown += 1
@@ -392,6 +401,16 @@ class WidthGrowthCallback(Callback):
         if isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
             pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
         self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, loss, device)
+
+    def _carry_forward(self, plan: GrowthPlan) -> None:
+        """Earlier stages' new entries and copies under the names of ``plan``'s grown model: a depth growth moves
+        kept blocks (``interleave``, ``middle``); a new block's entries belong to ``plan``'s stage alone."""
+        if plan.depth is None:
+            return
+        self._regions = [{plan.carry(n): pieces for n, pieces in regions.items() if plan.carry(n) is not None}
+                         for regions in self._regions]
+        self._copies = [{axis: carried for axis, spec in specs.items() if (carried := spec.carried(plan)) is not None}
+                        for specs in self._copies]
 
     @torch.no_grad()
     def _check_loss(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, batch: Any) -> float:
@@ -533,6 +552,7 @@ class WidthGrowthCallback(Callback):
             if stages is not None and k not in stages:
                 continue
             names = sorted({name for spec in specs.values() for name, _ in spec.tensors})
+            names += [name for spec in specs.values() for pair in spec.pairs for name in pair]  # depth: in pairs
             tensors = self.backend.full_tensors(pl_module, gpt, names)  # a collective when sharded
             metrics.update(symmetry_metrics(specs, tensors, f"symmetry/stage_{k}"))
         return metrics
@@ -550,8 +570,7 @@ class WidthGrowthCallback(Callback):
                    params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
                    device: torch.device) -> None:
         old, new = result.old_config, result.new_config
-        widths = {axis: (getattr(old, axis), getattr(new, axis)) for axis in ("n_embd", "intermediate_size",
-                                                                               "moe_intermediate_size")
+        widths = {axis: (getattr(old, axis), getattr(new, axis)) for axis in SIZE_AXES
                   if getattr(old, axis, None) != getattr(new, axis, None)}
         if device.type == "cuda":
             peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
@@ -569,7 +588,9 @@ class WidthGrowthCallback(Callback):
         self.summaries.append(summary)
         lines = [f"WidthGrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
         for axis, (a, b) in widths.items():
-            lines.append(f"  {axis:<22} {a:>8} -> {b:<8} alpha={result.plan.axes[axis].alpha:.4f}")
+            detail = (f"alpha={result.plan.axes[axis].alpha:.4f}" if axis in result.plan.axes else
+                      f"{result.plan.depth.order}, {result.plan.depth.init}: " + describe_depth(result.plan.depth))
+            lines.append(f"  {axis:<22} {a:>8} -> {b:<8} {detail}")
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")
         lines.append(f"  {'FLOPs/token (6N)':<22} {6 * params_before[0]:>8,} -> {6 * params_after[0]:,}")

@@ -63,7 +63,8 @@ def count_params(config, *, tie_embeddings: bool = False) -> tuple[int, int]:
 
 def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, total_steps: int, tokens_per_step: int,
                      tie_embeddings: bool = False) -> ComputeEstimate:
-    """Training FLOPs of a run that grows by ``stages``, against training the final width from scratch.
+    """Training FLOPs of a run that grows by ``stages``, against training the final shape (width and depth) from
+    scratch.
 
     Args:
         config: litgpt ``Config`` of the starting model.
@@ -90,7 +91,7 @@ def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, tot
         if stage.at_step > total_steps:
             raise ValueError(f"GrowthStage(at_step={stage.at_step}) is past total_steps={total_steps}")
         _check_model_kind(configs[-1], stage)
-        configs.append(grown_config(configs[-1], stage.widths))
+        configs.append(grown_config(configs[-1], stage.sizes, depth_order=stage.depth_order))
     bounds = [0] + [s.at_step for s in stages] + [total_steps]
     phase_steps = tuple(b - a for a, b in zip(bounds[:-1], bounds[1:]))
     counts = [count_params(c, tie_embeddings=tie_embeddings) for c in configs]

@@ -87,6 +87,22 @@ class DepthChange:
         return {j: kept[self.source[j]] for j in self.new_blocks}
 
 
+def describe_depth(change: DepthChange) -> str:
+    """Which old block each new block copies, e.g. ``"new 3<-0, 4<-1"`` (positions in the grown model <- old
+    block), and where kept blocks moved (``"moved 1->2"``).
+
+    Example::
+
+        >>> describe_depth(depth_change(2, 3, "interleave", "copy"))
+        'new 2<-1'
+        >>> describe_depth(depth_change(2, 4, "interleave", "copy"))
+        'new 1<-0, 3<-1; moved 1->2'
+    """
+    new = ", ".join(f"{j}<-{change.source[j]}" for j in change.new_blocks)
+    moved = ", ".join(f"{i}->{j}" for i, j in change.kept_position.items() if i != j)
+    return f"new {new}" + (f"; moved {moved}" if moved else "")
+
+
 def depth_source_map(old: int, new: int, order: str) -> tuple[tuple[int, ...], tuple[bool, ...]]:
     """``(source, fresh)`` of a depth growth from ``old`` to ``new`` blocks (see the module docstring).
 

@@ -97,8 +97,11 @@ class OptimizerPatch:
 
     optimizer: torch.optim.Optimizer
     replacements: list[tuple[int, int, nn.Parameter, nn.Parameter]] = field(default_factory=list)  # group, idx, old, new
+    additions: list[tuple[int, nn.Parameter]] = field(default_factory=list)  # group, new block's parameter
     new_state: dict[nn.Parameter, dict] = field(default_factory=dict)
+    regrouped: dict[int, list[nn.Parameter]] = field(default_factory=dict)  # group -> its params after a depth growth
     _old_state: dict[nn.Parameter, dict] = field(default_factory=dict)
+    _old_lists: dict[int, list[nn.Parameter]] = field(default_factory=dict)
 
     def apply(self) -> None:
         for g, i, old, new in self.replacements:
@@ -107,8 +110,19 @@ class OptimizerPatch:
                 self._old_state[old] = self.optimizer.state.pop(old)
             if new in self.new_state:
                 self.optimizer.state[new] = self.new_state[new]
+        for g, params in self.regrouped.items():
+            self._old_lists[g] = self.optimizer.param_groups[g]["params"]
+            self.optimizer.param_groups[g]["params"] = list(params)
+        for _, new in self.additions:
+            if new in self.new_state:
+                self.optimizer.state[new] = self.new_state[new]
 
     def undo(self) -> None:
+        for g, params in self._old_lists.items():
+            self.optimizer.param_groups[g]["params"] = params
+        self._old_lists.clear()
+        for _, new in self.additions:
+            self.optimizer.state.pop(new, None)
         for g, i, old, new in self.replacements:
             self.optimizer.param_groups[g]["params"][i] = old
             self.optimizer.state.pop(new, None)
@@ -127,10 +141,13 @@ def plan_optimizer_patch(
 ) -> OptimizerPatch:
     """Compute the patch of ``optimizer`` for a growth (nothing is modified).
 
-    Every parameter in ``result.old_params`` found in the optimizer is swapped for its successor. Per-element
-    state of a grown parameter is grown by ``recipe`` one tensor at a time: ``to_full`` gathers it first and
-    ``like_param`` lays the result out like the new parameter (both identity on one device; gather / re-shard
-    under FSDP2). State of a replaced but unchanged parameter is carried over as is.
+    Every parameter in ``result.old_params`` found in the optimizer is swapped for its successor. Every
+    parameter of a new block (``result.added``) joins the param group of its source, in the same optimizer, with
+    the source's state grown by ``recipe`` (``asymmetric``: zero moments, the source's ``step``; ``copy``: the
+    source's state); such a group is put in the grown model's parameter order (what ``configure_optimizers``
+    builds on the grown model at a resume, when it filters ``model.parameters()`` into groups). Per-element state of a grown parameter is grown by ``recipe`` one tensor at a time:
+    ``to_full`` gathers it first and ``like_param`` lays the result out like the new parameter (both identity on
+    one device; gather / re-shard under FSDP2). State of a replaced but unchanged parameter is carried over as is.
 
     Args:
         optimizer: a torch optimizer holding (some of) the model's parameters.
@@ -142,6 +159,19 @@ def plan_optimizer_patch(
     """
     check_optimizer_supported(optimizer)
     name_of = {id(p): n for n, p in result.old_params.items()}
+    group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
+
+    def grown_state(state: dict, name: str, new: nn.Parameter) -> dict:
+        spec = result.plan.tensors.get(name)
+        if spec is None:
+            return dict(state)
+        return {
+            key: like_param(grow_state(key, to_full(value), spec, result.plan.axes, recipe,
+                                       type(optimizer).__name__), new)
+            if isinstance(value, torch.Tensor) and value.ndim > 0 else value
+            for key, value in state.items()
+        }
+
     patch = OptimizerPatch(optimizer)
     for g, group in enumerate(optimizer.param_groups):
         for i, p in enumerate(group["params"]):
@@ -151,18 +181,26 @@ def plan_optimizer_patch(
             new = result.new_params[name]
             patch.replacements.append((g, i, p, new))
             state = optimizer.state.get(p)
-            if not state:
-                continue
-            spec = result.plan.tensors.get(name)
-            if spec is None:
-                patch.new_state[new] = dict(state)
-                continue
-            patch.new_state[new] = {
-                key: like_param(grow_state(key, to_full(value), spec, result.plan.axes, recipe,
-                                           type(optimizer).__name__), new)
-                if isinstance(value, torch.Tensor) and value.ndim > 0 else value
-                for key, value in state.items()
-            }
+            if state:
+                patch.new_state[new] = grown_state(state, name, new)
+    for name, (source, new) in result.added.items():
+        g = group_of.get(id(source))
+        if g is None:
+            continue  # the source is not trained by this optimizer
+        patch.additions.append((g, new))
+        if g not in patch.regrouped:
+            patch.regrouped[g] = [result.new_params.get(name_of.get(id(p), ""), p)
+                                  for p in optimizer.param_groups[g]["params"]]
+        patch.regrouped[g].append(new)
+        state = optimizer.state.get(source)
+        if state:  # scalar state (Adam's step) is cloned: torch updates it in place, once per parameter
+            patch.new_state[new] = {key: value.clone() if isinstance(value, torch.Tensor) and value.ndim == 0
+                                    else value for key, value in grown_state(state, name, new).items()}
+    # A group that gains a new block's parameters lists them in the grown model's order: what the module's own
+    # configure_optimizers builds on the grown model when a checkpoint is resumed (optimizer state loads by position)
+    rank = {id(p): i for i, p in enumerate(result.order)}
+    for g, params in patch.regrouped.items():
+        params.sort(key=lambda p: rank.get(id(p), len(rank)))
     return patch
 
 

@@ -430,7 +430,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     if stage.n_layer is not None:
         depth = depth_change(config.n_layer, stage.n_layer, stage.depth_order, stage.depth_init)
         tensors = _place_blocks(tensors, old_shapes, depth, litgpt_init_std(new_config.n_embd))
-    _check_against_grown(new_config, tensors, old_shapes)
+    _check_against_grown(new_config, tensors, old_shapes, depth)
     return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
                       tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth)
 
@@ -461,10 +461,14 @@ def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int,
     return tensors
 
 
-def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]]) -> None:
+def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]],
+                         depth: DepthChange | None) -> None:
     """Every tensor of ``GPT(new_config)`` must be either planned with its exact shape or unchanged."""
     new_shapes = {name: tuple(t.shape) for name, t in build_meta_gpt(new_config).state_dict(keep_vars=True).items()}
-    known = set(old_shapes) | set(tensors)
+    known = set(tensors) | {name for name in old_shapes if depth is None or split_block_name(name) is None}
+    if depth is not None:  # a block kept in place and not grown is not planned
+        known |= {name for name in old_shapes if (found := split_block_name(name)) is not None
+                  and found[0] < depth.new and depth.source[found[0]] == found[0] and not depth.fresh[found[0]]}
     if set(new_shapes) != known:
         raise GrowthError(f"growth would change the set of tensors: {sorted(set(new_shapes) ^ known)[:8]}")
     for name, new_shape in new_shapes.items():

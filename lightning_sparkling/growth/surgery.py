@@ -48,6 +48,7 @@ class GrowthResult:
             optimizer patch maps ``old_params[n] -> new_params[n]``.
         added: ``{name: (source Parameter, new Parameter)}`` for every parameter of a new block (depth growth):
             the optimizer patch adds it to its source's param group, with state grown from the source's.
+        order: the grown model's parameters in module order (where a depth growth's new parameters go in a group).
         seconds: wall-clock time of the growth.
     """
 
@@ -55,6 +56,7 @@ class GrowthResult:
     old_params: dict[str, nn.Parameter] = field(repr=False)
     new_params: dict[str, nn.Parameter] = field(repr=False)
     added: dict[str, tuple[nn.Parameter, nn.Parameter]] = field(default_factory=dict, repr=False)
+    order: tuple[nn.Parameter, ...] = field(default=(), repr=False)
     seconds: float = 0.0
     _swap: _Swap | None = field(default=None, repr=False)
 
@@ -442,6 +444,7 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
         grown["lm_head.weight"] = grown["transformer.wte.weight"]
     old_named = dict(model.named_parameters())
     swap = swap_in(model, plan, grown)
-    old_params, new_params, added = _result_params(plan, old_named, dict(model.named_parameters()))
+    new_named = dict(model.named_parameters())
+    old_params, new_params, added = _result_params(plan, old_named, new_named)
     return GrowthResult(plan=plan, old_params=old_params, new_params=new_params, added=added,
-                        seconds=time.perf_counter() - start, _swap=swap)
+                        order=tuple(new_named.values()), seconds=time.perf_counter() - start, _swap=swap)

@@ -4,6 +4,8 @@ Under copy-copy growth with a symmetric optimizer state and no re-warmup, each c
 source forever (the *symmetry lock*); SPARKLING's asymmetric state and re-warmup must break it. The measure here is,
 per width axis, the mean cosine similarity between each new channel and the channel it was copied from, over every
 tensor in which that axis was initialized by copy: 1 at growth, falling under SPARKLING, staying 1 when locked.
+For a depth growth (axis ``n_layer``) it is the mean cosine of each copied new block's weight matrices to its source
+block's (the kept block, at its position in the grown model).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from lightning_sparkling.growth.depth import DEPTH_AXIS, block_name, split_block_name
 from lightning_sparkling.growth.plan import GrowthPlan
 
 
@@ -26,6 +29,20 @@ class CopySpec:
     old: int
     src: torch.Tensor
     tensors: tuple[tuple[str, int], ...]
+    pairs: tuple[tuple[str, str], ...] = ()  # depth: (source tensor, new block's copy), by grown-model name
+
+    def names(self) -> list[str]:
+        """The tensors to read, in an order :func:`symmetry_metrics` can consume one at a time (a depth copy right
+        after its source)."""
+        return [n for n, _ in self.tensors] + [n for pair in self.pairs for n in pair]
+
+    def carried(self, plan: GrowthPlan) -> CopySpec | None:
+        """This spec after a later growth ``plan`` (a depth growth renames moved blocks); ``None`` if nothing of it
+        is left to measure."""
+        tensors = tuple((plan.carry(n), d) for n, d in self.tensors if plan.carry(n) is not None)
+        pairs = tuple((plan.carry(a), plan.carry(b)) for a, b in self.pairs
+                      if plan.carry(a) is not None and plan.carry(b) is not None)
+        return CopySpec(self.axis, self.old, self.src, tensors, pairs) if tensors or pairs else None
 
 
 def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
@@ -38,6 +55,16 @@ def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
         )
         if tensors:
             specs[axis] = CopySpec(axis, change.old, change.src, tensors)
+    if plan.depth is not None:
+        copies = plan.depth.copies()
+        pairs = []
+        for name, spec in plan.tensors.items():
+            found = split_block_name(name)
+            if spec.block_init == "copy" and len(spec.new_shape) >= 2 and found is not None:
+                pairs.append((block_name(copies[found[0]], found[1]), name))
+        if pairs:
+            specs[DEPTH_AXIS] = CopySpec(DEPTH_AXIS, plan.depth.old, torch.empty(0, dtype=torch.long), (),
+                                         tuple(pairs))
     return specs
 
 
@@ -69,11 +96,23 @@ def symmetry_metrics(specs: Mapping[str, CopySpec], tensors: Iterable[tuple[str,
         prefix: tag prefix, e.g. ``symmetry/stage_0``.
     """
     uses: dict[str, list[tuple[str, int]]] = {}
+    sources: dict[str, set[str]] = {}  # depth: the tensors to hold until their copy arrives
+    copy_of: dict[str, list[tuple[str, str]]] = {}
     for axis, spec in specs.items():
         for name, dim in spec.tensors:
             uses.setdefault(name, []).append((axis, dim))
+        for source, copy in spec.pairs:
+            sources.setdefault(source, set()).add(axis)
+            copy_of.setdefault(copy, []).append((axis, source))
     cosines: dict[str, list[torch.Tensor]] = {axis: [] for axis in specs}
+    held: dict[str, torch.Tensor] = {}
     for name, tensor in tensors:
         for axis, dim in uses.get(name, ()):
             cosines[axis].append(copy_cosine(tensor, dim, specs[axis].old, specs[axis].src).mean().cpu())
+        for axis, source in copy_of.get(name, ()):
+            if source in held:
+                cosines[axis].append(F.cosine_similarity(tensor.detach().flatten().float(), held[source].flatten(),
+                                                         dim=0, eps=1e-12).cpu())
+        if name in sources:
+            held = {name: tensor.detach().float().clone()}  # the next tensor is its copy (CopySpec.names order)
     return {f"{prefix}/{axis}": float(torch.stack(values).mean()) for axis, values in cosines.items() if values}
