@@ -40,6 +40,8 @@ from conftest import (
 FAMILIES = {
     "llama": llama_config, "neox": neox_config, "moe": moe_config, "pure_moe": pure_moe_config,
     "gemma": gemma_config, "olmo": olmo_config, "olmo2": olmo2_config, "qk_norm": qk_norm_config,
+    # LayerNorm post-norms with a bias: LayerNorm(0) = bias, so the -zero inits zero that bias too
+    "neox_post_norms": lambda **kw: neox_config(post_attention_norm=True, post_mlp_norm=True, **kw),
 }
 ORDERS = ("stack", "interleave", "middle")
 
@@ -354,3 +356,97 @@ def test_a_failed_depth_growth_leaves_the_model_and_optimizer_as_they_were(monke
             assert torch.equal(v, seen["state"][id(p)][k])
     for n, p in module.model.named_parameters():
         assert torch.equal(p, seen["weights"][n])
+
+
+def test_estimate_compute_counts_the_depth_change():
+    from lightning_sparkling import estimate_compute
+    from lightning_sparkling.growth.compute import count_params
+
+    config = llama_config(n_layer=2)
+    est = estimate_compute(config, GrowthStage(30, n_layer=4), total_steps=100, tokens_per_step=64)
+    small, large = count_params(config)[0], count_params(llama_config(n_layer=4))[0]
+    assert est.active_params == (small, large)
+    assert est.flops == pytest.approx(6 * 64 * (small * 30 + large * 70))
+    assert est.flops_from_scratch == pytest.approx(6 * 64 * large * 100)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_symmetry_loop_on_a_depth_stage_boosts_the_new_blocks_by_their_measured_cosine(accumulate):
+    """The loop's decisions for a depth stage follow the cosine of each copied block to its source, measured here
+    from the recorded weights, and the boost reaches the applied LR of the new blocks (SGD updates)."""
+    lr, target, interval = 0.05, 0.9999, 2
+    stage = GrowthStage(DEPTH_AT, n_layer=4, depth_order="stack", depth_init="copy", rewarmup_ratio=1.0,
+                        rewarmup_steps=0, symmetry_target=target, symmetry_interval=interval, symmetry_max_boost=4.0)
+    module = TinyModule(optimizer="sgd", lr=lr, max_steps=MAX_STEPS, accumulate=accumulate)
+    recorder = RecordSteps()
+    trainer = make_trainer([recorder, WidthGrowthCallback(stage)], max_steps=MAX_STEPS, accumulate=accumulate,
+                           precision="64-true")
+    trainer.fit(module)
+    schedule = WarmupCosineLambda(5, MAX_STEPS, 0.1)
+    boost, done, seen = 1.0, False, []
+    for record in recorder.records:
+        step = record["step"]
+        if step > DEPTH_AT and not done and (step - DEPTH_AT) % interval == 0:
+            # the loop checks after the optimizer step that made global_step == step: the weights before this step
+            w = record["before"]
+            cosines = [torch.nn.functional.cosine_similarity(w[f"transformer.h.{j}.{rest}"].flatten(),
+                                                             w[f"transformer.h.{j - 2}.{rest}"].flatten(), dim=0)
+                       for j in (2, 3) for rest in ("attn.qkv.weight", "attn.proj.weight", "mlp.fc_1.weight",
+                                                    "mlp.fc_2.weight", "mlp.proj.weight")]
+            if float(torch.stack(cosines).mean()) < target:
+                done = True
+            else:
+                boost = min(2 * boost, 4.0)
+        if step < DEPTH_AT:
+            continue
+        name = "transformer.h.3.mlp.fc_1.weight"
+        got = applied_lr(record["before"][name], record["grad"][name], record["after"][name],
+                         torch.ones_like(record["before"][name], dtype=bool))
+        want = boost * rewarmup_lr(step, growth_step=DEPTH_AT, lr_at_growth=lr * schedule(DEPTH_AT), ratio=1.0,
+                                   warmup_steps=0, total_steps=MAX_STEPS, min_lr=lr * 0.1)
+        assert torch.allclose(got, torch.full_like(got, want), rtol=1e-6), (step, boost)
+        seen.append(boost)
+    assert 1.0 in seen and max(seen) > 1.0  # the boost really changed the applied LR
+
+
+@pytest.mark.slow
+def test_a_width_stage_entries_keep_their_rewarmup_in_blocks_a_later_depth_growth_moves():
+    """Width at step 6, then depth (interleave) at step 12: old block 1 moves to position 2, and its entries new
+    at step 6 keep the width stage's re-warmup, read from the parameters; new blocks follow the depth stage's."""
+    lr, width_at, depth_at = 0.05, 6, 12
+    stages = [GrowthStage(width_at, n_embd=48, rewarmup_ratio=2.0, rewarmup_steps=3),
+              GrowthStage(depth_at, n_layer=4, depth_order="interleave", rewarmup_ratio=1.5, rewarmup_steps=2)]
+    module = TinyModule(optimizer="sgd", lr=lr, max_steps=MAX_STEPS)
+    recorder = RecordSteps()
+    trainer = make_trainer([recorder, WidthGrowthCallback(stages)], max_steps=MAX_STEPS, precision="64-true")
+    trainer.fit(module)
+    schedule = WarmupCosineLambda(5, MAX_STEPS, 0.1)
+
+    def stage_lr(at, ratio, warmup):
+        return lambda s: rewarmup_lr(s, growth_step=at, lr_at_growth=lr * schedule(at), ratio=ratio,
+                                     warmup_steps=warmup, total_steps=MAX_STEPS, min_lr=lr * 0.1)
+
+    width_lr, depth_lr = stage_lr(width_at, 2.0, 3), stage_lr(depth_at, 1.5, 2)
+    checked = 0
+    for record in recorder.records:
+        step = record["step"]
+        if step <= depth_at:
+            continue
+        for name, want in (("transformer.h.2.attn.qkv.weight", width_lr(step)),  # old block 1, moved
+                           ("transformer.h.3.attn.qkv.weight", depth_lr(step))):  # the copy of old block 1
+            w = record["before"][name]
+            mask = torch.zeros_like(w, dtype=bool)
+            mask[:, 32:] = True  # fan-in columns new at the width growth
+            got = applied_lr(w, record["grad"][name], record["after"][name], mask)
+            assert got.numel() > 0
+            assert torch.allclose(got, torch.full_like(got, want), rtol=1e-6), (step, name)
+            checked += 1
+        old = record["before"]["transformer.h.2.attn.qkv.weight"]
+        mask = torch.zeros_like(old, dtype=bool)
+        mask[:, :32] = True  # entries older than both growths: the module's schedule
+        got = applied_lr(old, record["grad"]["transformer.h.2.attn.qkv.weight"],
+                         record["after"]["transformer.h.2.attn.qkv.weight"], mask)
+        assert torch.allclose(got, torch.full_like(got, lr * schedule(step)), rtol=1e-6), step
+    assert checked == 2 * (MAX_STEPS - depth_at - 1)
+    assert width_lr(depth_at + 2) != pytest.approx(depth_lr(depth_at + 2))
