@@ -403,12 +403,13 @@ class WidthGrowthCallback(Callback):
         self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, loss, device)
 
     def _carry_forward(self, plan: GrowthPlan) -> None:
-        """Earlier stages' new entries and copies under the names of ``plan``'s grown model: a depth growth moves
-        kept blocks (``interleave``, ``middle``); a new block's entries belong to ``plan``'s stage alone."""
-        if plan.depth is None:
+        """Earlier stages' new entries and copies under the names and indices of ``plan``'s grown model: a depth
+        growth moves kept blocks (``interleave``, ``middle``), a heads growth moves old heads in the fused ``qkv``
+        rows and ``attn.proj`` columns; a new block's entries belong to ``plan``'s stage alone."""
+        if plan.depth is None and plan.heads is None:
             return
-        self._regions = [{plan.carry(n): pieces for n, pieces in regions.items() if plan.carry(n) is not None}
-                         for regions in self._regions]
+        carried = [[plan.carry_region(n, pieces) for n, pieces in regions.items()] for regions in self._regions]
+        self._regions = [{n: pieces for n, pieces in regions if n is not None} for regions in carried]
         self._copies = [{axis: carried for axis, spec in specs.items() if (carried := spec.carried(plan)) is not None}
                         for specs in self._copies]
 

@@ -143,3 +143,68 @@ def expand_embedding(
     """New hidden coordinates of an embedding table ``(vocab, d) -> (vocab, d')`` (a fan-out: it writes the
     residual stream)."""
     return expand_dim(weight, 1, src, mode, generator=generator)
+
+
+def relayout_dim(
+    t: torch.Tensor,
+    dim: int,
+    layout: torch.Tensor,
+    fresh: torch.Tensor,
+    mode: str,
+    *,
+    generator: torch.Generator | None = None,
+    stats: TensorStats | None = None,
+) -> torch.Tensor:
+    """Lay ``t`` out anew along ``dim``: new slice ``c`` is old slice ``layout[c]``; the ``fresh`` slices (new
+    entries) are then copies (``copy``: what the layout took), zeros or random draws. For axes whose old entries move
+    (litgpt's fused ``qkv`` rows when heads grow); :func:`expand_dim` is the appending special case.
+
+    Args:
+        t: the tensor, any shape.
+        dim: the dimension laid out anew.
+        layout: int64 ``(n_new,)``: the old slice each new slice takes.
+        fresh: bool ``(n_new,)``: which new slices are new entries.
+        mode: ``copy``, ``random`` or ``zero`` for the fresh slices.
+        generator / stats: for ``random`` (as :func:`expand_dim`).
+
+    Example::
+
+        >>> relayout_dim(torch.tensor([1.0, 2.0]), 0, torch.tensor([0, 0, 1]), torch.tensor([False, True, False]),
+        ...              "zero")
+        tensor([1., 0., 2.])
+    """
+    if mode not in INIT_MODES:
+        raise ValueError(f"mode={mode!r}: choose one of {', '.join(INIT_MODES)}")
+    dim = dim % t.ndim
+    out = t.index_select(dim, layout.to(t.device))  # (..., n_new, ...)
+    if mode == "copy" or not bool(fresh.any()):
+        return out
+    index = fresh.nonzero().flatten().to(t.device)
+    shape = list(out.shape)
+    shape[dim] = int(index.numel())
+    if mode == "zero":
+        new = torch.zeros(shape, dtype=t.dtype, device=t.device)
+    else:
+        if generator is None:
+            raise ValueError("random expansion needs a generator")
+        stats = stats or TensorStats.of(t)
+        sample = torch.randn(shape, generator=generator, dtype=torch.float32)  # drawn on CPU: device independent
+        new = (sample * stats.std + stats.mean).to(device=t.device, dtype=t.dtype)
+    return out.index_copy(dim, index, new)
+
+
+def runs(mask: torch.Tensor) -> tuple[tuple[int, int], ...]:
+    """The ``(start, stop)`` runs of ``True`` in a 1-D bool mask.
+
+    Example::
+
+        >>> runs(torch.tensor([False, True, True, False, True]))
+        ((1, 3), (4, 5))
+    """
+    out: list[tuple[int, int]] = []
+    for i in mask.nonzero().flatten().tolist():
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return tuple(out)

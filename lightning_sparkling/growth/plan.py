@@ -21,6 +21,7 @@ axis                       fan-out (writers: new rows / coords)        fan-in (r
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -37,8 +38,10 @@ from lightning_sparkling.growth.depth import (
     litgpt_init_std,
     split_block_name,
 )
+from lightning_sparkling.growth.heads import HeadLayout, head_layout, qkv_layout
+from lightning_sparkling.growth.operators import runs
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
-from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.stage import SIZE_AXES, GrowthStage
 
 SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
 SUPPORTED_NORMS = ("RMSNorm", "LayerNorm")
@@ -62,6 +65,9 @@ class AxisChange:
         split: ``None`` (even split), or the per-channel multipliers of the even fan-in share, shape ``(new,)``
             (:func:`~lightning_sparkling.growth.scaling.split_shares`), applied on top of ``alpha`` to every copied fan-in
             dimension of this width.
+        layout / fresh: for an axis whose old channels move (attention heads in litgpt's fused layout), the old
+            channel each new channel takes and which new channels are new entries, shape ``(new,)``; ``None`` for an
+            appended axis (old channels stay at ``0..old-1``, new ones follow and copy ``src``).
     """
 
     name: str
@@ -70,16 +76,41 @@ class AxisChange:
     alpha: float
     src: torch.Tensor = field(repr=False)
     split: torch.Tensor | None = field(default=None, repr=False)
+    layout: torch.Tensor | None = field(default=None, repr=False)
+    fresh: torch.Tensor | None = field(default=None, repr=False)
+
+    def copy_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(new, source)``: the positions of the new channels in the grown tensor and of the channel each copies
+        (for the symmetry metric, which reads grown tensors)."""
+        if self.layout is None:
+            return torch.arange(self.old, self.new), self.src
+        kept = torch.full((self.old,), -1, dtype=torch.long)
+        kept[self.layout[~self.fresh]] = (~self.fresh).nonzero().flatten()
+        new = self.fresh.nonzero().flatten()
+        return new, kept[self.layout[new]]
+
+    def kept_positions(self) -> torch.Tensor:
+        """For every old channel, its position in the grown tensor."""
+        if self.layout is None:
+            return torch.arange(self.old)
+        kept = torch.full((self.old,), -1, dtype=torch.long)
+        kept[self.layout[~self.fresh]] = (~self.fresh).nonzero().flatten()
+        return kept
 
 
 @dataclass(frozen=True)
 class DimGrowth:
-    """One growing dimension of a tensor: ``dim`` grows along ``axis`` as ``role`` with init ``mode``."""
+    """One growing dimension of a tensor: ``dim`` grows along ``axis`` as ``role`` with init ``mode``.
+
+    ``new_runs`` / ``old_runs``: on an axis laid out anew (heads), the ``(start, stop)`` runs of new and of old
+    entries along ``dim`` of the grown tensor; ``None`` on an appended axis (old ``0..old``, new ``old..new``)."""
 
     dim: int
     axis: str
     role: str  # "fan_out" | "fan_in"
     mode: str  # "copy" | "random" | "zero"
+    new_runs: tuple[tuple[int, int], ...] | None = None
+    old_runs: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,14 +165,18 @@ class TensorPlan:
         """
         if self.fresh:
             return [tuple(slice(0, size) for size in self.new_shape)]
+        new_runs, old_runs = {}, {}
+        for d in self.dims:
+            new_runs[d.dim] = d.new_runs if d.new_runs is not None else ((self.old_shape[d.dim], self.new_shape[d.dim]),)
+            old_runs[d.dim] = d.old_runs if d.old_runs is not None else ((0, self.old_shape[d.dim]),)
         pieces = []
-        grown = sorted({d.dim for d in self.dims})
+        grown = sorted(new_runs)
         for k, dim in enumerate(grown):
-            index = [slice(0, size) for size in self.new_shape]
+            choices = [[slice(0, size)] for size in self.new_shape]
             for earlier in grown[:k]:
-                index[earlier] = slice(0, self.old_shape[earlier])
-            index[dim] = slice(self.old_shape[dim], self.new_shape[dim])
-            pieces.append(tuple(index))
+                choices[earlier] = [slice(a, b) for a, b in old_runs[earlier]]
+            choices[dim] = [slice(a, b) for a, b in new_runs[dim]]
+            pieces += [tuple(index) for index in itertools.product(*choices)]
         return pieces
 
 
@@ -170,6 +205,25 @@ class GrowthPlan:
     tied_embeddings: bool
     seed: int
     depth: DepthChange | None = None
+    heads: HeadLayout | None = None
+
+    def carry_region(self, name: str, pieces: list[tuple[slice, ...]]) -> tuple[str | None, list[tuple[slice, ...]]]:
+        """An earlier stage's new-entry ``pieces`` of pre-growth tensor ``name`` in the grown model: its new name
+        (:meth:`carry`) and the pieces re-indexed where this growth moves old entries (heads in the fused ``qkv``
+        rows, ``attn.proj`` columns); appended axes keep their explicit slices."""
+        new = self.carry(name)
+        spec = self.tensors.get(new) if new is not None else None
+        moved = [d for d in spec.dims if self.axes[d.axis].layout is not None] if spec is not None else []
+        if not moved or spec.fresh:
+            return new, pieces
+        out = []
+        for piece in pieces:
+            choices = [[s] for s in piece]
+            for d in moved:
+                positions = self.axes[d.axis].kept_positions()[piece[d.dim]]
+                choices[d.dim] = [slice(a, b) for a, b in _runs_of(positions)]
+            out += [tuple(index) for index in itertools.product(*choices)]
+        return new, out
 
     def carry(self, name: str) -> str | None:
         """The grown model's name of a pre-growth tensor ``name`` (a kept block may move); ``None`` for names that
@@ -203,6 +257,91 @@ class GrowthPlan:
         return make_generator(self.seed, "stage", self.stage_index, "tensor", name, "perturb")
 
 
+def _runs_of(positions: torch.Tensor) -> list[tuple[int, int]]:
+    """Sorted positions as ``(start, stop)`` runs."""
+    mask = torch.zeros(int(positions.max()) + 1 if positions.numel() else 0, dtype=torch.bool)
+    mask[positions] = True
+    return list(runs(mask))
+
+
+def target_config(stage: GrowthStage):
+    """The litgpt ``Config`` a stage grows into (``model_name`` / ``model_config``), or ``None``.
+
+    Raises:
+        GrowthError: for an unknown config name or fields litgpt refuses.
+    """
+    from litgpt import Config
+
+    try:
+        if stage.model_name is not None:
+            return Config.from_name(stage.model_name)
+        if stage.model_config is not None:
+            return Config(**stage.model_config)
+    except (ValueError, TypeError, AssertionError) as err:
+        what = f"model_name={stage.model_name!r}" if stage.model_name else f"model_config={stage.model_config!r}"
+        raise GrowthError(f"GrowthStage({what}): not a litgpt config ({err})") from err
+    return None
+
+
+#: fields of a litgpt Config that hold no parameters: taken from the target of a ``model_name`` stage
+_FREE_FIELDS = ("name", "hf_config", "block_size")
+#: per-block lists, re-derived from the source blocks by a depth growth
+_PER_BLOCK_FIELDS = ("sliding_window_indices", "rope_indices", "first_k_dense_replace")
+#: fields derived from others by ``Config.__post_init__``
+_DERIVED_FIELDS = ("rope_n_elem",)
+
+
+def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
+    """``stage`` with its sizes explicit: a ``model_name`` / ``model_config`` stage becomes the stage of every size
+    that differs between ``config`` and the target (its other keys kept; the target stays named in
+    ``model_name`` / ``model_config`` so that the grown config takes its ``name`` and ``block_size``). Other stages
+    come back unchanged.
+
+    Raises:
+        GrowthError: naming the field and both values, for a difference that is not a size (``head_size``,
+            vocabulary, norm or MLP class, rotary settings, bias, ...) or a size that would shrink, and when the target
+            is the model's shape.
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> stage = resolve_stage(Config.from_name("pythia-14m"), GrowthStage(10, model_name="pythia-31m"))
+        >>> stage.sizes
+        {'n_embd': 256, 'intermediate_size': 1024, 'n_head': 8, 'n_query_groups': 8}
+    """
+    target = target_config(stage)
+    if target is None:
+        return stage
+    what = f"model_name={stage.model_name!r}" if stage.model_name else "model_config"
+    sizes = {}
+    for f in dataclasses.fields(config):
+        key = f.name
+        old, new = getattr(config, key), getattr(target, key)
+        if key in _FREE_FIELDS or key in _PER_BLOCK_FIELDS or key in _DERIVED_FIELDS or old == new:
+            continue
+        if key not in SIZE_AXES:
+            raise GrowthError(f"GrowthStage({what}): the target's {key}={new!r} differs from the model's {key}={old!r}; "
+                              "only sizes (n_embd, n_head, n_query_groups, intermediate_size, moe_intermediate_size, "
+                              f"n_layer) can grow; grow into a config with {key}={old!r}")
+        if new is None or old is None or new < old:
+            raise GrowthError(f"GrowthStage({what}): the target's {key}={new} is smaller than the model's {key}={old}; "
+                              "a growth can only make sizes larger")
+        sizes[key] = new
+    if not sizes:
+        raise GrowthError(f"GrowthStage({what}): the target has the model's shape; there is nothing to grow")
+    return _with_sizes(stage, sizes)
+
+
+def _with_sizes(stage: GrowthStage, sizes: dict[str, int]) -> GrowthStage:
+    """A stage with ``sizes`` set and its target kept (GrowthStage refuses both on construction, so the target is
+    set on the frozen instance afterwards)."""
+    keys = {**dataclasses.asdict(stage), **sizes, "model_name": None, "model_config": None}
+    out = GrowthStage(**keys)
+    object.__setattr__(out, "model_name", stage.model_name)
+    object.__setattr__(out, "model_config", stage.model_config)
+    return out
+
+
 def build_meta_gpt(config) -> nn.Module:
     """A litgpt ``GPT(config)`` on the meta device: structure and shapes, no memory."""
     from litgpt.model import GPT
@@ -211,13 +350,16 @@ def build_meta_gpt(config) -> nn.Module:
         return GPT(config)
 
 
-def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", depth_init: str = "copy-zero"):
+def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", depth_init: str = "copy-zero",
+                 target=None):
     """A **new** litgpt ``Config`` with ``widths`` applied, pinning what ``__post_init__`` would re-derive.
 
     ``head_size``, ``n_head``, ``n_query_groups`` and ``intermediate_size`` are passed explicitly so that growing
     ``n_embd`` leaves heads, head size and RoPE (``rope_n_elem = rotary_percentage * head_size``) unchanged.
     ``widths`` may hold ``n_layer``: the per-block lists then follow each block's source under ``depth_order``
-    (:func:`~lightning_sparkling.growth.depth.depth_config_values`).
+    (:func:`~lightning_sparkling.growth.depth.depth_config_values`), and ``n_head`` / ``n_query_groups`` (an MHA
+    model grown by ``n_head`` alone stays MHA). ``target``: a litgpt ``Config`` whose ``name``, ``hf_config`` and
+    ``block_size`` the grown config takes (a ``model_name`` stage).
 
     Example::
 
@@ -237,6 +379,10 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
         intermediate_size=config.intermediate_size,
     )
     values.update({k: v for k, v in widths.items() if k != DEPTH_AXIS})
+    if "n_head" in widths and "n_query_groups" not in widths and config.n_query_groups == config.n_head:
+        values["n_query_groups"] = widths["n_head"]  # an MHA model grown by n_head stays MHA
+    if target is not None:
+        values.update({key: getattr(target, key) for key in _FREE_FIELDS})
     if widths.get(DEPTH_AXIS) is not None:
         try:
             values.update(depth_config_values(config, depth_change(config.n_layer, widths[DEPTH_AXIS], depth_order,
@@ -271,8 +417,11 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
             "(no dense blocks); grow moe_intermediate_size instead"
         )
     current = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
-               "moe_intermediate_size": config.moe_intermediate_size, DEPTH_AXIS: config.n_layer}
+               "moe_intermediate_size": config.moe_intermediate_size, DEPTH_AXIS: config.n_layer,
+               "n_head": config.n_head, "n_query_groups": config.n_query_groups}
     for axis, new in stage.sizes.items():
+        if axis == "n_query_groups" and new == current[axis] and stage.n_head is not None:
+            continue  # pinned to the model's own value: new heads join the existing groups
         old = current[axis]
         if new <= old:
             what = "shrinks" if new < old else "does not change"
@@ -280,6 +429,41 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
                 f"GrowthStage(at_step={stage.at_step}) {axis}={new} {what} the model ({axis} is {old}): "
                 "a stage must make every size it names larger"
             )
+
+
+def _head_counts(config, stage: GrowthStage) -> tuple[int, int] | None:
+    """``(n_head, n_query_groups)`` after the stage, or ``None`` when it keeps the heads."""
+    if stage.n_head is None and stage.n_query_groups is None:
+        return None
+    new_head = stage.n_head or config.n_head
+    default_groups = new_head if config.n_query_groups == config.n_head else config.n_query_groups
+    return new_head, stage.n_query_groups or default_groups
+
+
+def _head_axes(config, stage: GrowthStage, *, seed: int, stage_index: int) -> tuple[HeadLayout, dict[str, AxisChange]]:
+    """The layout of a heads growth and its axes: ``attn_q`` (the query channels: ``attn.proj`` fan-in, OLMo-2's
+    ``norm_q``), ``attn_kv`` (key/value channels: OLMo-2's ``norm_k``) and ``attn_qkv`` (the fused ``qkv`` rows)."""
+    new_head, new_groups = _head_counts(config, stage)
+    H, G, hs = config.n_head, config.n_query_groups, config.head_size
+    try:
+        layout = head_layout(H, G, new_head, new_groups, make_generator(seed, "stage", stage_index, "axis", "heads"))
+    except ValueError as err:
+        raise GrowthError(f"GrowthStage(at_step={stage.at_step}): {err}") from err
+    q, q_fresh = qkv_layout(layout, H, G, hs)
+    q_channels, kv_channels = new_head * hs, new_groups * hs
+
+    def axis(name: str, old: int, layout_: torch.Tensor, fresh: torch.Tensor, alpha: float = 1.0) -> AxisChange:
+        return AxisChange(name=name, old=old, new=int(layout_.numel()), alpha=alpha, src=layout_[fresh],
+                          layout=layout_, fresh=fresh)
+
+    alpha = fan_in_scale(H * hs, q_channels, init=stage.init, rms_preserving=stage.rms_preserving) \
+        if q_channels > H * hs else 1.0
+    axes = {"attn_q": axis("attn_q", H * hs, q[:q_channels], q_fresh[:q_channels], alpha),
+            "attn_qkv": axis("attn_qkv", (H + 2 * G) * hs, q, q_fresh)}
+    if new_groups > G:
+        axes["attn_kv"] = axis("attn_kv", G * hs, q[q_channels:q_channels + kv_channels] - H * hs,
+                               q_fresh[q_channels:q_channels + kv_channels])
+    return layout, axes
 
 
 def _axis_changes(config, stage: GrowthStage, *, seed: int, stage_index: int) -> dict[str, AxisChange]:
@@ -325,9 +509,15 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         >>> plan.tensors["transformer.h.0.mlp.proj.weight"].new_shape
         (64, 256)
     """
+    stage = resolve_stage(config, stage)
     _check_model_kind(config, stage)
     axes = _axis_changes(config, stage, seed=seed, stage_index=stage_index)
-    new_config = grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init)
+    heads = None
+    if _head_counts(config, stage) is not None:
+        heads, head_axes = _head_axes(config, stage, seed=seed, stage_index=stage_index)
+        axes.update(head_axes)
+    new_config = grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init,
+                              target=target_config(stage))
     old_model = build_meta_gpt(config)
     fan_out, fan_in = stage.fan_out_init, stage.fan_in_init
     tensors: dict[str, TensorPlan] = {}
@@ -335,7 +525,8 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     E = axes.get("n_embd")
 
     def add(name: str, dims: list[DimGrowth], scale: float = 1.0, unit_offset: bool = False) -> None:
-        dims = [d for d in dims if d.axis in axes]
+        dims = [d if axes[d.axis].layout is None else dataclasses.replace(
+            d, new_runs=runs(axes[d.axis].fresh), old_runs=runs(~axes[d.axis].fresh)) for d in dims if d.axis in axes]
         if not dims and scale == 1.0:
             return
         shape = list(old_shapes[name])
@@ -412,8 +603,20 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
             module = getattr(block, norm)
             if module is not None and not isinstance(module, nn.Identity):
                 add_norm(f"{p}.{norm}", module)
-        add_linear_fan_in(f"{p}.attn.qkv", "n_embd")
-        add(f"{p}.attn.proj.weight", [DimGrowth(0, "n_embd", "fan_out", fan_out)])
+        # the fused qkv rows (laid out anew when heads grow) read n_embd; attn.proj reads the query channels
+        add(f"{p}.attn.qkv.weight", [DimGrowth(0, "attn_qkv", "fan_out", fan_out),
+                                     DimGrowth(1, "n_embd", "fan_in", fan_in)], alpha_of("n_embd"))
+        if block.attn.qkv.bias is not None:
+            add(f"{p}.attn.qkv.bias", [DimGrowth(0, "attn_qkv", "fan_out", fan_out)])
+        add(f"{p}.attn.proj.weight", [DimGrowth(0, "n_embd", "fan_out", fan_out),
+                                      DimGrowth(1, "attn_q", "fan_in", fan_in)], alpha_of("attn_q"))
+        if config.norm_qk and config.norm_qk_type == "olmo2":  # norms over the whole query / key projection
+            for norm, axis in (("norm_q", "attn_q"), ("norm_k", "attn_kv")):
+                module = getattr(block.attn, norm)
+                if getattr(module, "weight", None) is not None:
+                    add(f"{p}.attn.{norm}.weight", [DimGrowth(0, axis, "fan_out", norm_mode())])
+                if getattr(module, "bias", None) is not None:
+                    add(f"{p}.attn.{norm}.bias", [DimGrowth(0, axis, "fan_out", fan_out)])
         if block.attn.proj.bias is not None:
             add(f"{p}.attn.proj.bias", [DimGrowth(0, "n_embd", "fan_out", fan_out)])
         mlp = block.mlp
@@ -432,7 +635,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         tensors = _place_blocks(tensors, old_shapes, depth, litgpt_init_std(new_config.n_embd))
     _check_against_grown(new_config, tensors, old_shapes, depth)
     return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
-                      tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth)
+                      tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth, heads=heads)
 
 
 def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]], depth: DepthChange,

@@ -9,8 +9,9 @@ from typing import Any
 from lightning_sparkling.growth.scaling import SPLITS, parse_init
 
 WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
-#: every size a stage can set: the widths, then the depth
-SIZE_AXES: tuple[str, ...] = (*WIDTH_AXES, "n_layer")
+#: every size a stage can set: the widths, the attention heads, then the depth
+HEAD_AXES: tuple[str, ...] = ("n_head", "n_query_groups")
+SIZE_AXES: tuple[str, ...] = (*WIDTH_AXES, *HEAD_AXES, "n_layer")
 DEPTH_INITS: tuple[str, ...] = ("copy-zero", "copy", "random-zero")
 DEPTH_ORDERS: tuple[str, ...] = ("stack", "interleave", "middle")
 OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
@@ -65,6 +66,22 @@ class GrowthStage:
             by its copies (``N // L - 1`` each; the ``N % L`` extra copies go to blocks spread evenly over the
             depth). ``middle`` (MIDAS): like ``interleave``, but the ``N % L`` extra copies go to the middle blocks,
             so ``n_layer < 2 L`` duplicates a centred window of blocks in place. ``sparkling plan`` prints the map.
+
+    The keys below grow the attention heads, or grow into a named litgpt config.
+
+    Args:
+        n_head: new number of query heads, of the same ``head_size`` (new heads copy heads of their key/value group
+            under a copied ``init`` fan-out side, or start random with zeroed ``attn.proj`` fan-in columns under
+            ``random-zero``; see :mod:`~lightning_sparkling.growth.heads`).
+        n_query_groups: new number of key/value groups (default: unchanged when ``n_head / n_query_groups`` stays
+            whole, i.e. new heads join the existing groups; an MHA model grown by ``n_head`` alone stays MHA). New
+            groups copy source groups.
+        model_name: grow into this litgpt config (``Config.from_name``): every size that differs from the model's
+            (``n_embd``, ``n_head``, ``n_query_groups``, ``intermediate_size``, ``moe_intermediate_size``,
+            ``n_layer``) is derived when the stage is planned; ``name`` and ``block_size`` are taken from it; any
+            other difference (``head_size``, vocabulary, norm or MLP class, rotary settings, bias, a smaller size)
+            is refused naming the field and both values.
+        model_config: the same with a config given by its fields (a dict of ``litgpt.Config`` keys).
 
     The keys below are the paper's comparison baselines (appendix "Comparison to Prior Function-Preserving
     Symmetry-Breaking Heuristics" and "Comparison to Prior Dynamics-Based Strategies"); their defaults leave the
@@ -146,6 +163,10 @@ class GrowthStage:
     n_layer: int | None = None
     depth_init: str = "copy-zero"
     depth_order: str = "stack"
+    n_head: int | None = None
+    n_query_groups: int | None = None
+    model_name: str | None = None
+    model_config: dict[str, Any] | None = None
     split: str = "even"
     split_ratio: float = DEFAULT_SPLIT_RATIO
     perturb: float = 0.0
@@ -160,9 +181,12 @@ class GrowthStage:
     def __post_init__(self) -> None:
         if isinstance(self.at_step, bool) or not isinstance(self.at_step, int) or self.at_step < 0:
             raise ValueError(f"GrowthStage(at_step={self.at_step!r}): at_step must be an integer >= 0")
-        if not self.sizes:
+        if self.model_name is not None or self.model_config is not None:
+            self._check_target()
+        elif not self.sizes:
             raise ValueError(
-                f"GrowthStage(at_step={self.at_step}) grows nothing: give at least one of {', '.join(SIZE_AXES)}"
+                f"GrowthStage(at_step={self.at_step}) grows nothing: give at least one of {', '.join(SIZE_AXES)}, "
+                "model_name or model_config"
             )
         for axis, size in self.sizes.items():
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
@@ -197,6 +221,17 @@ class GrowthStage:
         self._check_baselines(fan_in)
         self._check_lock_breakers(fan_out, fan_in)
 
+    def _check_target(self) -> None:
+        if self.model_name is not None and self.model_config is not None:
+            raise ValueError("GrowthStage(model_name=..., model_config=...): give one of them, not both")
+        if self.sizes:
+            raise ValueError(f"GrowthStage(model_name/model_config with {', '.join(self.sizes)}): the target config "
+                             "sets every size; drop the size keys or the target")
+        if self.model_name is not None and not (isinstance(self.model_name, str) and self.model_name):
+            raise ValueError(f"GrowthStage(model_name={self.model_name!r}): must be a litgpt config name")
+        if self.model_config is not None and not isinstance(self.model_config, dict):
+            raise ValueError(f"GrowthStage(model_config={self.model_config!r}): must be a dict of litgpt Config fields")
+
     def _check_baselines(self, fan_in: str) -> None:
         def number(value: object) -> bool:
             return not isinstance(value, bool) and isinstance(value, (int, float))
@@ -212,6 +247,11 @@ class GrowthStage:
         if not number(self.perturb) or not (math.isfinite(self.perturb) and self.perturb >= 0):
             raise ValueError(f"GrowthStage(perturb={self.perturb!r}): must be a finite number >= 0 (the standard "
                              "deviation of the +/- perturbation relative to the RMS of the shares; 0: off)")
+        if self.n_head is not None or self.n_query_groups is not None:
+            for key, active in (("split", self.split != "even"), ("perturb", self.perturb > 0)):
+                if active:
+                    raise ValueError(f"GrowthStage({key}={getattr(self, key)!r}): not supported with a heads growth "
+                                     "(n_head / n_query_groups); use the default even split and no perturb")
         if fan_in != "copy":
             for key, active in (("split", self.split != "even"), ("perturb", self.perturb > 0)):
                 if active:
@@ -255,7 +295,7 @@ class GrowthStage:
             raise ValueError(f"GrowthStage(symmetry_target={target!r}): must be a number in (0, 1), the mean cosine "
                              "of copies to their sources below which the LR boost ends (e.g. 0.5), or None")
         if not self.copies:
-            what = f"the init pair {self.init!r}" if self.widths else ""
+            what = f"the init pair {self.init!r}" if set(self.sizes) - {"n_layer"} else ""
             if self.n_layer is not None:
                 what += (" and " if what else "") + f"depth_init={self.depth_init!r}"
             raise ValueError(f"GrowthStage(symmetry_target={target}): {what} copies nothing, so there is no symmetry "
@@ -293,7 +333,8 @@ class GrowthStage:
     def copies(self) -> bool:
         """Whether some new entries start as copies of old ones (a copied side of ``init`` on a width this stage
         grows, or a copied ``depth_init``): the copies whose likeness ``symmetry/`` measures."""
-        width_copies = bool(self.widths) and "copy" in (self.fan_out_init, self.fan_in_init)
+        width_copies = bool(self.widths or self.n_head or self.n_query_groups or self.model_name or self.model_config
+                            ) and "copy" in (self.fan_out_init, self.fan_in_init)
         return width_copies or (self.n_layer is not None and self.depth_init.startswith("copy"))
 
     @property

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.operators import TensorStats, expand_dim
+from lightning_sparkling.growth.operators import TensorStats, expand_dim, relayout_dim
 from lightning_sparkling.growth.plan import AxisChange, GrowthError, GrowthPlan, TensorPlan, build_meta_gpt, plan_growth
 from lightning_sparkling.growth.stage import GrowthStage
 
@@ -132,7 +132,7 @@ def grow_tensor(
     if spec.fresh and (mode == "zero" or (mode is None and spec.block_init != "copy")):
         return _fresh_tensor(t, spec, "zero" if mode == "zero" else spec.block_init, generator)
     factor = spec.scale if scale is None else scale
-    if mode == "zero" and factor == 1.0:
+    if mode == "zero" and factor == 1.0 and all(axes[d.axis].layout is None for d in spec.dims):
         # every new slice zero (optimizer state): one zero tensor of the new shape and one copy of the old block,
         # which expand_dim's append puts first along every dim, instead of a cat per grown dim
         out = torch.zeros(spec.new_shape, dtype=t.dtype, device=t.device)  # (*new_shape)
@@ -141,7 +141,11 @@ def grow_tensor(
     stats = stats or (TensorStats.of(t) if any(d.mode == "random" for d in spec.dims) and mode is None else None)
     out = t.detach()
     for d in spec.dims:
-        out = expand_dim(out, d.dim, axes[d.axis].src, mode or d.mode, generator=generator, stats=stats)
+        axis = axes[d.axis]
+        if axis.layout is not None:
+            out = relayout_dim(out, d.dim, axis.layout, axis.fresh, mode or d.mode, generator=generator, stats=stats)
+        else:
+            out = expand_dim(out, d.dim, axis.src, mode or d.mode, generator=generator, stats=stats)
     copied_fan_in = [d for d in spec.dims if d.role == "fan_in" and d.mode == "copy"] if mode is None else []
     shares = fan_in_shares(spec, axes) if copied_fan_in else None
     if shares is not None or (perturb and copied_fan_in):

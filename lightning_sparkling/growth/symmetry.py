@@ -30,6 +30,13 @@ class CopySpec:
     src: torch.Tensor
     tensors: tuple[tuple[str, int], ...]
     pairs: tuple[tuple[str, str], ...] = ()  # depth: (source tensor, new block's copy), by grown-model name
+    positions: tuple[torch.Tensor, torch.Tensor] | None = None  # heads: (copies, their sources) in the grown tensor
+
+    def copy_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where the copies and their sources are along the copied dimension of the grown tensors."""
+        if self.positions is not None:
+            return self.positions
+        return torch.arange(self.old, self.old + int(self.src.numel())), self.src
 
     def names(self) -> list[str]:
         """The tensors to read, in an order :func:`symmetry_metrics` can consume one at a time (a depth copy right
@@ -42,7 +49,12 @@ class CopySpec:
         tensors = tuple((plan.carry(n), d) for n, d in self.tensors if plan.carry(n) is not None)
         pairs = tuple((plan.carry(a), plan.carry(b)) for a, b in self.pairs
                       if plan.carry(a) is not None and plan.carry(b) is not None)
-        return CopySpec(self.axis, self.old, self.src, tensors, pairs) if tensors or pairs else None
+        positions = self.positions
+        moved = plan.axes.get(self.axis)
+        if tensors and moved is not None and moved.layout is not None:  # a later heads growth moves these channels
+            kept = moved.kept_positions()
+            positions = tuple(kept[p] for p in self.copy_positions())
+        return CopySpec(self.axis, self.old, self.src, tensors, pairs, positions) if tensors or pairs else None
 
 
 def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
@@ -54,7 +66,8 @@ def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
             if d.axis == axis and d.mode == "copy" and not (plan.tied_embeddings and name == "lm_head.weight")
         )
         if tensors:
-            specs[axis] = CopySpec(axis, change.old, change.src, tensors)
+            positions = change.copy_positions() if change.layout is not None else None
+            specs[axis] = CopySpec(axis, change.old, change.src, tensors, positions=positions)
     if plan.depth is not None:
         copies = plan.depth.copies()
         pairs = []
@@ -69,7 +82,8 @@ def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
 
 
 @torch.no_grad()
-def copy_cosine(weight: torch.Tensor, dim: int, old: int, src: torch.Tensor) -> torch.Tensor:
+def copy_cosine(weight: torch.Tensor, dim: int, old: int, src: torch.Tensor,
+                new: torch.Tensor | None = None) -> torch.Tensor:
     """Cosine similarity of each copied slice ``weight[old + j]`` (along ``dim``) to its source ``weight[src[j]]``,
     shape ``(len(src),)``.
 
@@ -80,9 +94,10 @@ def copy_cosine(weight: torch.Tensor, dim: int, old: int, src: torch.Tensor) -> 
         tensor([1.])
     """
     n_new = int(src.numel())
-    new = weight.narrow(dim, old, n_new).movedim(dim, 0).reshape(n_new, -1).float()
+    copies = weight.narrow(dim, old, n_new) if new is None else weight.index_select(dim, new.to(weight.device))
+    copies = copies.movedim(dim, 0).reshape(n_new, -1).float()
     source = weight.index_select(dim, src.to(weight.device)).movedim(dim, 0).reshape(n_new, -1).float()
-    return F.cosine_similarity(new, source, dim=1, eps=1e-12)
+    return F.cosine_similarity(copies, source, dim=1, eps=1e-12)
 
 
 def symmetry_metrics(specs: Mapping[str, CopySpec], tensors: Iterable[tuple[str, torch.Tensor]],
@@ -108,7 +123,8 @@ def symmetry_metrics(specs: Mapping[str, CopySpec], tensors: Iterable[tuple[str,
     held: dict[str, torch.Tensor] = {}
     for name, tensor in tensors:
         for axis, dim in uses.get(name, ()):
-            cosines[axis].append(copy_cosine(tensor, dim, specs[axis].old, specs[axis].src).mean().cpu())
+            new, src = specs[axis].copy_positions()
+            cosines[axis].append(copy_cosine(tensor, dim, specs[axis].old, src, new).mean().cpu())
         for axis, source in copy_of.get(name, ()):
             if source in held:
                 cosines[axis].append(F.cosine_similarity(tensor.detach().flatten().float(), held[source].flatten(),

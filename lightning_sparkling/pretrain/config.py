@@ -216,6 +216,15 @@ class StageArgs:
     depth_order: str = "stack"
     """Where new blocks go and which old block each copies: ``stack`` (new block ``L + i`` copies ``i % L``),
     ``interleave`` (every block followed by its copies) or ``middle`` (the middle blocks duplicated in place)."""
+    n_head: Optional[int] = None
+    """New number of query heads, of the same head size (new heads copy heads of their key/value group)."""
+    n_query_groups: Optional[int] = None
+    """New number of key/value groups (default: unchanged under GQA, new heads join the groups; MHA stays MHA)."""
+    model_name: Optional[str] = None
+    """Grow into this litgpt config (e.g. ``pythia-160m``): every size change is derived from it; other
+    differences (head size, vocabulary, norm or MLP class, ...) are refused."""
+    model_config: Optional[dict[str, Any]] = None
+    """Grow into a litgpt config given by its fields (as ``model_name``)."""
     split: str = "even"
     """Paper baseline "Uneven Splitting": ``even``, ``uneven`` (source : copy shares ``split_ratio : 1 -
     split_ratio``) or ``random`` (a ratio per channel from [0.1, 0.5]); fan-in side ``copy`` only."""
