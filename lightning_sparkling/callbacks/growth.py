@@ -40,6 +40,7 @@ from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, c
 from lightning_sparkling.growth.plan import GrowthError, GrowthPlan, plan_growth
 from lightning_sparkling.growth.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
 from lightning_sparkling.growth.depth import describe_depth
+from lightning_sparkling.growth.heads import describe_heads
 from lightning_sparkling.growth.stage import (
     SIZE_AXES,
     GrowthStage,
@@ -589,8 +590,12 @@ class WidthGrowthCallback(Callback):
         self.summaries.append(summary)
         lines = [f"WidthGrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
         for axis, (a, b) in widths.items():
-            detail = (f"alpha={result.plan.axes[axis].alpha:.4f}" if axis in result.plan.axes else
-                      f"{result.plan.depth.order}, {result.plan.depth.init}: " + describe_depth(result.plan.depth))
+            if axis == "n_layer":
+                detail = f"{result.plan.depth.order}, {result.plan.depth.init}: {describe_depth(result.plan.depth)}"
+            elif axis in ("n_head", "n_query_groups"):
+                detail = f"alpha={result.plan.axes['attn_q'].alpha:.4f}: {describe_heads(result.plan.heads)}"
+            else:
+                detail = f"alpha={result.plan.axes[axis].alpha:.4f}"
             lines.append(f"  {axis:<22} {a:>8} -> {b:<8} {detail}")
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")
