@@ -51,6 +51,24 @@ How it works:
 * ``on_fit_start`` (rank zero) writes a TensorBoard custom-scalars layout (see :mod:`lightning_sparkling.dashboards.tb_layout`)
   that overlays all blocks per quantity, for every ``TensorBoardLogger`` of the trainer.
 
+Depth growth (a block count that changes mid-run, e.g. ``GrowthStage(n_layer=...)``):
+
+* Tags are **position based**: ``block_{i:02d}`` is whatever block sits at position ``i`` of
+  ``model.transformer.h`` at the logging step. Blocks added by a growth get their tags from the first logging step
+  at or after the growth on (``block_02``, ``block_03`` after ``2 -> 4``; never before: no value, no NaN filler).
+  A kept block that a growth *moves* (``depth_order="interleave"`` or ``"middle"``) continues under its new
+  position's tag, and its old position's series continues with the block now there: after ``2 -> 4``
+  interleave, ``block_01`` is old block 0's new copy and old block 1 logs as ``block_02`` (see
+  :func:`~lightning_sparkling.growth.depth.describe_depth`, logged by the growth callback, for who moved where).
+  With ``depth_order="stack"`` kept blocks keep their positions, so their series run on unbroken.
+* The monitor checks the block count on every training batch (a ``len`` of ``transformer.h``; no hook, no sync)
+  and, when it differs from the count the layout was last written for, rewrites the custom-scalars layout (rank
+  zero) at that step, so the per-block charts (``per_linear=True``: one gain chart per block) cover the new
+  blocks; TensorBoard shows the last layout of an event directory. The overlays of the other charts are tag
+  regexes that match any block anyway. A fit resumed from a grown checkpoint writes the grown layout at fit start
+  (the growth callback regrows the model when the checkpoint loads), or at the first batch under strategies that
+  load the checkpoint after ``on_fit_start``.
+
 Callback order: the monitor resolves the ``GPT`` object itself in ``on_train_batch_start``. A callback that
 replaces the whole ``GPT`` object (not its blocks or parameters) in its own ``on_train_batch_start`` must come
 before the monitor in ``callbacks=[...]``, else that one step logs nothing. :func:`~lightning_sparkling.grow_model`
@@ -369,8 +387,8 @@ class ActivationRMSMonitor(Callback):
             (``s = trainer.global_step`` before the update) and log at step ``s``.
         per_linear: also log ``rms/gain/block_{i:02d}/{name}`` = RMS(y)/RMS(x) for every ``nn.Linear`` of every
             block (paper Eq. 3). One extra hook per linear on logging steps.
-        write_layout: write the TensorBoard custom-scalars layout in ``on_fit_start`` (rank zero, TensorBoard
-            loggers only).
+        write_layout: write the TensorBoard custom-scalars layout in ``on_fit_start`` and again whenever the
+            block count changes (rank zero, TensorBoard loggers only).
 
     Raises:
         MisconfigurationException: ``every_n_steps < 1``; the trainer has no logger; the LightningModule holds no
@@ -402,6 +420,8 @@ class ActivationRMSMonitor(Callback):
         self._metric: _TagMean | None = None
         self._metric_key: tuple | None = None
         self._warned_nothing = False
+        self._gpt: GPT | None = None
+        self._layout_blocks: int | None = None  # the block count the layout was last written for
 
     # -- setup ---------------------------------------------------------------------------------------------------
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -416,18 +436,30 @@ class ActivationRMSMonitor(Callback):
                 "code (those tags are then not logged) or may trigger recompilation on logging steps.",
                 stacklevel=2,
             )
-        if self.write_layout:
-            self._write_layout(trainer, len(model.transformer.h))
+        self._gpt = model
+        self._layout_blocks = None
+        self._check_depth(trainer)
+
+    def _check_depth(self, trainer: pl.Trainer) -> None:
+        """(Re)write the layout when the model's block count differs from the one it was written for."""
+        if not self.write_layout or self._gpt is None:
+            return
+        n_blocks = len(self._gpt.transformer.h)
+        if n_blocks == self._layout_blocks:
+            return
+        step = None if self._layout_blocks is None else trainer.global_step  # the first one: as before, no step
+        self._layout_blocks = n_blocks
+        self._write_layout(trainer, n_blocks, step)
 
     @rank_zero_only
-    def _write_layout(self, trainer: pl.Trainer, n_blocks: int) -> None:
+    def _write_layout(self, trainer: pl.Trainer, n_blocks: int, step: int | None = None) -> None:
         from lightning.pytorch.loggers import TensorBoardLogger
 
         from lightning_sparkling.dashboards.tb_layout import write_layout
 
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
-                write_layout(logger, n_blocks=n_blocks, per_linear=self.per_linear)
+                write_layout(logger, n_blocks=n_blocks, per_linear=self.per_linear, step=step)
 
     # -- measurement ---------------------------------------------------------------------------------------------
     def _is_logging_step(self, step: int) -> bool:
@@ -436,11 +468,13 @@ class ActivationRMSMonitor(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        self._check_depth(trainer)  # a growth (or a resume's regrowth) since the last batch
         step = trainer.global_step
         if not self._is_logging_step(step):
             return
         self._detach()
-        self._probe = RMSProbe(find_gpt(pl_module), per_linear=self.per_linear).attach(lazy=True)
+        self._gpt = find_gpt(pl_module)
+        self._probe = RMSProbe(self._gpt, per_linear=self.per_linear).attach(lazy=True)
         self._probe_step = step
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
@@ -450,6 +484,7 @@ class ActivationRMSMonitor(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        self._check_depth(trainer)  # a growth in an earlier callback's on_train_batch_end: layout at its step
         probe, step = self._probe, self._probe_step
         if probe is None or step is None:
             return
@@ -511,3 +546,4 @@ class ActivationRMSMonitor(Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._detach()
+        self._gpt = None

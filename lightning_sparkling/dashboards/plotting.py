@@ -12,7 +12,16 @@
   :class:`~lightning_sparkling.callbacks.rms_monitor.ActivationRMSMonitor`).
 
 Growth steps (the steps of a ``growth/event`` scalar, value = stage index + 1) are drawn as vertical dashed lines
-on every panel. The x axis is the optimizer step, or tokens / FLOPs seen when the runs log a cumulative scalar for
+on every panel.
+
+Depth growth: the heatmaps have one row per block position the run ever logged (the final block count), and a
+block that a growth added has values only from its first logged step on; before it the cells are drawn grey
+("not in the model yet"). Where the number of logged blocks changes, the heatmaps and the loss panel's growth
+annotation say so (``2→4 blocks``; :meth:`RunScalars.depth_changes`). Rows are *positions*, as the monitor's
+tags are: a kept block that ``depth_order="interleave"`` or ``"middle"`` moved continues on its new position's
+row, and its old row continues with the block now there (the y axis says "block position").
+
+The x axis is the optimizer step, or tokens / FLOPs seen when the runs log a cumulative scalar for
 them (``tokens``, ``throughput/tokens``, ``train/tokens`` or ``train|lengths``; ``flops``, ``throughput/flops`` or
 ``train/flops``); when a run lacks it the figure falls back to steps and says so in the axis label.
 
@@ -36,7 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["RunScalars", "dashboard_figure", "find_event_dirs", "load_run", "main_plot", "plot_runs"]
+__all__ = ["DEPTH_GID", "GROWTH_GID", "HEATMAP_GID", "RunScalars", "dashboard_figure", "find_event_dirs", "load_run",
+           "main_plot", "plot_runs"]
 
 XAxis = Literal["step", "tokens", "flops"]
 
@@ -46,6 +56,9 @@ TOKEN_TAGS = ("tokens", "throughput/tokens", "train/tokens", "train|lengths")
 FLOPS_TAGS = ("flops", "throughput/flops", "train/flops")
 GROWTH_TAG = "growth/event"
 GROWTH_GID = "growth-event"  # gid of every growth line (tests and post-processing can find them)
+HEATMAP_GID = "rms-heatmap"  # gid of every heatmap's QuadMesh
+DEPTH_GID = "depth-change"  # gid of every "2→4 blocks" annotation
+MISSING_COLOR = "0.82"  # heatmap cells of a block not (yet) in the model
 
 RMS_PANELS = (
     ("rms/residual/block_", "residual stream RMS (block input)", "RMS"),
@@ -88,6 +101,29 @@ class RunScalars:
             if v > 0 and math.isfinite(v):
                 first.setdefault(int(round(v)), int(s))
         return sorted((s, v - 1) for v, s in first.items())
+
+    def block_counts(self, prefix: str = RMS_PANELS[0][0]) -> list[tuple[int, int]]:
+        """``[(step, number of blocks with a finite value at that step)]`` over the steps where any
+        ``{prefix}NN`` tag was logged (``rms/residual/block_`` by default), sorted by step."""
+        tags = [t for t in self.with_prefix(prefix) if t[len(prefix):].isdigit()]
+        counts: dict[int, int] = {}
+        for tag in tags:
+            for s, v in zip(*self.scalars[tag]):
+                counts[int(s)] = counts.get(int(s), 0) + int(math.isfinite(v))
+        return sorted(counts.items())
+
+    def depth_changes(self, prefix: str = RMS_PANELS[0][0]) -> list[tuple[int, int, int]]:
+        """``[(step, blocks before, blocks after)]`` wherever the logged block count changes between two logging
+        steps. ``step`` is the growth step (``growth/event``) in between when there is one (the monitor may log
+        the new blocks only at a later step), else the first step with the new count."""
+        counts = [(s, n) for s, n in self.block_counts(prefix) if n > 0]
+        growths = [s for s, _ in self.growth_steps()]
+        out = []
+        for (s0, n0), (s1, n1) in zip(counts, counts[1:]):
+            if n0 != n1:
+                between = [g for g in growths if s0 < g <= s1]
+                out.append((between[0] if between else s1, n0, n1))
+        return out
 
 
 def find_event_dirs(logdir: str | Path) -> list[Path]:
@@ -196,14 +232,20 @@ def _ema(values: np.ndarray, weight: float) -> np.ndarray:
     return out
 
 
+def _blocks_text(old: int, new: int) -> str:
+    return f"{old}\u2192{new} blocks"
+
+
 def _growth_lines(ax: Axes, run: RunScalars, xmap, color, label: bool, annotate: bool = False) -> None:
+    depth = {step: (a, b) for step, a, b in run.depth_changes()} if annotate else {}
     for k, (step, stage) in enumerate(run.growth_steps()):
         x = float(xmap([step])[0])
         line = ax.axvline(x, color=color, linestyle="--", linewidth=1.3, alpha=0.9,
                           label=(f"growth ({run.name})" if label and k == 0 else None))
         line.set_gid(GROWTH_GID)
         if annotate:
-            ax.annotate(f"stage {stage}", xy=(x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
+            text = f"stage {stage}" + (f", {_blocks_text(*depth[step])}" if step in depth else "")
+            ax.annotate(text, xy=(x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
                         textcoords="offset points", fontsize=8, color=color)
 
 
@@ -295,8 +337,12 @@ def _heatmap_panel(ax: Axes, fig: Figure, run: RunScalars, prefix: str, title: s
     else:
         norm = Normalize(vmin=finite.min() if len(finite) else 0, vmax=finite.max() if len(finite) else 1)
     x = xmap(steps)
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"].with_extremes(bad=MISSING_COLOR)  # a block not in the model yet: grey, not a colour
     mesh = ax.pcolormesh(x, np.arange(len(blocks)), np.ma.masked_invalid(grid), shading="nearest",
-                         cmap="viridis", norm=norm)
+                         cmap=cmap, norm=norm)
+    mesh.set_gid(HEATMAP_GID)
     cb = fig.colorbar(mesh, ax=ax, pad=0.02, fraction=0.05)
     cb.set_label(cbar_label + (" (log scale)" if isinstance(norm, LogNorm) else ""))
     if isinstance(norm, LogNorm):
@@ -308,9 +354,14 @@ def _heatmap_panel(ax: Axes, fig: Figure, run: RunScalars, prefix: str, title: s
     ax.set_yticks(np.arange(len(blocks)))
     ax.set_yticklabels([str(b) for b in blocks] if len(blocks) <= 16 else
                        [str(b) if k % max(1, len(blocks) // 8) == 0 else "" for k, b in enumerate(blocks)])
-    ax.set_ylabel("block")
+    ax.set_ylabel("block position" + (" (grey: not in the model yet)" if np.isnan(grid).any() else ""))
     ax.set_title(f"{title}\n[{run.name}]", fontsize=10)
     _growth_lines(ax, run, xmap, "white", label=False)
+    for step, old, new in run.depth_changes(prefix):
+        text = ax.annotate(_blocks_text(old, new), xy=(float(xmap([step])[0]), len(blocks) - 0.5), xycoords="data",
+                           xytext=(3, -2), textcoords="offset points", fontsize=8, color="white", va="top",
+                           fontweight="bold")
+        text.set_gid(DEPTH_GID)
     return True
 
 

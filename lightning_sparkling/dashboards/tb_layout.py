@@ -19,8 +19,12 @@ SPARKLING / gains   linear RMS gain, block NN        ``rms/gain/block_NN/.*`` (o
                                                      ``per_linear=True`` and ``n_blocks`` known, else one chart)
 ==================  ===============================  ========================================================
 
-The layout is written once per event directory (tag ``custom_scalars__config__``); TensorBoard shows it for any run
-under the same logdir.
+The layout is written to the event directory (tag ``custom_scalars__config__``) at fit start, and again (at the
+growth's step) by :class:`~lightning_sparkling.callbacks.rms_monitor.ActivationRMSMonitor` when a depth growth
+changes the block count; TensorBoard's custom-scalars plugin reads the *last* layout of each run and merges the
+runs' layouts under the same logdir. Block tags are position based (``block_NN`` is the block at position ``NN``
+at that step, see the monitor's docstring); the overlay regexes match every block whatever the count, and the
+per-block gain charts are listed for the count at the time of writing.
 """
 
 from __future__ import annotations
@@ -75,6 +79,15 @@ def rms_layout(n_blocks: int | None = None, per_linear: bool = False) -> Layout:
     return layout
 
 
+def _custom_scalars_summary(writer: Any, layout: Layout) -> Any:
+    """The summary ``writer.add_custom_scalars(layout)`` writes, in the proto classes of the writer's library."""
+    if type(writer).__module__.startswith("tensorboardX"):
+        from tensorboardX.summary import custom_scalars
+    else:
+        from torch.utils.tensorboard.summary import custom_scalars
+    return custom_scalars(layout)
+
+
 def _writer(logger_or_writer: Any) -> tuple[Any, bool]:
     """(a ``SummaryWriter``-like object with ``add_custom_scalars``, whether we own and must close it)."""
     if isinstance(logger_or_writer, (str, Path)):
@@ -92,20 +105,28 @@ def _writer(logger_or_writer: Any) -> tuple[Any, bool]:
     )
 
 
-def write_layout(logger_or_writer: Any, n_blocks: int | None = None, per_linear: bool = False) -> Layout:
+def write_layout(logger_or_writer: Any, n_blocks: int | None = None, per_linear: bool = False,
+                 step: int | None = None) -> Layout:
     """Write :func:`rms_layout` to a TensorBoard event file and return it.
 
     Args:
         logger_or_writer: a lightning ``TensorBoardLogger`` (its ``experiment``), a ``SummaryWriter``, or a log
             directory path (a writer is opened, written and closed).
         n_blocks, per_linear: see :func:`rms_layout`.
+        step: the event's step (e.g. the step of a depth growth that rewrites the layout); ``None``: no step (0),
+            as ``SummaryWriter.add_custom_scalars`` writes it. A writer without a file writer to pass the step to
+            (not torch's or tensorboardX's ``SummaryWriter``) ignores it.
 
     On ranks other than zero a ``TensorBoardLogger``'s experiment is a dummy and nothing is written.
     """
     layout = rms_layout(n_blocks=n_blocks, per_linear=per_linear)
     writer, owned = _writer(logger_or_writer)
     try:
-        writer.add_custom_scalars(layout)
+        file_writer = getattr(writer, "_get_file_writer", None) if step is not None else None
+        if callable(file_writer):  # add_custom_scalars takes no step; the same summary, at `step`
+            file_writer().add_summary(_custom_scalars_summary(writer, layout), global_step=int(step))
+        else:
+            writer.add_custom_scalars(layout)
         flush = getattr(writer, "flush", None)
         if callable(flush):
             flush()
