@@ -2,6 +2,7 @@
 
     python benchmarks/growth_cost.py                       # 12M, 39M, 91M (grown): results/growth_cost.json
     python benchmarks/growth_cost.py --sizes 12M --steps 2 # one size, fewer steps (smoke test)
+    python benchmarks/growth_cost.py --growth depth        # 2x layers (copy-zero, stack): results/growth_cost_depth.json
 
 For each size (a litgpt LLaMA-style GPT grown hidden 2x + MLP inner 2x, the largest growth of one stage), in a
 fresh subprocess so that resident memory starts clean:
@@ -47,6 +48,15 @@ SIZES = {
             {"n_embd": 768, "intermediate_size": 3072}),
 }
 VOCAB = 16384
+#: what one growth does (``--growth``): the size's widths, 2x its layers, or both in one stage
+GROWTHS = ("width", "depth", "depth+width")
+
+
+def growth_keys(size: str, growth: str) -> dict:
+    """The ``GrowthStage`` sizes of ``--growth`` at ``size``."""
+    small, widths = SIZES[size]
+    depth = {"n_layer": 2 * small["n_layer"]}
+    return {"width": widths, "depth": depth, "depth+width": {**widths, **depth}}[growth]
 
 
 def make_config(small: dict, seq: int):
@@ -123,7 +133,8 @@ def worker(args) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    small, widths = SIZES[args.size]
+    small, _ = SIZES[args.size]
+    widths = growth_keys(args.size, args.growth)
     config = make_config(small, args.seq)
     grown = grown_config(config, widths)
     sampler = RSSSampler()
@@ -162,7 +173,8 @@ def worker(args) -> dict:
     patch = plan_optimizer_patch(opt, result, "asymmetric")
     patch.apply()
     t_optim = time.perf_counter() - t0
-    regions = {0: [NewEntryRegion(result.new_params[n], [(result.new_params[n].data, piece) for piece in pieces],
+    grown_params = {**result.new_params, **{n: new for n, (_, new) in result.added.items()}}
+    regions = {0: [NewEntryRegion(grown_params[n], [(grown_params[n].data, piece) for piece in pieces],
                                   lambda: 1.3e-3) for n, pieces in result.new_entries.items()]}
     hook = NewEntryLR(opt, regions)
     t_growth = time.perf_counter() - t0
@@ -209,10 +221,15 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=4, help="sequences per step (default 4)")
     parser.add_argument("--seq", type=int, default=256, help="tokens per sequence (default 256)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--out", default=str(HERE / "results" / "growth_cost.json"))
+    parser.add_argument("--growth", choices=GROWTHS, default="width",
+                        help="what grows: the widths 2x (default), the layers 2x, or both in one stage")
+    parser.add_argument("--out", default=None, help="JSON path (default results/growth_cost[_<growth>].json)")
     parser.add_argument("--worker", choices=["grow", "scratch"], help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.out is None:
+        suffix = "" if args.growth == "width" else "_" + args.growth.replace("+", "_")
+        args.out = str(HERE / "results" / f"growth_cost{suffix}.json")
     if args.worker:
         print("RESULT " + json.dumps(worker(args)))
         return 0
@@ -221,7 +238,8 @@ def main() -> int:
     for size in args.sizes.split(","):
         row = {}
         for mode in ("grow", "scratch"):
-            cmd = [sys.executable, __file__, "--worker", mode, "--size", size, "--steps", str(args.steps),
+            cmd = [sys.executable, __file__, "--worker", mode, "--size", size, "--growth", args.growth,
+                   "--steps", str(args.steps),
                    "--batch", str(args.batch), "--seq", str(args.seq), "--threads", str(args.threads)]
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
                                   env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -256,7 +274,7 @@ def main() -> int:
     print(table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"torch": torch.__version__, "threads": args.threads, "batch": args.batch,
+    out.write_text(json.dumps({"torch": torch.__version__, "growth": args.growth, "threads": args.threads, "batch": args.batch,
                                "seq": args.seq, "steps": args.steps, "rows": rows, "table": table}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
