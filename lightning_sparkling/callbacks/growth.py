@@ -34,11 +34,17 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 
-from lightning_sparkling.growth.baselines import check_baseline_schedulers, install_baseline_lr, rewarmup_all_applied
+from lightning_sparkling.growth.baselines import (
+    _every_step,
+    check_baseline_schedulers,
+    install_baseline_lr,
+    record_rewarmup_lambda,
+    rewarmup_all_applied,
+)
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthError, GrowthPlan, plan_growth
-from lightning_sparkling.growth.schedules import RewarmupLambda, RewarmupLR, WarmupCosineLambda
+from lightning_sparkling.growth.schedules import RewarmupLR, WarmupCosineLambda, WSDLambda, check_growth_before_decay
 from lightning_sparkling.growth.depth import describe_depth
 from lightning_sparkling.growth.heads import describe_heads
 from lightning_sparkling.growth.stage import (
@@ -46,7 +52,6 @@ from lightning_sparkling.growth.stage import (
     GrowthStage,
     check_rewarmup_fits,
     check_stage_sequence,
-    decay_end,
 )
 from lightning_sparkling.growth.surgery import GrowthResult, clean_name
 from lightning_sparkling.growth.symmetry import CopySpec, copy_specs, symmetry_metrics
@@ -89,6 +94,85 @@ def _token_batch(batch: Any) -> torch.Tensor | None:
         if found is not None:
             return found
     return None
+
+
+def _module_lambdas(trainer: pl.Trainer) -> dict[tuple[int, int], tuple[Any, Any]]:
+    """``{(optimizer, group): (lambda, its LRSchedulerConfig)}`` for the groups the module drives with a ``LambdaLR``
+    (the callback's own new-entry schedulers drive no trained optimizer and are left out)."""
+    found: dict[tuple[int, int], tuple[Any, Any]] = {}
+    for config in trainer.lr_scheduler_configs:
+        sched = config.scheduler
+        o = next((i for i, opt in enumerate(trainer.optimizers) if sched.optimizer is opt), None)
+        if o is None or not isinstance(sched, torch.optim.lr_scheduler.LambdaLR):
+            continue
+        for g, f in enumerate(sched.lr_lambdas):
+            found[(o, g)] = (f, config)
+    return found
+
+
+def _wsd_decays(trainer: pl.Trainer) -> list[dict[str, Any] | None] | None:
+    """Per flat param group, the decay phase of its baseline when that is a ``LambdaLR`` of
+    :class:`~lightning_sparkling.growth.schedules.WSDLambda` stepped every optimizer step:
+    ``{"decay_start": D, "decay_shape": shape}``; ``None`` for other groups; ``None`` overall when no group has one.
+
+    Raises:
+        GrowthError: for a ``WSDLambda`` stepped less often than every optimizer step (its steps are not the run's).
+    """
+    lambdas = _module_lambdas(trainer)
+    decays: list[dict[str, Any] | None] = []
+    for og in _flat_groups(trainer.optimizers):
+        f, config = lambdas.get(og, (None, None))
+        if not isinstance(f, WSDLambda):
+            decays.append(None)
+            continue
+        if not _every_step(trainer, config):
+            raise GrowthError(
+                f"WidthGrowthCallback: optimizer/param group {og}'s WSDLambda is stepped with interval="
+                f"{config.interval!r}, frequency={config.frequency}: the new entries' re-warmup follows its decay phase "
+                "in optimizer steps, so step it every optimizer step (interval='step', frequency=1)"
+            )
+        decays.append({"decay_start": int(f.decay_start), "decay_shape": f.decay_shape})
+    return decays if any(d is not None for d in decays) else None
+
+
+def _warn_growth_in_wsd_decay(trainer: pl.Trainer, stages: Sequence[GrowthStage]) -> None:
+    """Warn (the CLI refuses) about a stage that grows inside the decay phase of a ``WSDLambda`` baseline."""
+    decays = _wsd_decays(trainer) or []
+    starts = sorted({d["decay_start"] for d in decays if d is not None})
+    if not starts or not stages:
+        return
+    try:
+        check_growth_before_decay([s.at_step for s in stages], decay_start=starts[0], total_steps=trainer.max_steps)
+    except ValueError as err:
+        rank_zero_warn(f"WidthGrowthCallback: {err}", category=UserWarning)
+
+
+def _warn_untracked_stable_phase(trainer: pl.Trainer, stages: Sequence[GrowthStage]) -> None:
+    """A user's own ``LambdaLR`` (not ``WarmupCosineLambda`` / ``WSDLambda``) that holds its LR over a stage's
+    re-warmup (a WSD stable phase, a constant LR): the callback cannot see where that schedule decays, so the new
+    entries get the paper's cosine tail from their peak to ``min_lr`` at ``max_steps`` and fall below the old entries'
+    LR while it holds. Warn, pointing at ``WSDLambda``."""
+    for og, (f, _) in _module_lambdas(trainer).items():
+        if isinstance(f, (WSDLambda, WarmupCosineLambda)):
+            continue
+        for stage in stages:
+            if stage.rewarmup_ratio is None:
+                continue
+            probe = [stage.at_step, stage.at_step + stage.rewarmup_steps, stage.at_step + 2 * stage.rewarmup_steps]
+            probe = [t for t in probe if t < trainer.max_steps]
+            try:
+                values = {float(f(t)) for t in probe}
+            except Exception:  # noqa: BLE001 - a lambda we cannot probe: nothing to say
+                return
+            if len(probe) > 1 and len(values) == 1:
+                rank_zero_warn(
+                    f"WidthGrowthCallback: the module's LambdaLR ({type(f).__name__}) for optimizer/param group {og} "
+                    f"holds its LR over steps {probe[0]}..{probe[-1]} after GrowthStage(at_step={stage.at_step}); the "
+                    "callback cannot see where it decays, so the new entries' re-warmup decays by cosine to min_lr at "
+                    "max_steps from the end of its warm-up. For a warmup-stable-decay schedule use "
+                    "lightning_sparkling.growth.schedules.WSDLambda: the new entries then hold their peak and decay "
+                    "with its decay phase", category=UserWarning)
+                return
 
 
 class WidthGrowthCallback(Callback):
@@ -298,7 +382,13 @@ class WidthGrowthCallback(Callback):
                 )
 
     def _resolve_min_lrs(self, trainer: pl.Trainer) -> list[float]:
+        """``min_lr`` per flat param group: the callback's, else read exactly from the module's schedule
+        (``LambdaLR`` of :class:`WarmupCosineLambda` or :class:`WSDLambda`: ``min_lr_ratio * base_lr``;
+        ``CosineAnnealingLR``: ``eta_min``). Also warns about a growth inside a WSD decay phase, and about a user's own
+        ``LambdaLR`` that holds its LR after a growth (the new entries then get the cosine tail)."""
         groups = _flat_groups(trainer.optimizers)
+        _warn_growth_in_wsd_decay(trainer, self.stages[self._grown:])
+        _warn_untracked_stable_phase(trainer, self.stages[self._grown:])
         if self.min_lr is not None:
             return [float(self.min_lr)] * len(groups)
         found: dict[tuple[int, int], float] = {}
@@ -308,7 +398,7 @@ class WidthGrowthCallback(Callback):
                 continue
             o = next(i for i, opt in enumerate(trainer.optimizers) if sched.optimizer is opt)
             if isinstance(sched, torch.optim.lr_scheduler.LambdaLR) and all(
-                isinstance(f, WarmupCosineLambda) for f in sched.lr_lambdas
+                isinstance(f, (WarmupCosineLambda, WSDLambda)) for f in sched.lr_lambdas
             ):
                 for g, (f, base) in enumerate(zip(sched.lr_lambdas, sched.base_lrs)):
                     found[(o, g)] = base * f.min_lr_ratio
@@ -440,12 +530,11 @@ class WidthGrowthCallback(Callback):
         stage = self.stages[k]
         min_lrs = record.get("min_lr") or self._min_lrs
         betas = record.get("betas") or [None] * len(record["lr_at_growth"])
-        lambdas = [
-            RewarmupLambda(growth_step=record["global_step"], lr_at_growth=lr, ratio=stage.rewarmup_ratio,
-                           warmup_steps=stage.rewarmup_steps, min_lr=min_lr,
-                           total_steps=decay_end(stage, record["total_steps"], record["global_step"]), betas=b)
-            for lr, min_lr, b in zip(record["lr_at_growth"], min_lrs, betas)
-        ]
+        # at growth: which groups' baseline is a WSDLambda (their re-warmup then holds and decays with it); stored in
+        # the record, so a resume rebuilds the same lambdas whatever the module's schedule is then
+        record.setdefault("lr_decay", _wsd_decays(trainer))
+        lambdas = [record_rewarmup_lambda(stage, record, flat, min_lr=min_lr, betas=b)
+                   for flat, (min_lr, b) in enumerate(zip(min_lrs, betas))]
         scheduler = RewarmupLR(lambdas)
         self._schedulers[k] = scheduler
         trainer.strategy.lr_scheduler_configs.append(

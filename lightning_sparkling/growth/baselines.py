@@ -19,6 +19,10 @@ one, so they rescale new entries against the baseline LR of the step. ``decay_sp
 steps than the current one, so it reads the user's scheduler: a ``LambdaLR`` (``base_lr * lr_lambda(tau)``, any
 lambda of a real-valued step) or a ``CosineAnnealingLR`` (its closed form), stepped every optimizer step; other
 schedulers are refused at fit start.
+
+Under a WSD baseline (:class:`~lightning_sparkling.growth.schedules.WSDLambda`) the re-warmups here hold their peak
+and decay with the baseline's decay phase; its start is mapped by :func:`mapped_decay_start` under ``decay_speedup``
+(:func:`record_rewarmup_lambda`, shared with the callback's new-entry schedulers).
 """
 
 from __future__ import annotations
@@ -95,6 +99,41 @@ def fast_decay_position(t: float, *, growth_step: int, total_steps: int, end: in
     if t >= end:
         return total_steps
     return growth_step + (t - growth_step) * (total_steps - growth_step) / (end - growth_step)
+
+
+def mapped_decay_start(decay_start: float, *, growth_step: int, total_steps: int, end: int) -> float:
+    """The step at which a WSD baseline's decay phase (starting at ``decay_start`` on the user's schedule) starts
+    under ``decay_speedup``: the inverse of :func:`fast_decay_position`, extended linearly before the growth, so that
+    the baseline's decay progress at ``fast_decay_position(t)`` equals ``(t - D') / (end - D')``. ``decay_start``
+    itself without a faster decay (``end >= total_steps``).
+
+    Example::
+
+        >>> mapped_decay_start(240, growth_step=100, total_steps=300, end=200)
+        170.0
+    """
+    if end >= total_steps:
+        return decay_start
+    return growth_step + (decay_start - growth_step) * (end - growth_step) / (total_steps - growth_step)
+
+
+def record_rewarmup_lambda(stage: GrowthStage, record: Mapping[str, Any], flat: int, *, min_lr: float | None = None,
+                           betas: Sequence[float] | None = None) -> RewarmupLambda:
+    """The re-warmup of flat param group ``flat`` of an applied stage, from its checkpointed ``record``: decays by
+    cosine to ``min_lr`` at :func:`~lightning_sparkling.growth.stage.decay_end`, or, when the group's baseline was a
+    :class:`~lightning_sparkling.growth.schedules.WSDLambda` (``record["lr_decay"][flat]``), holds its peak and decays
+    with the baseline's decay phase (its start mapped by :func:`mapped_decay_start` under ``decay_speedup``).
+    ``min_lr``: the group's ``min_lr`` when the record has none yet (default ``record["min_lr"][flat]``)."""
+    t_e, total = int(record["global_step"]), int(record["total_steps"])
+    end = decay_end(stage, total, t_e)
+    decay = (record.get("lr_decay") or [None] * (flat + 1))[flat]  # absent: grown under a non-WSD schedule
+    wsd = {}
+    if decay:
+        wsd = dict(decay_start=mapped_decay_start(decay["decay_start"], growth_step=t_e, total_steps=total, end=end),
+                   decay_shape=decay["decay_shape"])
+    return RewarmupLambda(growth_step=t_e, lr_at_growth=record["lr_at_growth"][flat], ratio=stage.rewarmup_ratio,
+                          warmup_steps=stage.rewarmup_steps, total_steps=end,
+                          min_lr=record["min_lr"][flat] if min_lr is None else min_lr, betas=betas, **wsd)
 
 
 def schedule_function(scheduler: object, group: int) -> Callable[[float], float]:
@@ -199,9 +238,7 @@ def install_baseline_lr(trainer: Any, stages: Sequence[GrowthStage],
         targets: dict[int, Callable[[], float]] = {}
         for g in range(len(optimizer.param_groups)):
             if stage.rewarmup_scope == "all":
-                lam = RewarmupLambda(growth_step=t_e, lr_at_growth=record["lr_at_growth"][flat],
-                                     ratio=stage.rewarmup_ratio, warmup_steps=stage.rewarmup_steps,
-                                     total_steps=end, min_lr=record["min_lr"][flat])
+                lam = record_rewarmup_lambda(stage, record, flat)  # WSD baselines: hold, then their decay
 
                 def target(lam=lam, now=now) -> float:
                     return lam(max(now() - t_e, 0))

@@ -1,11 +1,20 @@
 """Learning-rate schedules of the paper: the warmup-cosine baseline ``f`` (Eq. 13) and the asymmetric
-re-warmup of new entries (Eq. 15)."""
+re-warmup of new entries (Eq. 15); and warmup-stable-decay (WSD: :func:`wsd_lr`, :class:`WSDLambda`) with the new
+entries' re-warmup on it (:func:`rewarmup_wsd_lr`).
+
+litgpt 0.5.13's ``pretrain`` has only its warmup-cosine ``get_lr`` (no WSD and no decay option), so the WSD shape
+here follows the literature (MiniCPM; Hägele et al. 2024): a linear warmup, a constant stable phase at the peak,
+then a decay over the last ``decay_fraction`` of the run, ``linear`` (default) or ``cosine``."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
+
+WSD_DECAY_SHAPES = ("linear", "cosine")
+"""The decay shapes of :func:`wsd_lr` (``lr_decay_shape`` in the CLI)."""
 
 
 def warmup_cosine_lr(step: int, *, warmup_steps: int, total_steps: int, lr_init: float, lr_max: float,
@@ -55,6 +64,152 @@ def rewarmup_lr(step: int, *, growth_step: int, lr_at_growth: float, ratio: floa
     return warmup_cosine_lr(step - growth_step, warmup_steps=min(warmup_steps, max(horizon, 0)),
                             total_steps=max(horizon, 0), lr_init=lr_at_growth, lr_max=ratio * lr_at_growth,
                             lr_min=min_lr)
+
+
+
+def _check_wsd(decay_fraction: float, decay_shape: str) -> None:
+    if not (isinstance(decay_fraction, (int, float)) and 0 < decay_fraction <= 1):
+        raise ValueError(f"decay_fraction={decay_fraction!r} must be in (0, 1] (the share of the run spent decaying)")
+    if decay_shape not in WSD_DECAY_SHAPES:
+        raise ValueError(f"decay_shape={decay_shape!r}: choose one of {', '.join(WSD_DECAY_SHAPES)}")
+
+
+def _decay_factor(x: float, shape: str) -> float:
+    """The decay multiplier at progress ``x`` in ``[0, 1]`` of the decay phase: 1 at its start, 0 at its end."""
+    if shape == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * x))
+    return 1.0 - x
+
+
+def wsd_decay_start(*, warmup_steps: int, total_steps: int, decay_fraction: float) -> int:
+    """First step of the WSD decay phase: ``max(warmup_steps, total_steps - ceil(decay_fraction * total_steps))``
+    (the product rounded to 9 decimals first, so ``0.2 * 300`` decays over 60 steps, not 61).
+
+    The LR of the step taken at ``decay_start`` is still the peak; the decay reaches ``lr_min`` at ``total_steps``.
+    ``decay_fraction=1``: no stable phase (warmup, then decay).
+
+    Example::
+
+        >>> wsd_decay_start(warmup_steps=10, total_steps=300, decay_fraction=0.2)
+        240
+        >>> wsd_decay_start(warmup_steps=10, total_steps=100, decay_fraction=1.0)
+        10
+    """
+    _check_wsd(decay_fraction, "linear")
+    if warmup_steps < 0 or total_steps < warmup_steps:
+        raise ValueError(f"need 0 <= warmup_steps <= total_steps, got warmup_steps={warmup_steps}, "
+                         f"total_steps={total_steps}")
+    decay_steps = math.ceil(round(decay_fraction * total_steps, 9))
+    return max(int(warmup_steps), int(total_steps) - decay_steps)
+
+
+def wsd_lr(step: float, *, warmup_steps: int, total_steps: int, lr_init: float, lr_max: float, lr_min: float,
+           decay_fraction: float = 0.2, decay_shape: str = "linear") -> float:
+    """Warmup-stable-decay: linear warmup, the peak held, then a decay over the last ``decay_fraction`` of the run.
+
+    With ``D = wsd_decay_start(...)``: ``lr_init + (lr_max - lr_init) t / T_w`` for ``0 <= t < T_w``; ``lr_max`` for
+    ``T_w <= t < D``; ``lr_min + (lr_max - lr_min) phi((t - D) / (T - D))`` for ``D <= t <= T`` with
+    ``phi(x) = 1 - x`` (``linear``) or ``(1 + cos(pi x)) / 2`` (``cosine``); ``lr_min`` after ``T``. Defined for
+    real-valued ``t`` too (``decay_speedup`` evaluates it between steps).
+
+    litgpt 0.5.13 has no WSD schedule (its ``pretrain`` decays by cosine only), hence the choice of shapes here.
+
+    Example::
+
+        >>> kw = dict(warmup_steps=10, total_steps=100, lr_init=0.0, lr_max=1.0, lr_min=0.1)
+        >>> wsd_lr(5, **kw), wsd_lr(50, **kw), wsd_lr(80, **kw), wsd_lr(90, **kw), wsd_lr(100, **kw)
+        (0.5, 1.0, 1.0, 0.55, 0.1)
+    """
+    _check_wsd(decay_fraction, decay_shape)
+    start = wsd_decay_start(warmup_steps=warmup_steps, total_steps=total_steps, decay_fraction=decay_fraction)
+    if step < warmup_steps:
+        return lr_init + (lr_max - lr_init) * step / warmup_steps
+    if step >= total_steps:
+        return lr_min
+    if step < start:
+        return lr_max
+    return lr_min + (lr_max - lr_min) * _decay_factor((step - start) / (total_steps - start), decay_shape)
+
+
+def rewarmup_wsd_lr(step: float, *, growth_step: int, lr_at_growth: float, ratio: float, warmup_steps: int,
+                    total_steps: int, min_lr: float, decay_start: float, decay_shape: str = "linear") -> float:
+    """Learning rate of a stage's new entries when the baseline is WSD: the re-warmup, then the baseline's shape.
+
+    ``r(t)`` rises linearly from ``lr_at_growth`` (at ``t = growth_step``) to ``ratio * lr_at_growth`` over
+    ``warmup_steps`` and holds there; the baseline's decay multiplier ``s(t)`` is 1 before ``decay_start``,
+    ``phi((t - decay_start) / (total_steps - decay_start))`` (the :func:`wsd_lr` shape) after it and 0 from
+    ``total_steps`` on. The new entries' LR is ``min_lr + (r(t) - min_lr) s(t) / s(growth_step)``:
+
+    - a growth in the stable phase: the peak ``ratio * lr_at_growth`` is held until ``decay_start``, then decays with
+      the baseline's decay (same start step, same shape) to ``min_lr`` at ``total_steps``;
+    - a re-warmup that runs into the decay phase is decayed while it rises (continuous, still ``min_lr`` at the end);
+    - a growth inside the decay phase (refused by the CLI, warned by the callback) starts at ``lr_at_growth`` and
+      follows the remaining decay scaled by ``r``.
+
+    Example::
+
+        >>> kw = dict(growth_step=100, lr_at_growth=1e-3, ratio=1.5, warmup_steps=10, total_steps=300, min_lr=0.0,
+        ...           decay_start=240)
+        >>> rewarmup_wsd_lr(100, **kw), rewarmup_wsd_lr(110, **kw), rewarmup_wsd_lr(239, **kw)
+        (0.001, 0.0015, 0.0015)
+        >>> round(rewarmup_wsd_lr(270, **kw), 9), rewarmup_wsd_lr(300, **kw)
+        (0.00075, 0.0)
+    """
+    if step < growth_step:
+        raise ValueError(f"rewarmup_wsd_lr is defined from the growth step on: step={step} < growth_step={growth_step}")
+    if decay_shape not in WSD_DECAY_SHAPES:
+        raise ValueError(f"decay_shape={decay_shape!r}: choose one of {', '.join(WSD_DECAY_SHAPES)}")
+    if step >= total_steps:
+        return min_lr
+    peak = ratio * lr_at_growth
+    ramp = peak if step - growth_step >= warmup_steps else (
+        lr_at_growth + (peak - lr_at_growth) * (step - growth_step) / warmup_steps)
+
+    def s(t: float) -> float:
+        if t < decay_start:
+            return 1.0
+        return _decay_factor((t - decay_start) / (total_steps - decay_start), decay_shape)
+
+    at_growth, now = s(growth_step), s(step)
+    if now == at_growth:  # stable phase (or no decay yet since the growth): exactly the re-warmup
+        return ramp
+    return min_lr + (ramp - min_lr) * now / at_growth
+
+
+def check_growth_before_decay(at_steps: Sequence[int], *, decay_start: int, total_steps: int,
+                              names: Sequence[str] | None = None, setting: str = "") -> None:
+    """Refuse a growth inside the WSD decay phase (``at_step >= decay_start``).
+
+    Under WSD the point of growing is to train the new capacity at the stable (peak) LR before the decay; a growth at
+    or after ``decay_start`` hands it only the decaying tail. The CLI turns the error into a ``ConfigError`` naming
+    ``growth.stages[k].at_step``; the callback warns instead (Python users may do it on purpose).
+
+    Args:
+        at_steps: the growth steps, one per stage.
+        decay_start: the first step of the decay phase (:func:`wsd_decay_start`, ``WSDLambda.decay_start``).
+        total_steps: the run's last step.
+        names: how to call each stage in the message (default ``GrowthStage(at_step=...)``).
+        setting: what sets the decay phase, for the message (e.g. ``", train.lr_decay_fraction=0.2"``).
+
+    Raises:
+        ValueError: naming the stage, its step, the decay phase and the fix.
+
+    Example::
+
+        >>> check_growth_before_decay([100, 250], decay_start=240, total_steps=300)
+        Traceback (most recent call last):
+        ...
+        ValueError: GrowthStage(at_step=250): the growth at step 250 falls inside the WSD decay phase ...
+    """
+    for k, at in enumerate(at_steps):
+        if at < decay_start:
+            continue
+        name = names[k] if names else f"GrowthStage(at_step={at})"
+        raise ValueError(
+            f"{name}: the growth at step {at} falls inside the WSD decay phase (steps {decay_start}..{total_steps}"
+            f"{setting}), so the new entries would never train at the stable LR: grow before step {decay_start} "
+            "(the point of WSD for growth is a growth in the stable phase), or shorten the decay"
+        )
 
 
 def fresh_bias_factor(k: int, t: int, betas: tuple[float, float]) -> float:
@@ -121,9 +276,64 @@ class WarmupCosineLambda:
                 f"min_lr_ratio={self.min_lr_ratio}, init_lr_ratio={self.init_lr_ratio})")
 
 
+
+class WSDLambda:
+    """Warmup-stable-decay as a ``LambdaLR`` multiplier of the optimizer's base LR (:func:`wsd_lr`).
+
+    ``LambdaLR(optimizer, WSDLambda(warmup_steps, total_steps, min_lr_ratio, decay_fraction, decay_shape))`` gives
+    ``wsd_lr(step, lr_init=init_lr_ratio * base_lr, lr_max=base_lr, lr_min=min_lr_ratio * base_lr, ...)``. The growth
+    callback recognises it: it reads ``min_lr`` from it exactly (``min_lr_ratio * base_lr``), and the new entries'
+    re-warmup then holds its peak and decays with this schedule's decay phase (:func:`rewarmup_wsd_lr`, from
+    :attr:`decay_start`, same shape). Picklable (``LambdaLR`` checkpoints hold its ``__dict__``).
+
+    Args:
+        warmup_steps: linear warmup length ``T_w``.
+        total_steps: ``T`` (the run's ``max_steps``), where the LR reaches ``min_lr_ratio * base_lr``.
+        min_lr_ratio: ``eta_min / eta_max``.
+        decay_fraction: the share of the run spent decaying, in ``(0, 1]`` (see :func:`wsd_decay_start`).
+        decay_shape: ``linear`` or ``cosine``.
+        init_lr_ratio: ``eta_0 / eta_max`` (0: warm up from zero).
+
+    Example::
+
+        >>> f = WSDLambda(warmup_steps=10, total_steps=100, min_lr_ratio=0.1)
+        >>> f(0), f(10), f(80), f(90), f(100), f.decay_start
+        (0.0, 1.0, 1.0, 0.55, 0.1, 80)
+    """
+
+    def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1, decay_fraction: float = 0.2,
+                 decay_shape: str = "linear", init_lr_ratio: float = 0.0) -> None:
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.min_lr_ratio = float(min_lr_ratio)
+        self.decay_fraction = float(decay_fraction)
+        self.decay_shape = str(decay_shape)
+        self.init_lr_ratio = float(init_lr_ratio)
+        self(0)  # validates the steps, the fraction and the shape
+
+    @property
+    def decay_start(self) -> int:
+        """The first step of the decay phase (:func:`wsd_decay_start`)."""
+        return wsd_decay_start(warmup_steps=self.warmup_steps, total_steps=self.total_steps,
+                               decay_fraction=self.decay_fraction)
+
+    def __call__(self, step: float) -> float:
+        return wsd_lr(step, warmup_steps=self.warmup_steps, total_steps=self.total_steps, lr_init=self.init_lr_ratio,
+                      lr_max=1.0, lr_min=self.min_lr_ratio, decay_fraction=self.decay_fraction,
+                      decay_shape=self.decay_shape)
+
+    def __repr__(self) -> str:
+        return (f"WSDLambda(warmup_steps={self.warmup_steps}, total_steps={self.total_steps}, "
+                f"min_lr_ratio={self.min_lr_ratio}, decay_fraction={self.decay_fraction}, "
+                f"decay_shape={self.decay_shape!r}, init_lr_ratio={self.init_lr_ratio})")
+
+
 class RewarmupLambda:
     """``rewarmup_lr`` as an absolute-LR lambda of the steps since growth (picklable: ``LambdaLR`` saves its
     ``__dict__`` in checkpoints).
+
+    With ``decay_start`` (the baseline is WSD: :class:`WSDLambda`) it is :func:`rewarmup_wsd_lr` instead: the peak is
+    held until ``decay_start``, then decays with ``decay_shape`` to ``min_lr`` at ``total_steps``.
 
     With ``betas`` (``bias_correction='fresh'``) the LR is multiplied by :func:`fresh_bias_factor` of the update
     about to be taken: ``k = steps_since_growth + 1`` updates of the new entries, ``t = growth_step + k`` of their
@@ -131,7 +341,8 @@ class RewarmupLambda:
     """
 
     def __init__(self, *, growth_step: int, lr_at_growth: float, ratio: float, warmup_steps: int, total_steps: int,
-                 min_lr: float, betas: tuple[float, float] | None = None) -> None:
+                 min_lr: float, betas: tuple[float, float] | None = None, decay_start: float | None = None,
+                 decay_shape: str = "linear") -> None:
         self.growth_step = int(growth_step)
         self.lr_at_growth = float(lr_at_growth)
         self.ratio = float(ratio)
@@ -139,11 +350,17 @@ class RewarmupLambda:
         self.total_steps = int(total_steps)
         self.min_lr = float(min_lr)
         self.betas = None if betas is None else (float(betas[0]), float(betas[1]))
+        self.decay_start = None if decay_start is None else float(decay_start)
+        self.decay_shape = str(decay_shape)
 
     def __call__(self, steps_since_growth: int) -> float:
-        lr = rewarmup_lr(self.growth_step + steps_since_growth, growth_step=self.growth_step,
-                         lr_at_growth=self.lr_at_growth, ratio=self.ratio, warmup_steps=self.warmup_steps,
-                         total_steps=self.total_steps, min_lr=self.min_lr)
+        kw = dict(growth_step=self.growth_step, lr_at_growth=self.lr_at_growth, ratio=self.ratio,
+                  warmup_steps=self.warmup_steps, total_steps=self.total_steps, min_lr=self.min_lr)
+        if getattr(self, "decay_start", None) is None:  # getattr: lambdas pickled before WSD existed
+            lr = rewarmup_lr(self.growth_step + steps_since_growth, **kw)
+        else:
+            lr = rewarmup_wsd_lr(self.growth_step + steps_since_growth, **kw, decay_start=self.decay_start,
+                                 decay_shape=self.decay_shape)
         if getattr(self, "betas", None) is None:  # getattr: lambdas pickled before the key existed
             return lr
         k = steps_since_growth + 1

@@ -384,6 +384,13 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
         if w is None:
             console.print("  new-entry LR: no re-warmup (rewarmup_ratio null): the new entries follow the baseline "
                           "schedule")
+        elif run.train.lr_schedule == "wsd":  # the re-warmup holds its peak, then follows the baseline's decay
+            from lightning_sparkling.pretrain.config import lr_decay_start
+
+            console.print(f"  new-entry LR: linear re-warmup over steps {w['start']:,}..{w['warmup_end']:,} (to "
+                          f"{w['peak_ratio']:g}x the LR at growth), held to the WSD decay at step "
+                          f"{lr_decay_start(run.train, run.steps):,}, then {run.train.lr_decay_shape} decay to min_lr "
+                          f"with the baseline (ends at step {w['end']:,})")
         else:
             console.print(f"  new-entry LR: linear re-warmup over steps {w['start']:,}..{w['warmup_end']:,} (to "
                           f"{w['peak_ratio']:g}x the LR at growth), then cosine to min_lr over {w['tail_steps']:,} "
@@ -445,7 +452,8 @@ def build_module(run: ResolvedRun):
         run.model_config, run.optimizer, max_steps=run.steps, lr_warmup_steps=run.train.lr_warmup_steps,
         lr_warmup_fraction=run.train.lr_warmup_fraction, min_lr=run.train.min_lr, max_norm=run.train.max_norm,
         tie_embeddings=run.train.tie_embeddings, seed=run.seed,
-        accumulate_grad_batches=run.accumulate if run.uses_muon else 1,
+        accumulate_grad_batches=run.accumulate if run.uses_muon else 1, lr_schedule=run.train.lr_schedule,
+        lr_decay_fraction=run.train.lr_decay_fraction, lr_decay_shape=run.train.lr_decay_shape,
     )
     if run.initial_weights is not None:
         from lightning_sparkling.pretrain.litgpt_compat import load_initial_weights

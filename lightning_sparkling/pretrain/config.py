@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
+from lightning_sparkling.growth.schedules import WSD_DECAY_SHAPES, check_growth_before_decay, wsd_decay_start
 from lightning_sparkling.growth.stage import GrowthStage, check_rewarmup_fits
 
 __all__ = [
@@ -114,6 +115,13 @@ class TrainArgs:
     """Warmup as a fraction of the run. Neither set: 0.03 (the paper)."""
     min_lr: Optional[float] = None
     """LR at the end of the cosine decay (default ``0.01 * lr``, the paper)."""
+    lr_schedule: str = "cosine"
+    """``cosine`` (warmup, then cosine to ``min_lr``: the paper) or ``wsd`` (warmup-stable-decay: warmup, the peak held,
+    then a decay to ``min_lr`` over the last ``lr_decay_fraction`` of the run; a growth must fall before the decay)."""
+    lr_decay_fraction: float = 0.2
+    """``wsd`` only: the share of the run spent decaying, in ``(0, 1]``."""
+    lr_decay_shape: str = "linear"
+    """``wsd`` only: the decay's shape, ``linear`` or ``cosine`` (litgpt has no WSD schedule to follow)."""
     max_norm: Optional[float] = 1.0
     """Clip gradients to this global norm (``null`` or 0: no clipping)."""
     epochs: Optional[int] = None
@@ -1041,6 +1049,7 @@ def _resolve_length(ns: Any, train: TrainArgs, evaluation: EvalArgs, num_devices
                                                        "steps)")
     if train.lr_warmup_fraction is not None and not 0 <= train.lr_warmup_fraction <= 1:
         raise ConfigError("train.lr_warmup_fraction", f"must be in [0, 1], got {train.lr_warmup_fraction}")
+    _check_lr_schedule(train)
     if train.max_norm is not None and train.max_norm < 0:
         raise ConfigError("train.max_norm", f"must be >= 0, got {train.max_norm}")
     _positive_int("train.log_interval", train.log_interval)
@@ -1050,6 +1059,44 @@ def _resolve_length(ns: Any, train: TrainArgs, evaluation: EvalArgs, num_devices
     _positive_int("eval.interval", evaluation.interval, allow_none=True)
     _positive_int("eval.max_iters", evaluation.max_iters, allow_none=True)
     return accumulate, tokens_per_step, steps
+
+
+def _check_lr_schedule(train: TrainArgs) -> None:
+    """``train.lr_schedule``, ``train.lr_decay_fraction`` and ``train.lr_decay_shape`` (issue 23: WSD)."""
+    if train.lr_schedule not in ("cosine", "wsd"):
+        raise ConfigError("train.lr_schedule", f"choose cosine or wsd, got {train.lr_schedule!r}")
+    fraction = train.lr_decay_fraction
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise ConfigError("train.lr_decay_fraction", f"must be in (0, 1] (the share of the run spent decaying), "
+                                                     f"got {fraction!r}")
+    if train.lr_decay_shape not in WSD_DECAY_SHAPES:
+        raise ConfigError("train.lr_decay_shape", f"choose one of {', '.join(WSD_DECAY_SHAPES)}, got "
+                                                  f"{train.lr_decay_shape!r}")
+
+
+def lr_decay_start(train: TrainArgs, steps: int) -> Optional[int]:
+    """The first step of the WSD decay phase of a run of ``steps`` optimizer steps (``None`` under ``cosine``), as
+    ``LitGPTPretrainModule`` builds it (warmup ``lr_warmup_steps``, else ``ceil(fraction * steps)``, default 0.03)."""
+    if train.lr_schedule != "wsd":
+        return None
+    if train.lr_warmup_steps is not None:
+        warmup = train.lr_warmup_steps
+    else:
+        warmup = math.ceil((0.03 if train.lr_warmup_fraction is None else train.lr_warmup_fraction) * steps)
+    return wsd_decay_start(warmup_steps=min(warmup, steps), total_steps=steps, decay_fraction=train.lr_decay_fraction)
+
+
+def _check_wsd_growth(stages: list[GrowthStage], keys: list[str], train: TrainArgs, steps: int) -> None:
+    """Under ``train.lr_schedule: wsd``, refuse a growth inside the decay phase, naming the stage's step key."""
+    start = lr_decay_start(train, steps)
+    if start is None:
+        return
+    for stage, key in zip(stages, keys):
+        try:
+            check_growth_before_decay([stage.at_step], decay_start=start, total_steps=steps, names=[key],
+                                      setting=f", train.lr_decay_fraction={train.lr_decay_fraction:g}")
+        except ValueError as err:
+            raise ConfigError(key, str(err).removeprefix(f"{key}: ")) from err
 
 
 def _resolve_optimizer(ns: Any, train: TrainArgs, strategy: str, precision: str) -> tuple[dict, str, bool, float]:
@@ -1080,6 +1127,7 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
     if growth.min_lr is not None and (growth.min_lr < 0 or not math.isfinite(growth.min_lr)):
         raise ConfigError("growth.min_lr", f"must be a finite number >= 0, got {growth.min_lr}")
     stages: list[GrowthStage] = []
+    step_keys: list[str] = []  # growth.stages[k].at_step or .at_tokens, as given
     current = config
     for k, s in enumerate(growth.stages):
         key = f"growth.stages[{k}]"
@@ -1115,6 +1163,8 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
         except ValueError as err:
             raise ConfigError(f"{key}.rewarmup_steps", str(err).removeprefix(f"{key}: ")) from err
         stages.append(stage)
+        step_keys.append(where)
+    _check_wsd_growth(stages, step_keys, train, steps)
     _check_stage_sequence(stages)
     if stages and strategy == "fsdp2" and num_devices * num_nodes < 1:
         raise ConfigError("devices", "fsdp2 needs at least one device")

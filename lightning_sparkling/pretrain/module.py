@@ -25,7 +25,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel
 from torchmetrics import MeanMetric
 
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.schedules import WarmupCosineLambda
+from lightning_sparkling.growth.schedules import WarmupCosineLambda, WSDLambda
 
 __all__ = [
     "DEFAULT_MIN_LR_RATIO",
@@ -369,13 +369,15 @@ def _min_lr_ratio(min_lr: float | None, base_lr: float) -> float:
 
 
 def _warmup_cosine_configs(optimizers: list[torch.optim.Optimizer], warmup: int, total: int,
-                           min_lr_ratio: float) -> list[dict]:
+                           min_lr_ratio: float, wsd: dict | None = None) -> list[dict]:
     """One Lightning optimizer config per optimizer, each with its own step-interval
-    ``LambdaLR(WarmupCosineLambda(warmup, total, min_lr_ratio))``."""
+    ``LambdaLR(WarmupCosineLambda(warmup, total, min_lr_ratio))``, or ``LambdaLR(WSDLambda(warmup, total,
+    min_lr_ratio, **wsd))`` with ``wsd = {"decay_fraction": ..., "decay_shape": ...}``."""
     configs = []
     for opt in optimizers:
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            opt, WarmupCosineLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio))
+        fn = (WarmupCosineLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio) if wsd is None
+              else WSDLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio, **wsd))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(opt, fn)
         configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}})
     return configs
 
@@ -440,7 +442,8 @@ class LitGPTPretrainModule(L.LightningModule):
       ``torch.optim.Muon``: Muon for the 2-D weights of the transformer blocks, AdamW (``muon_adamw``) for
       everything else (embeddings, ``lm_head``, norms, biases), as two optimizers under manual optimization.
     - Schedule: ``LambdaLR(opt, WarmupCosineLambda(warmup, max_steps, min_lr / lr))`` stepped every optimizer step
-      (one per optimizer with Muon, same multiplier).
+      (one per optimizer with Muon, same multiplier); ``lr_schedule="wsd"``: ``WSDLambda(warmup, max_steps,
+      min_lr / lr, lr_decay_fraction, lr_decay_shape)`` instead.
     - Logs ``train_loss`` (every step, progress bar), ``val_loss`` and ``val_ppl`` (token-weighted mean over the
       validation set, torchmetrics ``MeanMetric``, synced across ranks).
     - Gradient clipping by global norm ``max_norm``: the module does it itself in both modes (automatic:
@@ -462,6 +465,10 @@ class LitGPTPretrainModule(L.LightningModule):
         min_lr: final LR (of the main optimizer; the Muon run's AdamW part uses the same ratio). ``None``:
             ``0.01 * lr`` (the paper).
         max_norm: clip gradients to this global norm (``None`` or 0: no clipping).
+        lr_schedule: ``"cosine"`` (the paper's warmup-cosine) or ``"wsd"`` (warmup-stable-decay,
+            :class:`~lightning_sparkling.growth.schedules.WSDLambda`).
+        lr_decay_fraction: ``"wsd"``: the share of the run spent decaying, in ``(0, 1]``.
+        lr_decay_shape: ``"wsd"``: ``"linear"`` or ``"cosine"`` decay.
         tie_embeddings: tie ``wte`` to ``lm_head`` (litgpt's ``train.tie_embeddings``).
         seed: weight-init seed (same weights on every rank).
         accumulate_grad_batches: micro-batches per optimizer step under manual optimization (Muon), where
@@ -492,7 +499,8 @@ class LitGPTPretrainModule(L.LightningModule):
                  max_steps: int | None = None, lr_warmup_steps: int | None = None,
                  lr_warmup_fraction: float | None = None, min_lr: float | None = None,
                  max_norm: float | None = 1.0, tie_embeddings: bool = False, seed: int = 42,
-                 accumulate_grad_batches: int = 1, muon_adamw: dict | None = None) -> None:
+                 accumulate_grad_batches: int = 1, muon_adamw: dict | None = None, lr_schedule: str = "cosine",
+                 lr_decay_fraction: float = 0.2, lr_decay_shape: str = "linear") -> None:
         super().__init__()
         config = _as_config(model_config)
         optimizer_cls, _ = resolve_optimizer(optimizer)  # validates the spec early
@@ -514,6 +522,10 @@ class LitGPTPretrainModule(L.LightningModule):
         self.seed = seed
         self.accumulate_grad_batches = int(accumulate_grad_batches)
         self.muon_adamw = dict(muon_adamw or {})
+        if lr_schedule not in ("cosine", "wsd"):
+            raise ValueError(f"lr_schedule={lr_schedule!r}: choose 'cosine' or 'wsd'")
+        WSDLambda(0, 1, decay_fraction=lr_decay_fraction, decay_shape=lr_decay_shape)  # validates both
+        self.lr_schedule, self.lr_decay_fraction, self.lr_decay_shape = lr_schedule, lr_decay_fraction, lr_decay_shape
         self.automatic_optimization = not self.uses_muon
 
         self._initial_config = config
@@ -644,11 +656,13 @@ class LitGPTPretrainModule(L.LightningModule):
         return _schedule_steps(self.max_steps, trainer_steps, self.lr_warmup_steps, self.lr_warmup_fraction)
 
     def configure_optimizers(self) -> dict | list[dict]:
-        """The optimizer(s) and step-interval ``LambdaLR(WarmupCosineLambda)`` scheduler(s)."""
+        """The optimizer(s) and step-interval ``LambdaLR(WarmupCosineLambda)`` (or ``WSDLambda``) scheduler(s)."""
         warmup, total = self.schedule_steps()
         optimizers = _build_optimizers(self.model, self.optimizer_spec, self.uses_muon, self.muon_adamw)
         min_lr_ratio = _min_lr_ratio(self.min_lr, float(optimizers[0].param_groups[0]["lr"]))
-        configs = _warmup_cosine_configs(optimizers, warmup, total, min_lr_ratio)
+        wsd = (dict(decay_fraction=self.lr_decay_fraction, decay_shape=self.lr_decay_shape)
+               if self.lr_schedule == "wsd" else None)
+        configs = _warmup_cosine_configs(optimizers, warmup, total, min_lr_ratio, wsd)
         return configs[0] if len(configs) == 1 else configs
 
     @property
