@@ -91,6 +91,13 @@ def grow_state(
     return grown
 
 
+def moves_only(spec: TensorPlan) -> bool:
+    """Whether a planned tensor keeps its values and only changes name (a kept block moved by a depth growth): its
+    optimizer state is carried over as is, whatever the recipe (as on one device, where it stays the same
+    ``Parameter``)."""
+    return not spec.dims and spec.scale == 1.0 and not spec.fresh
+
+
 @dataclass
 class OptimizerPatch:
     """A computed (not yet applied) patch of one optimizer. ``apply()`` then, if needed, ``undo()``."""
@@ -163,8 +170,8 @@ def plan_optimizer_patch(
 
     def grown_state(state: dict, name: str, new: nn.Parameter) -> dict:
         spec = result.plan.tensors.get(name)
-        if spec is None:
-            return dict(state)
+        if spec is None or moves_only(spec):
+            return dict(state)  # unchanged values (a sharded backend's new parameter, or a block that only moved)
         return {
             key: like_param(grow_state(key, to_full(value), spec, result.plan.axes, recipe,
                                        type(optimizer).__name__), new)

@@ -100,8 +100,10 @@ class GrowthBackend(Protocol):
 
     def full_tensors(self, pl_module: pl.LightningModule, gpt: torch.nn.Module,
                      names: Iterable[str]) -> Iterator[tuple[str, torch.Tensor]]:
-        """``(name, full tensor)`` for the named parameters (clean GPT names; tied ones under either name), each
-        valid until the next is yielded; for the symmetry metric. A collective when sharded: run it to the end."""
+        """``(name, full tensor)`` for the named parameters (clean GPT names; tied ones under either name), in the
+        order of ``names`` (a depth growth's symmetry metric reads each copied block's tensor right after its
+        source's), each valid until the next is yielded; for the symmetry metric. A collective when sharded: run it
+        to the end."""
         ...
 
     def hook_resume(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state_key: str,

@@ -12,9 +12,11 @@ There is no API to reshard an FSDP1 unit to new shapes, so a growth is a round t
 1. a ``GPT(grown config)`` is built on the meta device where the old wrapped GPT sits and the LightningModule's
    own ``configure_model`` wraps it (inside ``strategy.model_sharded_context()``, as Lightning calls it); FSDP
    materializes it unit by unit;
-2. per pair of units (old, new): ``summon_full_params(old, recurse=False)`` gathers the unit's own parameters,
+2. per old unit: ``summon_full_params(old, recurse=False)`` gathers the unit's own parameters,
    :func:`~lightning_sparkling.growth.surgery.grow_tensors` grows them, and ``summon_full_params(new, recurse=False,
-   writeback=True)`` writes them into the new shards;
+   writeback=True)`` writes them into the shards of every new unit it fills (:func:`unit_sources`: the unit of the
+   same name, and under a depth growth the units of the new blocks copied from it, a moved block's at its new
+   position);
 3. optimizer state travels the same way: a state tensor has the shape of its parameter's shard, so it is put
    in the parameter's place for the length of one ``summon_full_params`` (the weights are stashed and put back),
    which gathers it with FSDP's own unshard logic (padding, alignment, shared parameters); the grown state is
@@ -40,13 +42,14 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-from lightning_sparkling.growth.optim_state import OptimizerPatch, check_optimizer_supported, grow_state
+from lightning_sparkling.growth.optim_state import OptimizerPatch, check_optimizer_supported, grow_state, moves_only
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import GrowthResult, _Swap, clean_name, grow_tensors
+from lightning_sparkling.growth.surgery import GrowthResult, _result_params, _Swap, clean_name
 from lightning_sparkling.parallel.fsdp2 import (
     _parent_and_attr,
     check_sharding_supported,
+    grown_values,
     hook_strategy_resume,
     place_meta_gpt,
 )
@@ -118,16 +121,34 @@ def units(wrapper: FSDP) -> list[FSDP]:
     return FSDP.fsdp_modules(wrapper)
 
 
-def _paired_units(old: FSDP, new: FSDP) -> list[tuple[FSDP, FSDP]]:
-    old_units, new_units = units(old), units(new)
-    old_names = [_unit_prefix(old, u) for u in old_units]
-    new_names = [_unit_prefix(new, u) for u in new_units]
-    if old_names != new_names:
-        raise GrowthError(
-            "after growth, configure_model() wrapped the new GPT into different FSDP units than the old one "
-            f"({new_names[:4]}... vs {old_names[:4]}...): wrap the same way whatever the model's width"
-        )
-    return list(zip(old_units, new_units))
+def _source_name(plan: GrowthPlan, name: str) -> str:
+    """The pre-growth tensor a tensor of the grown model derives from (itself when the plan leaves it out)."""
+    spec = plan.tensors.get(name)
+    return spec.source_name if spec is not None else name
+
+
+def unit_sources(plan: GrowthPlan, old: FSDP, new: FSDP) -> list[tuple[FSDP, list[FSDP]]]:
+    """``[(old unit, the new units filled from it)]`` in the old units' order (the GPT's own unit first): each new
+    unit comes from the one old unit that owns the sources of all its parameters. Without a depth growth that is
+    the unit of the same name; under one, a new block's unit comes from its source block's unit (a kept block's
+    unit from its own, wherever it moved).
+
+    Raises:
+        GrowthError: when ``configure_model`` wrapped the grown GPT into units that do not map onto the old ones.
+    """
+    old_units = units(old)
+    owner = {name: i for i, unit in enumerate(old_units) for name in owned_params(old, unit)}
+    targets: list[list[FSDP]] = [[] for _ in old_units]
+    for unit in units(new):
+        sources = {owner.get(_source_name(plan, name)) for name in owned_params(new, unit)}
+        if len(sources) != 1 or None in sources:
+            raise GrowthError(
+                "after growth, configure_model() wrapped the new GPT into FSDP units that do not map onto the old "
+                f"ones (unit {_unit_prefix(new, unit) or '<GPT>'!r} takes tensors of {len(sources)} old units): wrap "
+                "the same way whatever the model's width and depth (each block its own unit, then the GPT)"
+            )
+        targets[sources.pop()].append(unit)
+    return [(unit, found) for unit, found in zip(old_units, targets) if found]
 
 
 @contextmanager
@@ -243,23 +264,27 @@ def grow_fsdp1(pl_module: Any, strategy: Any, gpt: nn.Module, stage: GrowthStage
     start = time.perf_counter()
     try:
         new_wrapper = build_wrapped_gpt(pl_module, strategy, old_wrapper, plan.new_config, swap)
-        for old_unit, new_unit in _paired_units(old_wrapper, new_wrapper):
+        for old_unit, new_units in unit_sources(plan, old_wrapper, new_wrapper):
             with _gathered(old_wrapper, old_unit) as full:
                 old_full = {n: p.detach().clone() for n, p in full.items()}
-            grown = grow_tensors(plan, old_full)
-            with _gathered(new_wrapper, new_unit, writeback=True) as full:
-                for name, p in full.items():
-                    p.copy_(grown.get(name, old_full.get(name)))
+            grown = grown_values(plan, old_full)
+            for new_unit in new_units:  # the unit itself, and under a depth growth the units of its copies
+                with _gathered(new_wrapper, new_unit, writeback=True) as full:
+                    for name, p in full.items():
+                        p.copy_(grown[name])
             del old_full, grown
-        old_params, new_params = named_params(old_wrapper), named_params(new_wrapper)
-        for n, p in old_params.items():
-            new_params[n].requires_grad_(p.requires_grad)
+        old_named, new_named = named_params(old_wrapper), named_params(new_wrapper)
+        old_params, new_params, added = _result_params(plan, old_named, new_named)
+        for name, new_param in new_params.items():
+            new_param.requires_grad_(old_params[name].requires_grad)
+        for source, new_param in added.values():
+            new_param.requires_grad_(source.requires_grad)
     except BaseException:
         swap.undo()
         raise
-    return FSDP1GrowthResult(plan=plan, old_params=old_params, new_params=new_params,
-                             seconds=time.perf_counter() - start, _swap=swap, old_wrapper=old_wrapper,
-                             new_wrapper=new_wrapper)
+    return FSDP1GrowthResult(plan=plan, old_params=old_params, new_params=new_params, added=added,
+                             order=tuple(new_named.values()), seconds=time.perf_counter() - start, _swap=swap,
+                             old_wrapper=old_wrapper, new_wrapper=new_wrapper)
 
 
 def _agreed_state_keys(optimizer: torch.optim.Optimizer, names: Mapping[int, str]) -> dict[str, list[str]]:
@@ -294,41 +319,69 @@ def _scalar_state(state: dict, template: dict | None) -> dict:
 def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1GrowthResult,
                                recipe: str) -> OptimizerPatch:
     """The optimizer patch of an FSDP1 growth (nothing is modified): every parameter of the GPT is swapped for
-    its successor in the new wrapped GPT; per-element state is gathered one unit and one state key at a time,
-    grown by ``recipe`` and split into the new shards (:func:`gather_values` / :func:`scatter_values`)."""
+    its successor in the new wrapped GPT; a depth growth's new-block parameters join their source's param group
+    (in the grown model's parameter order, as ``configure_optimizers`` builds it at a resume). Per-element state
+    is gathered one old unit and one state key at a time, grown by ``recipe`` (a new block's from its source's)
+    and split into the shards of every new unit that old unit fills (:func:`gather_values` /
+    :func:`scatter_values`). Scalar state (``step``) is kept, and cloned for a new block's parameters."""
     check_optimizer_supported(optimizer)
+    plan = result.plan
     old_wrapper, new_wrapper = result.old_wrapper, result.new_wrapper
-    name_of = {id(p): n for n, p in result.old_params.items()}
+    old_by_name = named_params(old_wrapper)  # pre-growth names
+    grown_name = {id(p): n for n, p in result.old_params.items()}  # a kept parameter's name in the grown model
+    group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
     patch = OptimizerPatch(optimizer)
-    in_optimizer: set[str] = set()
+    in_optimizer = {n for n, p in old_by_name.items() if id(p) in group_of}
+    keys = {n: k for n, k in _agreed_state_keys(optimizer, {id(p): n for n, p in old_by_name.items()}).items()
+            if n in in_optimizer}
+    template = next((s for s in optimizer.state.values() if s), None)
     for g, group in enumerate(optimizer.param_groups):
         for i, p in enumerate(group["params"]):
-            name = name_of.get(id(p))
-            if name is not None:
-                patch.replacements.append((g, i, p, result.new_params[name]))
-                in_optimizer.add(name)
-    keys = {n: k for n, k in _agreed_state_keys(optimizer, name_of).items() if n in in_optimizer}
-    template = next((s for s in optimizer.state.values() if s), None)
-    for name in in_optimizer:
-        old, new = result.old_params[name], result.new_params[name]
-        state = optimizer.state.get(old, {})
-        if state or keys.get(name):
-            patch.new_state[new] = _scalar_state(state, template)
-    for old_unit, new_unit in _paired_units(old_wrapper, new_wrapper):
-        unit_names = [n for n in owned_params(old_wrapper, old_unit) if n in keys and keys[n]]
+            name = grown_name.get(id(p))
+            if name is None:
+                continue
+            new = result.new_params[name]
+            patch.replacements.append((g, i, p, new))
+            state = optimizer.state.get(p, {})
+            if state or keys.get(_source_name(plan, name)):
+                patch.new_state[new] = _scalar_state(state, template)
+    for name, (source, new) in result.added.items():
+        g = group_of.get(id(source))
+        if g is None:
+            continue  # the source is not trained by this optimizer
+        patch.additions.append((g, new))
+        if g not in patch.regrouped:
+            patch.regrouped[g] = [result.new_params.get(grown_name.get(id(p), ""), p)
+                                  for p in optimizer.param_groups[g]["params"]]
+        patch.regrouped[g].append(new)
+        state = optimizer.state.get(source, {})
+        if state or keys.get(_source_name(plan, name)):  # its own step tensor: torch updates it in place
+            patch.new_state[new] = {k: v.clone() if isinstance(v, torch.Tensor) else v
+                                    for k, v in _scalar_state(state, template).items()}
+    rank = {id(p): i for i, p in enumerate(result.order)}
+    for params in patch.regrouped.values():
+        params.sort(key=lambda p: rank.get(id(p), len(rank)))
+    new_param = {**result.new_params, **{n: new for n, (_, new) in result.added.items()}}
+    for old_unit, new_units in unit_sources(plan, old_wrapper, new_wrapper):
+        unit_names = [n for n in owned_params(old_wrapper, old_unit) if keys.get(n)]
         for key in sorted({k for n in unit_names for k in keys[n]}):
             names = [n for n in unit_names if key in keys[n]]
-            local = {n: optimizer.state.get(result.old_params[n], {}).get(key) for n in names}
+            local = {n: optimizer.state.get(old_by_name[n], {}).get(key) for n in names}
             full = gather_values(old_wrapper, old_unit, local)
-            grown = {}
-            for n in names:
-                spec = result.plan.tensors.get(n)
-                grown[n] = full[n] if spec is None else grow_state(key, full[n], spec, result.plan.axes, recipe,
-                                                                   type(optimizer).__name__)
-            shards = scatter_values(new_wrapper, new_unit, grown)
-            for n in names:
-                patch.new_state[result.new_params[n]][key] = shards[n]
-            del full, grown, shards
+            for new_unit in new_units:
+                grown = {}
+                for n in owned_params(new_wrapper, new_unit):
+                    source = _source_name(plan, n)
+                    if source not in full or new_param[n] not in patch.new_state:
+                        continue
+                    spec = plan.tensors.get(n)
+                    grown[n] = full[source] if spec is None or moves_only(spec) else grow_state(
+                        key, full[source], spec, plan.axes, recipe, type(optimizer).__name__)
+                shards = scatter_values(new_wrapper, new_unit, grown)
+                for n in grown:
+                    patch.new_state[new_param[n]][key] = shards[n]
+                del grown, shards
+            del full
     return patch
 
 
@@ -351,16 +404,22 @@ def shard_range(param: nn.Parameter, root: nn.Module) -> tuple[tuple[int, int], 
 
 
 def iter_full_params(wrapper: FSDP, names: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield ``(name, full tensor)`` for the named parameters of a wrapped GPT, gathering one unit at a time; each
-    tensor is valid only until the next is yielded. A collective: every rank must run it to the end."""
-    wanted = set(names)
-    for unit in units(wrapper):
-        if not wanted.intersection(owned_params(wrapper, unit)):
+    """Yield ``(name, full tensor)`` for the named parameters of a wrapped GPT, in the order of ``names`` (the
+    symmetry metric of a depth growth reads each copied block's tensor right after its source's); each run of
+    consecutive names owned by one unit is gathered at once. Each tensor is valid only until the next is yielded.
+    Names no unit owns (a tied ``transformer.wte.weight``) are skipped. A collective: every rank must run it to
+    the end, with the same names."""
+    owner = {name: unit for unit in units(wrapper) for name in owned_params(wrapper, unit)}
+    wanted = [n for n in names if n in owner]
+    run: list[str] = []
+    for i, name in enumerate(wanted):
+        run.append(name)
+        if i + 1 < len(wanted) and owner[wanted[i + 1]] is owner[name]:
             continue
-        with _gathered(wrapper, unit) as full:
-            for name, p in full.items():
-                if name in wanted:
-                    yield name, p.detach()
+        with _gathered(wrapper, owner[name]) as full:
+            for member in run:
+                yield member, full[member].detach()
+        run = []
 
 
 @dataclass(frozen=True)

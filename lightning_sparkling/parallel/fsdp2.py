@@ -2,8 +2,9 @@
 
 There is no API to reshard a ``fully_shard``-ed module to new shapes, so a growth is a round trip: the grown GPT
 is built on the meta device where the old one sits, the LightningModule's own ``configure_model`` shards it, and
-it is filled one block at a time from gathered full tensors grown by
-:func:`~lightning_sparkling.growth.surgery.grow_tensors` (:func:`grow_sharded`). Optimizer state travels the same
+it is filled one old block at a time from gathered full tensors grown by
+:func:`~lightning_sparkling.growth.surgery.grow_tensors` (:func:`grow_sharded`; under a depth growth one old block
+fills its kept block, wherever it moved, and every new block copied from it). Optimizer state travels the same
 way (:func:`plan_sharded_optimizer_patch`). :class:`FSDP2Backend` is the
 :class:`~lightning_sparkling.parallel.base.GrowthBackend` built on these; model surgery itself
 (:mod:`lightning_sparkling.growth.surgery`) knows nothing of strategies.
@@ -19,10 +20,18 @@ import lightning.pytorch as pl
 import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from lightning_sparkling.growth.depth import split_block_name
 from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import GrowthResult, _Swap, clean_name, grow_model, grow_tensors
+from lightning_sparkling.growth.surgery import (
+    GrowthResult,
+    _result_params,
+    _Swap,
+    clean_name,
+    grow_model,
+    grow_tensors,
+)
 
 if TYPE_CHECKING:
     from lightning_sparkling.growth.plan import GrowthPlan
@@ -113,10 +122,13 @@ def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: 
     with torch.device("meta"):
         new = GPT(config)
     # the dtype of every parameter as in old_gpt (GPT(config) builds in the default dtype: a bf16-true or float64
-    # model would otherwise come back float32); FSDP1 and activation checkpointing prefix the names
+    # model would otherwise come back float32); FSDP1 and activation checkpointing prefix the names. A new block of
+    # a depth growth takes the dtypes of the old blocks' tensors of the same name.
     dtypes = {clean_name(name): p.dtype for name, p in old_gpt.named_parameters()}
+    block_dtypes = {found[1]: dtype for name, dtype in dtypes.items() if (found := split_block_name(name)) is not None}
     for name, param in list(new.named_parameters()):
-        dtype = dtypes.get(name, param.dtype)
+        found = split_block_name(name)
+        dtype = dtypes.get(name, block_dtypes.get(found[1], param.dtype) if found is not None else param.dtype)
         if dtype != param.dtype:
             owner, _, leaf = name.rpartition(".")
             setattr(new.get_submodule(owner), leaf, torch.nn.Parameter(param.to(dtype), param.requires_grad))
@@ -157,13 +169,29 @@ def _param_groups(gpt: torch.nn.Module) -> list[list[str]]:
     return list(groups.values())
 
 
+def grown_values(plan: GrowthPlan, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every tensor of the grown model that derives from the pre-growth tensors ``full`` (one unit gathered, by
+    pre-growth names), by grown name: the planned ones (:func:`~lightning_sparkling.growth.surgery.grow_tensors`:
+    under a depth growth, an old block's kept tensors under their new position and every new block's copy of them)
+    and the unplanned ones (unchanged, under :meth:`~lightning_sparkling.growth.plan.GrowthPlan.carry`'s name)."""
+    grown = grow_tensors(plan, full)
+    for name, value in full.items():
+        carried = plan.carry(name)
+        if carried is not None and carried not in grown:
+            grown[carried] = value
+    return grown
+
+
 @torch.no_grad()
 def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *, seed: int,
                  stage_index: int) -> GrowthResult:
-    """FSDP2 growth: build the grown GPT sharded by the module's ``configure_model`` and fill it one block at a
-    time from gathered full tensors (peak memory: both sharded models plus one full block, old and grown).
+    """FSDP2 growth: build the grown GPT sharded by the module's ``configure_model`` and fill it one old block at a
+    time from gathered full tensors (peak memory: both sharded models plus one full old block and what grows from
+    it: its grown self and, under a depth growth, its new copies).
 
-    The new GPT replaces the old one on the LightningModule; ``GrowthResult.rollback()`` puts the old one back.
+    Every parameter of the new GPT is a new DTensor: ``old_params`` / ``new_params`` pair each kept tensor (by its
+    grown name) with its predecessor, ``added`` each new block's tensor with its source's old DTensor. The new GPT
+    replaces the old one on the LightningModule; ``GrowthResult.rollback()`` puts the old one back.
     """
     reshard(gpt)
     tied = gpt.lm_head.weight is gpt.transformer.wte.weight
@@ -172,25 +200,33 @@ def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: Gro
     start = time.perf_counter()
     try:
         new = build_sharded_gpt(pl_module, gpt, plan.new_config, swap)
-        old_params = dict(gpt.named_parameters())
-        new_params = dict(new.named_parameters())
+        old_named = dict(gpt.named_parameters())
+        new_named = dict(new.named_parameters())
+        filled: set[str] = set()
         for names in _param_groups(gpt):
-            full = {n: full_tensor(old_params[n].detach()) for n in names}
-            grown = grow_tensors(plan, full)
-            for n in names:
-                value = grown.get(n, full[n])
-                target = new_params[n]
+            full = {n: full_tensor(old_named[n].detach()) for n in names}
+            for name, value in grown_values(plan, full).items():
+                target = new_named.get(name)
+                if target is None:
+                    continue  # the second name of a tied weight: one Parameter, filled under the first
                 local = shard_like(value, target)
                 (target.to_local() if isinstance(target, DTensor) else target.data).copy_(
                     local.to_local() if isinstance(local, DTensor) else local)
-            del full, grown
-        for n, p in old_params.items():
-            new_params[n].requires_grad_(p.requires_grad)
+                filled.add(name)
+            del full
+        missing = sorted(set(new_named) - filled)
+        if missing:
+            raise GrowthError(f"FSDP2 growth left parameters of the grown GPT unfilled: {missing[:6]}")
+        old_params, new_params, added = _result_params(plan, old_named, new_named)
+        for name, new_param in new_params.items():
+            new_param.requires_grad_(old_params[name].requires_grad)
+        for source, new_param in added.values():
+            new_param.requires_grad_(source.requires_grad)
     except BaseException:
         swap.undo()
         raise
-    return GrowthResult(plan=plan, old_params=old_params, new_params=new_params,
-                        seconds=time.perf_counter() - start, _swap=swap)
+    return GrowthResult(plan=plan, old_params=old_params, new_params=new_params, added=added,
+                        order=tuple(new.parameters()), seconds=time.perf_counter() - start, _swap=swap)
 
 
 @torch.no_grad()
@@ -198,7 +234,12 @@ def plan_sharded_optimizer_patch(optimizer: torch.optim.Optimizer, result: Growt
                                  recipe: str) -> OptimizerPatch:
     """The optimizer patch of an FSDP2 growth: every parameter of the GPT is a new DTensor; per-element state of
     grown parameters is gathered, grown by ``recipe`` and re-sharded like the new parameter, one tensor at a time;
-    state of unchanged parameters is carried over as is."""
+    state of unchanged parameters is carried over as is. A depth growth's new-block parameters join their source's
+    param group with state grown from the source's (gathered too).
+
+    Gathering is a collective: every rank walks the same param groups and ``result.added`` (built from the new
+    GPT's ``named_parameters()``) in the same order, and every rank holds state for every DTensor parameter (an
+    empty local shard has empty state tensors), so the ranks gather alike."""
     return plan_optimizer_patch(optimizer, result, recipe, to_full=full_tensor, like_param=shard_like)
 
 
