@@ -44,13 +44,14 @@ class SaveAt(Callback):
     """Saves `full<step>.ckpt` (one file) and, under FSDP2/FSDP1, `sharded<step>.ckpt` (a directory); listed after
     the growth callback."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, steps: tuple[int, ...] = SAVE_AT) -> None:
         self.out = out
+        self.steps = steps
         self.done: set[int] = set()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
-        if step in SAVE_AT and step not in self.done:
+        if step in self.steps and step not in self.done:
             self.done.add(step)
             strategy = trainer.strategy
             if isinstance(strategy, ModelParallelStrategy):

@@ -151,6 +151,23 @@ def unit_sources(plan: GrowthPlan, old: FSDP, new: FSDP) -> list[tuple[FSDP, lis
     return [(unit, found) for unit, found in zip(old_units, targets) if found]
 
 
+def reshard_units(wrapper: FSDP) -> None:
+    """Free the unsharded parameters that FSDP1 keeps after a forward without backward: the root unit (and, under
+    ``SHARD_GRAD_OP``, every unit) is not resharded after its forward, only after backward. While a unit's unsharded
+    flat parameter is allocated, ``summon_full_params`` does not gather: it hands back that buffer, as it was at the
+    forward. The growth writes optimizer state into the shards and gathers it (:func:`gather_values`), so after the
+    post-growth loss check, a validation or sanity-check forward, every unit must hold only its shard again (FSDP1
+    internals: ``FlatParamHandle.needs_unshard`` and ``_runtime_utils._reshard``, torch >= 2.1)."""
+    from torch.distributed.fsdp._runtime_utils import _reshard
+
+    for unit in FSDP.fsdp_modules(wrapper):
+        handle = getattr(unit, "_handle", None)
+        if handle is None or not handle.uses_sharded_strategy:
+            continue
+        if hasattr(handle.flat_param, "_full_param_padded") and not handle.needs_unshard():  # set at FSDP's lazy init
+            _reshard(unit, handle, True)
+
+
 @contextmanager
 def _gathered(wrapper: FSDP, unit: FSDP, *, writeback: bool = False) -> Iterator[dict[str, nn.Parameter]]:
     """``{clean name: full parameter}`` of the parameters ``unit`` owns, while they are gathered."""
@@ -258,6 +275,7 @@ def grow_fsdp1(pl_module: Any, strategy: Any, gpt: nn.Module, stage: GrowthStage
     time from gathered old units (see the module docstring). ``rollback()`` puts the old wrapped GPT back."""
     old_wrapper = fsdp1_wrapper(pl_module, gpt)
     check_fsdp1_layout(pl_module, gpt)
+    reshard_units(old_wrapper)  # a forward without backward before (validation, a growth due at once) leaves units full
     tied = gpt.lm_head.weight is gpt.transformer.wte.weight
     plan = plan_growth(gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     swap = _Swap()
@@ -510,7 +528,9 @@ class FSDP1Backend:
         return fsdp1_wrapper(pl_module, gpt) or gpt  # through its root unit, which gathers
 
     def reshard(self, pl_module: pl.LightningModule, gpt: nn.Module) -> None:
-        pass  # FSDP1 reshards after each forward
+        wrapper = fsdp1_wrapper(pl_module, gpt)
+        if wrapper is not None:  # the root unit stays unsharded after a forward without backward
+            reshard_units(wrapper)
 
     def rewrap(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         pass  # the grown GPT was wrapped by configure_model when it was built

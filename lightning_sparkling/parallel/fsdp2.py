@@ -91,8 +91,20 @@ def local_piece(param: torch.Tensor, piece: tuple[slice, ...]) -> tuple[torch.Te
         raise GrowthError(f"new-entry learning rate: unsupported DTensor layout {placements} (FSDP2 Shard(0) only)")
     if placements[0].is_replicate():
         return local, piece
-    size, world = param.shape[0], param.device_mesh.size()
-    rank = param.device_mesh.get_local_rank()
+    found = shard0_piece(param.shape[0], param.device_mesh.size(), param.device_mesh.get_local_rank(), piece)
+    return None if found is None else (local, found)
+
+
+def shard0_piece(size: int, world: int, rank: int, piece: tuple[slice, ...]) -> tuple[slice, ...] | None:
+    """The part of the global slice ``piece`` (rows: a ``start:stop`` slice or ``:``) that rank ``rank`` of
+    ``world`` holds when dim 0 (``size`` rows) is split in ``torch.chunk`` order (FSDP2's ``Shard(0)``), as a
+    slice of its local shard; ``None`` when it holds none of it.
+
+    Example::
+
+        >>> shard0_piece(49, 2, 1, (slice(20, 30), slice(0, 4)))  # rank 1 holds rows 25..48
+        (slice(0, 5, None), slice(0, 4, None))
+    """
     chunk = -(-size // world)  # torch.chunk: ceil-sized chunks, the last ones shorter or empty
     start = min(rank * chunk, size)
     stop = min(start + chunk, size)
@@ -101,7 +113,7 @@ def local_piece(param: torch.Tensor, piece: tuple[slice, ...]) -> tuple[torch.Te
     hi = min(size if rows.stop is None else rows.stop, stop)
     if hi <= lo:
         return None
-    return local, (slice(lo - start, hi - start), *piece[1:])
+    return (slice(lo - start, hi - start), *piece[1:])
 
 
 def _parent_and_attr(root: torch.nn.Module, child: torch.nn.Module) -> tuple[torch.nn.Module, str]:
