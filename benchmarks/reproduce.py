@@ -12,7 +12,14 @@ runs in parallel), in ``--out/<size>/<axis>/<row>/seed<k>/``. A finished run (``
 and rows whose configurations are identical (e.g. the ablation's "RMS only" and naive growth under copy-copy at
 2x) train once. Results: ``<results>/reproduce_<size>.json`` (every run, every curve), ``reproduce_<size>.md``
 (the tables) and ``reproduce_<size>_<axis>.png`` (validation loss against tokens and against FLOPs, growth
-marked).
+marked); with ``--tag NAME``: ``reproduce_<size>_<NAME>.{json,md,png}`` (one PNG, a row per axis), so a grid's
+results can go straight into ``benchmarks/results`` next to the size's own. Paths inside the repository are
+written relative to it (``benchmarks/results/...``).
+
+Axes: ``inner`` / ``hidden`` / ``joint`` (MLP, n_embd, both 2x at half the run), ``two-stage``, ``joint-25`` /
+``joint-75``, the depth axes (``depth``, ``depth-5``, ``depth-50``, ``depth+width``) and ``hidden+heads`` (the
+``hidden`` axis' stage with ``n_head`` and ``n_query_groups`` grown by the same ratio at the same ``head_size``, so
+the attention is as wide as the new hidden size; its scratch rows train that shape).
 
 A row is a plain dict, so a row for an option the installed package does not have yet is a one-line change:
 
@@ -167,11 +174,66 @@ ROWS.update({
     "recommended recipe": {"stage": {}, "set": {"growth.recipe": "recommended"},
                            "note": "the CLI's default recipe (growth.recipe: recommended)"},
 })
+# issue 21: depth growth (GrowthStage n_layer, depth_init, depth_order); the paper's recipe otherwise. With the
+# layer count doubled (4 -> 8) "interleave" and "middle" place the copies alike (no extra copies to centre), so
+# their runs share one identity (resolved_hash) and train once.
+DEPTH_ROWS = ["depth stack copy-zero", "depth stack copy", "depth stack random-zero", "depth interleave copy-zero",
+              "depth middle copy-zero", "depth stack copy-zero recommended"]
+for _order in ("stack", "interleave", "middle"):
+    for _init in ("copy-zero", "copy", "random-zero"):
+        ROWS[f"depth {_order} {_init}"] = {
+            "stage": {"depth_order": _order, "depth_init": _init},
+            "note": f"new blocks placed by {_order!r}, started as {_init!r} (paper's recipe otherwise)"}
+        if _init != "random-zero":  # the symmetry loop needs copies
+            ROWS[f"depth {_order} {_init} recommended"] = {
+                "stage": {"depth_order": _order, "depth_init": _init}, "set": {"growth.recipe": "recommended"},
+                "note": f"{_order} {_init} under growth.recipe: recommended (the symmetry loop)"}
+DEPTH_ROWS += [r for r in ROWS if r.startswith("depth ") and r not in DEPTH_ROWS]
+SCRATCH_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)"]
+
 REFERENCE = "SPARKLING"
+DEPTH_REFERENCE = "depth stack copy-zero"
 ISO_FLOPS = "scratch large (iso-FLOPs)"  # the question "does growth pay": each growth row against this one
 TWO_STAGE_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
                   "SPARKLING", "SPARKLING random-random", "recommended recipe"]
-AXES = ["inner", "hidden", "joint", "two-stage", "joint-25", "joint-75"]
+DEPTH_AXES = ["depth", "depth-5", "depth-50", "depth+width"]
+# issue 22: the hidden axis' growth with the attention heads grown by the same ratio (same head_size), so the
+# attention is as wide as the new hidden size; a width axis (SPARKLING is its reference)
+HEADS_AXES = ["hidden+heads"]
+AXES = ["inner", "hidden", "joint", "two-stage", "joint-25", "joint-75", *DEPTH_AXES, *HEADS_AXES]
+
+
+def reference(axis: str) -> str:
+    """The row an axis' differences (and its iso-FLOPs scratch row) are taken against."""
+    return DEPTH_REFERENCE if axis in DEPTH_AXES else REFERENCE
+
+
+def axis_rows(axis: str, rows: list[str]) -> list[str]:
+    """The rows of ``rows`` that apply to ``axis``: depth rows on the depth axes only, the width recipes off them."""
+    if axis == "two-stage":
+        return [r for r in rows if r in TWO_STAGE_ROWS]
+    if axis in DEPTH_AXES:
+        return [r for r in rows if r in DEPTH_ROWS or r in SCRATCH_ROWS]
+    return [r for r in rows if r not in DEPTH_ROWS]
+
+
+def depth_target(size: dict) -> int:
+    """The layer count of the depth axes: ``size['large']['n_layer']`` if set, else twice the small model's."""
+    return size["large"].get("n_layer") or 2 * size["small"]["n_layer"]
+
+
+def heads_target(size: dict) -> dict[str, int]:
+    """The heads of the ``hidden+heads`` axis: ``n_head`` times the hidden growth ratio (same ``head_size``, so
+    ``n_head * head_size`` grows with ``n_embd``), and ``n_query_groups`` with it (MHA stays MHA, GQA keeps its heads
+    per group; MQA keeps its one group). ``size['large']['n_head']`` / ``['n_query_groups']`` override."""
+    small, large = size["small"], size["large"]
+    ratio, rest = divmod(large["n_embd"], small["n_embd"])
+    if rest or ratio < 1:
+        raise ValueError(f"hidden+heads needs an integer n_embd ratio, not {small['n_embd']} -> {large['n_embd']}")
+    n_head = large.get("n_head") or small["n_head"] * ratio
+    groups = small["n_query_groups"]
+    n_query_groups = large.get("n_query_groups") or (groups if groups == 1 else groups * n_head // small["n_head"])
+    return {"n_head": n_head, "n_query_groups": n_query_groups}
 
 
 def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
@@ -183,6 +245,8 @@ def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
         return [{"at_step": half, "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
     if axis == "hidden":
         return [{"at_step": half, "n_embd": large["n_embd"], "rewarmup_steps": rw}]
+    if axis == "hidden+heads":  # the hidden axis' stage with n_head (and n_query_groups) grown by the same ratio
+        return [{"at_step": half, "n_embd": large["n_embd"], **heads_target(size), "rewarmup_steps": rw}]
     if axis == "joint":
         return [{"at_step": half, "n_embd": large["n_embd"], "intermediate_size": large["intermediate_size"],
                  "rewarmup_steps": rw}]
@@ -194,15 +258,29 @@ def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
         return [{"at_step": steps // 3, **mid, "rewarmup_steps": rw},
                 {"at_step": 2 * steps // 3, "n_embd": large["n_embd"],
                  "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
+    if axis in ("depth", "depth-5", "depth-50"):  # n_layer 2x at the size's widths, at 25% (default), 5% or 50%
+        pct = 25 if axis == "depth" else int(axis.split("-")[1])
+        return [{"at_step": steps * pct // 100, "n_layer": depth_target(size), "rewarmup_steps": rw}]
+    if axis == "depth+width":  # n_layer 2x and the joint width 2x in one stage, at 25%
+        return [{"at_step": steps // 4, "n_layer": depth_target(size), "n_embd": large["n_embd"],
+                 "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
     raise ValueError(f"unknown axis {axis!r}")
 
 
 def large_model(axis: str, size: dict) -> dict[str, Any]:
+    """The grown shape of an axis (what its "scratch large" rows train from the first step)."""
     if axis == "inner":
         return {"intermediate_size": size["large"]["intermediate_size"]}
     if axis == "hidden":
         return {"n_embd": size["large"]["n_embd"]}
-    return dict(size["large"])
+    if axis == "hidden+heads":
+        return {"n_embd": size["large"]["n_embd"], **heads_target(size)}
+    if axis in ("depth", "depth-5", "depth-50"):
+        return {"n_layer": depth_target(size)}
+    widths = {k: v for k, v in size["large"].items() if k not in ("n_layer", "n_head", "n_query_groups")}
+    if axis == "depth+width":
+        return {**widths, "n_layer": depth_target(size)}
+    return widths
 
 
 # ------------------------------------------------------------------------------------------------------------ config
@@ -297,8 +375,34 @@ def resolved_hash(dumped: str, stages: list) -> str:
     config.pop("out_dir", None)
     if isinstance(config.get("growth"), dict):
         config["growth"].pop("recipe", None)
-        config["growth"]["stages"] = [s.to_dict() for s in stages]
+        config["growth"]["stages"] = [stage_identity(s.to_dict(), (config.get("model_config") or {}).get("n_layer"))
+                                      for s in stages]
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+_DEPTH_KEYS = ("n_layer", "depth_init", "depth_order")
+_UNSET_LATER_KEYS = ("n_head", "n_query_groups", "model_name", "model_config")  # heads / named-target growth
+
+
+def stage_identity(stage: dict, n_layer: int | None) -> dict:
+    """A resolved stage's dict as it enters a run's identity.
+
+    A stage that does not grow depth drops the depth keys, and unset (``None``) heads / named-target keys are
+    dropped too, so the width runs hash as they did before those ``GrowthStage`` fields existed; a depth stage whose ``depth_order`` places the copies like another (``middle`` and ``interleave`` when
+    the layer count is a multiple of the old one) names the first of them.
+    """
+    stage = {k: v for k, v in stage.items() if not (k in _UNSET_LATER_KEYS and v is None)}
+    if stage.get("n_layer") is None:
+        for key in _DEPTH_KEYS:
+            stage.pop(key, None)
+        return stage
+    if n_layer and stage.get("depth_order") == "middle":
+        from lightning_sparkling.growth.depth import depth_source_map
+
+        if n_layer < stage["n_layer"] and depth_source_map(n_layer, stage["n_layer"], "middle") == \
+                depth_source_map(n_layer, stage["n_layer"], "interleave"):
+            stage["depth_order"] = "interleave"
+    return stage
 
 
 def cumulative_flops(compute: dict, step: int) -> float:
@@ -317,7 +421,7 @@ def plan_grid(size_name: str, size: dict, axes: list[str], rows: list[str], seed
     """Every (axis, row, seed) cell with its config, run dir and compute; and the refused rows."""
     cells, refused, by_hash = [], [], {}
     for axis in axes:
-        names = [r for r in rows if axis != "two-stage" or r in TWO_STAGE_ROWS]
+        names = axis_rows(axis, rows)
         # rows others depend on (iso_compute) first
         names.sort(key=lambda r: 1 if ROWS[r].get("iso_compute") else 0)
         computes: dict[str, dict] = {}
@@ -325,9 +429,15 @@ def plan_grid(size_name: str, size: dict, axes: list[str], rows: list[str], seed
             row = ROWS[name]
             steps = None
             if row.get("iso_compute"):
-                ref = computes.get(row["iso_compute"])
+                # on the depth axes the growth rows' FLOPs are the reference's (the axis' reference row); every
+                # depth row of an axis has the same parameters per phase, so any of them stands in when the
+                # reference row is not in the grid (e.g. only the best row of a first grid)
+                target = reference(axis) if row["iso_compute"] == REFERENCE else row["iso_compute"]
+                ref = computes.get(target)
+                if ref is None and axis in DEPTH_AXES:
+                    ref = next((computes[r] for r in names if r in computes and "stage" in ROWS[r]), None)
                 if ref is None:
-                    refused.append({"axis": axis, "row": name, "why": f"needs row {row['iso_compute']!r}"})
+                    refused.append({"axis": axis, "row": name, "why": f"needs row {target!r}"})
                     continue
                 probe, why = check_config(build_config(size, axis, row, seeds[0]))
                 if probe is None:
@@ -487,12 +597,12 @@ def collect(cells: list[dict]) -> dict:
         entry.setdefault("symmetry", {})[cell["seed"]] = read_symmetry(run_dir)
         entry.setdefault("wall_s", []).append(summary.get("wall_clock_seconds"))
         entry["run_dir"] = entry.get("run_dir") or str(run_dir.parent)
-    for rows in table.values():
+    for axis, rows in table.items():
         for entry in rows.values():
             vals = list(entry["seeds"].values())
             if vals:
                 entry["mean"], entry["sd"] = mean_sd(vals)
-            for key, name in (("diff", REFERENCE), ("diff_iso_flops", ISO_FLOPS)):
+            for key, name in (("diff", reference(axis)), ("diff_iso_flops", ISO_FLOPS)):
                 ref = rows.get(name, {}).get("seeds", {})
                 paired = [entry["seeds"][s] - ref[s] for s in entry["seeds"] if s in ref]
                 if paired and entry["seeds"] is not ref:
@@ -524,6 +634,7 @@ def markdown(size_name: str, table: dict, refused: list[dict], seeds: list[int],
                  else f"{spent[0].upper()}{spent[1:]}.")
     lines.append("")
     for axis, rows in table.items():
+        ref_name = reference(axis)
         large = next((e for n, e in rows.items() if n.startswith("scratch large (iso-token)")), None)
         ref_flops = large["compute"]["flops"] if large else None
         tokens = None
@@ -534,11 +645,15 @@ def markdown(size_name: str, table: dict, refused: list[dict], seeds: list[int],
             lines.append(f"**{axis}**: {c['steps']} steps x {c['tokens_per_step']} tokens = {tokens:,} tokens; grown "
                          f"shape {c['total_params'][-1]:,} parameters ({ratio:.3g} tokens per parameter; the paper: "
                          f"~100 per active parameter).")
+        elif any(n.startswith("scratch large") for n in rows):
+            c = next(e for n, e in rows.items() if n.startswith("scratch large"))["compute"]
+            lines.append(f"**{axis}**: {c['tokens_per_step']} tokens per step; grown shape {c['total_params'][-1]:,} "
+                         "parameters (no iso-token row in this grid)")
         else:
             lines.append(f"**{axis}** (no iso-token row in this grid)")
         lines.append("")
         lines.append("| row | parameters | steps | FLOPs (x iso-token scratch) | val loss mean ± sd | "
-                     f"Δ vs {REFERENCE} (paired mean ± sd, 95% CI) | row worse in | Δ vs iso-FLOPs scratch "
+                     f"Δ vs {ref_name} (paired mean ± sd, 95% CI) | row worse in | Δ vs iso-FLOPs scratch "
                      "(paired mean ± sd) | copies' cosine at the end | per seed |")
         lines.append("|---|---|---|---|---|---|---|---|---|---|")
         for name, e in sorted(rows.items(), key=lambda kv: list(ROWS).index(kv[0])):
@@ -547,9 +662,9 @@ def markdown(size_name: str, table: dict, refused: list[dict], seeds: list[int],
             rel = f"{c['flops']:.3g} ({c['flops'] / ref_flops:.2f})" if ref_flops else f"{c['flops']:.3g}"
             loss = f"{fmt(e.get('mean'))} ± {fmt(e.get('sd'))} (n={len(e['seeds'])})" if e["seeds"] else "not run"
             d = e.get("diff")
-            diff = "—" if name == REFERENCE else ("-" if not d else
+            diff = "—" if name == ref_name else ("-" if not d else
                                                    f"{d['mean']:+.3f} ± {fmt(d['sd'])} (± {fmt(d['ci95'])})")
-            wins = "" if name == REFERENCE or not d else f"{d['wins']}/{d['n']}"
+            wins = "" if name == ref_name or not d else f"{d['wins']}/{d['n']}"
             per = ", ".join(f"{v:.3f}" for _, v in sorted(e["seeds"].items()))
             if e["failed"]:
                 per += f" (failed: seeds {e['failed']})"
@@ -575,50 +690,78 @@ def markdown(size_name: str, table: dict, refused: list[dict], seeds: list[int],
     return "\n".join(lines)
 
 
-def plot(size_name: str, table: dict, results: Path) -> list[str]:
+def published_path(path: Path | str) -> str:
+    """``path`` relative to the repository when it lies inside it (what the committed JSON records), else as is."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(HERE.parent))
+    except ValueError:
+        return str(path)
+
+
+def _plot_axis(axes, axis: str, rows: dict, colors) -> None:
+    """Mean validation loss over seeds of every row of one axis, against tokens (``axes[0]``) and FLOPs."""
+    ymax = None
+    for index, (name, e) in enumerate(rows.items()):
+        curves = [c for c in e["curves"].values() if c]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        xs_t = [curves[0][i]["tokens"] for i in range(n)]
+        xs_f = [curves[0][i]["flops"] for i in range(n)]
+        ys = [statistics.fmean(c[i]["val_loss"] for c in curves) for i in range(n)]
+        style = "-" if "stage" in ROWS[name] else "--"
+        label = f"{name} ({fmt(e.get('mean'))})"
+        color = colors[index % len(colors)]
+        axes[0].plot(xs_t, ys, style, marker=".", color=color, label=label)
+        axes[1].plot(xs_f, ys, style, marker=".", color=color, label=label)
+        ymax = max(ymax or 0, ys[0])  # the first evaluation: a growth spike above it is clipped
+        if name == reference(axis) or (name == ISO_FLOPS and not any(n == reference(axis) for n in rows)):
+            c = e["compute"] if name != ISO_FLOPS else next(
+                (x["compute"] for n, x in rows.items() if "stage" in ROWS[n]), e["compute"])
+            for s in c["growth_steps"]:
+                axes[0].axvline(s * c["tokens_per_step"], color="gray", ls=":", lw=1)
+                axes[1].axvline(cumulative_flops(c, s), color="gray", ls=":", lw=1)
+    for ax, xl in zip(axes, ("tokens", "training FLOPs (6 N D)")):
+        ax.set_xlabel(xl)
+        ax.set_ylabel("validation loss (mean over seeds)")
+        ax.grid(alpha=0.3)
+        if ymax:
+            ax.set_ylim(top=ymax)
+    axes[1].legend(fontsize=7)
+
+
+def plot(size_name: str, table: dict, results: Path, tag: str | None = None) -> list[str]:
+    """One PNG per axis (``reproduce_<size>_<axis>.png``), or with ``tag`` one PNG of every axis, a row of two
+    panels each (``reproduce_<size>_<tag>.png``). Returns the paths as :func:`published_path` writes them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    colors = plt.get_cmap("tab20").colors  # one color per row (the default cycle repeats after 10)
+    note = "dotted: growth; y clipped at the first evaluation"
+    figures = []
+    if tag and table:
+        fig, grid = plt.subplots(len(table), 2, figsize=(13, 5 * len(table)), squeeze=False)
+        for panels, (axis, rows) in zip(grid, table.items()):
+            _plot_axis(panels, axis, rows, colors)
+            panels[0].set_title(f"axis {axis}")
+            panels[1].set_title(f"axis {axis}")
+        fig.suptitle(f"reproduce.py --size {size_name}, axes {', '.join(table)} ({note})")
+        figures.append((fig, results / f"reproduce_{size_name}_{slug(tag)}.png"))
+    else:
+        for axis, rows in table.items():
+            fig, panels = plt.subplots(1, 2, figsize=(13, 5))
+            _plot_axis(panels, axis, rows, colors)
+            fig.suptitle(f"reproduce.py --size {size_name}, axis {axis} ({note})")
+            figures.append((fig, results / f"reproduce_{size_name}_{slug(axis)}.png"))
     files = []
-    for axis, rows in table.items():
-        fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-        colors = plt.get_cmap("tab20").colors  # one color per row (the default cycle repeats after 10)
-        ymax = None
-        for index, (name, e) in enumerate(rows.items()):
-            curves = [c for c in e["curves"].values() if c]
-            if not curves:
-                continue
-            n = min(len(c) for c in curves)
-            xs_t = [curves[0][i]["tokens"] for i in range(n)]
-            xs_f = [curves[0][i]["flops"] for i in range(n)]
-            ys = [statistics.fmean(c[i]["val_loss"] for c in curves) for i in range(n)]
-            style = "-" if "stage" in ROWS[name] else "--"
-            label = f"{name} ({fmt(e.get('mean'))})"
-            color = colors[index % len(colors)]
-            axes[0].plot(xs_t, ys, style, marker=".", color=color, label=label)
-            axes[1].plot(xs_f, ys, style, marker=".", color=color, label=label)
-            ymax = max(ymax or 0, ys[0])  # the first evaluation: a growth spike above it is clipped
-            if name == REFERENCE:
-                c = e["compute"]
-                for s in c["growth_steps"]:
-                    axes[0].axvline(s * c["tokens_per_step"], color="gray", ls=":", lw=1)
-                    axes[1].axvline(cumulative_flops(c, s), color="gray", ls=":", lw=1)
-        for ax, xl in zip(axes, ("tokens", "training FLOPs (6 N D)")):
-            ax.set_xlabel(xl)
-            ax.set_ylabel("validation loss (mean over seeds)")
-            ax.grid(alpha=0.3)
-            if ymax:
-                ax.set_ylim(top=ymax)
-        axes[1].legend(fontsize=7)
-        fig.suptitle(f"reproduce.py --size {size_name}, axis {axis} (dotted: growth; y clipped at the first "
-                     "evaluation)")
+    for fig, path in figures:
         fig.tight_layout()
-        path = results / f"reproduce_{size_name}_{slug(axis)}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
-        files.append(str(path))
+        files.append(published_path(path))
     return files
 
 
@@ -629,11 +772,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="same as --size quick")
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds, 1..N (default 3)")
     parser.add_argument("--axes", default=None, help=f"comma list of {','.join(AXES)} (default: the size's; "
-                                                     "joint-25 / joint-75 grow at a quarter / three quarters)")
+                                                     "joint-25 / joint-75 grow at a quarter / three quarters; "
+                                                     "depth: n_layer 2x at 25%%, depth-5 / depth-50 at 5%% / 50%%, "
+                                                     "depth+width: n_layer and the joint width 2x at 25%%; "
+                                                     "hidden+heads: n_embd and n_head 2x at 50%%)")
     parser.add_argument("--rows", default=None, help="comma list of row names (default: the size's); see --list")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (1 thread each; default 1)")
     parser.add_argument("--out", default="/tmp/repro", help="where runs go (default /tmp/repro)")
     parser.add_argument("--results", default=str(RESULTS), help="where JSON, tables and PNGs go")
+    parser.add_argument("--tag", default=None,
+                        help="name the outputs reproduce_<size>_<tag>.{json,md,png} (one PNG of every axis), so a "
+                             "grid's results do not overwrite the size's own files")
     parser.add_argument("--dry-run", action="store_true", help="plan and check every run, train nothing")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the tables from finished runs")
     parser.add_argument("--list", action="store_true", help="print the rows and their overrides")
@@ -654,11 +803,14 @@ def main(argv: list[str] | None = None) -> int:
     if [a for a in axes if a not in AXES]:
         parser.error(f"unknown axes {[a for a in axes if a not in AXES]}; choose from {AXES}")
     rows = [r.strip() for r in args.rows.split(",")] if args.rows else (size["rows"] or list(ROWS))
+    if not args.rows and set(axes) & set(DEPTH_AXES):  # the size's rows are width rows: add the depth grid's
+        rows = list(dict.fromkeys([*rows, *SCRATCH_ROWS[0:1], ISO_FLOPS, *DEPTH_ROWS[:6]]))
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         parser.error(f"unknown rows {unknown}; see --list")
-    if REFERENCE not in rows and not args.no_reference:
-        rows.append(REFERENCE)
+    for ref_row in dict.fromkeys(reference(a) for a in axes):
+        if ref_row not in rows and not args.no_reference:
+            rows.append(ref_row)
     seeds = list(range(1, args.seeds + 1))
     out, results = Path(args.out), Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
@@ -685,15 +837,16 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - t0
     table = collect(cells)
     md = markdown(size_name, table, refused, seeds, wall)
-    pngs = plot(size_name, table, results)
-    (results / f"reproduce_{size_name}.md").write_text(md + "\n")
+    pngs = plot(size_name, table, results, args.tag)
+    stem = f"reproduce_{size_name}" + (f"_{slug(args.tag)}" if args.tag else "")
+    (results / f"{stem}.md").write_text(md + "\n")
     payload = {"size": size_name, "size_config": size, "axes": axes, "rows": {r: ROWS[r] for r in rows},
                "seeds": seeds, "set": args.set, "wall_clock_seconds": wall, "refused": refused, "table": table,
                "pngs": pngs,
                "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:]))}
-    (results / f"reproduce_{size_name}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    (results / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     print(md)
-    print(f"wrote {results / f'reproduce_{size_name}.json'}, .md and {len(pngs)} PNG(s)")
+    print(f"wrote {results / f'{stem}.json'}, .md and {len(pngs)} PNG(s)")
     return 0
 
 

@@ -164,3 +164,182 @@ def test_generated_configs_are_valid_sparkling_configs(repro, tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     assert yaml.safe_load(path.read_text())["growth"]["stages"][1]["at_step"] == 26
+
+
+# ---------------------------------------------------------------------------------------------- depth (issue 21)
+def test_depth_axes_grow_layers_when_they_say(repro):
+    """``depth`` doubles n_layer at the size's widths at 25% (``depth-5`` / ``depth-50``: 5% / 50%);
+    ``depth+width`` doubles n_layer and the joint width in one stage at 25%."""
+    size = repro.resolve_size("quick")
+    small, large, steps = size["small"], size["large"], 1000
+    assert repro.axis_stages("depth", size, steps) == [{"at_step": 250, "n_layer": 8, "rewarmup_steps": 50}]
+    assert [s["at_step"] for s in repro.axis_stages("depth-5", size, steps)] == [50]
+    assert [s["at_step"] for s in repro.axis_stages("depth-50", size, steps)] == [500]
+    assert repro.axis_stages("depth+width", size, steps) == [
+        {"at_step": 250, "n_layer": 2 * small["n_layer"], "n_embd": large["n_embd"],
+         "intermediate_size": large["intermediate_size"], "rewarmup_steps": 50}]
+    # the grown shape the scratch rows train: 8 layers at the small widths, or 8 layers at 2x width
+    assert repro.large_model("depth", size) == {"n_layer": 8}
+    assert repro.large_model("depth+width", size) == {**large, "n_layer": 8}
+    assert "n_layer" not in repro.large_model("joint", size)
+    config = repro.build_config(size, "depth", repro.ROWS["scratch large (iso-token)"], seed=1)
+    assert config["model_config"]["n_layer"] == 8 and config["model_config"]["n_embd"] == small["n_embd"]
+    row = repro.build_config(size, "depth", repro.ROWS["depth interleave random-zero"], seed=1)
+    assert row["growth"]["stages"] == [{"at_step": 250, "n_layer": 8, "rewarmup_steps": 50,
+                                        "depth_order": "interleave", "depth_init": "random-zero"}]
+    assert row["model_config"]["n_layer"] == small["n_layer"]
+
+
+def test_depth_rows_apply_to_depth_axes_only(repro):
+    rows = ["scratch small", "SPARKLING", "recommended recipe", "depth stack copy", "scratch large (iso-FLOPs)"]
+    assert repro.axis_rows("depth", rows) == ["scratch small", "depth stack copy", "scratch large (iso-FLOPs)"]
+    assert repro.axis_rows("joint", rows) == ["scratch small", "SPARKLING", "recommended recipe",
+                                              "scratch large (iso-FLOPs)"]
+    assert repro.reference("depth-50") == "depth stack copy-zero" and repro.reference("joint") == "SPARKLING"
+    assert repro.ROWS["depth stack copy-zero recommended"]["set"] == {"growth.recipe": "recommended"}
+
+
+@pytest.mark.parametrize("axis", ["depth", "depth-5", "depth-50", "depth+width"])
+def test_depth_iso_flops_by_hand(repro, axis, tmp_path):
+    """The iso-FLOPs scratch row of a depth axis trains the grown shape (8 layers; 2x width too on depth+width)
+    from the first step, for the steps whose ``6 N D`` is nearest the depth row's FLOPs; the parameter counts and
+    the FLOPs are recomputed here from the litgpt shapes, not read from the package."""
+    size = repro.resolve_size("quick")
+    cells, refused = repro.plan_grid("quick", size, [axis], ["depth stack copy-zero", "scratch large (iso-FLOPs)"],
+                                     [1], tmp_path)
+    assert refused == []
+    grown = next(c for c in cells if c["row"] == "depth stack copy-zero")["compute"]
+    iso = next(c for c in cells if c["row"] == "scratch large (iso-FLOPs)")
+    small = size["small"]
+    vocab = size["config"]["data"]["vocab_size"]
+
+    def params(n_layer, n_embd, mlp):  # LLaMA block without biases: qkv + proj, 3 MLP linears, 2 RMSNorms
+        qkv = n_embd * (small["n_head"] + 2 * small["n_query_groups"]) * small["head_size"]
+        proj = small["n_head"] * small["head_size"] * n_embd
+        block = qkv + proj + 3 * n_embd * mlp + 2 * n_embd
+        return 2 * vocab * n_embd + n_layer * block + n_embd  # embedding, untied head, blocks, final norm
+
+    wide = axis == "depth+width"
+    n_embd = size["large"]["n_embd"] if wide else small["n_embd"]
+    mlp = size["large"]["intermediate_size"] if wide else small["intermediate_size"]
+    before, after = params(4, small["n_embd"], small["intermediate_size"]), params(8, n_embd, mlp)
+    at = repro.axis_stages(axis, size, 1000)[0]["at_step"]
+    tps = 8 * 128
+    assert grown["total_params"] == [before, after] and grown["phase_steps"] == [at, 1000 - at]
+    by_hand = 6.0 * tps * (before * at + after * (1000 - at))
+    assert grown["flops"] == pytest.approx(by_hand, rel=1e-12)
+    assert iso["config"]["model_config"]["n_layer"] == 8 and iso["config"]["model_config"]["n_embd"] == n_embd
+    assert iso["compute"]["total_params"] == [after]
+    assert iso["compute"]["steps"] == round(by_hand / (6.0 * after * tps))
+    if axis == "depth":
+        assert (before, after, iso["compute"]["steps"]) == (131360, 197152, 917)
+
+
+def test_width_run_identity_ignores_unset_depth_keys(repro):
+    """A width stage hashes without the depth keys (and unset heads keys), as before depth growth existed, so the
+    finished width runs keep their identity; ``middle`` at 4 -> 8 places the copies like ``interleave``, so the
+    two rows train once."""
+    from lightning_sparkling import GrowthStage
+
+    width = repro.stage_identity(GrowthStage(500, n_embd=64, intermediate_size=256).to_dict(), 4)
+    assert not {"n_layer", "depth_init", "depth_order", "n_head", "n_query_groups", "model_name",
+                "model_config"} & set(width)
+    depth = repro.stage_identity(GrowthStage(250, n_layer=8, depth_order="middle").to_dict(), 4)
+    assert depth["n_layer"] == 8 and depth["depth_order"] == "interleave" and depth["depth_init"] == "copy-zero"
+    assert repro.stage_identity(GrowthStage(250, n_layer=6, depth_order="middle").to_dict(), 4)["depth_order"] \
+        == "middle"  # 4 -> 6: the two extra copies sit differently
+    size = repro.resolve_size("tiny")
+    cells, _ = repro.plan_grid("tiny", size, ["depth"], ["depth interleave copy-zero", "depth middle copy-zero",
+                                                          "depth stack copy-zero"], [1], Path("/tmp/unused"))
+    dirs = {c["row"]: c["run_dir"] for c in cells}
+    assert dirs["depth middle copy-zero"] == dirs["depth interleave copy-zero"] != dirs["depth stack copy-zero"]
+
+
+# ---------------------------------------------------------------------------------------------- heads (issue 22)
+def test_hidden_heads_axis_grows_heads_with_the_hidden_size(repro):
+    """``hidden+heads`` is the ``hidden`` axis' stage (n_embd 2x at half the run) with ``n_head`` and
+    ``n_query_groups`` 2x as well at the same ``head_size``; its scratch rows train that shape (4 heads of 16 =
+    n_embd 64), while ``hidden``'s keep 2 heads."""
+    size = repro.resolve_size("quick")
+    small = size["small"]
+    hidden = repro.axis_stages("hidden", size, 1000)
+    heads = repro.axis_stages("hidden+heads", size, 1000)
+    assert heads == [{**hidden[0], "n_head": 2 * small["n_head"], "n_query_groups": 2 * small["n_query_groups"]}]
+    assert heads == [{"at_step": 500, "n_embd": 64, "n_head": 4, "n_query_groups": 4, "rewarmup_steps": 50}]
+    assert repro.large_model("hidden+heads", size) == {"n_embd": 64, "n_head": 4, "n_query_groups": 4}
+    assert repro.large_model("hidden", size) == {"n_embd": 64}
+    for row in ("scratch large (iso-token)", "scratch large (iso-FLOPs)"):
+        model = repro.build_config(size, "hidden+heads", repro.ROWS[row], seed=1)["model_config"]
+        assert (model["n_head"], model["n_query_groups"], model["head_size"]) == (4, 4, small["head_size"])
+        assert model["n_head"] * model["head_size"] == model["n_embd"] == 64
+        assert repro.build_config(size, "hidden", repro.ROWS[row], seed=1)["model_config"]["n_head"] == 2
+    grown = repro.build_config(size, "hidden+heads", repro.ROWS["SPARKLING"], seed=1)
+    assert grown["model_config"]["n_head"] == 2 and grown["growth"]["stages"] == heads
+    assert repro.axis_rows("hidden+heads", ["SPARKLING", "depth stack copy", "scratch small"]) == [
+        "SPARKLING", "scratch small"]
+    assert repro.reference("hidden+heads") == "SPARKLING"
+    # GQA keeps its heads per group, MQA its one group; the size's large n_head overrides
+    gqa = {**size, "small": {**small, "n_head": 4, "n_query_groups": 2}}
+    assert repro.heads_target(gqa) == {"n_head": 8, "n_query_groups": 4}
+    assert repro.heads_target({**size, "small": {**small, "n_query_groups": 1}}) == {"n_head": 4, "n_query_groups": 1}
+    assert repro.heads_target({**size, "large": {**size["large"], "n_head": 8}}) == {"n_head": 8, "n_query_groups": 8}
+    assert "n_head" not in repro.large_model("joint", {**size, "large": {**size["large"], "n_head": 8}})
+
+
+def test_hidden_heads_iso_flops_by_hand_and_identity(repro, tmp_path):
+    """The iso-FLOPs scratch row of ``hidden+heads`` trains the 4-head grown shape for the steps whose ``6 N D``
+    is nearest the growth row's FLOPs (parameters recomputed here from the litgpt shapes); the heads keys enter the
+    run identity, so no ``hidden+heads`` run shares a directory with a ``hidden`` run, while the ``hidden`` runs
+    keep the identity they had before heads growth existed."""
+    size = repro.resolve_size("quick")
+    rows = ["SPARKLING", "scratch large (iso-FLOPs)"]
+    cells, refused = repro.plan_grid("quick", size, ["hidden", "hidden+heads"], rows, [1, 2], tmp_path)
+    assert refused == []
+    by = {(c["axis"], c["row"], c["seed"]): c for c in cells}
+    vocab, hs = size["config"]["data"]["vocab_size"], size["small"]["head_size"]
+    mlp = size["small"]["intermediate_size"]
+
+    def params(n_embd, n_head, groups):  # 4 LLaMA blocks without biases, untied embedding and head, final norm
+        block = n_embd * (n_head + 2 * groups) * hs + n_head * hs * n_embd + 3 * n_embd * mlp + 2 * n_embd
+        return 2 * vocab * n_embd + 4 * block + n_embd
+
+    before, after = params(32, 2, 2), params(64, 4, 4)
+    assert (before, after, params(64, 2, 2)) == (131360, 295488, 262720)
+    grown = by[("hidden+heads", "SPARKLING", 1)]["compute"]
+    tps = 8 * 128
+    assert grown["total_params"] == [before, after] and grown["phase_steps"] == [500, 500]
+    by_hand = 6.0 * tps * (before * 500 + after * 500)
+    assert grown["flops"] == pytest.approx(by_hand, rel=1e-12)
+    iso = by[("hidden+heads", "scratch large (iso-FLOPs)", 1)]
+    assert iso["compute"]["total_params"] == [after]
+    assert iso["compute"]["steps"] == round(by_hand / (6.0 * after * tps)) == 722
+    assert by[("hidden", "scratch large (iso-FLOPs)", 1)]["compute"]["steps"] == 750
+
+    dirs = {k: c["run_dir"] for k, c in by.items()}
+    assert len(set(dirs.values())) == len(dirs) == 8  # every (axis, row, seed) its own run
+    assert dirs[("hidden+heads", "SPARKLING", 1)].endswith("quick/hidden+heads/sparkling/seed1")
+    from lightning_sparkling import GrowthStage
+
+    heads_stage = repro.stage_identity(GrowthStage(500, n_embd=64, n_head=4, n_query_groups=4).to_dict(), 4)
+    hidden_stage = repro.stage_identity(GrowthStage(500, n_embd=64).to_dict(), 4)
+    assert (heads_stage["n_head"], heads_stage["n_query_groups"]) == (4, 4)
+    assert not {"n_head", "n_query_groups"} & set(hidden_stage)
+    assert {k: v for k, v in heads_stage.items() if k not in ("n_head", "n_query_groups")} == hidden_stage
+    again, _ = repro.plan_grid("quick", size, ["hidden+heads"], rows, [1], tmp_path)
+    assert {c["hash"] for c in again} == {by[("hidden+heads", r, 1)]["hash"] for r in rows}  # stable identity
+
+
+def test_tag_names_the_outputs_and_paths_are_repo_relative(repro, tmp_path):
+    """``--tag`` writes ``reproduce_<size>_<tag>.{json,md,png}`` (one PNG of every axis); a path inside the
+    repository is recorded relative to it, one outside as it is."""
+    results = tmp_path / "results"
+    assert repro.main(["--size", "tiny", "--axes", "hidden,hidden+heads", "--rows", "SPARKLING", "--seeds", "1",
+                       "--report-only", "--tag", "heads", "--out", str(tmp_path / "runs"),
+                       "--results", str(results)]) == 0
+    assert sorted(p.name for p in results.iterdir()) == [
+        "reproduce_tiny_heads.json", "reproduce_tiny_heads.md", "reproduce_tiny_heads.png"]
+    payload = json.loads((results / "reproduce_tiny_heads.json").read_text())
+    assert payload["pngs"] == [str(results / "reproduce_tiny_heads.png")]
+    assert list(payload["table"]) == ["hidden", "hidden+heads"]
+    assert repro.published_path(ROOT / "benchmarks" / "results" / "x.png") == "benchmarks/results/x.png"
+    assert repro.published_path("/tmp/elsewhere/x.png") == "/tmp/elsewhere/x.png"
