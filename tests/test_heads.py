@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from litgpt import GPT, Config
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, rewarmup_lr
+from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.heads import head_layout
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
@@ -271,3 +272,14 @@ def test_resume_bit_exact_across_a_heads_growth(tmp_path: Path, accumulate):
         got = resumed.model.state_dict()
         for name, value in expected.items():
             assert torch.equal(got[name], value), f"resume from step {step}: {name} differs"
+
+
+def test_estimate_compute_counts_a_named_config_stage_as_its_target():
+    from lightning_sparkling import estimate_compute
+
+    small, target = Config.from_name("pythia-70m"), Config.from_name("pythia-160m")
+    est = estimate_compute(small, GrowthStage(30, model_name="pythia-160m"), total_steps=100, tokens_per_step=64)
+    assert est.configs[-1].n_layer == target.n_layer and est.configs[-1].n_embd == target.n_embd
+    final_active = count_params(target)[0]
+    assert est.active_params == (count_params(small)[0], final_active)
+    assert est.flops_from_scratch == 6 * final_active * 64 * 100

@@ -45,6 +45,20 @@ def test_recommended_leaves_the_loop_out_where_nothing_is_copied_or_no_new_entry
     assert apply_recipe("recommended", {"n_embd": 64, **keys}) == {"n_embd": 64, **keys}
 
 
+@pytest.mark.parametrize("keys,looped", [
+    ({"n_layer": 8}, False),                                   # copied blocks alone: measured, the loop costs them
+    ({"n_layer": 8, "depth_init": "copy"}, False),
+    ({"n_layer": 8, "n_embd": 64}, True),                      # width copies in the stage: the loop is on
+    ({"n_head": 8}, True), ({"n_query_groups": 4}, True),     # new heads copy old heads
+    ({"model_name": "pythia-31m"}, True), ({"model_config": {"n_embd": 256}}, True),
+])
+def test_recommended_gives_the_loop_to_width_and_head_copies_not_to_copied_blocks_alone(keys, looped):
+    out = apply_recipe("recommended", dict(keys))
+    assert (out.get("symmetry_target") == 0.5) is looped
+    assert all(out[k] == v for k, v in keys.items())
+    assert ({"symmetry_max_boost", "symmetry_release"} <= set(out)) is looped
+
+
 def test_unknown_recipe_is_refused():
     with pytest.raises(ValueError, match="recipe='sparkling': choose one of paper, recommended, random-zero"):
         apply_recipe("sparkling", {})

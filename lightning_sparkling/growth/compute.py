@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from lightning_sparkling.growth.plan import (
     _check_model_kind,
     build_meta_gpt,
-    grown_config,
+    stage_config,
 )
 from lightning_sparkling.growth.stage import GrowthStage
 
@@ -91,7 +91,7 @@ def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, tot
         if stage.at_step > total_steps:
             raise ValueError(f"GrowthStage(at_step={stage.at_step}) is past total_steps={total_steps}")
         _check_model_kind(configs[-1], stage)
-        configs.append(grown_config(configs[-1], stage.sizes, depth_order=stage.depth_order))
+        configs.append(stage_config(configs[-1], stage))  # a model_name / model_config stage resolved
     bounds = [0] + [s.at_step for s in stages] + [total_steps]
     phase_steps = tuple(b - a for a, b in zip(bounds[:-1], bounds[1:]))
     counts = [count_params(c, tie_embeddings=tie_embeddings) for c in configs]

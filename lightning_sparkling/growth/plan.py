@@ -392,6 +392,37 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
     return Config(**values)
 
 
+def stage_config(config, stage: GrowthStage):
+    """The litgpt ``Config`` after ``stage`` grows a model of ``config`` (a ``model_name`` / ``model_config`` stage
+    resolved first), without planning any tensor.
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> stage_config(Config.from_name("pythia-14m"), GrowthStage(10, model_name="pythia-31m")).name
+        'pythia-31m'
+    """
+    stage = resolve_stage(config, stage)
+    return grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init,
+                        target=target_config(stage))
+
+
+def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
+    """``{size: (old, new)}`` of every size in :data:`SIZE_AXES` that differs between two litgpt configs: what a
+    stage changed, whichever keys set it (explicit sizes or a ``model_name``; an MHA model's ``n_query_groups``
+    follows its ``n_head``).
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> size_changes(Config.from_name("pythia-70m"), Config.from_name("pythia-160m"))
+        {'n_embd': (512, 768), 'intermediate_size': (2048, 3072), 'n_head': (8, 12), 'n_query_groups': (8, 12), \
+'n_layer': (6, 12)}
+    """
+    return {axis: (getattr(old_config, axis), getattr(new_config, axis)) for axis in SIZE_AXES
+            if getattr(old_config, axis) != getattr(new_config, axis)}
+
+
 def _check_model_kind(config, stage: GrowthStage) -> None:
     if getattr(config, "latent_attention", None):
         raise GrowthError(

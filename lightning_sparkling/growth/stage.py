@@ -392,7 +392,9 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
     """``keys`` (a stage's own :class:`GrowthStage` keys) completed by the recipe ``recipe``: a key the stage sets
     wins. The symmetry loop of a recipe is left out of a stage it cannot apply to (an ``init`` with no copied side,
     ``rewarmup_ratio=None``, or ``rewarmup_scope='all'``, where every entry follows one LR): there is no new-entry
-    LR to boost or no lock to break there, and the stage said so itself.
+    LR to boost or no lock to break there, and the stage said so itself. A stage that grows only ``n_layer`` does
+    not get the loop either: copied blocks under the loop lost most of the gain of a depth growth in the seeded
+    comparison (docs/BENCHMARKS.md, "Depth growth"); set ``symmetry_target`` on the stage to have it anyway.
 
     Raises:
         ValueError: for an unknown recipe, naming the known ones.
@@ -403,15 +405,17 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
         {'n_embd': 128, 'init': 'copy-copy', 'rewarmup_ratio': 10.0}
         >>> apply_recipe("recommended", {"n_embd": 128, "init": "random-random"})
         {'n_embd': 128, 'init': 'random-random'}
+        >>> apply_recipe("recommended", {"n_layer": 12})
+        {'n_layer': 12}
     """
     if recipe not in RECIPES:
         raise ValueError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}")
     extra = {k: v for k, v in RECIPES[recipe].items() if k not in keys}
     init = keys.get("init", extra.get("init", "copy-copy"))
-    depth_init = keys.get("depth_init", extra.get("depth_init", "copy-zero"))
-    widths = any(keys.get(axis) is not None for axis in WIDTH_AXES)
-    copies = (widths and isinstance(init, str) and "copy" in init.split("-")) or (
-        keys.get("n_layer") is not None and isinstance(depth_init, str) and depth_init.startswith("copy"))
+    # the loop's keys go to stages whose width copies it unlocks (widths, heads, a named target); copied blocks
+    # alone do not get it: measured, it cost a depth growth most of its gain (docs/BENCHMARKS.md, depth growth)
+    widths = any(keys.get(axis) is not None for axis in (*WIDTH_AXES, *HEAD_AXES, "model_name", "model_config"))
+    copies = widths and isinstance(init, str) and "copy" in init.split("-")
     no_rewarmup = "rewarmup_ratio" in keys and keys["rewarmup_ratio"] is None
     if not copies or no_rewarmup or keys.get("rewarmup_scope") == "all":
         extra = {k: v for k, v in extra.items() if k not in _SYMMETRY_KEYS}
