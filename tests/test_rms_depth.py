@@ -144,3 +144,27 @@ def test_plot_shows_the_new_blocks_from_the_growth_on(grown_run, tmp_path):
 
     out = plot_runs([log_dir], tmp_path / "depth.png")
     assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_layout_follows_a_gpt_swapped_in_by_the_growth_between_logging_steps(tmp_path):
+    """FSDP backends put a new GPT in the module; the layout must follow it at the growth step, not at the next
+    logging step (the monitor logs every 4 steps here, the growth lands at step 5)."""
+    import copy
+
+    import lightning.pytorch as pl
+
+    from lightning_sparkling.growth.surgery import grow_model
+
+    class SwapGrowth(pl.Callback):  # stands in for a backend that builds a new, grown GPT object
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == GROW_AT:
+                grown = copy.deepcopy(pl_module.model)
+                grow_model(grown, _stage())
+                pl_module.model = grown
+
+    monitor = ActivationRMSMonitor(every_n_steps=4, per_linear=True)
+    logger = TensorBoardLogger(str(tmp_path), name="run", version=0)
+    trainer = make_trainer([SwapGrowth(), monitor], max_steps=MAX_STEPS, logger=logger, log_every_n_steps=1)
+    trainer.fit(TinyModule(max_steps=MAX_STEPS))
+    steps = [(step, len(_gain_blocks(layout))) for step, layout in _layouts(_events(logger.log_dir))]
+    assert steps == [(0, 2), (GROW_AT, 4)], steps

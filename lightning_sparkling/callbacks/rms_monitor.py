@@ -438,13 +438,14 @@ class ActivationRMSMonitor(Callback):
             )
         self._gpt = model
         self._layout_blocks = None
-        self._check_depth(trainer)
+        self._check_depth(trainer, pl_module)
 
-    def _check_depth(self, trainer: pl.Trainer) -> None:
-        """(Re)write the layout when the model's block count differs from the one it was written for."""
+    def _check_depth(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """(Re)write the layout when the model's block count differs from the one it was written for. The GPT is
+        looked up again: a growth under FSDP2 or FSDP1 puts a new GPT in the module."""
         if not self.write_layout or self._gpt is None:
             return
-        n_blocks = len(self._gpt.transformer.h)
+        n_blocks = len(find_gpt(pl_module).transformer.h)
         if n_blocks == self._layout_blocks:
             return
         step = None if self._layout_blocks is None else trainer.global_step  # the first one: as before, no step
@@ -468,7 +469,7 @@ class ActivationRMSMonitor(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._check_depth(trainer)  # a growth (or a resume's regrowth) since the last batch
+        self._check_depth(trainer, pl_module)  # a growth (or a resume's regrowth) since the last batch
         step = trainer.global_step
         if not self._is_logging_step(step):
             return
@@ -484,7 +485,7 @@ class ActivationRMSMonitor(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._check_depth(trainer)  # a growth in an earlier callback's on_train_batch_end: layout at its step
+        self._check_depth(trainer, pl_module)  # a growth in an earlier callback's on_train_batch_end: layout at its step
         probe, step = self._probe, self._probe_step
         if probe is None or step is None:
             return
