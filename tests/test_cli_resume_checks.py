@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_sparkling.pretrain.cli import main
+from lightning_sparkling.pretrain.cli import main, parse
 from test_cli import MODEL, tiny_config, write_config
 
 
@@ -69,18 +69,32 @@ def test_truncated_checkpoint_is_refused(run, tmp_path, capsys):
     assert "cannot read the checkpoint" in line and str(bad) in line and "--resume false" in line
 
 
-def test_resume_auto_refuses_a_corrupt_newest_checkpoint(run, tmp_path, capsys):
+def test_resume_auto_skips_a_corrupt_newest_checkpoint(run, tmp_path):
+    """A preempted write left the newest checkpoint unreadable: ``auto`` warns, naming it, and takes the next one."""
     config, out = run
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
-    _corrupt_pickle(copy / "checkpoints" / "step-00000010.ckpt", copy / "checkpoints" / "step-00000010.ckpt")
-    events = sorted(p.name for p in (copy / "logs").iterdir())
+    bad = _corrupt_pickle(copy / "checkpoints" / "step-00000010.ckpt", copy / "checkpoints" / "step-00000010.ckpt")
+    _, resolved, _ = parse(["--config", str(config), "--out_dir", str(copy), "--resume", "auto"])
+    assert resolved.resume_path == copy / "checkpoints" / "step-00000005.ckpt"
+    warning = [n for n in resolved.notes if n.startswith("warning: resume: skipped 1 unreadable checkpoint")]
+    assert len(warning) == 1 and str(bad) in warning[0] and "step-00000005.ckpt" in warning[0], resolved.notes
+
+
+def test_resume_auto_refuses_when_no_checkpoint_is_readable(run, tmp_path, capsys):
+    config, out = run
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    for name in ("step-00000005.ckpt", "step-00000010.ckpt"):
+        _corrupt_pickle(copy / "checkpoints" / name, copy / "checkpoints" / name)
+    before = {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
     with pytest.raises(SystemExit) as info:
         main(["pretrain", "--config", str(config), "--out_dir", str(copy), "--resume", "auto"])
     assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert "step-00000010.ckpt" in err and "step-00000005.ckpt" in err
-    assert sorted(p.name for p in (copy / "logs").iterdir()) == events  # no new event file
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("error: resume: no checkpoint in "), lines
+    assert "step-00000010.ckpt" in lines[1] and "step-00000005.ckpt" in lines[1]
+    assert {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()} == before  # nothing written or removed
 
 
 @pytest.mark.parametrize("override, expected", [

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_sparkling.pretrain.config import ConfigError, ResolvedRun, check_keys, pretrain_arguments, resolve
+from lightning_sparkling.pretrain.config import (ConfigError, ResolvedRun, check_keys, check_out_dir,
+                                                 pretrain_arguments, resolve)
 
 __all__ = ["build_parser", "main", "parse", "plan", "pretrain"]
 
@@ -112,6 +113,8 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
         ns.optimizer = optimizer
     try:
         run = resolve(ns)
+        if command == "pretrain":  # plan writes nothing: its out_dir may be a path of another machine
+            check_out_dir(run.out_dir)
     except ConfigError as err:
         parser.error(str(err))
     ns.optimizer = run.optimizer  # normalized: `--optimizer.lr` overrides moved into init_args
@@ -211,6 +214,16 @@ def _describe_baselines(s: dict[str, Any]) -> str:
             f"{s['rewarmup_scope']}, {decay}; lock breakers: bias_correction {s['bias_correction']}, {symmetry}")
 
 
+def _depth_report(gp, stage) -> dict[str, Any] | None:
+    """The depth change of a stage's plan: order, init, and which old block each new block copies."""
+    from lightning_sparkling.growth.depth import describe_depth
+
+    if gp.depth is None:
+        return None
+    return {"order": stage.depth_order, "init": stage.depth_init, "map": describe_depth(gp.depth),
+            "source": list(gp.depth.source)}
+
+
 def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
     """What the growth stages of ``run`` do, without training: per stage the widths, alpha per axis, the tensors
     touched (grouped by kind), parameters before/after; and the run's FLOPs against a from-scratch run of the final
@@ -221,7 +234,8 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
         ``active_params``, ``total_params``, ``phase_steps``, ``steps``, ``tokens_per_step``, ``total_tokens``.
     """
     from lightning_sparkling.growth.compute import count_params, estimate_compute
-    from lightning_sparkling.growth.plan import plan_growth
+    from lightning_sparkling.growth.heads import describe_heads
+    from lightning_sparkling.growth.plan import plan_growth, size_changes
 
     tied = run.train.tie_embeddings
     config = run.model_config
@@ -241,6 +255,9 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
         stages_out.append({
             "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
             "widths": {axis: [ax.old, ax.new] for axis, ax in gp.axes.items()},
+            "sizes": {axis: list(pair) for axis, pair in size_changes(config, gp.new_config).items()},
+            "into": gp.new_config.name if stage.model_name or stage.model_config else None,
+            "depth": _depth_report(gp, stage), "heads": describe_heads(gp.heads) if gp.heads is not None else None,
             "alpha": gp.alphas(), "init": stage.init, "rms_preserving": stage.rms_preserving,
             "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
             "rewarmup_steps": stage.rewarmup_steps, "rewarmup_window": _rewarmup_window(stage, run.steps),
@@ -259,22 +276,12 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
         "flops_saved": est.flops_saved, "final_config": dataclasses.asdict(config),
     }
     report["tokens_per_param"] = run.total_tokens / est.active_params[-1]
-    report["regime_warning"] = (regime_warning(run.total_tokens, est.active_params[-1], run.stages)
-                                if run.stages else None)
+    advice = regime_advice(run, est.active_params)
+    report["regime_advice"] = advice.message() if advice is not None else None
+    report["regime_warning"] = advice.message() if advice is not None and not advice.pays else None
     if print_report:
         _print_plan(run, report)
     return report
-
-
-MEASURED_UNPROFITABLE_TOKENS_PER_PARAM = 23.0
-"""The largest training-tokens-per-final-active-parameter ratio at which the project's own seeded comparison
-(``benchmarks/reproduce.py``, docs/BENCHMARKS.md) measured the paper's recipe against the final width trained from
-scratch on the same FLOPs: it did not pay there (hidden-size growth at the ``cpu`` size), nor at any smaller ratio
-measured (2.8 to 17); ``recommended`` did not pay there either, nor at 17."""
-
-MEASURED_RECOMMENDED_PAYS: tuple[float, float] = (2.8, 11.0)
-"""The range of tokens per final active parameter over which ``growth.recipe: recommended`` was measured to end at
-or below same-FLOPs scratch (docs/BENCHMARKS.md, "Making growth pay")."""
 
 
 def _is_recipe(stage: Any, recipe: str) -> bool:
@@ -283,42 +290,37 @@ def _is_recipe(stage: Any, recipe: str) -> bool:
     return all(getattr(stage, key) == value for key, value in RECIPES[recipe].items())
 
 
-def regime_warning(total_tokens: int, final_active_params: int, stages: Sequence[Any] = ()) -> str | None:
-    """A warning when a growth run is outside the regime where the project measured its recipe to pay, else
-    ``None``: the ``recommended`` recipe (every stage has its keys) outside :data:`MEASURED_RECOMMENDED_PAYS`
-    (below it: not measured; above it, up to :data:`MEASURED_UNPROFITABLE_TOKENS_PER_PARAM`: measured not to
-    pay), any other recipe at or below :data:`MEASURED_UNPROFITABLE_TOKENS_PER_PARAM` tokens per final active
-    parameter (the paper's recipe was measured not to pay there).
+def run_recipe(stages: Sequence[Any]) -> str:
+    """The recipe a run's stages follow, as the measured map names it: ``recommended`` or ``random-zero`` when
+    every stage has that recipe's keys, else ``paper`` (the paper's keys, or a stage's own)."""
+    for recipe in ("recommended", "random-zero"):
+        if stages and all(_is_recipe(s, recipe) for s in stages):
+            return recipe
+    return "paper"
 
-    Example::
 
-        >>> regime_warning(614_400, 1_967_232)[:60]
-        'growth has not been found to pay at this scale: 0.31 trainin'
-        >>> regime_warning(10**9, 10**6) is None
-        True
-    """
-    ratio = total_tokens / final_active_params
-    if ratio > MEASURED_UNPROFITABLE_TOKENS_PER_PARAM:
+def regime_advice(run: ResolvedRun, active_params: Sequence[int]):
+    """What the project's measured map (:mod:`lightning_sparkling.growth.measured`) says about ``run``: the
+    comparison nearest to its axis, recipe, schedule, timing and token ratio, or that none is near
+    (:class:`~lightning_sparkling.growth.measured.Advice`); ``None`` without growth stages."""
+    from lightning_sparkling.growth.measured import advise
+    from lightning_sparkling.growth.plan import size_changes, stage_config
+
+    if not run.stages:
         return None
-    low, high = MEASURED_RECOMMENDED_PAYS
-    where = (f"{ratio:.2f} training tokens per final active parameter, where the project's seeded comparisons "
-             "(docs/BENCHMARKS.md)")
-    if stages and all(_is_recipe(s, "recommended") for s in stages):
-        if low <= ratio <= high:
-            return None
-        if ratio < low:
-            return (f"growth.recipe: recommended was measured to pay from {low:g} to {high:g} tokens per final "
-                    f"active parameter; this run trains {ratio:.2f}, below the smallest ratio measured. Check with "
-                    "benchmarks/reproduce.py before counting on the FLOPs saved")
-        return (f"growth has not been found to pay at this scale: {where} ended growth.recipe: recommended above the "
-                f"final width trained from scratch on the same FLOPs at {MEASURED_UNPROFITABLE_TOKENS_PER_PARAM:g} "
-                f"(it paid from {low:g} to {high:g}). Check with benchmarks/reproduce.py before counting on the FLOPs "
-                "saved")
-    return (f"growth has not been found to pay at this scale: {where} ended the paper's recipe above the final width "
-            f"trained from scratch on the same FLOPs at every ratio measured up to "
-            f"{MEASURED_UNPROFITABLE_TOKENS_PER_PARAM:g} (growth.recipe: recommended paid from {low:g} to "
-            f"{high:g}); the paper's savings are at ~100. Check with benchmarks/reproduce.py before counting on the "
-            "FLOPs saved")
+    configs = [run.model_config]
+    for stage in run.stages:
+        configs.append(stage_config(configs[-1], stage))
+    sizes = [list(size_changes(a, b)) for a, b in zip(configs[:-1], configs[1:])]
+    return advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
+                  recipe=run_recipe(run.stages), schedule=run.train.lr_schedule, sizes=sizes)
+
+
+def regime_warning(run: ResolvedRun, active_params: Sequence[int]) -> str | None:
+    """The warning of :func:`regime_advice` when the run is not where growth was measured to pay (nothing measured
+    near it, or the nearest comparison ended above scratch), else ``None``."""
+    advice = regime_advice(run, active_params)
+    return None if advice is None or advice.pays else advice.message()
 
 
 def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
@@ -374,10 +376,20 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
     if not report["stages"]:
         console.print("no growth stages (growth.stages is empty): plain pretraining")
     for s in report["stages"]:
-        widths = ", ".join(f"{a} {o} -> {n}" for a, (o, n) in s["widths"].items())
+        sizes = ", ".join(f"{a} {o} -> {n}" for a, (o, n) in s["sizes"].items())
         alphas = ", ".join(f"{a} {v:.4f}" for a, v in s["alpha"].items())
+        into = f" (into {s['into']})" if s["into"] else ""
         console.print()
-        console.print(f"[bold]stage {s['stage']}[/bold] at step {s['at_step']:,} ({s['at_tokens']:,} tokens): {widths}")
+        console.print(f"[bold]stage {s['stage']}[/bold] at step {s['at_step']:,} ({s['at_tokens']:,} tokens){into}: "
+                      f"{sizes}")
+        if s["depth"] is not None:
+            d = s["depth"]
+            what = {"copy": "it copies", "copy-zero": "it copies, output projections zeroed",
+                    "random-zero": "it stands in for: litgpt's init, output projections zeroed"}[d["init"]]
+            console.print(f"  depth: depth_order {d['order']}, depth_init {d['init']}: {d['map']} (position in the "
+                          f"grown model <- the old block {what})")
+        if s["heads"] is not None:
+            console.print(f"  heads: {s['heads']} (new head <- old head it copies, by position)")
         console.print(f"  init {s['init']}, rms_preserving {s['rms_preserving']}, optimizer_state "
                       f"{s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over {s['rewarmup_steps']} steps")
         w = s["rewarmup_window"]
@@ -396,7 +408,8 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
                           f"{w['peak_ratio']:g}x the LR at growth), then cosine to min_lr over {w['tail_steps']:,} "
                           f"steps (ends at step {w['end']:,})")
         console.print(f"  {_describe_baselines(s)}")
-        console.print(f"  alpha (fan-in scale): {alphas}")
+        if alphas:
+            console.print(f"  alpha (fan-in scale): {alphas}")
         console.print(f"  parameters {s['params_before']:,} -> {s['params_after']:,} (active "
                       f"{s['active_params_before']:,} -> {s['active_params_after']:,})")
         table = Table(title=f"stage {s['stage']}: {s['tensors']} tensors change", title_justify="left")
@@ -420,6 +433,8 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
                   f"(flops_saved={report['flops_saved']:.6f})")
     if report["regime_warning"]:
         console.print(f"[yellow]warning:[/yellow] {report['regime_warning']}")
+    elif report["regime_advice"]:
+        console.print(report["regime_advice"])
 
 
 # ------------------------------------------------------------------------------------------------------------ data
@@ -574,7 +589,9 @@ def _callbacks_module() -> types.SimpleNamespace:
                     else {}
             if trainer.is_global_zero:
                 folder.mkdir(parents=True, exist_ok=True)
-                torch.save(state, folder / "lit_model.pth")
+                from lightning_sparkling.pretrain.checkpointing import atomic_save
+
+                atomic_save(state, folder / "lit_model.pth")  # a kill mid-export leaves no half-written weights
                 tokenizer_dir = self.tokenizer_dir_fn()
                 if tokenizer_dir is not None:  # (a litgpt data module of pre-tokenized data may have none)
                     copy_config_files(Path(tokenizer_dir), folder)
@@ -765,14 +782,14 @@ def _callbacks_module() -> types.SimpleNamespace:
 
 # ------------------------------------------------------------------------------------------------------------ pretrain
 def _strategy(run: ResolvedRun):
+    """The Lightning strategy of ``run``: its name, or for ``fsdp2`` / ``fsdp`` a strategy whose sharded checkpoint
+    directories are written atomically (:mod:`~lightning_sparkling.pretrain.checkpointing`)."""
+    from lightning_sparkling.pretrain.checkpointing import AtomicFSDPStrategy, AtomicModelParallelStrategy
+
     if run.strategy == "fsdp2":
-        from lightning.pytorch.strategies import ModelParallelStrategy
-
-        return ModelParallelStrategy(data_parallel_size=run.world_size, tensor_parallel_size=1)
+        return AtomicModelParallelStrategy(data_parallel_size=run.world_size, tensor_parallel_size=1)
     if run.strategy == "fsdp":  # FSDP1: the module's configure_model wraps each block, then the GPT (wrap_gpt)
-        from lightning.pytorch.strategies import FSDPStrategy
-
-        return FSDPStrategy(use_orig_params=True, state_dict_type="sharded")
+        return AtomicFSDPStrategy(use_orig_params=True, state_dict_type="sharded")
     return run.strategy
 
 
@@ -872,6 +889,7 @@ def _announce_run(run: ResolvedRun) -> None:
     """Log what the run is about to do: its notes, the model, steps and tokens, parameters and FLOPs of the growth
     plan (with the regime warning), the growth stages, and where the weights come from."""
     from lightning_sparkling.growth.compute import estimate_compute
+    from lightning_sparkling.growth.plan import size_changes
 
     for note in run.notes:
         _info(note)
@@ -885,10 +903,11 @@ def _announce_run(run: ResolvedRun) -> None:
               if list(planned.active_params) != list(planned.total_params) else "")
     _info(f"parameters {' -> '.join(f'{p:,}' for p in planned.total_params)}{active}; training FLOPs (6 N D) "
           f"{_fmt_flops(planned.flops)}, {planned.flops_saved:.1%} fewer than the final width from scratch")
-    if run.stages and (warning := regime_warning(run.total_tokens, planned.active_params[-1], run.stages)):
-        _info(f"warning: {warning}")
+    if (advice := regime_advice(run, planned.active_params)) is not None:
+        _info(advice.message() if advice.pays else f"warning: {advice.message()}")
     for k, s in enumerate(run.stages):
-        _info(f"growth stage {k}: at step {s.at_step}: {s.widths}")
+        changes = size_changes(planned.configs[k], planned.configs[k + 1])
+        _info(f"growth stage {k}: at step {s.at_step}: " + ", ".join(f"{a} {o} -> {n}" for a, (o, n) in changes.items()))
     if run.resume_path is not None:
         _info(f"resuming from {run.resume_path}")
     elif run.initial_checkpoint_dir is not None:
@@ -962,8 +981,11 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
 
 def _build_trainer(run: ResolvedRun, callbacks: list[Any], logger: Any):
     """The ``lightning.Trainer`` of ``run``: devices, strategy, precision, steps, accumulation (the module's own
-    under Muon), logging and validation intervals, ``max_time``."""
+    under Muon), logging and validation intervals, ``max_time``; checkpoints written atomically
+    (:class:`~lightning_sparkling.pretrain.checkpointing.AtomicCheckpointIO`)."""
     import lightning as L
+
+    from lightning_sparkling.pretrain.checkpointing import AtomicCheckpointIO
 
     interval = run.eval.interval if run.eval.interval else run.steps + 1
     return L.Trainer(
@@ -974,6 +996,7 @@ def _build_trainer(run: ResolvedRun, callbacks: list[Any], logger: Any):
         num_sanity_val_steps=0, logger=logger, callbacks=callbacks, default_root_dir=str(run.out_dir),
         enable_model_summary=False,  # it printed "Total FLOPs: 0": parameters and FLOPs are in the lines above
         max_time=None if run.train.max_time is None else {"seconds": float(run.train.max_time)},
+        plugins=[AtomicCheckpointIO()],
     )
 
 
@@ -1037,12 +1060,15 @@ def _settle_fit(trainer: Any, module: Any, datamodule: Any, run: ResolvedRun, ca
 def _run_summary(run: ResolvedRun, trainer: Any, module: Any, callbacks: _RunCallbacks, status: str,
                  start: float) -> dict[str, Any]:
     """The summary of the run (``summary.json`` without the failure keys): steps, tokens, FLOPs of the growth
-    stages applied, parameters, final widths, losses, times, and where it started and ended.
+    stages applied (``growth[k]["sizes"]``: every size the stage set, a named config's included), parameters, final
+    sizes, losses, times, and where it started and ended.
 
     Args:
         start: ``time.perf_counter()`` at the start of the run.
     """
     from lightning_sparkling.growth.compute import estimate_compute
+    from lightning_sparkling.growth.plan import size_changes
+    from lightning_sparkling.growth.stage import SIZE_AXES
 
     out_dir = run.out_dir
     step = trainer.global_step
@@ -1068,9 +1094,10 @@ def _run_summary(run: ResolvedRun, trainer: Any, module: Any, callbacks: _RunCal
         "flops_logged": token_counter.flops,
         "active_params": list(est.active_params), "total_params": list(est.total_params),
         "phase_steps": list(est.phase_steps),
-        "final_model_config": {k: getattr(module.model.config, k) for k in ("n_embd", "intermediate_size",
-                                                                             "moe_intermediate_size", "n_layer")},
-        "growth": [{"stage": k, "at_step": s.at_step, "widths": s.widths} for k, s in enumerate(applied)],
+        "final_model_config": {k: getattr(module.model.config, k) for k in SIZE_AXES},
+        "growth": [{"stage": k, "at_step": s.at_step, "widths": s.widths,
+                    "sizes": {a: n for a, (_, n) in size_changes(est.configs[k], est.configs[k + 1]).items()}}
+                   for k, s in enumerate(applied)],
         "growth_events": list(growth.summaries) if growth is not None else [],
         "train_loss": token_counter.step_loss(step - 1) if token_counter.step_loss(step - 1) is not None
         else metric("train_loss"),
@@ -1101,7 +1128,10 @@ def _write_outputs(run: ResolvedRun, trainer: Any, summary: dict[str, Any], fail
         summary["checkpoint_step"] = on_interrupt.step if resume_from == on_interrupt.path else None
         summary["resume_command"] = resume_command(argv, resume_from) if resume_from is not None else None
     if trainer.is_global_zero:
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+        from lightning_sparkling.pretrain.checkpointing import atomic_save
+
+        text = json.dumps(summary, indent=2, default=_json_default) + "\n"
+        atomic_save(text, out_dir / "summary.json", write=lambda t, file: file.write(t.encode()))  # never half written
         if print_summary:
             print_summary_table(summary)
         if failure is not None:
@@ -1148,7 +1178,8 @@ def print_summary_table(summary: dict[str, Any]) -> None:
     table.add_column("", style="bold")
     table.add_column("value")
     growth = "; ".join(f"stage {g['stage']} at step {g['at_step']}: "
-                       + ", ".join(f"{a} -> {n}" for a, n in g["widths"].items()) for g in summary["growth"])
+                       + ", ".join(f"{a} -> {n}" for a, n in g.get("sizes", g["widths"]).items())
+                       for g in summary["growth"])
     rows = [
         ("steps", f"{summary['steps']:,}"),
         ("tokens", f"{summary['tokens']:,} ({_fmt_int(summary['tokens'])})"),

@@ -35,6 +35,7 @@ __all__ = [
     "StageArgs",
     "TrainArgs",
     "check_keys",
+    "check_out_dir",
     "check_resume_checkpoint",
     "find_resume_checkpoint",
     "pretrain_arguments",
@@ -668,18 +669,43 @@ def _default_precision(accelerator: str) -> str:
 _STEP_RE = re.compile(r"step-(\d+)")
 
 
-def find_resume_checkpoint(out_dir: Path) -> Optional[Path]:
-    """The newest Lightning checkpoint ``out_dir/checkpoints/step-*.ckpt`` (highest step; files, or directories
-    for sharded FSDP2 checkpoints), or ``None``."""
+def _step_checkpoints(out_dir: Path) -> list[Path]:
+    """``out_dir/checkpoints/step-*.ckpt`` (files, or directories for sharded FSDP checkpoints), newest (highest
+    step) first. Hidden names (the temporaries of unfinished writes, ``.step-*.ckpt.*.tmp``) are left out."""
     folder = Path(out_dir) / "checkpoints"
-    if not folder.is_dir():
-        return None
     found = []
-    for path in folder.iterdir():
+    for path in folder.iterdir() if folder.is_dir() else []:
         match = _STEP_RE.fullmatch(path.name.removesuffix(".ckpt"))
         if match and path.name.endswith(".ckpt") and not path.name.startswith("."):
             found.append((int(match.group(1)), path.stat().st_mtime, path))
-    return max(found)[2] if found else None
+    return [path for *_, path in sorted(found, reverse=True)]
+
+
+def find_resume_checkpoint(out_dir: Path) -> Optional[Path]:
+    """The newest Lightning checkpoint ``out_dir/checkpoints/step-*.ckpt`` (highest step; files, or directories
+    for sharded FSDP2 checkpoints), or ``None``."""
+    found = _step_checkpoints(out_dir)
+    return found[0] if found else None
+
+
+def newest_readable_checkpoint(out_dir: Path) -> tuple[Optional[Path], list[str]]:
+    """The newest ``out_dir/checkpoints/step-*.ckpt`` that can be read (what ``resume: auto`` takes), and the newer
+    ones skipped because they cannot (``"path (reason)"``: truncated, corrupt, a sharded directory without
+    ``meta.pt``). Hidden temporaries of unfinished writes (``.step-*.ckpt.*.tmp``) are never candidates."""
+    skipped: list[str] = []
+    for path in _step_checkpoints(out_dir):
+        try:
+            _read_checkpoint(path)
+        except Exception as err:  # noqa: BLE001 - torch/pickle raise anything on a corrupt file
+            skipped.append(f"{path} ({_read_failure(err)})")
+            continue
+        return path, skipped
+    return None, skipped
+
+
+def _read_failure(err: BaseException) -> str:
+    """The first line of why a checkpoint could not be read, e.g. ``RuntimeError: PytorchStreamReader failed``."""
+    return f"{type(err).__name__}: {err}".strip().splitlines()[0].split(". ")[0].rstrip(":. ")
 
 
 GROWTH_STATE_KEY = "WidthGrowthCallback"
@@ -777,7 +803,7 @@ def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], 
     try:
         checkpoint, shapes, kind = _read_checkpoint(path)
     except Exception as err:  # noqa: BLE001 - torch/pickle raise anything on a corrupt file
-        reason = f"{type(err).__name__}: {err}".strip().splitlines()[0].split(". ")[0].rstrip(":. ")
+        reason = _read_failure(err)
         raise ConfigError("resume", f"cannot read the checkpoint {str(path)!r} ({reason}): it is corrupt, truncated "
                                     f"(a write that did not finish?) or not a `sparkling pretrain` checkpoint; "
                                     f"{instead}") from err
@@ -952,12 +978,11 @@ def _resolve_data(ns: Any, data: DataArgs, train: TrainArgs, initial_dir: Path |
     _positive_int("data.max_files", data.max_files, allow_none=True, minimum=2)
     _positive_int("data.max_bytes", data.max_bytes, allow_none=True)
     _positive_int("data.num_workers", data.num_workers, minimum=0)
-    if data.data_dir is not None and not Path(data.data_dir).expanduser().is_dir():
-        raise ConfigError("data.data_dir", f"{str(data.data_dir)!r} is not a directory")
+    _check_data_dir(data)
     if (data.seq_len is not None and train.max_seq_length is not None and data.seq_len != train.max_seq_length):
         raise ConfigError("train.max_seq_length", f"{train.max_seq_length} differs from data.seq_len={data.seq_len}: "
                                                   "give one of them")
-    tokenizer_dir = _get(ns, "tokenizer_dir")
+    tokenizer_dir, tokenizer = _get(ns, "tokenizer_dir"), None
     if tokenizer_dir is None and initial_dir is not None and (initial_dir / "tokenizer.json").is_file():
         tokenizer_dir = initial_dir  # the model's own tokenizer: its token ids are what its weights were trained on
         notes.append(f"tokenizer: {initial_dir} (the initial checkpoint's)")
@@ -974,11 +999,43 @@ def _resolve_data(ns: Any, data: DataArgs, train: TrainArgs, initial_dir: Path |
             data_vocab = tokenizer_vocab_size(tokenizer_dir)
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ConfigError("tokenizer_dir", f"cannot read {tokenizer_dir / 'tokenizer.json'}: {err}") from err
+        tokenizer = _check_tokenizer(tokenizer_dir, data_class)
     elif data_class is not None or initial_config is not None:
         data_vocab = None  # the model's own vocabulary (litgpt: model_name / model_config; or the checkpoint's)
     else:
         data_vocab = data.vocab_size
+    if data_class is not None:
+        litgpt_compat.check_litgpt_data(data_class, data.init_args, tokenizer, tokenizer_dir)
     return data_class, tokenizer_dir, data_vocab
+
+
+def _check_data_dir(data: DataArgs) -> None:
+    """``data.data_dir`` must be a folder whose text files (``*.txt``, ``*.py``, ``*.md`` below it, not empty) fill
+    both splits, as the data module will list and split them once the run has started."""
+    if data.data_dir is None:
+        return
+    if not Path(data.data_dir).expanduser().is_dir():
+        raise ConfigError("data.data_dir", f"{str(data.data_dir)!r} is not a directory")
+    from lightning_sparkling.pretrain.data import corpus_splits
+
+    try:
+        corpus_splits(data.source, Path(data.data_dir).expanduser(), data.include_tests, data.val_percent,
+                      data.max_files, data.max_bytes)
+    except (OSError, ValueError) as err:
+        raise ConfigError("data.data_dir", f"{err}") from err
+
+
+def _check_tokenizer(tokenizer_dir: Path, data_class: Any) -> Any:
+    """litgpt's ``Tokenizer`` of ``tokenizer_dir`` (it must load); with the embedded corpus it must have the EOS token
+    that ends every file (``<|endoftext|>`` when it names none). A litgpt data module's needs are checked by
+    :func:`~lightning_sparkling.pretrain.litgpt_compat.check_litgpt_data`."""
+    from lightning_sparkling.pretrain import litgpt_compat
+
+    tokenizer = litgpt_compat.load_tokenizer(tokenizer_dir)
+    if data_class is None and tokenizer.eos_id is None and tokenizer.processor.token_to_id("<|endoftext|>") is None:
+        litgpt_compat.check_special_token(tokenizer, tokenizer_dir, "eos", "the corpus of data.data_dir / "
+                                          "data.source ends every file with one (or <|endoftext|>, absent too)")
+    return tokenizer
 
 
 def _resolve_model(ns: Any, data: DataArgs, train: TrainArgs, evaluation: EvalArgs, initial_config: Any,
@@ -1118,9 +1175,33 @@ def _resolve_optimizer(ns: Any, train: TrainArgs, strategy: str, precision: str)
     return spec, optimizer_name, uses_muon, lr
 
 
+def _target_with_run_vocabulary(stage: GrowthStage, config: Any, key: str, notes: list[str]) -> GrowthStage:
+    """A ``model_name`` / ``model_config`` stage whose target takes the run's vocabulary, as the starting model does
+    (``vocab_size`` from the tokenizer): the named config's fields with the model's ``vocab_size`` and
+    ``padded_vocab_size``, as ``model_config``. A ``model_config`` that sets ``vocab_size`` itself is kept (a
+    different vocabulary is then refused by the dry run, naming both values)."""
+    from lightning_sparkling.growth.plan import GrowthError, target_config
+
+    if stage.model_name is None and (stage.model_config is None or "vocab_size" in stage.model_config):
+        return stage
+    try:
+        target = target_config(stage)
+    except GrowthError as err:
+        raise ConfigError(f"{key}.{'model_name' if stage.model_name else 'model_config'}", str(err)) from err
+    fields_ = {f.name: getattr(target, f.name) for f in dataclasses.fields(target) if f.init}
+    if (target.vocab_size, target.padded_vocab_size) != (config.vocab_size, config.padded_vocab_size):
+        notes.append(f"{key}: the target {target.name} takes the run's vocabulary (vocab_size {config.vocab_size}, "
+                     f"padded {config.padded_vocab_size}) instead of its own ({target.vocab_size}), as the starting "
+                     "model does")
+    fields_.update(vocab_size=config.vocab_size, padded_vocab_size=config.padded_vocab_size)
+    return dataclasses.replace(stage, model_name=None, model_config=fields_)
+
+
 def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: int, tokens_per_step: int,
-                    strategy: str, num_devices: int, num_nodes: int) -> list[GrowthStage]:
-    """The ``GrowthStage`` list of ``growth.stages`` (``at_tokens`` turned into steps), each dry-run on the model."""
+                    strategy: str, num_devices: int, num_nodes: int, notes: list[str] | None = None
+                    ) -> list[GrowthStage]:
+    """The ``GrowthStage`` list of ``growth.stages`` (``at_tokens`` turned into steps), each dry-run on the model
+    (a named target takes the run's vocabulary: :func:`_target_with_run_vocabulary`)."""
     # ---------------------------------------------------------------- growth
     from lightning_sparkling.growth.plan import GrowthError, plan_growth
 
@@ -1152,6 +1233,7 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
         except ValueError as err:
             bad = next((name for name in fields_ if re.search(rf"\b{name}=", str(err))), None)
             raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
+        stage = _target_with_run_vocabulary(stage, current, key, notes if notes is not None else [])
         try:
             current = plan_growth(current, stage, seed=growth.seed, stage_index=k,
                                   tied_embeddings=train.tie_embeddings).new_config
@@ -1195,7 +1277,7 @@ def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list
                                     "resume: auto resumes when out_dir has a checkpoint, else starts from "
                                     "initial_checkpoint_dir")
     if resume in ("auto", True, "true", "True"):
-        resume_path = find_resume_checkpoint(out_dir)
+        resume_path = _newest_to_resume(out_dir, notes)
         if resume_path is None and resume != "auto":
             raise ConfigError("resume", f"no checkpoint to resume from in {out_dir / 'checkpoints'}")
     elif resume not in (False, None, "false", "False"):
@@ -1212,6 +1294,54 @@ def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list
         notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=train.tie_embeddings,
                                          num_optimizers=2 if uses_muon else 1)
     return out_dir, resume, resume_path
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an ``out_dir`` that cannot be created or written to, before anything is written. A temporary folder is
+    created (and removed) in ``out_dir``, or in its nearest existing parent when it does not exist yet: nothing is
+    left behind, whatever the outcome.
+
+    Raises:
+        ConfigError: (``out_dir``) naming the folder, why and the fix.
+    """
+    import shutil
+    import tempfile
+
+    path = Path(out_dir).expanduser().absolute()
+    fix = "give a folder you can write to (--out_dir PATH)"
+    try:
+        existing = next(p for p in (path, *path.parents) if p.exists())
+    except OSError as err:
+        raise ConfigError("out_dir", f"cannot check {str(out_dir)!r} ({err.strerror or err}): {fix}") from err
+    if not existing.is_dir():
+        where = "it is a file" if existing == path else f"{str(existing)!r} is a file"
+        raise ConfigError("out_dir", f"cannot create the folder {str(out_dir)!r}: {where}, not a folder: {fix}")
+    try:
+        probe = tempfile.mkdtemp(prefix=".sparkling-write-check-", dir=existing)
+    except OSError as err:
+        why = err.strerror or str(err)
+        what = (f"cannot write in {str(out_dir)!r} ({why})" if existing == path else
+                f"cannot create {str(out_dir)!r}: creating a folder in {str(existing)!r} fails ({why})")
+        raise ConfigError("out_dir", f"{what}: {fix}") from err
+    shutil.rmtree(probe, ignore_errors=True)
+
+
+def _newest_to_resume(out_dir: Path, notes: list[str]) -> Optional[Path]:
+    """``resume: auto`` / ``true``: the newest readable checkpoint of ``out_dir`` (``None`` when there is none); newer
+    unreadable ones (a write killed by a preemption) are skipped with a warning in ``notes``.
+
+    Raises:
+        ConfigError: (``resume``) there are checkpoints, and none is readable.
+    """
+    path, skipped = newest_readable_checkpoint(out_dir)
+    if skipped and path is None:
+        raise ConfigError("resume", f"no checkpoint in {out_dir / 'checkpoints'} can be read ({'; '.join(skipped)}): "
+                                    "they are corrupt, truncated or not `sparkling pretrain` checkpoints; move them "
+                                    "away to start afresh, or give another out_dir")
+    if skipped:
+        notes.append(f"warning: resume: skipped {len(skipped)} unreadable checkpoint(s), newest first: "
+                     f"{'; '.join(skipped)}; resuming from the newest readable one, {path}")
+    return path
 
 
 def resolve(ns: Any) -> ResolvedRun:
@@ -1241,7 +1371,7 @@ def resolve(ns: Any) -> ResolvedRun:
     accumulate, tokens_per_step, steps = _resolve_length(ns, train, evaluation, num_devices, num_nodes, world, seq_len,
                                                          notes)
     spec, optimizer_name, uses_muon, lr = _resolve_optimizer(ns, train, strategy, precision)
-    stages = _resolve_stages(growth, config, train, steps, tokens_per_step, strategy, num_devices, num_nodes)
+    stages = _resolve_stages(growth, config, train, steps, tokens_per_step, strategy, num_devices, num_nodes, notes)
     _check_fresh_bias_correction(stages, spec, optimizer_name, uses_muon)
     out_dir, resume, resume_path = _resolve_resume(ns, initial_dir, config, stages, train, uses_muon, notes)
 

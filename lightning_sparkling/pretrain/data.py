@@ -58,6 +58,7 @@ __all__ = [
     "cap_files",
     "collect_corpus_files",
     "corpus_cache_key",
+    "corpus_splits",
     "save_tokenizer_dir",
     "split_files",
     "spread_sample",
@@ -145,7 +146,8 @@ def collect_corpus_files(source: Literal["stdlib", "stdlib+site-packages"] = "st
         files = _walk(root, "data", suffixes or _DATA_DIR_SUFFIXES, include_tests=True)
         if not files:
             raise ValueError(f"data_dir={str(data_dir)!r} holds no non-empty file ending in "
-                             f"{' '.join(suffixes or _DATA_DIR_SUFFIXES)}")
+                             f"{' '.join(suffixes or _DATA_DIR_SUFFIXES)}: put your text there (every such file "
+                             "below it is read), or leave data_dir unset for the embedded corpus")
         return files
     if source not in ("stdlib", "stdlib+site-packages"):
         raise ValueError(f"source={source!r}: expected 'stdlib' or 'stdlib+site-packages' (or give data_dir=...)")
@@ -720,7 +722,7 @@ def _given_tokenizer_dir(tokenizer_dir: str | Path | None) -> Path | None:
     return path
 
 
-def _corpus_splits(source: str, data_dir: Path | None, include_tests: bool, val_percent: float,
+def corpus_splits(source: str, data_dir: Path | None, include_tests: bool, val_percent: float,
                    max_files: int | None, max_bytes: int | None) -> tuple[list[CorpusFile], list[CorpusFile]]:
     """``(train, val)`` files of a corpus: collected (:func:`collect_corpus_files`), split by hash
     (:func:`split_files`) and capped (:func:`cap_files`), ``max_files`` and ``max_bytes`` shared between the splits
@@ -869,7 +871,7 @@ class TextCorpusDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ files and cache
     def _resolve_files(self) -> tuple[list[CorpusFile], list[CorpusFile]]:
         if self.train_files is None or self.val_files is None:
-            self.train_files, self.val_files = _corpus_splits(self.source, self.data_dir, self.include_tests,
+            self.train_files, self.val_files = corpus_splits(self.source, self.data_dir, self.include_tests,
                                                               self.val_percent, self.max_files, self.max_bytes)
         return self.train_files, self.val_files
 

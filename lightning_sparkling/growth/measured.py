@@ -1,0 +1,157 @@
+"""What the project measured: the seeded comparisons of ``benchmarks/reproduce.py`` as data, and the advice a run
+gets from them.
+
+``measured.json`` (beside this module) holds one cell per published comparison (docs/BENCHMARKS.md): the axis grown,
+the recipe, the LR schedule, when the first growth came (share of the run), the training tokens per final active
+parameter, and the paired Δ of final validation loss against the grown shape trained from scratch on the same FLOPs
+(mean, sd, seeds, seeds above scratch). :func:`advise` finds the cell nearest to a run and says what it measured, or
+that nothing near the run was measured; no ratio is typed into code.
+
+Example::
+
+    >>> from lightning_sparkling.growth.stage import GrowthStage
+    >>> advice = advise([GrowthStage(500, n_embd=64, intermediate_size=256)], total_steps=1000,
+    ...                 tokens_per_param=17.0, recipe="paper")
+    >>> advice.pays, advice.cell.delta
+    (False, 0.252)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from lightning_sparkling.growth.stage import HEAD_AXES, WIDTH_AXES, GrowthStage
+
+MAP_PATH = Path(__file__).with_name("measured.json")
+NEAR_RATIO = 1.6
+"""A measured cell is near a run when their tokens per parameter differ by at most this factor ..."""
+NEAR_TIMING = 0.15
+"""... and their first growths by at most this share of the run."""
+
+
+@dataclass(frozen=True)
+class MeasuredCell:
+    """One seeded comparison: ``delta`` (mean ± ``sd`` over ``seeds``, ``seeds_above`` of them above scratch) of the
+    final validation loss of ``recipe`` growing ``axis`` at ``growth_at`` of a ``schedule`` run of
+    ``tokens_per_param``, against same-FLOPs scratch. ``where``: its section of docs/BENCHMARKS.md."""
+
+    axis: str
+    recipe: str
+    schedule: str
+    growth_at: float
+    tokens_per_param: float
+    delta: float
+    sd: float
+    seeds: int
+    seeds_above: int
+    where: str
+
+    def describe(self) -> str:
+        """``'joint, recommended, cosine, growth at 50%, 2.8 tokens per parameter: Δ -0.020 ± 0.018 (above
+        scratch in 0/3 seeds)'``."""
+        return (f"{self.axis}, {self.recipe}, {self.schedule}, growth at {self.growth_at:.0%}, "
+                f"{self.tokens_per_param:g} tokens per parameter: Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
+                f"(above scratch in {self.seeds_above}/{self.seeds} seeds; docs/BENCHMARKS.md, {self.where})")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the map says about a run: ``cell`` the nearest measured comparison of the run's axis, recipe and
+    schedule (``None``: none of them measured), ``near`` whether it is within :data:`NEAR_RATIO` and
+    :data:`NEAR_TIMING` of the run, ``pays`` whether it is near and ended at or below scratch on average."""
+
+    axis: str
+    recipe: str
+    schedule: str
+    growth_at: float
+    tokens_per_param: float
+    cell: MeasuredCell | None
+    near: bool
+
+    @property
+    def pays(self) -> bool:
+        return self.near and self.cell is not None and self.cell.delta <= 0
+
+    def message(self) -> str:
+        """One sentence for ``sparkling plan`` / ``pretrain``: the run, then what was measured nearest."""
+        run = (f"this run ({self.axis}, growth.recipe {self.recipe}, {self.schedule} schedule, first growth at "
+               f"{self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active parameter)")
+        if self.cell is None:
+            return (f"nothing was measured for {run}: no seeded comparison of this axis, recipe and schedule "
+                    "against same-FLOPs scratch. Check with benchmarks/reproduce.py before counting on the FLOPs "
+                    "saved")
+        if not self.near:
+            return (f"nothing near {run} was measured; the nearest comparison, {self.cell.describe()}, is too far "
+                    "from it to say. Check with benchmarks/reproduce.py before counting on the FLOPs saved")
+        if self.pays:
+            return f"measured nearest to {run}: {self.cell.describe()}: growth paid there"
+        return (f"growth has not been found to pay near {run}: {self.cell.describe()}, above the grown shape trained "
+                "from scratch on the same FLOPs. Check with benchmarks/reproduce.py before counting on the FLOPs "
+                "saved")
+
+
+@lru_cache(maxsize=1)
+def load_map(path: Path = MAP_PATH) -> tuple[MeasuredCell, ...]:
+    """The measured cells of ``path`` (default: the package's ``measured.json``)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return tuple(MeasuredCell(**cell) for cell in data["cells"])
+
+
+def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] | None = None) -> str:
+    """The map's name for what ``stages`` grow: ``two-stage`` (several width stages), ``depth``, ``depth+width``,
+    ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, or ``'+'.join`` of the
+    sizes otherwise. ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
+
+    Example::
+
+        >>> classify_axis([GrowthStage(10, n_embd=64, intermediate_size=256)])
+        'joint'
+        >>> classify_axis([GrowthStage(10, n_layer=8)])
+        'depth'
+    """
+    grown = [set(s) for s in sizes] if sizes is not None else [set(stage.sizes) for stage in stages]
+    if len(grown) > 1:
+        return "two-stage" if all(g and "n_layer" not in g for g in grown) else "several stages"
+    (keys,) = grown
+    widths, heads = keys & set(WIDTH_AXES), keys & set(HEAD_AXES)
+    if "n_layer" in keys:
+        return "depth" if keys == {"n_layer"} else "depth+width"
+    if heads:
+        return "hidden+heads" if widths == {"n_embd"} else ("heads" if not widths else "width+heads")
+    if "n_embd" in widths:
+        return "joint" if len(widths) > 1 else "hidden"
+    return "inner" if widths else "none"
+
+
+def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,
+            tokens_per_param: float) -> tuple[MeasuredCell | None, bool]:
+    """The cell of ``axis``, ``recipe`` and ``schedule`` nearest in token ratio (log scale), then timing, and
+    whether it is near (:data:`NEAR_RATIO`, :data:`NEAR_TIMING`)."""
+    same = [c for c in cells if (c.axis, c.recipe, c.schedule) == (axis, recipe, schedule)]
+    if not same or tokens_per_param <= 0:
+        return None, False
+
+    def distance(c: MeasuredCell) -> tuple[float, float]:
+        return abs(math.log(c.tokens_per_param / tokens_per_param)), abs(c.growth_at - growth_at)
+
+    best = min(same, key=distance)
+    ratio_gap, timing_gap = distance(best)
+    return best, ratio_gap <= math.log(NEAR_RATIO) + 1e-9 and timing_gap <= NEAR_TIMING + 1e-9
+
+
+def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param: float, recipe: str,
+           schedule: str = "cosine", sizes: Sequence[Sequence[str]] | None = None,
+           cells: Sequence[MeasuredCell] | None = None) -> Advice:
+    """What the map says about a run growing by ``stages`` over ``total_steps``, with ``tokens_per_param`` training
+    tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`)."""
+    axis = classify_axis(stages, sizes)
+    growth_at = stages[0].at_step / total_steps if stages else 0.0
+    cell, near = nearest(load_map() if cells is None else cells, axis=axis, recipe=recipe, schedule=schedule,
+                         growth_at=growth_at, tokens_per_param=tokens_per_param)
+    return Advice(axis=axis, recipe=recipe, schedule=schedule, growth_at=growth_at,
+                  tokens_per_param=tokens_per_param, cell=cell, near=near)

@@ -1,0 +1,124 @@
+"""The measured map (lightning_sparkling/growth/measured.json) and the advice a run gets from it."""
+
+from __future__ import annotations
+
+import doctest
+import json
+from pathlib import Path
+
+import pytest
+
+import lightning_sparkling.growth.measured as measured_module
+from lightning_sparkling import GrowthStage
+from lightning_sparkling.growth.measured import (
+    MAP_PATH,
+    NEAR_RATIO,
+    MeasuredCell,
+    advise,
+    classify_axis,
+    load_map,
+    nearest,
+)
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
+
+
+def cell(**kw) -> MeasuredCell:
+    base = dict(axis="joint", recipe="recommended", schedule="cosine", growth_at=0.5, tokens_per_param=2.8,
+                delta=-0.02, sd=0.01, seeds=3, seeds_above=0, where="test")
+    return MeasuredCell(**{**base, **kw})
+
+
+def test_docstring_examples_hold():
+    result = doctest.testmod(measured_module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, result
+
+
+def test_every_stored_cell_is_published_in_benchmarks_with_its_seeds():
+    text = BENCHMARKS.read_text(encoding="utf-8").replace("−", "-")
+    cells = load_map()
+    assert len(cells) >= 20
+    for c in cells:
+        assert 0 <= c.seeds_above <= c.seeds and c.seeds >= 2 and 0 < c.growth_at < 1 and c.tokens_per_param > 0
+        assert f"{c.delta:+.3f} ± {c.sd:.3f}".replace("+", "") in text.replace("+", ""), c
+    keys = {(c.axis, c.recipe, c.schedule, c.growth_at, c.tokens_per_param) for c in cells}
+    assert len(keys) == len(cells)  # one cell per setting
+    assert json.loads(MAP_PATH.read_text())["about"]
+
+
+@pytest.mark.parametrize("stages,expected", [
+    ([GrowthStage(5, n_embd=64, intermediate_size=256)], "joint"),
+    ([GrowthStage(5, n_embd=64)], "hidden"),
+    ([GrowthStage(5, intermediate_size=256)], "inner"),
+    ([GrowthStage(5, n_layer=8)], "depth"),
+    ([GrowthStage(5, n_layer=8, n_embd=64, intermediate_size=256)], "depth+width"),
+    ([GrowthStage(5, n_embd=64, n_head=8)], "hidden+heads"),
+    ([GrowthStage(5, n_embd=48), GrowthStage(9, n_embd=64)], "two-stage"),
+    ([GrowthStage(5, n_layer=8), GrowthStage(9, n_embd=64)], "several stages"),
+])
+def test_classify_axis(stages, expected):
+    assert classify_axis(stages) == expected
+
+
+def test_a_named_target_is_classified_by_the_sizes_it_changes():
+    stage = GrowthStage(5, model_name="pythia-31m")
+    assert classify_axis([stage], sizes=[["n_embd", "intermediate_size", "n_head", "n_query_groups"]]) == \
+        "width+heads"
+    assert classify_axis([stage], sizes=[["n_embd", "n_head", "n_query_groups"]]) == "hidden+heads"
+
+
+def test_nearest_picks_the_closest_ratio_then_timing_and_says_when_it_is_too_far():
+    cells = [cell(tokens_per_param=2.8), cell(tokens_per_param=11.0, delta=0.01), cell(tokens_per_param=2.8,
+                                                                                        growth_at=0.25),
+             cell(recipe="paper", tokens_per_param=4.0), cell(schedule="wsd", tokens_per_param=4.0)]
+    best, near = nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.3,
+                         tokens_per_param=3.0)
+    assert (best.tokens_per_param, best.growth_at, near) == (2.8, 0.25, True)
+    best, near = nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.5,
+                         tokens_per_param=8.0)
+    assert (best.tokens_per_param, near) == (11.0, True)
+    # the factor NEAR_RATIO is the edge: just inside is near, just outside is not
+    assert nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.5,
+                   tokens_per_param=11.0 * NEAR_RATIO * 0.999)[1]
+    assert not nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.5,
+                       tokens_per_param=11.0 * NEAR_RATIO * 1.001)[1]
+    # timing too far: the closest cell is named but not near
+    best, near = nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.9,
+                         tokens_per_param=2.8)
+    assert best.growth_at == 0.5 and not near
+    assert nearest(cells, axis="depth", recipe="recommended", schedule="cosine", growth_at=0.5,
+                   tokens_per_param=2.8) == (None, False)
+
+
+@pytest.mark.parametrize("ratio,recipe,pays,says", [
+    (2.8, "recommended", True, "Δ -0.020 ± 0.018"),
+    (2.8, "paper", False, "Δ +0.076 ± 0.021"),
+    (13.0, "recommended", True, "11.3 tokens per parameter: Δ -0.007"),
+    (17.0, "recommended", False, "above scratch in 2/3 seeds"),
+    (17.0, "random-zero", False, "Δ +0.050 ± 0.005"),
+    (100.0, "recommended", False, "nothing near this run"),
+    (1.0, "recommended", False, "nothing near this run"),
+])
+def test_advice_on_the_joint_axis_reads_the_stored_map(ratio, recipe, pays, says):
+    stage = GrowthStage.from_recipe(recipe, 500, n_embd=64, intermediate_size=256)
+    advice = advise([stage], total_steps=1000, tokens_per_param=ratio, recipe=recipe)
+    assert advice.pays is pays and says in advice.message()
+
+
+def test_advice_for_an_unmeasured_schedule_or_axis_says_nothing_was_measured():
+    stage = GrowthStage(500, n_embd=64, intermediate_size=256)
+    wsd = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", schedule="wsd")
+    assert wsd.cell is None and not wsd.pays and "nothing was measured" in wsd.message()
+    assert "wsd schedule" in wsd.message()
+    depth = advise([GrowthStage(250, n_layer=8)], total_steps=1000, tokens_per_param=5.0, recipe="paper")
+    assert depth.pays and depth.cell.axis == "depth" and "growth paid there" in depth.message()
+
+
+def test_the_advice_follows_the_stored_data(tmp_path):
+    stage = GrowthStage(500, n_embd=64, intermediate_size=256)
+    flipped = [cell(delta=0.05, seeds_above=3)]
+    advice = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", cells=flipped)
+    assert not advice.pays and "growth has not been found to pay near" in advice.message()
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"about": "x", "cells": [vars(cell(tokens_per_param=7.0))]}))
+    assert load_map(path)[0].tokens_per_param == 7.0
