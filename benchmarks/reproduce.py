@@ -728,7 +728,8 @@ def _plot_axis(axes, axis: str, rows: dict, colors) -> None:
         ax.grid(alpha=0.3)
         if ymax:
             ax.set_ylim(top=ymax)
-    axes[1].legend(fontsize=7)
+    if axes[1].get_legend_handles_labels()[0]:
+        axes[1].legend(fontsize=7)
 
 
 def plot(size_name: str, table: dict, results: Path, tag: str | None = None) -> list[str]:
