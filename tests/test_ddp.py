@@ -9,33 +9,26 @@ FSDP1 runs Lightning's own FSDPStrategy on CPU through a test subclass (see ddp_
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from _dist import final_states, rel_diff, run_script
+
 SCRIPT = Path(__file__).with_name("ddp_script.py")
 pytestmark = pytest.mark.slow
 
 
+_rel_diff = rel_diff
+
+
 def _run(*args: str) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-
-
-def _rel_diff(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys()
-    num = sum(float((a[k].double() - b[k].double()).norm() ** 2) for k in a)
-    den = sum(float(b[k].double().norm() ** 2) for k in b)
-    return (num / den) ** 0.5
+    run_script(SCRIPT, *args)
 
 
 def _final(out: Path, run: str, tag: str = "") -> list[dict]:
-    return [torch.load(out / run / f"final{tag}-rank{r}.pt")["state"] for r in (0, 1)]
+    return [saved["state"] for saved in final_states(out, run, tag)]
 
 
 ACCUMULATE = [1, 2]  # 1: Lightning runs forward/backward inside optimizer.step, after the step pre-hooks

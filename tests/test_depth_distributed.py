@@ -9,13 +9,12 @@ Gradient accumulation 2 on every backend, and 1 on FSDP2."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from _dist import backend_fixtures, final_states, rel_diff
 
 SCRIPT = Path(__file__).with_name("depth_dist_script.py")
 pytestmark = pytest.mark.slow
@@ -25,43 +24,8 @@ RUNS = [("ddp", 2, ("full8",)), ("fsdp2", 2, ("sharded8", "full8")), ("fsdp1", 2
         ("fsdp2", 1, ("sharded8",))]
 
 
-def _run(*args: str) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-
-
-def _rel_diff(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys()
-    num = sum(float((a[k].double() - b[k].double()).norm() ** 2) for k in a)
-    den = sum(float(b[k].double().norm() ** 2) for k in b)
-    return (num / den) ** 0.5
-
-
-def _final(out: Path, run: str, tag: str = "") -> list[dict]:
-    return [torch.load(out / run / f"final{tag}-rank{r}.pt") for r in (0, 1)]
-
-
-@pytest.fixture(scope="module")
-def singles(tmp_path_factory) -> dict[int, dict]:
-    """The one-process twins (the global batch of 2 ranks), by accumulation."""
-    out = tmp_path_factory.mktemp("single")
-    found = {}
-    for acc in sorted({acc for _, acc, _ in RUNS}):
-        _run(str(out), "single", f"--accumulate={acc}")
-        found[acc] = torch.load(out / f"single-acc{acc}" / "final-rank0.pt")
-    return found
-
-
-@pytest.fixture(scope="module", params=RUNS, ids=lambda r: f"{r[0]}-acc{r[1]}")
-def multi(request, tmp_path_factory) -> tuple[str, int, Path, tuple[str, ...]]:
-    mode, acc, resumes = request.param
-    out = tmp_path_factory.mktemp(mode)
-    _run(str(out), mode, f"--accumulate={acc}")
-    run = f"{mode}-acc{acc}"
-    for kind in resumes:
-        _run(str(out), mode, f"--accumulate={acc}", "--resume", str(out / run / f"{kind}.ckpt"), f"--tag=-{kind}")
-    return mode, acc, out, resumes
+_rel_diff, _final = rel_diff, final_states
+singles, multi = backend_fixtures(SCRIPT, RUNS)  # the one-process twins by accumulation; each backend and resume
 
 
 def test_depth_growth_matches_single_process_and_ranks_agree(multi, singles):

@@ -8,22 +8,19 @@ into the shards: the root's Adam moments became weights and training went to NaN
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from _dist import run_script
 
 SCRIPT = Path(__file__).with_name("due_at_once_script.py")
 pytestmark = pytest.mark.slow
 
 
 def _run(*args: str) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    run_script(SCRIPT, *args)
 
 
 @pytest.fixture(scope="module")
