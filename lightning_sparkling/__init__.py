@@ -20,7 +20,7 @@ from lightning_sparkling.growth.schedules import rewarmup_lr, warmup_cosine_lr
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import GrowthResult, grow_model
 
-_deprecated.install()  # the old flat module paths (lightning_sparkling.stage, ...) for one release
+_deprecated.install()  # the old flat module paths (lightning_sparkling.stage, ...) until 0.3.0
 
 __version__ = "0.1.0"
 

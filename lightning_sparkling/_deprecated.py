@@ -1,4 +1,5 @@
-"""Old flat module paths (``lightning_sparkling.stage``, ``lightning_sparkling.cli``, ...), kept for one release.
+"""Old flat module paths (``lightning_sparkling.stage``, ``lightning_sparkling.cli``, ...), kept until
+:data:`REMOVED_IN` (0.3.0: the 0.2.0 release still has them, 0.3.0 removes them and this module).
 
 The modules moved into subpackages (``growth/``, ``parallel/``, ``pretrain/``, ``dashboards/``). Rather than one
 shim file per old path (which would also hide the moves from ``git``'s rename detection), a single import hook,
@@ -30,6 +31,10 @@ import types
 import warnings
 from typing import Any
 
+REMOVED_IN = "0.3.0"
+"""The release that removes the old paths (and this module); ``tests/test_deprecated_paths.py`` fails once the
+package's version reaches it while they are still here."""
+
 #: old module path -> new module path(s); where several, names are looked up in that order
 MOVED: dict[str, tuple[str, ...]] = {
     "lightning_sparkling.scaling": ("lightning_sparkling.growth.scaling",),
@@ -58,7 +63,7 @@ MOVED: dict[str, tuple[str, ...]] = {
 
 def _message(old: str) -> str:
     new = " / ".join(MOVED[old])
-    return f"{old} is deprecated and will be removed in the next release: import from {new}"
+    return f"{old} is deprecated and will be removed in lightning-sparkling {REMOVED_IN}: import from {new}"
 
 
 class _Forwarding(types.ModuleType):

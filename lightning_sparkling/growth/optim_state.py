@@ -217,7 +217,7 @@ class NewEntryRegion:
 
     ``pieces`` are ``(tensor, index)`` pairs: the tensor whose entries the optimizer updates in place (the
     parameter's data, or this rank's shard of a DTensor parameter) and a tuple of slices into it, or a callable
-    giving the view (FSDP1's :class:`~lightning_sparkling.fsdp1.FlatPiece`, evaluated at each step because FSDP1
+    giving the view (FSDP1's :class:`~lightning_sparkling.parallel.fsdp1.FlatPiece`, evaluated at each step because FSDP1
     re-points the parameter's 1-D shard view); disjoint.
     """
 

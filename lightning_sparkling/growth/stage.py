@@ -117,7 +117,7 @@ class GrowthStage:
         bias_correction: ``shared`` (default: new entries share their tensor's Adam ``step``, so their zeroed
             moments are bias-corrected as if mature and their first update is ``0.45x`` a fresh optimizer's at
             ``betas=(0.9, 0.95)``) or ``fresh``: new entries' updates are scaled by
-            :func:`~lightning_sparkling.schedules.fresh_bias_factor`, so they move as under an optimizer that
+            :func:`~lightning_sparkling.growth.schedules.fresh_bias_factor`, so they move as under an optimizer that
             started at the growth. Works through the new-entry LR, so it needs ``rewarmup_ratio`` (``1.0`` for the
             correction alone) and an optimizer with ``betas`` (Adam, AdamW).
         symmetry_target: close the loop on the symmetry lock: every ``symmetry_interval`` steps after the growth

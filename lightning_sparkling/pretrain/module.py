@@ -3,15 +3,14 @@ weight init, an optimizer from a litgpt-style spec (AdamW, Muon + AdamW, or any 
 warmup-cosine schedule (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`), and checkpoints that carry the
 model config of their moment (so a checkpoint of a grown model loads into a freshly built small module).
 
-Also :func:`shard_gpt` (FSDP2 sharding of a GPT: every block, then the root) and :func:`init_gpt_weights`
-(litgpt's GPT-NeoX init, drawn from a seeded generator so every rank builds the same weights).
+The GPT itself (:func:`build_gpt`, :func:`init_gpt_weights`, :func:`shard_gpt`, :func:`wrap_gpt`,
+:func:`active_parameter_count`) is built in :mod:`~lightning_sparkling.pretrain.gpt`, the optimizers and their LR
+schedules (:func:`resolve_optimizer`) in :mod:`~lightning_sparkling.pretrain.optim`; both are importable from here.
 """
 
 from __future__ import annotations
 
-import copy
-import math
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -19,13 +18,17 @@ import torch
 import torch.nn as nn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from litgpt import GPT, Config
-from litgpt.model import CausalSelfAttention, LLaMAMLP
 from litgpt.utils import chunked_cross_entropy
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torchmetrics import MeanMetric
 
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.schedules import WarmupCosineLambda, WSDLambda
+from lightning_sparkling.growth.schedules import WSDLambda
+from lightning_sparkling.pretrain.gpt import (_as_config, _rebuilt_gpt, active_parameter_count, build_gpt,
+                                              init_gpt_weights, shard_gpt, wrap_gpt)
+from lightning_sparkling.pretrain.optim import (DEFAULT_MIN_LR_RATIO, DEFAULT_WARMUP_FRACTION, _build_optimizers,
+                                                _clip_global_norm, _is_muon, _min_lr_ratio, _schedule_steps,
+                                                _warmup_cosine_configs, resolve_optimizer)
 
 __all__ = [
     "DEFAULT_MIN_LR_RATIO",
@@ -37,227 +40,6 @@ __all__ = [
     "resolve_optimizer",
     "shard_gpt",
 ]
-
-DEFAULT_WARMUP_FRACTION = 0.03
-"""Warmup length when neither ``lr_warmup_steps`` nor ``lr_warmup_fraction`` is given (the paper: 3% of steps)."""
-
-DEFAULT_MIN_LR_RATIO = 0.01
-"""``min_lr / lr`` when ``min_lr`` is not given (the paper: final LR ratio 0.01)."""
-
-
-# ---------------------------------------------------------------------------------------------------------- model
-def _as_config(model_config: Config | dict | str) -> Config:
-    if isinstance(model_config, Config):
-        return model_config
-    if isinstance(model_config, str):
-        return Config.from_name(model_config)
-    if isinstance(model_config, dict):
-        known = {f.name for f in fields(Config)}
-        unknown = sorted(set(model_config) - known)
-        if unknown:
-            raise ValueError(f"model_config has keys litgpt.Config does not know: {unknown}")
-        return Config(**model_config)
-    raise TypeError(f"model_config must be a litgpt.Config, a dict of its fields or a model name, "
-                    f"got {type(model_config).__name__}")
-
-
-@torch.no_grad()
-def init_gpt_weights(model: GPT, *, seed: int = 42) -> GPT:
-    """litgpt's pretraining init (``litgpt.pretrain.initialize_weights``, GPT-NeoX): every ``nn.Linear`` and
-    ``nn.Embedding`` weight ~ N(0, sqrt(2 / (5 n_embd))), the output projections ``proj`` of attention and LLaMA-style
-    MLPs ~ N(0, 1 / sqrt(n_embd) / n_layer), biases zero, every other module's ``reset_parameters`` (norms: ones).
-
-    Values are drawn on the CPU from ``torch.Generator().manual_seed(seed)`` in module order and copied in place, so
-    the result is the same on every device and every rank (needed before FSDP2 shards a locally built model).
-
-    Args:
-        model: a ``litgpt.GPT`` (any device, not sharded).
-        seed: generator seed.
-
-    Returns:
-        ``model``, initialized in place.
-
-    Example::
-
-        >>> cfg = Config(n_embd=16, n_head=2, n_layer=2, block_size=8, vocab_size=32, padded_vocab_size=32,
-        ...              mlp_class_name="LLaMAMLP", intermediate_size=32, norm_class_name="RMSNorm", bias=False)
-        >>> a, b = init_gpt_weights(GPT(cfg), seed=1), init_gpt_weights(GPT(cfg), seed=1)
-        >>> all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
-        True
-    """
-    config = model.config
-    std = math.sqrt(2.0 / 5 / config.n_embd)
-    proj_std = 1 / math.sqrt(config.n_embd) / config.n_layer
-    proj_ids = {id(m.proj) for m in model.modules() if isinstance(m, (LLaMAMLP, CausalSelfAttention))}
-    generator = torch.Generator().manual_seed(int(seed))
-    seen: set[int] = set()
-    for module in model.modules():
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            weight = module.weight
-            if id(weight) not in seen:
-                seen.add(id(weight))
-                sample = torch.empty(weight.shape, dtype=torch.float32)
-                sample.normal_(0.0, proj_std if id(module) in proj_ids else std, generator=generator)
-                weight.copy_(sample)
-            if getattr(module, "bias", None) is not None:
-                module.bias.zero_()
-        elif callable(getattr(module, "reset_parameters", None)):
-            module.reset_parameters()
-    return model
-
-
-def build_gpt(config: Config | dict | str, *, seed: int = 42, tie_embeddings: bool = False,
-              init_weights: bool = True) -> GPT:
-    """Build a ``litgpt.GPT`` with litgpt's init (:func:`init_gpt_weights`), optionally tying ``wte`` to
-    ``lm_head`` as litgpt's pretraining does (``wte.weight = lm_head.weight``).
-
-    Args:
-        config: ``litgpt.Config``, a dict of its fields, or a litgpt model name.
-        seed: init seed.
-        tie_embeddings: share the input embedding and the output head.
-        init_weights: apply :func:`init_gpt_weights` (``False``: torch's default init, e.g. before loading weights).
-
-    Example::
-
-        >>> m = build_gpt(dict(n_embd=16, n_head=2, n_layer=1, block_size=8, vocab_size=32), tie_embeddings=True)
-        >>> m.transformer.wte.weight is m.lm_head.weight
-        True
-    """
-    model = GPT(_as_config(config))
-    if init_weights:
-        init_gpt_weights(model, seed=seed)
-    if tie_embeddings:
-        model.transformer.wte.weight = model.lm_head.weight
-    return model
-
-
-def active_parameter_count(model: nn.Module) -> int:
-    """Parameters a token uses in one forward pass: every unique parameter (tied weights once; DTensor shards
-    counted at their global size), less the routed experts a token skips in litgpt MoE blocks
-    (``n_expert - n_expert_per_token`` experts per MoE layer).
-
-    Example::
-
-        >>> m = build_gpt(dict(n_embd=8, n_head=2, n_layer=1, block_size=8, vocab_size=10, padded_vocab_size=10,
-        ...                    mlp_class_name="LLaMAMLP", intermediate_size=16, norm_class_name="RMSNorm", bias=False))
-        >>> active_parameter_count(m)
-        824
-    """
-    total = sum(p.numel() for p in model.parameters())
-    inactive = 0
-    for module in model.modules():
-        experts = getattr(module, "experts", None)
-        config = getattr(module, "config", None)
-        if isinstance(experts, nn.ModuleList) and len(experts) and config is not None:
-            per_expert = sum(p.numel() for p in experts[0].parameters())
-            inactive += per_expert * (len(experts) - int(getattr(config, "n_expert_per_token", len(experts))))
-    return total - inactive
-
-
-def shard_gpt(model: GPT, mesh: Any, **fully_shard_kwargs: Any) -> GPT:
-    """FSDP2-shard a ``litgpt.GPT``: ``torch.distributed.fsdp.fully_shard`` on each block of
-    ``model.transformer.h``, then on ``model`` itself. Modules already sharded (``FSDPModule``) are skipped, so calling
-    it again (e.g. after a growth callback rebuilt some of the model) is safe.
-
-    Args:
-        model: the GPT (plain, or partly sharded).
-        mesh: a ``DeviceMesh``; a mesh with a ``"data_parallel"`` dimension (Lightning's ``ModelParallelStrategy``)
-            shards over that dimension.
-        fully_shard_kwargs: passed to ``fully_shard`` (``reshard_after_forward``, ``mp_policy``, ...).
-
-    Returns:
-        ``model`` (sharded in place).
-
-    Example::
-
-        # in LightningModule.configure_model under ModelParallelStrategy
-        shard_gpt(self.model, self.device_mesh)
-    """
-    from torch.distributed.fsdp import FSDPModule, fully_shard
-
-    names = getattr(mesh, "mesh_dim_names", None) or ()
-    if "data_parallel" in names and len(names) > 1:
-        mesh = mesh["data_parallel"]
-    for block in model.transformer.h:
-        if not isinstance(block, FSDPModule):
-            fully_shard(block, mesh=mesh, **fully_shard_kwargs)
-    if not isinstance(model, FSDPModule):
-        fully_shard(model, mesh=mesh, **fully_shard_kwargs)
-    return model
-
-
-def wrap_gpt(model: Any) -> Any:
-    """FSDP1-wrap a ``litgpt.GPT`` for ``FSDPStrategy``: each block of ``model.transformer.h`` becomes an FSDP unit,
-    then the GPT itself (embedding, final norm, head) is wrapped. Uses ``torch.distributed.fsdp.wrap.wrap``, so the
-    strategy's settings apply: call it in ``LightningModule.configure_model``, which Lightning runs inside
-    ``strategy.model_sharded_context()``. An already wrapped model is returned as it is, so calling it again (a
-    growth callback re-applies ``configure_model`` to the grown GPT) is safe. Outside that context nothing is
-    wrapped.
-
-    Args:
-        model: the GPT, or its FSDP wrapper.
-
-    Returns:
-        The FSDP wrapper of the GPT (assign it back: ``self.model = wrap_gpt(self.model)``).
-
-    Example::
-
-        # in LightningModule.configure_model under FSDPStrategy(use_orig_params=True)
-        self.model = wrap_gpt(self.model)
-    """
-    from torch.distributed.fsdp.wrap import wrap
-
-    if isinstance(model, FullyShardedDataParallel):
-        return model
-    for i, block in enumerate(model.transformer.h):
-        if not isinstance(block, FullyShardedDataParallel):
-            model.transformer.h[i] = wrap(block)
-    return wrap(model)
-
-
-# ---------------------------------------------------------------------------------------------------------- optim
-def resolve_optimizer(optimizer: str | dict) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
-    """Resolve a litgpt-style optimizer spec into ``(class, init_args)``.
-
-    Args:
-        optimizer: a class name in ``torch.optim`` (``"AdamW"``), a dotted path (``"torch.optim.Muon"``), or
-            ``{"class_path": ..., "init_args": {...}}``.
-
-    Example::
-
-        >>> resolve_optimizer({"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3}})
-        (<class 'torch.optim.adamw.AdamW'>, {'lr': 0.001})
-        >>> resolve_optimizer("SGD")[0].__name__
-        'SGD'
-    """
-    if isinstance(optimizer, str):
-        class_path, init_args = optimizer, {}
-    elif isinstance(optimizer, dict):
-        if "class_path" not in optimizer:
-            raise ValueError(f"optimizer spec {optimizer!r} needs a 'class_path'")
-        unknown = set(optimizer) - {"class_path", "init_args"}
-        if unknown:
-            raise ValueError(f"optimizer spec has unknown keys {sorted(unknown)}: use class_path and init_args")
-        class_path, init_args = optimizer["class_path"], copy.deepcopy(dict(optimizer.get("init_args") or {}))
-    else:
-        raise TypeError(f"optimizer must be a name or a {{'class_path', 'init_args'}} dict, got {optimizer!r}")
-    module_name, _, class_name = class_path.rpartition(".")
-    module_name = module_name or "torch.optim"
-    try:
-        module = __import__(module_name, fromlist=[class_name])
-        cls = getattr(module, class_name)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"optimizer: cannot import {class_name!r} from {module_name!r}") from err
-    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
-        raise ValueError(f"optimizer: {class_path!r} is not a torch.optim.Optimizer")
-    if "betas" in init_args and isinstance(init_args["betas"], list):
-        init_args["betas"] = tuple(init_args["betas"])
-    return cls, init_args
-
-
-def _is_muon(cls: type) -> bool:
-    muon = getattr(torch.optim, "Muon", None)
-    return (muon is not None and issubclass(cls, muon)) or cls.__name__ == "Muon"
 
 
 def _noop_closure() -> None:
@@ -286,112 +68,9 @@ def _check_module_args(max_steps: int | None, lr_warmup_steps: int | None, lr_wa
         raise ValueError(f"accumulate_grad_batches={accumulate_grad_batches} must be >= 1")
 
 
-def _schedule_steps(max_steps: int | None, trainer_max_steps: int | None, lr_warmup_steps: int | None,
-                    lr_warmup_fraction: float | None) -> tuple[int, int]:
-    """``(warmup_steps, total_steps)`` of the LR schedule: total is ``max_steps``, else the Trainer's; warmup is
-    ``lr_warmup_steps``, else ``ceil(fraction * total)`` (fraction default :data:`DEFAULT_WARMUP_FRACTION`).
-
-    Example::
-
-        >>> _schedule_steps(200, None, None, None), _schedule_steps(None, 100, 5, None)
-        ((6, 200), (5, 100))
-    """
-    total = max_steps
-    if total is None:
-        if trainer_max_steps is None or trainer_max_steps < 1:
-            raise ValueError("max_steps is not set: give LitGPTPretrainModule(max_steps=...) or "
-                             "Trainer(max_steps=...)")
-        total = trainer_max_steps
-    if lr_warmup_steps is not None:
-        warmup = lr_warmup_steps
-    else:
-        fraction = DEFAULT_WARMUP_FRACTION if lr_warmup_fraction is None else lr_warmup_fraction
-        warmup = math.ceil(fraction * total)
-    if warmup > total:
-        raise ValueError(f"lr_warmup_steps={warmup} is larger than max_steps={total}")
-    return int(warmup), int(total)
-
-
-def _split_muon_params(model: GPT) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """``(muon, adamw)``: the trainable 2-D weights of the transformer blocks, and every other trainable parameter
-    (embeddings, ``lm_head``, norms, biases), each parameter once (tied weights too)."""
-    matrix_ids = {id(p) for p in model.transformer.h.parameters() if p.ndim == 2}
-    muon, adamw, seen = [], [], set()
-    for p in model.parameters():
-        if id(p) in seen or not p.requires_grad:
-            continue
-        seen.add(id(p))
-        (muon if id(p) in matrix_ids else adamw).append(p)
-    return muon, adamw
-
-
-def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
-                      muon_adamw: dict[str, Any]) -> list[torch.optim.Optimizer]:
-    """The optimizer of ``optimizer_spec`` over the trainable parameters of ``model``; with Muon, Muon over the
-    block matrices and AdamW (Muon's ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``, updated by
-    ``muon_adamw``) over the rest, in that order.
-
-    Args:
-        model: the GPT.
-        optimizer_spec: a spec for :func:`resolve_optimizer`.
-        uses_muon: whether that spec is Muon.
-        muon_adamw: AdamW ``init_args`` overrides (Muon only).
-    """
-    cls, init_args = resolve_optimizer(optimizer_spec)
-    if not uses_muon:
-        params = [p for p in model.parameters() if p.requires_grad]
-        return [cls(params, **init_args)]
-    muon_params, adamw_params = _split_muon_params(model)
-    main = cls(muon_params, **init_args)
-    aux_args = {"lr": main.defaults["lr"], "betas": (0.9, 0.95), "eps": 1e-8,
-                "weight_decay": main.defaults.get("weight_decay", 0.0)}
-    aux_args.update(muon_adamw)
-    if isinstance(aux_args.get("betas"), list):
-        aux_args["betas"] = tuple(aux_args["betas"])
-    return [main, torch.optim.AdamW(adamw_params, **aux_args)]
-
-
-def _min_lr_ratio(min_lr: float | None, base_lr: float) -> float:
-    """``min_lr / base_lr`` (:data:`DEFAULT_MIN_LR_RATIO` when ``min_lr`` is ``None``), checking both LRs.
-
-    Example::
-
-        >>> _min_lr_ratio(None, 1e-3), _min_lr_ratio(1e-4, 1e-3)
-        (0.01, 0.1)
-    """
-    if base_lr <= 0:
-        raise ValueError(f"optimizer lr={base_lr} must be positive")
-    if min_lr is None:
-        return DEFAULT_MIN_LR_RATIO
-    if min_lr > base_lr:
-        raise ValueError(f"min_lr={min_lr} is larger than the optimizer's lr={base_lr}")
-    return min_lr / base_lr
-
-
-def _warmup_cosine_configs(optimizers: list[torch.optim.Optimizer], warmup: int, total: int,
-                           min_lr_ratio: float, wsd: dict | None = None) -> list[dict]:
-    """One Lightning optimizer config per optimizer, each with its own step-interval
-    ``LambdaLR(WarmupCosineLambda(warmup, total, min_lr_ratio))``, or ``LambdaLR(WSDLambda(warmup, total,
-    min_lr_ratio, **wsd))`` with ``wsd = {"decay_fraction": ..., "decay_shape": ...}``."""
-    configs = []
-    for opt in optimizers:
-        fn = (WarmupCosineLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio) if wsd is None
-              else WSDLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio, **wsd))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(opt, fn)
-        configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}})
-    return configs
-
-
 def _as_list(value: Any) -> list:
     """``value`` as a list: ``[]`` for ``None``, itself for a list, else ``[value]``."""
     return [] if value is None else value if isinstance(value, list) else [value]
-
-
-def _clip_global_norm(optimizers: list[Any], max_norm: float | None) -> None:
-    """Clip the gradients of every parameter of ``optimizers`` to one global norm ``max_norm`` (falsy: no-op)."""
-    if max_norm:
-        params = [p for opt in optimizers for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        torch.nn.utils.clip_grad_norm_(params, max_norm)
 
 
 # ---------------------------------------------------------------------------------------------------------- loss
@@ -413,21 +92,6 @@ def _flops_params(model: nn.Module, tie_embeddings: bool) -> int:
     if isinstance(model, FullyShardedDataParallel):
         return count_params(model.config, tie_embeddings=tie_embeddings)[0]
     return active_parameter_count(model)
-
-
-def _rebuilt_gpt(old: GPT | None, config: Config, *, seed: int, tie_embeddings: bool) -> GPT:
-    """A fresh GPT of ``config`` (torch's default init: weights are loaded next) on the device and in the
-    floating dtype of ``old``'s parameters (unless those are on ``meta``), keeping ``old``'s shorter
-    ``max_seq_length``."""
-    reference = next(old.parameters(), None) if old is not None else None
-    model = build_gpt(config, seed=seed, tie_embeddings=tie_embeddings, init_weights=False)
-    if reference is not None and reference.device.type != "meta":
-        model = model.to(device=reference.device)
-        if reference.dtype != torch.float32 and reference.is_floating_point():
-            model = model.to(dtype=reference.dtype)
-    if old is not None and old.max_seq_length != config.block_size and old.max_seq_length <= config.block_size:
-        model.max_seq_length = old.max_seq_length
-    return model
 
 
 # ---------------------------------------------------------------------------------------------------------- module

@@ -1,0 +1,52 @@
+"""The errors of the ``sparkling`` configuration: :class:`ConfigError` (an impossible or unsupported value, named by
+its dotted key), the integer check most keys share (:func:`_positive_int`), and jsonargparse's parser errors as one
+line that starts with the key (:func:`_one_line_error`).
+
+Every other module of :mod:`lightning_sparkling.pretrain` that refuses a value imports its error from here; this
+module imports none of them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["ConfigError"]
+
+
+class ConfigError(ValueError):
+    """An impossible or unsupported configuration value; ``key`` is its dotted path (``train.global_batch_size``)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+def _positive_int(key: str, value: Any, *, allow_none: bool = False, minimum: int = 1) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
+
+
+def _one_line_error(message: str) -> str:
+    """A parser error as one line that starts with the key: jsonargparse's ``Parser key "train.max_steps": Does not
+    validate against any of the Union subtypes ... Given value: abc`` becomes ``train.max_steps: 'abc' is not a
+    valid value: expected null or int``.
+
+    Example::
+
+        >>> _one_line_error('Parser key "config":\\n  File does not exist: x.yaml')
+        'config: File does not exist: x.yaml'
+    """
+    message = " ".join(message.split())
+    match = re.match(r'Parser key "([^"]+)":\s*(.*)', message)
+    if match is None:
+        return message
+    key, rest = match.groups()
+    value = re.search(r"(?:Given|Got) value: (.*)$", rest)
+    types = re.findall(r"<class '([\w.]+)'>", rest.split("Errors:")[0])
+    if value is not None and types:
+        names = [{"NoneType": "null"}.get(t, t.rsplit(".", 1)[-1]) for t in dict.fromkeys(types)]
+        rest = f"{value.group(1).strip()!r} is not a valid value: expected {' or '.join(names)}"
+    return f"{key}: {rest}"

@@ -1,0 +1,203 @@
+"""A plain ``litgpt.GPT`` for pretraining: built from a config, a dict or a name with litgpt's init drawn from a
+seeded generator, so every rank builds the same weights (:func:`build_gpt`, :func:`init_gpt_weights`); counted
+(:func:`active_parameter_count`); FSDP2-sharded (:func:`shard_gpt`: every block, then the root) or FSDP1-wrapped
+(:func:`wrap_gpt`); and rebuilt for a checkpoint of another config (:func:`_rebuilt_gpt`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any
+
+import torch
+import torch.nn as nn
+from litgpt import GPT, Config
+from litgpt.model import CausalSelfAttention, LLaMAMLP
+from torch.distributed.fsdp import FullyShardedDataParallel
+
+__all__ = ["active_parameter_count", "build_gpt", "init_gpt_weights", "shard_gpt", "wrap_gpt"]
+
+
+def _as_config(model_config: Config | dict | str) -> Config:
+    if isinstance(model_config, Config):
+        return model_config
+    if isinstance(model_config, str):
+        return Config.from_name(model_config)
+    if isinstance(model_config, dict):
+        known = {f.name for f in fields(Config)}
+        unknown = sorted(set(model_config) - known)
+        if unknown:
+            raise ValueError(f"model_config has keys litgpt.Config does not know: {unknown}")
+        return Config(**model_config)
+    raise TypeError(f"model_config must be a litgpt.Config, a dict of its fields or a model name, "
+                    f"got {type(model_config).__name__}")
+
+
+@torch.no_grad()
+def init_gpt_weights(model: GPT, *, seed: int = 42) -> GPT:
+    """litgpt's pretraining init (``litgpt.pretrain.initialize_weights``, GPT-NeoX): every ``nn.Linear`` and
+    ``nn.Embedding`` weight ~ N(0, sqrt(2 / (5 n_embd))), the output projections ``proj`` of attention and LLaMA-style
+    MLPs ~ N(0, 1 / sqrt(n_embd) / n_layer), biases zero, every other module's ``reset_parameters`` (norms: ones).
+
+    Values are drawn on the CPU from ``torch.Generator().manual_seed(seed)`` in module order and copied in place, so
+    the result is the same on every device and every rank (needed before FSDP2 shards a locally built model).
+
+    Args:
+        model: a ``litgpt.GPT`` (any device, not sharded).
+        seed: generator seed.
+
+    Returns:
+        ``model``, initialized in place.
+
+    Example::
+
+        >>> cfg = Config(n_embd=16, n_head=2, n_layer=2, block_size=8, vocab_size=32, padded_vocab_size=32,
+        ...              mlp_class_name="LLaMAMLP", intermediate_size=32, norm_class_name="RMSNorm", bias=False)
+        >>> a, b = init_gpt_weights(GPT(cfg), seed=1), init_gpt_weights(GPT(cfg), seed=1)
+        >>> all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+        True
+    """
+    config = model.config
+    std = math.sqrt(2.0 / 5 / config.n_embd)
+    proj_std = 1 / math.sqrt(config.n_embd) / config.n_layer
+    proj_ids = {id(m.proj) for m in model.modules() if isinstance(m, (LLaMAMLP, CausalSelfAttention))}
+    generator = torch.Generator().manual_seed(int(seed))
+    seen: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            weight = module.weight
+            if id(weight) not in seen:
+                seen.add(id(weight))
+                sample = torch.empty(weight.shape, dtype=torch.float32)
+                sample.normal_(0.0, proj_std if id(module) in proj_ids else std, generator=generator)
+                weight.copy_(sample)
+            if getattr(module, "bias", None) is not None:
+                module.bias.zero_()
+        elif callable(getattr(module, "reset_parameters", None)):
+            module.reset_parameters()
+    return model
+
+
+def build_gpt(config: Config | dict | str, *, seed: int = 42, tie_embeddings: bool = False,
+              init_weights: bool = True) -> GPT:
+    """Build a ``litgpt.GPT`` with litgpt's init (:func:`init_gpt_weights`), optionally tying ``wte`` to
+    ``lm_head`` as litgpt's pretraining does (``wte.weight = lm_head.weight``).
+
+    Args:
+        config: ``litgpt.Config``, a dict of its fields, or a litgpt model name.
+        seed: init seed.
+        tie_embeddings: share the input embedding and the output head.
+        init_weights: apply :func:`init_gpt_weights` (``False``: torch's default init, e.g. before loading weights).
+
+    Example::
+
+        >>> m = build_gpt(dict(n_embd=16, n_head=2, n_layer=1, block_size=8, vocab_size=32), tie_embeddings=True)
+        >>> m.transformer.wte.weight is m.lm_head.weight
+        True
+    """
+    model = GPT(_as_config(config))
+    if init_weights:
+        init_gpt_weights(model, seed=seed)
+    if tie_embeddings:
+        model.transformer.wte.weight = model.lm_head.weight
+    return model
+
+
+def active_parameter_count(model: nn.Module) -> int:
+    """Parameters a token uses in one forward pass: every unique parameter (tied weights once; DTensor shards
+    counted at their global size), less the routed experts a token skips in litgpt MoE blocks
+    (``n_expert - n_expert_per_token`` experts per MoE layer).
+
+    Example::
+
+        >>> m = build_gpt(dict(n_embd=8, n_head=2, n_layer=1, block_size=8, vocab_size=10, padded_vocab_size=10,
+        ...                    mlp_class_name="LLaMAMLP", intermediate_size=16, norm_class_name="RMSNorm", bias=False))
+        >>> active_parameter_count(m)
+        824
+    """
+    total = sum(p.numel() for p in model.parameters())
+    inactive = 0
+    for module in model.modules():
+        experts = getattr(module, "experts", None)
+        config = getattr(module, "config", None)
+        if isinstance(experts, nn.ModuleList) and len(experts) and config is not None:
+            per_expert = sum(p.numel() for p in experts[0].parameters())
+            inactive += per_expert * (len(experts) - int(getattr(config, "n_expert_per_token", len(experts))))
+    return total - inactive
+
+
+def shard_gpt(model: GPT, mesh: Any, **fully_shard_kwargs: Any) -> GPT:
+    """FSDP2-shard a ``litgpt.GPT``: ``torch.distributed.fsdp.fully_shard`` on each block of
+    ``model.transformer.h``, then on ``model`` itself. Modules already sharded (``FSDPModule``) are skipped, so calling
+    it again (e.g. after a growth callback rebuilt some of the model) is safe.
+
+    Args:
+        model: the GPT (plain, or partly sharded).
+        mesh: a ``DeviceMesh``; a mesh with a ``"data_parallel"`` dimension (Lightning's ``ModelParallelStrategy``)
+            shards over that dimension.
+        fully_shard_kwargs: passed to ``fully_shard`` (``reshard_after_forward``, ``mp_policy``, ...).
+
+    Returns:
+        ``model`` (sharded in place).
+
+    Example::
+
+        # in LightningModule.configure_model under ModelParallelStrategy
+        shard_gpt(self.model, self.device_mesh)
+    """
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    names = getattr(mesh, "mesh_dim_names", None) or ()
+    if "data_parallel" in names and len(names) > 1:
+        mesh = mesh["data_parallel"]
+    for block in model.transformer.h:
+        if not isinstance(block, FSDPModule):
+            fully_shard(block, mesh=mesh, **fully_shard_kwargs)
+    if not isinstance(model, FSDPModule):
+        fully_shard(model, mesh=mesh, **fully_shard_kwargs)
+    return model
+
+
+def wrap_gpt(model: Any) -> Any:
+    """FSDP1-wrap a ``litgpt.GPT`` for ``FSDPStrategy``: each block of ``model.transformer.h`` becomes an FSDP unit,
+    then the GPT itself (embedding, final norm, head) is wrapped. Uses ``torch.distributed.fsdp.wrap.wrap``, so the
+    strategy's settings apply: call it in ``LightningModule.configure_model``, which Lightning runs inside
+    ``strategy.model_sharded_context()``. An already wrapped model is returned as it is, so calling it again (a
+    growth callback re-applies ``configure_model`` to the grown GPT) is safe. Outside that context nothing is
+    wrapped.
+
+    Args:
+        model: the GPT, or its FSDP wrapper.
+
+    Returns:
+        The FSDP wrapper of the GPT (assign it back: ``self.model = wrap_gpt(self.model)``).
+
+    Example::
+
+        # in LightningModule.configure_model under FSDPStrategy(use_orig_params=True)
+        self.model = wrap_gpt(self.model)
+    """
+    from torch.distributed.fsdp.wrap import wrap
+
+    if isinstance(model, FullyShardedDataParallel):
+        return model
+    for i, block in enumerate(model.transformer.h):
+        if not isinstance(block, FullyShardedDataParallel):
+            model.transformer.h[i] = wrap(block)
+    return wrap(model)
+
+
+def _rebuilt_gpt(old: GPT | None, config: Config, *, seed: int, tie_embeddings: bool) -> GPT:
+    """A fresh GPT of ``config`` (torch's default init: weights are loaded next) on the device and in the
+    floating dtype of ``old``'s parameters (unless those are on ``meta``), keeping ``old``'s shorter
+    ``max_seq_length``."""
+    reference = next(old.parameters(), None) if old is not None else None
+    model = build_gpt(config, seed=seed, tie_embeddings=tie_embeddings, init_weights=False)
+    if reference is not None and reference.device.type != "meta":
+        model = model.to(device=reference.device)
+        if reference.dtype != torch.float32 and reference.is_floating_point():
+            model = model.to(dtype=reference.dtype)
+    if old is not None and old.max_seq_length != config.block_size and old.max_seq_length <= config.block_size:
+        model.max_seq_length = old.max_seq_length
+    return model

@@ -1,0 +1,284 @@
+"""``sparkling plan``: what the growth stages of a resolved run do, without training (:func:`plan`: per stage the
+sizes, alpha per axis, the tensors touched, parameters before and after, the new entries' LR; the run's FLOPs against
+a from-scratch run of the final size), what the project's measured map says about the run (:func:`regime_advice`),
+and the report printed (:func:`_print_plan`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_sparkling.pretrain.config import ResolvedRun
+from lightning_sparkling.pretrain.formatting import _console, _fmt_flops, _model_line
+
+__all__ = ["plan", "regime_advice", "regime_warning", "run_recipe"]
+
+
+def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
+    """What the growth stages of ``run`` do, without training: per stage the widths, alpha per axis, the tensors
+    touched (grouped by kind), parameters before/after; and the run's FLOPs against a from-scratch run of the final
+    width (:func:`~lightning_sparkling.growth.compute.estimate_compute`).
+
+    Returns:
+        a dict: ``stages`` (list of per-stage dicts), ``flops``, ``flops_from_scratch``, ``flops_saved``,
+        ``active_params``, ``total_params``, ``phase_steps``, ``steps``, ``tokens_per_step``, ``total_tokens``.
+    """
+    from lightning_sparkling.growth.compute import estimate_compute
+
+    config = run.model_config
+    stages_out = []
+    for k, stage in enumerate(run.stages):
+        report, config = _stage_report(run, k, stage, config)
+        stages_out.append(report)
+    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
+                           tie_embeddings=run.train.tie_embeddings)
+    report = {
+        "steps": run.steps, "tokens_per_step": run.tokens_per_step, "total_tokens": run.total_tokens,
+        "stages": stages_out, "phase_steps": list(est.phase_steps), "active_params": list(est.active_params),
+        "total_params": list(est.total_params), "flops": est.flops, "flops_from_scratch": est.flops_from_scratch,
+        "flops_saved": est.flops_saved, "final_config": dataclasses.asdict(config),
+    }
+    report["tokens_per_param"] = run.total_tokens / est.active_params[-1]
+    advice = regime_advice(run, est.active_params)
+    report["regime_advice"] = advice.message() if advice is not None else None
+    report["regime_warning"] = advice.message() if advice is not None and not advice.pays else None
+    if print_report:
+        _print_plan(run, report)
+    return report
+
+
+def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any) -> tuple[dict[str, Any], Any]:
+    """``(what stage k of run does to the model of config, the grown config)``: one entry of ``plan()["stages"]``."""
+    from lightning_sparkling.growth.compute import count_params
+    from lightning_sparkling.growth.heads import describe_heads
+    from lightning_sparkling.growth.plan import plan_growth, size_changes
+
+    tied = run.train.tie_embeddings
+    gp = plan_growth(config, stage, seed=run.growth.seed, stage_index=k, tied_embeddings=tied)
+    before, after = count_params(config, tie_embeddings=tied), count_params(gp.new_config, tie_embeddings=tied)
+    report = {
+        "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
+        "widths": {axis: [ax.old, ax.new] for axis, ax in gp.axes.items()},
+        "sizes": {axis: list(pair) for axis, pair in size_changes(config, gp.new_config).items()},
+        "into": gp.new_config.name if stage.model_name or stage.model_config else None,
+        "depth": _depth_report(gp, stage), "heads": describe_heads(gp.heads) if gp.heads is not None else None,
+        "alpha": gp.alphas(), "init": stage.init, "rms_preserving": stage.rms_preserving,
+        "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
+        "rewarmup_steps": stage.rewarmup_steps, "rewarmup_window": _rewarmup_window(stage, run.steps),
+        **_baseline_options(stage, run.steps),
+        "params_before": before[1], "params_after": after[1],
+        "active_params_before": before[0], "active_params_after": after[0],
+        "tensors": len(gp.tensors), "tensor_groups": _tensor_groups(gp),
+    }
+    return report, gp.new_config
+
+
+def _tensor_groups(gp: Any) -> dict[str, dict[str, Any]]:
+    """The tensors a growth plan changes, grouped by name with block / expert indices as ``*``: count, shapes, how
+    they grow and their fan-in scales."""
+    groups: dict[str, dict[str, Any]] = {}
+    for name, tp in gp.tensors.items():
+        g = groups.setdefault(_group_name(name), {"count": 0, "old_shape": tp.old_shape,
+                                                  "new_shape": tp.new_shape, "growth": _describe_dims(tp),
+                                                  "scales": set()})
+        g["count"] += 1
+        g["scales"].add(round(float(tp.scale), 6))
+    for g in groups.values():
+        g["scale"] = sorted(g.pop("scales"))
+    return groups
+
+
+def _group_name(name: str) -> str:
+    return re.sub(r"\.\d+(?=\.|$)", ".*", name)
+
+
+def _describe_dims(tensor_plan) -> str:
+    parts = []
+    for d in tensor_plan.dims:
+        parts.append(f"{d.role.replace('_', '-')} {d.axis} ({d.mode})")
+    return ", ".join(parts)
+
+
+def _baseline_options(stage, steps: int) -> dict[str, Any]:
+    """The paper's comparison-baseline keys of a stage (defaults: SPARKLING's recipe), and where the schedule
+    after the growth ends (``decay_end``: earlier than ``steps`` with ``decay_speedup``)."""
+    from lightning_sparkling.growth.stage import decay_end
+
+    return {"split": stage.split, "split_ratio": stage.split_ratio, "perturb": stage.perturb,
+            "rewarmup_scope": stage.rewarmup_scope, "decay_speedup": stage.decay_speedup,
+            "decay_end": decay_end(stage, steps), "bias_correction": stage.bias_correction,
+            "symmetry_target": stage.symmetry_target, "symmetry_interval": stage.symmetry_interval,
+            "symmetry_max_boost": stage.symmetry_max_boost, "symmetry_release": stage.symmetry_release}
+
+
+def _describe_baselines(s: dict[str, Any]) -> str:
+    split = s["split"] + (f" ({s['split_ratio']:.4g} : {1 - s['split_ratio']:.4g})" if s["split"] == "uneven" else "")
+    decay = (f"decay_speedup {s['decay_speedup']:g} (the decay ends at step {s['decay_end']:,})"
+             if s["decay_speedup"] else "decay_speedup 0")
+    symmetry = (f"symmetry_target {s['symmetry_target']:g} (new-entry LR doubled every {s['symmetry_interval']} "
+                f"steps, up to {s['symmetry_max_boost']:g}x, while the copies' cosine is above it; then "
+                f"{s['symmetry_release']})"
+                if s["symmetry_target"] is not None else "symmetry_target off")
+    return (f"baselines (paper appendix): split {split}, perturb {s['perturb']:g}, rewarmup_scope "
+            f"{s['rewarmup_scope']}, {decay}; lock breakers: bias_correction {s['bias_correction']}, {symmetry}")
+
+
+def _depth_report(gp, stage) -> dict[str, Any] | None:
+    """The depth change of a stage's plan: order, init, and which old block each new block copies."""
+    from lightning_sparkling.growth.depth import describe_depth
+
+    if gp.depth is None:
+        return None
+    return {"order": stage.depth_order, "init": stage.depth_init, "map": describe_depth(gp.depth),
+            "source": list(gp.depth.source)}
+
+
+def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
+    """Where stage's new-entry LR re-warmup lies in the run: ``{start, warmup_end, peak_ratio, tail_steps, end}``
+    (linear from the LR at growth to ``peak_ratio`` times it over the optimizer steps taken at ``start ..
+    warmup_end - 1``, then ``tail_steps`` of cosine to ``min_lr`` at ``end = max_steps``), ``None`` without one."""
+    from lightning_sparkling.growth.stage import rewarmup_window
+
+    window = rewarmup_window(stage, max_steps)
+    if window is None:
+        return None
+    warmup_end, tail, _ = window
+    return {"start": stage.at_step, "warmup_end": warmup_end, "peak_ratio": stage.rewarmup_ratio,
+            "tail_steps": tail, "end": warmup_end + tail}  # max_steps, or the faster decay's end (decay_speedup)
+
+
+# ------------------------------------------------------------------------------------------------------------ regime
+def _is_recipe(stage: Any, recipe: str) -> bool:
+    from lightning_sparkling.growth.stage import RECIPES
+
+    return all(getattr(stage, key) == value for key, value in RECIPES[recipe].items())
+
+
+def run_recipe(stages: Sequence[Any]) -> str:
+    """The recipe a run's stages follow, as the measured map names it: ``recommended`` or ``random-zero`` when
+    every stage has that recipe's keys, else ``paper`` (the paper's keys, or a stage's own)."""
+    for recipe in ("recommended", "random-zero"):
+        if stages and all(_is_recipe(s, recipe) for s in stages):
+            return recipe
+    return "paper"
+
+
+def regime_advice(run: ResolvedRun, active_params: Sequence[int]):
+    """What the project's measured map (:mod:`lightning_sparkling.growth.measured`) says about ``run``: the
+    comparison nearest to its axis, recipe, schedule, timing and token ratio, or that none is near
+    (:class:`~lightning_sparkling.growth.measured.Advice`); ``None`` without growth stages."""
+    from lightning_sparkling.growth.measured import advise
+    from lightning_sparkling.growth.plan import size_changes, stage_config
+
+    if not run.stages:
+        return None
+    configs = [run.model_config]
+    for stage in run.stages:
+        configs.append(stage_config(configs[-1], stage))
+    sizes = [list(size_changes(a, b)) for a, b in zip(configs[:-1], configs[1:])]
+    return advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
+                  recipe=run_recipe(run.stages), schedule=run.train.lr_schedule, sizes=sizes)
+
+
+def regime_warning(run: ResolvedRun, active_params: Sequence[int]) -> str | None:
+    """The warning of :func:`regime_advice` when the run is not where growth was measured to pay (nothing measured
+    near it, or the nearest comparison ended above scratch), else ``None``."""
+    advice = regime_advice(run, active_params)
+    return None if advice is None or advice.pays else advice.message()
+
+
+# ------------------------------------------------------------------------------------------------------------ print
+def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
+    console = _console()
+    console.print(f"[bold]model[/bold]: {_model_line(run.model_config)}")
+    console.print(f"[bold]run[/bold]: {run.steps:,} steps x {run.tokens_per_step:,} tokens/step "
+                  f"(global_batch_size {run.train.global_batch_size} x seq_len {run.seq_len}) = "
+                  f"{run.total_tokens:,} tokens; vocabulary {run.data_vocab_size} "
+                  f"({'tokenizer_dir' if run.tokenizer_dir else 'data.vocab_size / model_config'}, no tokenizer "
+                  "trained for the plan)")
+    if not report["stages"]:
+        console.print("no growth stages (growth.stages is empty): plain pretraining")
+    for s in report["stages"]:
+        _print_stage(console, run, s)
+    _print_compute(console, report)
+
+
+def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
+    """The lines and the tensor table of one stage of the report."""
+    sizes = ", ".join(f"{a} {o} -> {n}" for a, (o, n) in s["sizes"].items())
+    alphas = ", ".join(f"{a} {v:.4f}" for a, v in s["alpha"].items())
+    into = f" (into {s['into']})" if s["into"] else ""
+    console.print()
+    console.print(f"[bold]stage {s['stage']}[/bold] at step {s['at_step']:,} ({s['at_tokens']:,} tokens){into}: "
+                  f"{sizes}")
+    if s["depth"] is not None:
+        d = s["depth"]
+        what = {"copy": "it copies", "copy-zero": "it copies, output projections zeroed",
+                "random-zero": "it stands in for: litgpt's init, output projections zeroed"}[d["init"]]
+        console.print(f"  depth: depth_order {d['order']}, depth_init {d['init']}: {d['map']} (position in the "
+                      f"grown model <- the old block {what})")
+    if s["heads"] is not None:
+        console.print(f"  heads: {s['heads']} (new head <- old head it copies, by position)")
+    console.print(f"  init {s['init']}, rms_preserving {s['rms_preserving']}, optimizer_state "
+                  f"{s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over {s['rewarmup_steps']} steps")
+    console.print(_new_entry_lr_line(run, s["rewarmup_window"]))
+    console.print(f"  {_describe_baselines(s)}")
+    if alphas:
+        console.print(f"  alpha (fan-in scale): {alphas}")
+    console.print(f"  parameters {s['params_before']:,} -> {s['params_after']:,} (active "
+                  f"{s['active_params_before']:,} -> {s['active_params_after']:,})")
+    console.print(_tensor_table(s))
+
+
+def _new_entry_lr_line(run: ResolvedRun, w: dict[str, Any] | None) -> str:
+    """The plan's line on a stage's new-entry LR (its re-warmup window ``w``)."""
+    if w is None:
+        return "  new-entry LR: no re-warmup (rewarmup_ratio null): the new entries follow the baseline schedule"
+    if run.train.lr_schedule == "wsd":  # the re-warmup holds its peak, then follows the baseline's decay
+        from lightning_sparkling.pretrain.stages import lr_decay_start
+
+        return (f"  new-entry LR: linear re-warmup over steps {w['start']:,}..{w['warmup_end']:,} (to "
+                f"{w['peak_ratio']:g}x the LR at growth), held to the WSD decay at step "
+                f"{lr_decay_start(run.train, run.steps):,}, then {run.train.lr_decay_shape} decay to min_lr "
+                f"with the baseline (ends at step {w['end']:,})")
+    return (f"  new-entry LR: linear re-warmup over steps {w['start']:,}..{w['warmup_end']:,} (to "
+            f"{w['peak_ratio']:g}x the LR at growth), then cosine to min_lr over {w['tail_steps']:,} "
+            f"steps (ends at step {w['end']:,})")
+
+
+def _tensor_table(s: dict[str, Any]) -> Any:
+    """The rich table of the tensors one stage changes."""
+    from rich.table import Table
+
+    table = Table(title=f"stage {s['stage']}: {s['tensors']} tensors change", title_justify="left")
+    for col in ("tensor (* = every block / expert)", "count", "shape", "growth", "scale"):
+        table.add_column(col, justify="right" if col == "count" else "left")
+    for name, g in s["tensor_groups"].items():
+        scale = ", ".join(f"{v:g}" for v in g["scale"])
+        table.add_row(name, str(g["count"]), f"{tuple(g['old_shape'])} -> {tuple(g['new_shape'])}", g["growth"],
+                      scale)
+    return table
+
+
+def _print_compute(console: Any, report: dict[str, Any]) -> None:
+    """The compute table, the FLOPs line and the regime advice (or warning) of the report."""
+    from rich.table import Table
+
+    table = Table(title="compute (6 N_active D per phase)", title_justify="left")
+    for col in ("phase", "steps", "active params", "total params"):
+        table.add_column(col, justify="right")
+    for k, (steps, active, total) in enumerate(zip(report["phase_steps"], report["active_params"],
+                                                   report["total_params"])):
+        table.add_row("start" if k == 0 else f"after stage {k - 1}", f"{steps:,}", f"{active:,}", f"{total:,}")
+    console.print()
+    console.print(table)
+    console.print(f"FLOPs: progressive {_fmt_flops(report['flops'])}, from scratch at the final width "
+                  f"{_fmt_flops(report['flops_from_scratch'])}, saved {report['flops_saved']:.2%} "
+                  f"(flops_saved={report['flops_saved']:.6f})")
+    if report["regime_warning"]:
+        console.print(f"[yellow]warning:[/yellow] {report['regime_warning']}")
+    elif report["regime_advice"]:
+        console.print(report["regime_advice"])

@@ -1,0 +1,417 @@
+"""The schema of ``sparkling pretrain`` / ``sparkling plan``: dataclasses that jsonargparse turns into ``--config
+FILE.yaml`` keys and ``--section.key value`` overrides (as litgpt's CLI does), the top-level keys
+(:func:`pretrain_arguments`), the refusal of unknown keys by their full path (:func:`check_keys`), and the parsed
+namespace read back into those dataclasses (:func:`_get`, :func:`_as`).
+
+Keys follow ``litgpt pretrain``: every key of the installed litgpt's ``litgpt.pretrain.setup`` is accepted with
+litgpt's meaning or refused by name (``model_name`` / ``model_config``, ``out_dir``, ``precision``,
+``initial_checkpoint_dir``, ``resume``, ``data`` (also litgpt data modules by ``class_path``), ``train.*``, ``eval.*``,
+``log.*``, ``optimizer``, ``devices``, ``num_nodes``, ``tokenizer_dir``, ``logger_name``, ``seed``; see
+:mod:`lightning_sparkling.pretrain.litgpt_compat`), plus ``accelerator``, ``strategy``, ``num_threads``, ``growth``
+and ``rms_monitor``. What the values mean for a run is checked by :func:`lightning_sparkling.pretrain.config.resolve`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from lightning_sparkling.pretrain.errors import ConfigError
+
+__all__ = [
+    "DataArgs",
+    "EvalArgs",
+    "GrowthArgs",
+    "LogArgs",
+    "PRECISIONS",
+    "RMSMonitorArgs",
+    "STRATEGIES",
+    "StageArgs",
+    "TrainArgs",
+    "check_keys",
+    "pretrain_arguments",
+]
+
+PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
+STRATEGIES = ("auto", "ddp", "fsdp2", "fsdp")
+
+
+@dataclass
+class DataArgs:
+    """The training text: the embedded corpus (this machine's Python standard library, optionally every installed
+    package) or a directory of your own text, tokenized by a byte-level BPE trained on it (cached); or a litgpt data
+    module given by ``class_path`` (``litgpt.data.TextFiles``, ``LitData``, ``TinyStories``, ``OpenWebText``, any
+    ``LightningDataModule`` with litgpt's ``connect``) and its ``init_args``, as in litgpt's configs."""
+
+    class_path: Optional[str] = None
+    """A litgpt data module (``litgpt.data.TextFiles``, or a short name ``TextFiles``; any importable
+    ``LightningDataModule`` with litgpt's ``connect(tokenizer, batch_size, max_seq_length)``) used instead of the
+    embedded corpus; the other ``data.*`` keys are then the corpus's and must be left unset."""
+    init_args: Optional[dict[str, Any]] = None
+    """Arguments of ``class_path`` (``train_data_path``, ``num_workers``, ...), checked against its signature."""
+
+    source: str = "stdlib"
+    """``stdlib``: the Python standard library's ``*.py`` (~12 MB); ``stdlib+site-packages``: also every installed
+    package's ``*.py`` (~10x bigger). Ignored when ``data_dir`` is set."""
+    data_dir: Optional[Path] = None
+    """Use every ``*.txt``, ``*.py`` and ``*.md`` file below this directory instead of ``source``."""
+    include_tests: bool = False
+    """Keep ``test``/``tests`` folders of the Python sources (left out by default: repetitive fixtures)."""
+    vocab_size: int = 4096
+    """BPE vocabulary size to train (ignored with ``tokenizer_dir``). Also the model's ``vocab_size`` unless
+    ``model_config.vocab_size`` is set."""
+    val_percent: float = 5.0
+    """Share of files (percent, chosen by a hash of the file name) held out for validation."""
+    seq_len: Optional[int] = None
+    """Tokens per training sequence (``null``: ``train.max_seq_length``, else the ``block_size`` of ``model_name`` /
+    ``model_config`` / ``initial_checkpoint_dir``, else 512). Must not exceed the model's ``block_size`` (which
+    defaults to it)."""
+    max_files: Optional[int] = None
+    """Use at most this many files (quick runs and tests)."""
+    max_bytes: Optional[int] = None
+    """Use at most this many bytes of text (quick runs and tests)."""
+    cache_dir: Optional[Path] = None
+    """Where the tokenizer and the tokenized corpus are cached (default ``~/.cache/lightning_sparkling``)."""
+    num_workers: int = 0
+    """DataLoader worker processes."""
+    seed: Optional[int] = None
+    """Seed of the training window order (default: the top-level ``seed``)."""
+
+
+@dataclass
+class TrainArgs:
+    """Training length, batch and optimization settings (litgpt's ``train.*``)."""
+
+    global_batch_size: int = 64
+    """Sequences per optimizer step, over all devices and nodes."""
+    micro_batch_size: int = 4
+    """Sequences per device per forward pass; gradient accumulation =
+    ``global_batch_size / (micro_batch_size * devices * num_nodes)`` (must divide exactly)."""
+    max_tokens: Optional[int] = None
+    """Tokens to train on; steps = ``max_tokens // (global_batch_size * seq_len)``. Give this or ``max_steps``."""
+    max_steps: Optional[int] = None
+    """Optimizer steps to train (wins over ``max_tokens`` when both are set). Also the end of the LR schedule."""
+    lr_warmup_steps: Optional[int] = None
+    """Linear LR warmup, in optimizer steps (exclusive with ``lr_warmup_fraction``)."""
+    lr_warmup_fraction: Optional[float] = None
+    """Warmup as a fraction of the run. Neither set: 0.03 (the paper)."""
+    min_lr: Optional[float] = None
+    """LR at the end of the cosine decay (default ``0.01 * lr``, the paper)."""
+    lr_schedule: str = "cosine"
+    """``cosine`` (warmup, then cosine to ``min_lr``: the paper) or ``wsd`` (warmup-stable-decay: warmup, the peak held,
+    then a decay to ``min_lr`` over the last ``lr_decay_fraction`` of the run; a growth must fall before the decay)."""
+    lr_decay_fraction: float = 0.2
+    """``wsd`` only: the share of the run spent decaying, in ``(0, 1]``."""
+    lr_decay_shape: str = "linear"
+    """``wsd`` only: the decay's shape, ``linear`` or ``cosine`` (litgpt has no WSD schedule to follow)."""
+    max_norm: Optional[float] = 1.0
+    """Clip gradients to this global norm (``null`` or 0: no clipping)."""
+    epochs: Optional[int] = None
+    """litgpt's key; ``litgpt pretrain`` refuses any value, and so does this package: the run length must be known
+    before the data is read (LR schedule, growth steps). Give ``max_tokens`` or ``max_steps``."""
+    max_time: Optional[float] = None
+    """Stop training after this many seconds (Lightning's ``Trainer(max_time=...)``); ``final/`` is still written.
+    The LR schedule and the growth steps keep the ``max_tokens`` / ``max_steps`` horizon."""
+    max_seq_length: Optional[int] = None
+    """Tokens per training sequence (litgpt's key; the model input length). Sets ``data.seq_len`` when that is
+    unset; both set must agree."""
+    tie_embeddings: Optional[bool] = False
+    """Share the input embedding and the output head (``wte.weight = lm_head.weight``); ``null``: ``false``."""
+    log_interval: int = 1
+    """Log train metrics (and ``tokens`` / ``flops``) every this many optimizer steps."""
+    save_interval: Optional[int] = 1000
+    """Write ``out_dir/step-XXXXXXXX/`` (litgpt) and ``out_dir/checkpoints/step-XXXXXXXX.ckpt`` (Lightning, for
+    ``resume``) every this many steps; ``null``: only ``final/`` and the last ``.ckpt``."""
+    keep_last_checkpoints: Optional[int] = None
+    """Keep only this many newest Lightning ``.ckpt`` files (``null``: keep all)."""
+
+
+@dataclass
+class EvalArgs:
+    """Validation (logs ``val_loss`` and ``val_ppl``)."""
+
+    interval: Optional[int] = 100
+    """Validate every this many optimizer steps (and always at the end); ``null``: only at the end."""
+    max_iters: Optional[int] = 100
+    """Validation batches per evaluation (per device): a fixed, seeded sample of ``max_iters * micro_batch_size *
+    devices`` windows spread over the whole validation split, the same at every evaluation and on resume (``null``:
+    the whole split)."""
+    initial_validation: bool = False
+    """Also validate before the first step."""
+    final_validation: bool = True
+    """Validate after the last step when the interval did not just do it (the summary's final val loss)."""
+    max_new_tokens: Optional[int] = None
+    """Generate this many tokens (greedy) after each evaluation from the start of a validation sequence, print the
+    text and log it (TensorBoard ``text``), as litgpt's ``generate_example``; ``null``: no sample."""
+    evaluate_example: Union[str, int] = "first"
+    """Which validation sequence prompts that sample: ``first``, ``random`` (seeded by the step) or its index in
+    the validation batches of that evaluation."""
+
+
+@dataclass
+class LogArgs:
+    """Logger settings (litgpt's ``log.*``): ``project``, ``run``, ``group`` for ``logger_name: wandb``; the others
+    for ``logger_name: litlogger``. A value its logger does not use is refused."""
+
+    project: Optional[str] = None
+    """WandB project name (default: ``pretrain-<model name>``)."""
+    run: Optional[str] = None
+    """WandB run name."""
+    group: Optional[str] = None
+    """WandB group name."""
+    teamspace: Optional[str] = None
+    """LitLogger teamspace."""
+    metadata: Optional[dict] = None
+    """LitLogger metadata."""
+    log_model: bool = False
+    """LitLogger: log model checkpoints as artifacts."""
+    save_logs: bool = True
+    """LitLogger: upload terminal logs."""
+    checkpoint_name: Optional[str] = None
+    """LitLogger: base name of logged checkpoints."""
+
+
+@dataclass
+class StageArgs:
+    """One growth. Exactly one of ``at_step`` / ``at_tokens``; the other keys are :class:`GrowthStage`'s."""
+
+    at_step: Optional[int] = None
+    """Grow after this many optimizer steps (before step ``at_step + 1``)."""
+    at_tokens: Optional[int] = None
+    """Grow once this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``."""
+    n_embd: Optional[int] = None
+    """New hidden (residual stream) size. Heads and head size are unchanged."""
+    intermediate_size: Optional[int] = None
+    """New dense MLP inner size."""
+    moe_intermediate_size: Optional[int] = None
+    """New MoE expert inner size (every expert)."""
+    init: str = "copy-copy"
+    """``<fan_out>-<fan_in>`` init of the new channels, each side ``copy``, ``random`` or ``zero``."""
+    rms_preserving: bool = True
+    """Scale fan-in weights by alpha so activation RMS is kept (``false``: naive growth)."""
+    optimizer_state: str = "asymmetric"
+    """``asymmetric`` (new entries start at zero state), ``copy``, ``drop``, ``asymmetric-scaled`` or ``scaled``
+    (copied state, scaled like the weights: the paper's "Scaled Optimizer States" baseline)."""
+    rewarmup_ratio: Optional[float] = 1.3
+    """New entries' LR re-warms from the LR at growth to this multiple of it (``null``: no re-warmup)."""
+    rewarmup_steps: int = 250
+    """Length of the new entries' linear LR re-warmup, in optimizer steps; must end before the last step
+    (``at_step + rewarmup_steps < max_steps``)."""
+    n_layer: Optional[int] = None
+    """New number of blocks (depth growth); may be combined with widths in one stage."""
+    depth_init: str = "copy-zero"
+    """How a new block starts: ``copy-zero`` (its source's weights, output projections zeroed: function
+    preserving), ``copy`` (its source's weights: G_stack) or ``random-zero`` (litgpt's init, output projections
+    zeroed)."""
+    depth_order: str = "stack"
+    """Where new blocks go and which old block each copies: ``stack`` (new block ``L + i`` copies ``i % L``),
+    ``interleave`` (every block followed by its copies) or ``middle`` (the middle blocks duplicated in place)."""
+    n_head: Optional[int] = None
+    """New number of query heads, of the same head size (new heads copy heads of their key/value group)."""
+    n_query_groups: Optional[int] = None
+    """New number of key/value groups (default: unchanged under GQA, new heads join the groups; MHA stays MHA)."""
+    model_name: Optional[str] = None
+    """Grow into this litgpt config (e.g. ``pythia-160m``): every size change is derived from it; other
+    differences (head size, vocabulary, norm or MLP class, ...) are refused."""
+    model_config: Optional[dict[str, Any]] = None
+    """Grow into a litgpt config given by its fields (as ``model_name``)."""
+    split: str = "even"
+    """Paper baseline "Uneven Splitting": ``even``, ``uneven`` (source : copy shares ``split_ratio : 1 -
+    split_ratio``) or ``random`` (a ratio per channel from [0.1, 0.5]); fan-in side ``copy`` only."""
+    split_ratio: float = 1 / 3
+    """The source's part ``r`` of ``r : 1 - r`` for ``split: uneven``, in (0, 1); 1/3 is the paper's 1:2."""
+    perturb: float = 0.0
+    """Paper baseline "Perturb": +delta on each copied fan-in column's source, -delta on the copy (standard
+    deviation relative to the RMS of those columns); 0: off. Fan-in side ``copy`` only."""
+    rewarmup_scope: str = "new"
+    """``new`` (only new entries re-warm) or ``all`` (every parameter follows the re-warmup: "Re-warmup All")."""
+    decay_speedup: float = 0.0
+    """Paper baseline "faster decay": the baseline schedule's remaining decay runs in ``1 - decay_speedup`` of the
+    remaining steps, then holds its final LR; in [0, 1), 0: off."""
+    bias_correction: str = "shared"
+    """``shared`` (new entries share their tensor's Adam step count) or ``fresh`` (their updates follow a fresh Adam's
+    bias correction from the growth on; needs ``rewarmup_ratio`` and Adam/AdamW)."""
+    symmetry_target: Optional[float] = None
+    """Double the new entries' LR every ``symmetry_interval`` steps while their copies' mean cosine to their sources
+    is above this (in (0, 1)), then stop (see ``symmetry_release``); ``null``: off."""
+    symmetry_interval: int = 10
+    """Optimizer steps between two symmetry checks (``symmetry_target`` only)."""
+    symmetry_max_boost: float = 8.0
+    """Largest multiplier of the new entries' LR under ``symmetry_target`` (>= 1)."""
+    symmetry_release: str = "hold"
+    """Once the copies' cosine is below ``symmetry_target``: ``hold`` the boost reached, or drop it (``schedule``)."""
+
+
+@dataclass
+class GrowthArgs:
+    """Width growth (SPARKLING). No stages: plain pretraining."""
+
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    """Growth stages, in increasing step order; each a mapping of :class:`StageArgs` keys (``at_step`` or
+    ``at_tokens``, widths, recipe). A ``--growth.stages '[...]'`` override replaces the whole list."""
+    seed: int = 0
+    """Seed of the copy maps and random inits (identical on every rank)."""
+    min_lr: Optional[float] = None
+    """LR the new entries' re-warmup decays to at the last step (default: the baseline schedule's final LR)."""
+    recipe: str = "recommended"
+    """Keys every stage gets unless it sets them: ``recommended`` (the paper's copy-copy growth plus the closed loop
+    on the symmetry lock: what the project's seeded comparisons found best, docs/BENCHMARKS.md), ``random-zero``
+    (sourceless new channels re-warmed to 10x: best at the smallest token ratio measured) or ``paper`` (SPARKLING as
+    published: GrowthStage's own defaults)."""
+
+
+@dataclass
+class RMSMonitorArgs:
+    """Per-block activation RMS in TensorBoard (``rms/...`` tags)."""
+
+    every_n_steps: int = 50
+    """Measure one micro-batch every this many optimizer steps."""
+    per_linear: bool = False
+    """Also log the RMS gain of every linear layer (many tags)."""
+
+
+def pretrain_arguments(
+    model_name: Optional[str] = None,
+    model_config: Optional[dict[str, Any]] = None,
+    out_dir: Path = Path("out/sparkling"),
+    precision: Optional[str] = None,
+    initial_checkpoint_dir: Optional[Path] = None,
+    resume: Union[bool, Literal["auto"], Path] = False,
+    data: DataArgs = DataArgs(),
+    train: TrainArgs = TrainArgs(),
+    eval: EvalArgs = EvalArgs(),
+    log: LogArgs = LogArgs(),
+    optimizer: Union[str, dict] = "AdamW",
+    devices: Union[int, str] = "auto",
+    num_nodes: int = 1,
+    accelerator: str = "auto",
+    strategy: str = "auto",
+    tokenizer_dir: Optional[Path] = None,
+    logger_name: str = "tensorboard",
+    seed: int = 42,
+    num_threads: Optional[int] = None,
+    growth: GrowthArgs = GrowthArgs(),
+    rms_monitor: Optional[RMSMonitorArgs] = RMSMonitorArgs(),
+) -> None:
+    """Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).
+
+    Args:
+        model_name: a litgpt model name (``litgpt.Config.from_name``); ``model_config`` keys override its fields.
+        model_config: litgpt ``Config`` fields as a dict (``n_embd``, ``n_layer``, ``mlp_class_name``, ...).
+            ``vocab_size`` defaults to the tokenizer's, ``block_size`` to ``data.seq_len``.
+        out_dir: where checkpoints (``step-XXXXXXXX/``, ``final/``, ``checkpoints/``), TensorBoard logs (``logs/``)
+            and ``summary.json`` go.
+        precision: Lightning precision (``32-true``, ``bf16-mixed``, ``bf16-true``, ``16-mixed``); default
+            ``bf16-mixed`` on a bf16 GPU, ``16-mixed`` on another GPU, ``32-true`` on CPU.
+        initial_checkpoint_dir: start from the weights of this litgpt checkpoint dir (``lit_model.pth``,
+            ``model_config.yaml``; e.g. a ``final/`` of this package, a grown one included): its config is the model's
+            unless ``model_name`` / ``model_config`` are given (they must then match it), and its tokenizer is used
+            unless ``tokenizer_dir`` is given. Fresh optimizer, schedule and step count; growth steps count from 0.
+        resume: ``false``; ``auto`` (the newest ``out_dir/checkpoints/step-*.ckpt`` if any, else start fresh);
+            ``true`` (the newest, an error if none); or a ``.ckpt`` path. The checkpoint is checked before anything
+            starts (readable, same growth stages and model).
+        data: the corpus (see ``data.*``), or a litgpt data module: ``{class_path: litgpt.data.TextFiles,
+            init_args: {train_data_path: ...}}``.
+        train: training length and optimization (see ``train.*``).
+        eval: validation (see ``eval.*``).
+        log: logger settings (see ``log.*``).
+        optimizer: ``AdamW``, ``torch.optim.Muon`` or ``{class_path: ..., init_args: {lr: ..., ...}}`` (litgpt's
+            format). With Muon, 2-D block weights use Muon and everything else AdamW.
+        devices: devices per node (an int, or ``auto``: every GPU, or 1 CPU process).
+        num_nodes: number of nodes.
+        accelerator: ``auto``, ``cpu``, ``gpu``/``cuda``.
+        strategy: ``auto`` (one device, or DDP for several), ``ddp``, ``fsdp2`` (``ModelParallelStrategy``,
+            data parallel only), ``fsdp`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only).
+            DeepSpeed and tensor parallelism are refused.
+        tokenizer_dir: use the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of training
+            a BPE on the corpus; with a litgpt data module, the tokenizer it prepares its data with (as in litgpt).
+        logger_name: ``tensorboard`` (the RMS dashboard's custom-scalars layout needs it), ``csv``, ``wandb`` or
+            ``mlflow`` (when installed), as in litgpt. Logs go to ``out_dir/logs``.
+        seed: model init and data order seed.
+        num_threads: torch intra-op CPU threads (``torch.set_num_threads``); ``null``: torch's default (all cores).
+            ``1`` is often much faster for small models on a busy machine.
+        growth: growth stages and recipe (see ``growth.*``).
+        rms_monitor: activation RMS dashboard settings; ``null`` disables it.
+    """
+
+
+# ------------------------------------------------------------------------------------------------------------ keys
+_SECTIONS = {"data": DataArgs, "train": TrainArgs, "eval": EvalArgs, "log": LogArgs, "growth": GrowthArgs,
+             "rms_monitor": RMSMonitorArgs}
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_keys(raw: Any) -> None:
+    """Refuse unknown keys of a configuration file, naming each by its full path (``growth.stages[0].n_embdd``).
+
+    Raises:
+        ConfigError: for the first unknown key.
+    """
+    import inspect
+
+    if raw is None:
+        return
+    if not isinstance(raw, dict):
+        raise ConfigError("config", f"a configuration file must hold a mapping of keys, got {type(raw).__name__}")
+    top = [p for p in inspect.signature(pretrain_arguments).parameters] + ["config"]
+    for key, value in raw.items():
+        if key not in top:
+            raise ConfigError(str(key), f"unknown key{_suggest(str(key), top)}; known keys: {', '.join(top[:-1])}")
+        cls = _SECTIONS.get(key)
+        if cls is not None and isinstance(value, dict):
+            _check_dataclass_keys(cls, value, key)
+
+
+def _check_dataclass_keys(cls: type, value: dict, path: str) -> None:
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key, item in value.items():
+        if key not in known:
+            raise ConfigError(f"{path}.{key}", f"unknown key{_suggest(str(key), known)}; {path} takes "
+                                               f"{', '.join(known)}")
+        if cls is GrowthArgs and key == "stages" and isinstance(item, list):
+            for k, stage in enumerate(item):
+                if isinstance(stage, dict):
+                    _check_dataclass_keys(StageArgs, stage, f"{path}.stages[{k}]")
+
+
+# ------------------------------------------------------------------------------------------------------------ namespace
+def _get(ns: Any, key: str, default: Any = None) -> Any:
+    if ns is None:
+        return default
+    if isinstance(ns, dict):
+        return ns.get(key, default)
+    return getattr(ns, key, default)
+
+
+def _as(cls: type, value: Any) -> Any:
+    """A jsonargparse Namespace / dict / dataclass instance of ``cls`` as an instance of ``cls``."""
+    if value is None or isinstance(value, cls):
+        return value
+    values = value.as_dict() if hasattr(value, "as_dict") else dict(value)
+    values.pop("__path__", None)
+    names = {f.name for f in dataclasses.fields(cls)}
+    if cls is GrowthArgs:
+        from lightning_sparkling.growth.stage import RECIPES, apply_recipe
+
+        recipe = values.get("recipe", GrowthArgs.recipe)
+        if recipe not in RECIPES:
+            raise ConfigError("growth.recipe", f"unknown recipe {recipe!r}: choose one of {', '.join(RECIPES)}")
+        stages = []
+        for k, s in enumerate(values.get("stages") or []):
+            s = s.as_dict() if hasattr(s, "as_dict") else s
+            if not isinstance(s, (dict, StageArgs)):
+                raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {s!r}")
+            if isinstance(s, dict):
+                _check_dataclass_keys(StageArgs, s, f"growth.stages[{k}]")
+                s = apply_recipe(recipe, s)  # the recipe fills what the stage does not set
+            stages.append(_as(StageArgs, s))
+        values["stages"] = stages
+    return cls(**{k: v for k, v in values.items() if k in names})

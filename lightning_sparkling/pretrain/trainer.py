@@ -1,0 +1,124 @@
+"""Building the Lightning ``Trainer`` of a ``sparkling pretrain`` run: its strategy (:func:`_strategy`: sharded
+checkpoints written atomically), its callbacks in the order they must run (:func:`_build_callbacks`, returning the
+:class:`_RunCallbacks` the run reads back after the fit) and the ``Trainer`` itself (:func:`_build_trainer`).
+
+Nothing here imports Lightning at import time: the callback classes
+(:mod:`~lightning_sparkling.pretrain.run_callbacks`) come through :func:`_callbacks_module`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from typing import Any
+
+from lightning_sparkling.pretrain.config import ResolvedRun
+
+
+@functools.cache
+def _callbacks_module() -> types.SimpleNamespace:
+    """The callback classes of a CLI run, imported on first use (importing Lightning is slow and ``plan`` does not
+    need it): ``TokenCounter``, ``LitGPTExport``, ``RunTracker``, ``StepProgressBar``, ``InterruptCheckpoint``,
+    ``SampleGeneration`` (:mod:`~lightning_sparkling.pretrain.run_callbacks`)."""
+    from lightning_sparkling.pretrain import run_callbacks as cb
+
+    return types.SimpleNamespace(TokenCounter=cb.TokenCounter, LitGPTExport=cb.LitGPTExport, RunTracker=cb.RunTracker,
+                                 StepProgressBar=cb.StepProgressBar, InterruptCheckpoint=cb.InterruptCheckpoint,
+                                 SampleGeneration=cb.SampleGeneration)
+
+
+def _strategy(run: ResolvedRun):
+    """The Lightning strategy of ``run``: its name, or for ``fsdp2`` / ``fsdp`` a strategy whose sharded checkpoint
+    directories are written atomically (:mod:`~lightning_sparkling.pretrain.checkpointing`)."""
+    from lightning_sparkling.pretrain.checkpointing import AtomicFSDPStrategy, AtomicModelParallelStrategy
+
+    if run.strategy == "fsdp2":
+        return AtomicModelParallelStrategy(data_parallel_size=run.world_size, tensor_parallel_size=1)
+    if run.strategy == "fsdp":  # FSDP1: the module's configure_model wraps each block, then the GPT (wrap_gpt)
+        return AtomicFSDPStrategy(use_orig_params=True, state_dict_type="sharded")
+    return run.strategy
+
+
+@dataclasses.dataclass
+class _RunCallbacks:
+    """The callbacks of a CLI run: ``all`` in Trainer order, and those the run reads back after the fit.
+
+    Attributes:
+        all: every callback, in the order the Trainer runs them (``on_interrupt`` first).
+        on_interrupt: the ``InterruptCheckpoint`` (the checkpoint written on Ctrl-C or a failed step).
+        token_counter: the ``TokenCounter`` (tokens, FLOPs and per-step losses).
+        tracker: the ``RunTracker`` (last validated step, fit time).
+        growth: the ``WidthGrowthCallback``, ``None`` without growth stages.
+    """
+
+    all: list[Any]
+    on_interrupt: Any
+    token_counter: Any
+    tracker: Any
+    growth: Any | None
+
+
+def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _RunCallbacks:
+    """The callbacks of ``run``: interrupt checkpoint, growth, activation RMS monitor, sample generation, token
+    counter, litgpt export, run tracker, LR monitor, periodic Lightning checkpoints and the progress bar.
+
+    Args:
+        run: the resolved configuration.
+        datamodule: the run's data module (its ``tokenizer_dir``, once prepared, goes next to exported checkpoints).
+        hparams_yaml: the configuration as YAML (written next to every litgpt checkpoint).
+    """
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+
+    from lightning_sparkling.callbacks.growth import WidthGrowthCallback
+    from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
+
+    cb = _callbacks_module()
+    out_dir = run.out_dir
+    token_counter = cb.TokenCounter(run.tokens_per_step, run.train.log_interval)
+    tracker = cb.RunTracker()
+    on_interrupt = cb.InterruptCheckpoint(out_dir / "checkpoints")
+    callbacks: list[Any] = [on_interrupt]  # first: it records each step before another callback acts on it
+    growth = None
+    if run.stages:
+        growth = WidthGrowthCallback(run.stages, min_lr=run.growth.min_lr, seed=run.growth.seed)
+        callbacks.append(growth)
+    if run.rms_monitor is not None:
+        callbacks.append(ActivationRMSMonitor(every_n_steps=run.rms_monitor.every_n_steps,
+                                              per_linear=run.rms_monitor.per_linear))
+    tokenizer_dir = lambda: getattr(datamodule, "tokenizer_dir", None) or run.tokenizer_dir  # noqa: E731
+    if run.eval.max_new_tokens:
+        callbacks.append(cb.SampleGeneration(tokenizer_dir(), run.eval.max_new_tokens, run.eval.evaluate_example))
+    exporter = cb.LitGPTExport(out_dir, run.train.save_interval, tokenizer_dir, hparams_yaml)
+    keep = run.train.keep_last_checkpoints
+    checkpoint = ModelCheckpoint(
+        dirpath=out_dir / "checkpoints", filename="step-{step:08d}", auto_insert_metric_name=False,
+        every_n_train_steps=run.train.save_interval or 0, save_top_k=-1 if keep is None else keep,
+        monitor=None if keep is None else "step", mode="max", save_last=False, save_on_train_epoch_end=False,
+        enable_version_counter=False,
+    )
+    callbacks += [token_counter, exporter, tracker, LearningRateMonitor(logging_interval="step"), checkpoint,
+                  cb.StepProgressBar(run.tokens_per_step)]
+    return _RunCallbacks(all=callbacks, on_interrupt=on_interrupt, token_counter=token_counter, tracker=tracker,
+                         growth=growth)
+
+
+def _build_trainer(run: ResolvedRun, callbacks: list[Any], logger: Any):
+    """The ``lightning.Trainer`` of ``run``: devices, strategy, precision, steps, accumulation (the module's own
+    under Muon), logging and validation intervals, ``max_time``; checkpoints written atomically
+    (:class:`~lightning_sparkling.pretrain.checkpointing.AtomicCheckpointIO`)."""
+    import lightning as L
+
+    from lightning_sparkling.pretrain.checkpointing import AtomicCheckpointIO
+
+    interval = run.eval.interval if run.eval.interval else run.steps + 1
+    return L.Trainer(
+        accelerator=run.accelerator, devices=run.num_devices, num_nodes=run.num_nodes, strategy=_strategy(run),
+        precision=run.precision, max_steps=run.steps, accumulate_grad_batches=1 if run.uses_muon else run.accumulate,
+        log_every_n_steps=run.train.log_interval, val_check_interval=interval * run.accumulate,
+        check_val_every_n_epoch=None, limit_val_batches=run.eval.max_iters if run.eval.max_iters else 1.0,
+        num_sanity_val_steps=0, logger=logger, callbacks=callbacks, default_root_dir=str(run.out_dir),
+        enable_model_summary=False,  # it printed "Total FLOPs: 0": parameters and FLOPs are in the lines above
+        max_time=None if run.train.max_time is None else {"seconds": float(run.train.max_time)},
+        plugins=[AtomicCheckpointIO()],
+    )

@@ -1,0 +1,57 @@
+"""The promise about the old flat module paths (``lightning_sparkling.cli``, ``.config``, ``.stage``, ...): they warn
+that they go away in :data:`~lightning_sparkling._deprecated.REMOVED_IN` (0.3.0), the CHANGELOG says so, and this
+test fails once the package's version reaches that release while they are still here."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import lightning_sparkling
+from lightning_sparkling._deprecated import MOVED, REMOVED_IN
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _release(version: str) -> tuple[int, int, int]:
+    """``"0.3.0"``, ``"0.3"``, ``"0.3.0rc1"`` -> ``(0, 3, 0)`` (a pre-release of 0.3.0 counts as 0.3.0)."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    assert match is not None, version
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def _versions() -> dict[str, str]:
+    """The package's version where the repository states it: ``pyproject.toml`` and ``lightning_sparkling.__version__``."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    project = text.split("[project]", 1)[1].split("\n[", 1)[0]
+    version = re.search(r'^version\s*=\s*"([^"]+)"', project, flags=re.M)
+    assert version is not None, "no version in pyproject.toml's [project]"
+    return {"pyproject.toml": version.group(1), "lightning_sparkling.__version__": lightning_sparkling.__version__}
+
+
+def test_version_parsing():
+    assert _release("0.3.0") == _release("0.3") == _release("0.3.0rc1") == (0, 3, 0)
+    assert _release("0.2.9") < _release(REMOVED_IN) <= _release("0.3.1") < _release("1.0.0")
+
+
+def test_old_flat_paths_are_removed_by_the_release_that_promised_it():
+    reached = {where: v for where, v in _versions().items() if _release(v) >= _release(REMOVED_IN)}
+    assert not reached, (
+        f"the package is at {reached}, and the old flat module paths were promised to be removed in {REMOVED_IN} "
+        f"(CHANGELOG, Deprecated): delete lightning_sparkling/_deprecated.py and its install() in "
+        f"lightning_sparkling/__init__.py ({len(MOVED)} paths: {', '.join(sorted(MOVED))}), tests/test_layout.py's "
+        "tests of the old paths and this file")
+
+
+def test_the_warning_and_the_changelog_name_the_removal_release():
+    sys.modules.pop("lightning_sparkling.cli", None)
+    with pytest.warns(DeprecationWarning, match=rf"removed in lightning-sparkling {re.escape(REMOVED_IN)}: import "
+                                                r"from lightning_sparkling\.pretrain\.cli"):
+        importlib.import_module("lightning_sparkling.cli")
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert f"removed in {REMOVED_IN}" in changelog
