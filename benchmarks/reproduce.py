@@ -5,6 +5,9 @@
     python benchmarks/reproduce.py --size gpu                    # the same grid sized for one GPU
     python benchmarks/reproduce.py --size cpu --dry-run          # list the runs (and refused rows) without training
     python benchmarks/reproduce.py --quick --set train.max_steps=4000   # the same rows on 4x the tokens
+    python benchmarks/reproduce.py --quick --scan --dry-run      # the map of issue 23: list its cells and runs
+    python benchmarks/reproduce.py --quick --scan --scan-ratios 1 --scan-schedules wsd --scan-axes joint,depth \
+        --out /tmp/scan --scan-export /tmp/wsd_cells.json      # a part of it, its cells in measured.json's format
 
 Every run is ``sparkling pretrain --config <generated>.yaml`` in a subprocess (one torch thread each; ``--jobs``
 runs in parallel), in ``--out/<size>/<axis>/<row>/seed<k>/``. A finished run (``summary.json`` with status
@@ -31,6 +34,19 @@ A row is a plain dict, so a row for an option the installed package does not hav
 
 A row whose keys the package refuses (``sparkling pretrain`` exits with a configuration error) is reported as
 "not available in this version", with the package's message, and the rest of the grid runs.
+
+The scan (``--scan``, issue 23: where growth pays) runs the map from one command. A cell is a token ratio
+(``--scan-ratios``: ``train.max_steps`` multipliers of the size; at ``--size quick`` 1, 4 and 8 are about 2.8, 11
+and 23 training tokens per grown parameter on the joint axis), a schedule (``--scan-schedules``: ``cosine``, or
+``wsd``, set on every run of the cell, scratch included, so growth is compared with scratch on the same schedule; a
+timing whose growth is not before the decay phase, ``1 - train.lr_decay_fraction``, is skipped), a growth timing and
+axis (``--scan-axes``: ``joint-25`` / ``joint`` / ``joint-75`` with the "recommended recipe" row, ``depth-5`` /
+``depth`` / ``depth-50`` with "depth stack copy-zero"; ``--scan-rows`` for other rows), each paired with "scratch
+large (iso-FLOPs)". Each ratio and schedule trains in ``--out/x<ratio>-<schedule>/`` (a cell in its ``<size>/<axis>/``
+below it), finished runs are reused, ``--dry-run`` lists the cells and run counts. The result is one line per cell
+(paired Δ mean ± sd against that scratch, seeds above it, tokens per grown parameter, growth_at) in
+``reproduce_<size>_scan[_<tag>].{json,md}``, and the cells of 2 seeds or more in the format of
+``lightning_sparkling/growth/measured.json`` (printed; ``--scan-export PATH`` writes them as a JSON list).
 
 Statistics: per row the mean and sample standard deviation of the final validation loss over seeds; against
 SPARKLING the per-seed difference (same seed = same initial small model, same data order, same validation
@@ -430,11 +446,11 @@ def plan_grid(size_name: str, size: dict, axes: list[str], rows: list[str], seed
             steps = None
             if row.get("iso_compute"):
                 # on the depth axes the growth rows' FLOPs are the reference's (the axis' reference row); every
-                # depth row of an axis has the same parameters per phase, so any of them stands in when the
-                # reference row is not in the grid (e.g. only the best row of a first grid)
+                # growth row of an axis has the same parameters per phase, so any of them stands in when the
+                # reference row is not in the grid (e.g. only the best row of a first grid, or a scan's row)
                 target = reference(axis) if row["iso_compute"] == REFERENCE else row["iso_compute"]
                 ref = computes.get(target)
-                if ref is None and axis in DEPTH_AXES:
+                if ref is None and target == reference(axis):
                     ref = next((computes[r] for r in names if r in computes and "stage" in ROWS[r]), None)
                 if ref is None:
                     refused.append({"axis": axis, "row": name, "why": f"needs row {target!r}"})
@@ -766,6 +782,295 @@ def plot(size_name: str, table: dict, results: Path, tag: str | None = None) -> 
     return files
 
 
+# ------------------------------------------------------------------------------------------------------------ scan
+# issue 23, "where growth pays": a map of cells, each one growth row against the grown shape from scratch on the same
+# FLOPs with the same LR schedule, over token ratio (train.max_steps multipliers), schedule, growth timing and axis.
+SCAN_SCHEDULES = ["cosine", "wsd"]
+SCAN_RATIOS = [1, 4, 8]
+SCAN_AXES = {"joint-25": "recommended recipe", "joint": "recommended recipe", "joint-75": "recommended recipe",
+             "depth-5": DEPTH_REFERENCE, "depth": DEPTH_REFERENCE, "depth-50": DEPTH_REFERENCE}
+"""The scan's timings of each axis and the row each is measured with (``--scan-rows`` replaces it)."""
+SCAN_RECIPES = {"SPARKLING": "paper", "recommended recipe": "recommended", "random-zero + ratio 10": "random-zero",
+                DEPTH_REFERENCE: "paper"}
+"""The map's ``recipe`` (a ``growth.recipe``) of a row. The row "random-zero" (random-zero init, the paper's 1.3x
+re-warmup) is not the recipe ``random-zero`` (10x re-warmup: the row "random-zero + ratio 10"), so it has none. A
+stage that grows only n_layer gets no symmetry loop under ``recommended``, so the depth row is ``paper``."""
+
+
+def map_axis(axis: str) -> str:
+    """The map's axis of a reproduce.py axis: the timing suffix dropped (``joint-25`` -> ``joint``)."""
+    return re.sub(r"-\d+$", "", axis)
+
+
+def map_recipe(row: str) -> str | None:
+    """The map's ``recipe`` of a row: :data:`SCAN_RECIPES`, else the ``growth.recipe`` the row is exactly (its
+    ``growth.recipe`` with no stage keys of its own, or stage keys equal to a named recipe's under the paper's);
+    ``None`` for a row that is no named recipe (its cells are reported, not exported to the map)."""
+    if row in SCAN_RECIPES:
+        return SCAN_RECIPES[row]
+    stage, recipe = ROWS[row].get("stage"), ROWS[row].get("set", {}).get("growth.recipe", "paper")
+    if stage == {}:
+        return recipe
+    try:
+        from lightning_sparkling.growth.stage import RECIPES
+    except ImportError:
+        return None
+    return next((name for name, keys in RECIPES.items() if recipe == "paper" and keys and keys == stage), None)
+
+
+def default_decay_fraction() -> float:
+    """``train.lr_decay_fraction``'s default in the installed package (0.2 where it cannot be read)."""
+    try:
+        from lightning_sparkling.pretrain.config import TrainArgs
+
+        return float(TrainArgs.lr_decay_fraction)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return 0.2
+
+
+def scan_size(size: dict, ratio: int, schedule: str) -> dict:
+    """``size`` with ``train.max_steps`` times ``ratio`` and, for ``wsd``, ``train.lr_schedule: wsd`` on every run of
+    the cell (scratch included). ``cosine`` leaves the key out, so those runs are the grid's own configurations."""
+    out = copy.deepcopy(size)
+    train = out["config"]["train"]
+    train["max_steps"] = int(train["max_steps"]) * ratio
+    if schedule == "wsd":
+        train["lr_schedule"] = "wsd"
+    elif schedule != "cosine":
+        raise ValueError(f"unknown schedule {schedule!r}; choose from {SCAN_SCHEDULES}")
+    return out
+
+
+def scan_cells(size: dict, ratios: list[int], schedules: list[str], axes: list[str],
+               rows: list[str] | None = None) -> tuple[list[dict], list[dict]]:
+    """The scan's cells, ``(cells, skipped)``: one cell per ratio, schedule, axis and row (the axis' row of
+    :data:`SCAN_AXES`, or the ``rows`` that apply to the axis; ``"<axis>:<row>"`` applies to that axis only). Under
+    ``wsd`` a timing whose growth is not inside the stable phase (``at_step / steps >= 1 - lr_decay_fraction``) is
+    skipped, with the reason."""
+    cells, skipped = [], []
+    for ratio in ratios:
+        for schedule in schedules:
+            sized = scan_size(size, ratio, schedule)
+            train = sized["config"]["train"]
+            steps = train["max_steps"]
+            decay = float(train.get("lr_decay_fraction") or default_decay_fraction())
+            for axis in axes:
+                names = ([r for r in (row_of(r, axis) for r in rows) if r and r in axis_rows(axis, [r])] if rows
+                         else [SCAN_AXES.get(axis) or "recommended recipe"])
+                names = [r for r in names if "stage" in ROWS[r]]
+                if not names:
+                    skipped.append({"ratio": ratio, "schedule": schedule, "axis": axis,
+                                    "why": f"none of the rows {rows} grows on this axis"})
+                    continue
+                at = axis_stages(axis, sized, steps)[0]["at_step"]
+                growth_at = at / steps
+                if schedule == "wsd" and growth_at >= 1 - decay - 1e-9:
+                    skipped.append({"ratio": ratio, "schedule": schedule, "axis": axis,
+                                    "why": f"growth at {growth_at:.0%} (step {at}) is not before the WSD decay "
+                                           f"(the last {decay:g} of the run)"})
+                    continue
+                for row in names:
+                    cells.append({"ratio": ratio, "schedule": schedule, "axis": axis, "row": row, "steps": steps,
+                                  "growth_step": at, "growth_at": growth_at, "sub": f"x{ratio}-{schedule}"})
+    return cells, skipped
+
+
+def row_of(spec: str, axis: str) -> str | None:
+    """The row of a ``--scan-rows`` entry on ``axis``: ``"<row>"`` on every axis, ``"<axis>:<row>"`` on that one."""
+    scope, sep, row = spec.partition(":")
+    if sep and scope in AXES:
+        return row if scope == axis else None
+    return spec
+
+
+def plan_scan(size_name: str, size: dict, cells: list[dict], seeds: list[int], out: Path) -> tuple[list, list]:
+    """Plan every run of the scan: per ratio and schedule one :func:`plan_grid` of its axes, the cells' rows and the
+    iso-FLOPs scratch, in ``out/x<ratio>-<schedule>/`` (one subfolder per cell below it: ``<size>/<axis>/``).
+    Returns the runs (each with its cell's ``sub``) and the refused rows."""
+    runs, refused = [], []
+    groups: dict[tuple[int, str], list[dict]] = {}
+    for cell in cells:
+        groups.setdefault((cell["ratio"], cell["schedule"]), []).append(cell)
+    for (ratio, schedule), group in groups.items():
+        axes = list(dict.fromkeys(c["axis"] for c in group))
+        rows = list(dict.fromkeys([*(c["row"] for c in group), ISO_FLOPS]))
+        planned, why = plan_grid(size_name, scan_size(size, ratio, schedule), axes, rows, seeds,
+                                 out / group[0]["sub"])
+        wanted = {(c["axis"], c["row"]) for c in group} | {(a, ISO_FLOPS) for a in axes}
+        runs += [{**r, "sub": group[0]["sub"]} for r in planned if (r["axis"], r["row"]) in wanted]
+        refused += [{**r, "sub": group[0]["sub"]} for r in why]
+    return runs, refused
+
+
+def scan_lines(cells: list[dict], runs: list[dict]) -> list[dict]:
+    """One line per cell: the paired Δ of the final validation loss against the same-schedule iso-FLOPs scratch
+    (mean, sd, seeds, seeds above scratch), tokens per grown (final active) parameter, growth_at, both rows' means."""
+    lines = []
+    by_sub: dict[str, list[dict]] = {}
+    for run in runs:
+        by_sub.setdefault(run["sub"], []).append(run)
+    tables = {sub: collect(group) for sub, group in by_sub.items()}
+    for cell in cells:
+        rows = tables.get(cell["sub"], {}).get(cell["axis"], {})
+        grown, scratch = rows.get(cell["row"]), rows.get(ISO_FLOPS)
+        line = {k: cell[k] for k in ("ratio", "schedule", "axis", "row", "steps", "growth_step", "growth_at", "sub")}
+        line.update(map_axis=map_axis(cell["axis"]), recipe=map_recipe(cell["row"]))
+        if grown is None:
+            lines.append({**line, "status": "refused or not planned"})
+            continue
+        c = grown["compute"]
+        tokens = c["steps"] * c["tokens_per_step"]
+        d = grown.get("diff_iso_flops")
+        line.update(tokens=tokens, grown_active_params=c["active_params"][-1],
+                    tokens_per_param=tokens / c["active_params"][-1], scratch_steps=scratch["compute"]["steps"]
+                    if scratch else None, growth_mean=grown.get("mean"), growth_seeds=grown["seeds"],
+                    scratch_mean=scratch.get("mean") if scratch else None,
+                    scratch_seeds=scratch["seeds"] if scratch else {},
+                    delta=d["mean"] if d else None, sd=d["sd"] if d else None, ci95=d["ci95"] if d else None,
+                    seeds=d["n"] if d else 0, seeds_above=d["wins"] if d else 0,
+                    per_seed=d["per_seed"] if d else [],
+                    wall_s=sum(w for e in (grown, scratch or {}) for w in e.get("wall_s", []) if w),
+                    status="measured" if d and d["n"] >= 2 else ("1 seed" if d else "not run"))
+        lines.append(line)
+    return lines
+
+
+def scan_where(size_name: str, ratio: int) -> str:
+    """The ``where`` of a scan cell in the map: its section of docs/BENCHMARKS.md and run length."""
+    return f"Where growth pays: the scan ({size_name}{'' if ratio == 1 else f' x{ratio}'})"
+
+
+def export_cells(lines: list[dict], size_name: str) -> list[dict]:
+    """The measured lines (2 seeds or more) as cells of lightning_sparkling/growth/measured.json."""
+    out = []
+    for line in lines:
+        if line.get("seeds", 0) < 2 or line.get("sd") is None or line["recipe"] is None:
+            continue
+        out.append({"axis": line["map_axis"], "recipe": line["recipe"], "schedule": line["schedule"],
+                    "growth_at": round(line["growth_at"], 3), "tokens_per_param": round(line["tokens_per_param"], 1),
+                    "delta": round(line["delta"], 3), "sd": round(line["sd"], 3), "seeds": line["seeds"],
+                    "seeds_above": line["seeds_above"], "where": scan_where(size_name, line["ratio"])})
+    return out
+
+
+def format_cell(cell: dict) -> str:
+    """One cell as a line of measured.json (``"delta": -0.020``: three decimals, as the map writes them)."""
+    return ("{" + f'"axis": {json.dumps(cell["axis"])}, "recipe": {json.dumps(cell["recipe"])}, '
+            f'"schedule": {json.dumps(cell["schedule"])}, "growth_at": {cell["growth_at"]!r}, '
+            f'"tokens_per_param": {cell["tokens_per_param"]:.1f}, "delta": {cell["delta"]:.3f}, '
+            f'"sd": {cell["sd"]:.3f}, "seeds": {cell["seeds"]}, "seeds_above": {cell["seeds_above"]}, '
+            f'"where": {json.dumps(cell["where"], ensure_ascii=False)}' + "}")
+
+
+def format_export(cells: list[dict]) -> str:
+    """The cells as a JSON list, one measured.json line each (paste the lines into the map's ``cells``)."""
+    if not cells:
+        return "[]\n"
+    return "[\n" + ",\n".join(f"    {format_cell(c)}" for c in cells) + "\n]\n"
+
+
+def scan_markdown(size_name: str, lines: list[dict], skipped: list[dict], refused: list[dict], seeds: list[int],
+                  wall: float | None) -> str:
+    out = [f"### `--size {size_name} --scan`: growth against the same-schedule iso-FLOPs scratch, seeds "
+           f"{', '.join(map(str, seeds))}", ""]
+    spent = sum(line.get("wall_s") or 0 for line in lines)
+    out.append((f"Scan wall-clock of this invocation: {wall / 60:.1f} min; " if wall is not None else "")
+               + f"sum of the runs' wall-clock (summary.json, shared scratch counted per cell): {spent / 60:.1f} min.")
+    out += ["", "Δ: final validation loss of the growth row minus that of the grown shape trained from scratch on the "
+            "same FLOPs with the same LR schedule, paired by seed (negative: growth paid); seeds above: seeds where "
+            "growth ended above scratch.", ""]
+    out.append("| steps (x) | tokens / grown param | schedule | axis | row (recipe) | growth at | Δ vs iso-FLOPs scratch "
+               "(paired mean ± sd) | seeds above | growth loss | scratch loss (steps) | per-seed Δ |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for ln in lines:
+        if "tokens" not in ln:
+            out.append(f"| {ln['steps']} (x{ln['ratio']}) | - | {ln['schedule']} | {ln['axis']} | {ln['row']} "
+                       f"({ln['recipe'] or '-'}) | {ln['growth_at']:.0%} | {ln['status']} | | | | |")
+            continue
+        delta = "-" if ln["delta"] is None else f"{ln['delta']:+.3f} ± {fmt(ln['sd'])}"
+        above = f"{ln['seeds_above']}/{ln['seeds']}" if ln["seeds"] else "-"
+        per = ", ".join(f"{v:+.3f}" for v in ln["per_seed"]) or "-"
+        out.append(f"| {ln['steps']} (x{ln['ratio']}) | {ln['tokens_per_param']:.1f} | {ln['schedule']} | "
+                   f"{ln['axis']} | {ln['row']} ({ln['recipe'] or 'no growth.recipe: not exported'}) | "
+                   f"{ln['growth_at']:.0%} | {delta} | {above} | "
+                   f"{fmt(ln['growth_mean'])} | {fmt(ln['scratch_mean'])} ({ln['scratch_steps']}) | {per} |")
+    out.append("")
+    for sk in skipped:
+        out.append(f"- skipped: x{sk['ratio']} {sk['schedule']} {sk['axis']}: {sk['why']}")
+    seen = set()
+    for r in refused:
+        if (r["sub"], r["axis"], r["row"]) not in seen:
+            seen.add((r["sub"], r["axis"], r["row"]))
+            out.append(f"- not available: {r['sub']} {r['axis']} | {r['row']}: {r['why']}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def run_scan(args, parser, size_name: str, size: dict, seeds: list[int], out: Path, results: Path) -> int:
+    """``--scan``: plan (``--dry-run``: list), train what is not finished, then the table and the map's cells."""
+    t0 = time.perf_counter()
+    try:
+        ratios = [int(r) for r in args.scan_ratios.split(",")]
+    except ValueError:
+        parser.error(f"--scan-ratios takes integer train.max_steps multipliers, e.g. 1,4,8 (not {args.scan_ratios!r})")
+    schedules = args.scan_schedules.split(",")
+    axes = args.scan_axes.split(",")
+    rows = [r.strip() for r in args.scan_rows.split(",")] if args.scan_rows else None
+    for bad, known, what in ((set(schedules) - set(SCAN_SCHEDULES), SCAN_SCHEDULES, "schedules"),
+                             (set(axes) - set(AXES), AXES, "axes"),
+                             ({r for r in rows or [] if r not in ROWS and not (r.partition(":")[0] in AXES
+                                                                               and r.partition(":")[2] in ROWS)},
+                              list(ROWS), "rows")):
+        if bad:
+            parser.error(f"unknown scan {what} {sorted(bad)}; choose from {known}")
+    if any(r < 1 for r in ratios):
+        parser.error("--scan-ratios must be >= 1")
+    if "lr_schedule" in size["config"]["train"]:
+        parser.error("--scan sets train.lr_schedule per cell (--scan-schedules), not with --set")
+    cells, skipped = scan_cells(size, ratios, schedules, axes, rows)
+    runs, refused = plan_scan(size_name, size, cells, seeds, out)
+    lines = scan_lines(cells, runs)
+    distinct = {r["run_dir"]: r for r in runs}
+    done = sum(is_done(Path(d), r["config"]) for d, r in distinct.items())
+    print(f"scan {size_name}: ratios {ratios}, schedules {schedules}, axes {axes}, seeds {seeds}: {len(cells)} cells, "
+          f"{len(distinct)} distinct runs ({done} already done, {len(distinct) - done} to train) in {out}")
+    for ln in lines:
+        ratio = f"{ln['tokens_per_param']:.1f} tokens per grown parameter" if "tokens_per_param" in ln else "refused"
+        n_runs = len({r["run_dir"] for r in runs if r["sub"] == ln["sub"]
+                      and r["axis"] == ln["axis"] and r["row"] in (ln["row"], ISO_FLOPS)})
+        print(f"  x{ln['ratio']} ({ln['steps']} steps, {ratio}) | {ln['schedule']:<6} | {ln['axis']:<8} | "
+              f"{ln['row']} vs {ISO_FLOPS} | growth at {ln['growth_at']:.0%} | {n_runs} runs")
+    for sk in skipped:
+        print(f"  skipped: x{sk['ratio']} {sk['schedule']} {sk['axis']}: {sk['why']}")
+    for r in refused:
+        print(f"  not available: {r['sub']} {r['axis']} | {r['row']}: {r['why']}")
+    if args.dry_run:
+        return 0
+    wall = None
+    if not args.report_only:
+        run_grid(runs, args.jobs)
+        wall = time.perf_counter() - t0
+        lines = scan_lines(cells, runs)
+    md = scan_markdown(size_name, lines, skipped, refused, seeds, wall)
+    exported = export_cells(lines, size_name)
+    stem = f"reproduce_{size_name}_scan" + (f"_{slug(args.tag)}" if args.tag else "")
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{stem}.md").write_text(md)
+    payload = {"size": size_name, "size_config": size, "scan": {"ratios": ratios, "schedules": schedules,
+                                                                  "axes": axes, "rows": rows},
+               "seeds": seeds, "set": args.set, "out": str(out), "wall_clock_seconds": wall, "skipped": skipped,
+               "refused": refused, "lines": lines, "measured_cells": exported,
+               "command": " ".join([Path(sys.argv[0]).name] + (args.argv if args.argv is not None else sys.argv[1:]))}
+    (results / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    print(md)
+    print("measured.json cells (2 seeds or more):")
+    print(format_export(exported), end="")
+    if args.scan_export:
+        Path(args.scan_export).write_text(format_export(exported))
+        print(f"wrote {len(exported)} cell(s) to {args.scan_export}")
+    print(f"wrote {results / f'{stem}.json'} and .md")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -793,7 +1098,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the size's config for every run, e.g. --set train.max_steps=6000 "
                              "(growth stays at half the steps; repeatable; values are YAML)")
+    scan = parser.add_argument_group("the scan (issue 23): where growth pays, one command")
+    scan.add_argument("--scan", action="store_true",
+                      help="run the map: per token ratio, schedule and growth timing, the axis' row against the "
+                           "grown shape from scratch on the same FLOPs with the same schedule; writes "
+                           "reproduce_<size>_scan[_<tag>].{json,md} and the map's cells")
+    scan.add_argument("--scan-ratios", default=",".join(map(str, SCAN_RATIOS)),
+                      help="train.max_steps multipliers of the size (default 1,4,8: at --size quick about 2.8, 11 "
+                           "and 23 training tokens per grown parameter on the joint axis)")
+    scan.add_argument("--scan-schedules", default=",".join(SCAN_SCHEDULES),
+                      help="cosine and/or wsd (train.lr_schedule: wsd on every run of the cell, scratch included; "
+                           "only timings before the decay phase)")
+    scan.add_argument("--scan-axes", default=",".join(SCAN_AXES),
+                      help=f"growth timings and axes (default {','.join(SCAN_AXES)}); joint axes with "
+                           f"'recommended recipe', depth axes with {DEPTH_REFERENCE!r}")
+    scan.add_argument("--scan-rows", default=None,
+                      help="comma list of growth rows instead of each axis' default (each on the axes it applies "
+                           "to; AXIS:ROW on that axis only, e.g. 'joint:SPARKLING')")
+    scan.add_argument("--scan-export", default=None, metavar="PATH",
+                      help="write the measured cells (2+ seeds) as a JSON list in measured.json's format")
     args = parser.parse_args(argv)
+    args.argv = argv
     size_name = "quick" if args.quick else args.size
     size = resolve_size(size_name)
     if args.list:
@@ -819,8 +1144,12 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.set:
         key, _, value = item.partition("=")
         set_dotted(size["config"], key, yaml.safe_load(value))
+    if args.scan and args.out == parser.get_default("out"):
+        out = out / "scan"
     if args.set and args.out == parser.get_default("out"):
         out = out / ("set-" + hashlib.sha256(" ".join(args.set).encode()).hexdigest()[:8])
+    if args.scan:
+        return run_scan(args, parser, size_name, size, seeds, out, results)
     cells, refused = plan_grid(size_name, size, axes, rows, seeds, out)
     distinct = len({c["run_dir"] for c in cells})
     print(f"size {size_name}: axes {axes}, {len(rows)} rows, seeds {seeds}: {len(cells)} cells, {distinct} distinct "

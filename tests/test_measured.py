@@ -107,9 +107,18 @@ def test_advice_on_the_joint_axis_reads_the_stored_map(ratio, recipe, pays, says
 
 def test_advice_for_an_unmeasured_schedule_or_axis_says_nothing_was_measured():
     stage = GrowthStage(500, n_embd=64, intermediate_size=256)
-    wsd = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", schedule="wsd")
+    cosine_only = [c for c in load_map() if c.schedule == "cosine"]
+    wsd = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", schedule="wsd",
+                 cells=cosine_only)
     assert wsd.cell is None and not wsd.pays and "nothing was measured" in wsd.message()
     assert "wsd schedule" in wsd.message()
+    # the stored map: recommended paid at 2.8 under cosine and did not under WSD (the schedule is part of the key)
+    measured = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", schedule="wsd")
+    assert not measured.pays and "Δ +0.053 ± 0.007" in measured.message()
+    assert advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended").pays
+    rand = advise([GrowthStage(600, n_embd=64, intermediate_size=256)], total_steps=1000, tokens_per_param=2.8,
+                  recipe="recommended", schedule="wsd")
+    assert rand.cell.growth_at == 0.5  # 60%: nearest timing among the WSD cells (50%, 25%)
     depth = advise([GrowthStage(250, n_layer=8)], total_steps=1000, tokens_per_param=5.0, recipe="paper")
     assert depth.pays and depth.cell.axis == "depth" and "growth paid there" in depth.message()
 

@@ -343,3 +343,137 @@ def test_tag_names_the_outputs_and_paths_are_repo_relative(repro, tmp_path):
     assert list(payload["table"]) == ["hidden", "hidden+heads"]
     assert repro.published_path(ROOT / "benchmarks" / "results" / "x.png") == "benchmarks/results/x.png"
     assert repro.published_path("/tmp/elsewhere/x.png") == "/tmp/elsewhere/x.png"
+
+
+# ------------------------------------------------------------------------------------------------ the scan (issue 23)
+def test_scan_cells_cover_ratios_schedules_and_timings(repro):
+    """One cell per ratio, schedule and timing; joint timings with the recommended recipe, depth timings with stack
+    copy-zero; the ratio multiplies train.max_steps and the growth step with it."""
+    size = repro.resolve_size("quick")
+    cells, skipped = repro.scan_cells(size, [1, 4], ["cosine", "wsd"], list(repro.SCAN_AXES))
+    assert skipped == [] and len(cells) == 2 * 2 * 6  # growth at 75% is inside the default stable phase (0.8)
+    keys = [(c["ratio"], c["schedule"], c["axis"]) for c in cells]
+    assert len(set(keys)) == len(keys)
+    rows = {c["axis"]: c["row"] for c in cells}
+    assert rows == {"joint-25": "recommended recipe", "joint": "recommended recipe", "joint-75": "recommended recipe",
+                    "depth-5": "depth stack copy-zero", "depth": "depth stack copy-zero",
+                    "depth-50": "depth stack copy-zero"}
+    at = {(c["ratio"], c["axis"]): (c["steps"], c["growth_step"], c["growth_at"]) for c in cells}
+    assert at[(1, "joint")] == (1000, 500, 0.5) and at[(4, "joint-25")] == (4000, 1000, 0.25)
+    assert at[(4, "depth-5")] == (4000, 200, 0.05) and at[(1, "depth-50")] == (1000, 500, 0.5)
+    assert {c["sub"] for c in cells} == {"x1-cosine", "x1-wsd", "x4-cosine", "x4-wsd"}
+    # other rows replace the defaults on the axes they apply to
+    cells, skipped = repro.scan_cells(size, [1], ["cosine"], ["joint", "depth"], ["SPARKLING", "recommended recipe"])
+    assert [(c["axis"], c["row"]) for c in cells] == [("joint", "SPARKLING"), ("joint", "recommended recipe")]
+    assert skipped[0]["axis"] == "depth" and "grows on this axis" in skipped[0]["why"]
+    cells, skipped = repro.scan_cells(size, [1], ["wsd"], ["joint-25", "joint", "depth"],
+                                      ["recommended recipe", "joint:SPARKLING", "depth stack copy-zero"])
+    assert [(c["axis"], c["row"]) for c in cells] == [
+        ("joint-25", "recommended recipe"), ("joint", "recommended recipe"), ("joint", "SPARKLING"),
+        ("depth", "depth stack copy-zero")] and skipped == []
+    assert (repro.map_axis("joint-25"), repro.map_axis("depth-50"), repro.map_axis("hidden+heads")) == (
+        "joint", "depth", "hidden+heads")
+    # the map's recipe is a growth.recipe: the row "random-zero" (paper's 1.3x re-warmup) is not the recipe
+    # random-zero (10x, the row "random-zero + ratio 10"), and is reported but not exported
+    assert [repro.map_recipe(r) for r in ("recommended recipe", "SPARKLING", "depth stack copy-zero",
+                                          "random-zero + ratio 10", "random-zero", "naive growth")] == [
+        "recommended", "paper", "paper", "random-zero", None, None]
+    from lightning_sparkling.growth.stage import RECIPES
+
+    assert repro.ROWS["random-zero + ratio 10"]["stage"] == RECIPES["random-zero"]
+
+
+def test_scan_puts_wsd_on_every_run_of_a_cell_scratch_included(repro, tmp_path):
+    """Under wsd the growth row and its iso-FLOPs scratch both run train.lr_schedule: wsd (the comparison is to
+    scratch on the same schedule); cosine cells are the grid's own configurations; each cell in its own folder."""
+    size = repro.resolve_size("tiny")
+    cells, _ = repro.scan_cells(size, [1, 2], ["cosine", "wsd"], ["joint", "depth"])
+    runs, refused = repro.plan_scan("tiny", size, cells, [1], tmp_path)
+    assert refused == []
+    assert len(runs) == 2 * 2 * 2 * 2  # ratios x schedules x axes x (growth row, scratch)
+    for run in runs:
+        train = run["config"]["train"]
+        assert train.get("lr_schedule") == ("wsd" if run["sub"].endswith("wsd") else None), run["run_dir"]
+        assert train["max_steps"] == (40 if run["row"] != repro.ISO_FLOPS else run["compute"]["steps"]) * \
+            (1 if run["row"] == repro.ISO_FLOPS else int(run["sub"][1]))
+        assert Path(run["run_dir"]).relative_to(tmp_path / run["sub"] / "tiny" / run["axis"])
+    scratch = [r for r in runs if r["row"] == repro.ISO_FLOPS]
+    assert len(scratch) == 8 and all(r["compute"]["active_params"] == [r["compute"]["active_params"][-1]]
+                                     for r in scratch)
+    grid, _ = repro.plan_grid("tiny", size, ["joint"], ["recommended recipe", repro.ISO_FLOPS], [1], tmp_path)
+    cosine = {r["row"]: r["config"] for r in runs if r["sub"] == "x1-cosine" and r["axis"] == "joint"}
+    assert cosine == {c["row"]: c["config"] for c in grid}  # same FLOPs, same scratch steps, same keys
+    wsd = {r["row"]: r["compute"]["steps"] for r in runs if r["sub"] == "x1-wsd" and r["axis"] == "joint"}
+    assert wsd == {c["row"]: c["compute"]["steps"] for c in grid}
+
+
+def test_scan_skips_growth_inside_the_wsd_decay_and_the_package_agrees(repro, tmp_path, capsys):
+    size = repro.resolve_size("tiny")
+    size["config"]["train"]["lr_decay_fraction"] = 0.3  # stable phase: the first 70% of the run
+    cells, skipped = repro.scan_cells(size, [1], ["cosine", "wsd"], ["joint-25", "joint-75", "depth-50"])
+    assert [(c["schedule"], c["axis"]) for c in cells] == [
+        ("cosine", "joint-25"), ("cosine", "joint-75"), ("cosine", "depth-50"), ("wsd", "joint-25"),
+        ("wsd", "depth-50")]
+    assert [(s["schedule"], s["axis"]) for s in skipped] == [("wsd", "joint-75")]
+    assert "not before the WSD decay" in skipped[0]["why"]
+    # the package refuses that run too: the scan only leaves out what could not train
+    config = repro.build_config(repro.scan_size(size, 1, "wsd"), "joint-75", repro.ROWS["recommended recipe"], 1)
+    assert repro.check_config(config)[0] is None
+    # through the CLI (--set reaches the decay fraction): the dry run lists the cells and run counts, trains nothing
+    out = tmp_path / "runs"
+    assert repro.main(["--size", "tiny", "--seeds", "1", "--scan", "--scan-ratios", "1", "--scan-schedules", "wsd",
+                       "--scan-axes",
+                       "joint-75,joint", "--set", "train.lr_decay_fraction=0.3", "--dry-run", "--out", str(out),
+                       "--results", str(tmp_path / "results")]) == 0
+    text = capsys.readouterr().out
+    assert "1 cells, 2 distinct runs (0 already done, 2 to train)" in text
+    assert "skipped: x1 wsd joint-75" in text and "| wsd    | joint    | recommended recipe vs" in text
+    assert not out.exists()
+    with pytest.raises(SystemExit):
+        repro.main(["--size", "tiny", "--scan", "--set", "train.lr_schedule=wsd", "--dry-run", "--out", str(out)])
+    assert "not with --set" in capsys.readouterr().err
+
+
+def test_scan_table_and_export_load_as_measured_cells(repro, tmp_path):
+    """Hand-made finished runs of two cells: one line per cell with the paired Δ against its own scratch, and the
+    export (--scan-export) is a JSON list of measured.json cells, written as the map writes them."""
+    from lightning_sparkling.growth.measured import MAP_PATH, MeasuredCell
+
+    size = repro.resolve_size("tiny")
+    out, results, export = tmp_path / "runs", tmp_path / "results", tmp_path / "cells.json"
+    cells, _ = repro.scan_cells(size, [1], ["wsd"], ["joint", "depth"])
+    runs, _ = repro.plan_scan("tiny", size, cells, [1, 2, 3], out)
+    losses = {("joint", "recommended recipe"): [3.40, 3.50, 3.45], ("joint", repro.ISO_FLOPS): [3.45, 3.48, 3.50],
+              ("depth", "depth stack copy-zero"): [3.60, 3.70, 3.65], ("depth", repro.ISO_FLOPS): [3.50, 3.72, 3.60]}
+    for run in runs:
+        _fake_run(Path(run["run_dir"]), losses[(run["axis"], run["row"])][run["seed"] - 1])
+        (Path(run["run_dir"]) / "config.yaml").write_text(yaml.safe_dump({**run["config"],
+                                                                          "out_dir": run["run_dir"]}))
+    assert repro.main(["--size", "tiny", "--scan", "--scan-ratios", "1", "--scan-schedules", "wsd", "--scan-axes",
+                       "joint,depth", "--out", str(out), "--results", str(results), "--scan-export", str(export),
+                       "--tag", "wsd"]) == 0  # every run finished: nothing trains
+    payload = json.loads((results / "reproduce_tiny_scan_wsd.json").read_text())
+    lines = {ln["axis"]: ln for ln in payload["lines"]}
+    joint = [a - b for a, b in zip(losses[("joint", "recommended recipe")], losses[("joint", repro.ISO_FLOPS)])]
+    assert lines["joint"]["delta"] == pytest.approx(statistics.fmean(joint))
+    assert lines["joint"]["sd"] == pytest.approx(statistics.stdev(joint))
+    assert (lines["joint"]["seeds"], lines["joint"]["seeds_above"]) == (3, 1)
+    assert (lines["depth"]["seeds"], lines["depth"]["seeds_above"]) == (3, 2)
+    grown = next(r for r in runs if r["axis"] == "joint" and r["row"] != repro.ISO_FLOPS)["compute"]
+    assert lines["joint"]["tokens_per_param"] == pytest.approx(40 * grown["tokens_per_step"]
+                                                               / grown["active_params"][-1])
+    assert repro.export_cells([{**lines["joint"], "recipe": None}], "tiny") == []  # a row that is no recipe
+    exported = json.loads(export.read_text())
+    assert exported == payload["measured_cells"] and len(exported) == 2
+    measured = [MeasuredCell(**cell) for cell in exported]
+    assert {(m.axis, m.recipe, m.schedule, m.growth_at) for m in measured} == {
+        ("joint", "recommended", "wsd", 0.5), ("depth", "paper", "wsd", 0.25)}
+    joint_cell = next(m for m in measured if m.axis == "joint")
+    assert (joint_cell.delta, joint_cell.sd) == (round(statistics.fmean(joint), 3), round(statistics.stdev(joint), 3))
+    assert joint_cell.where == "Where growth pays: the scan (tiny)"
+    assert f"{joint_cell.delta:+.3f} ± {joint_cell.sd:.3f}" in (results / "reproduce_tiny_scan_wsd.md").read_text()
+    # the map's own lines come out of format_cell unchanged: the export pastes into measured.json as it is
+    for line in MAP_PATH.read_text(encoding="utf-8").splitlines():
+        if line.strip().startswith('{"axis"'):
+            text = line.strip().rstrip(",")
+            assert repro.format_cell(json.loads(text)) == text
