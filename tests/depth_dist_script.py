@@ -68,32 +68,50 @@ class SaveAt(Callback):
                 trainer.save_checkpoint(self.out / f"full{step}.ckpt")
 
 
-def layout(optimizer: torch.optim.Optimizer) -> list[list[tuple[int, ...]]]:
-    """Global shapes of each param group's parameters, in order (FSDP1: this rank's 1-D views, so their count)."""
-    return [[tuple(p.shape) for p in group["params"]] for group in optimizer.param_groups]
-
-
-if __name__ == "__main__":
+def script_args() -> argparse.Namespace:
+    """The command line of the 2-rank scripts: ``out mode [--accumulate N] [--resume CKPT] [--tag T]``."""
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1"])
     parser.add_argument("--accumulate", type=int, default=2)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--tag", default="")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def backend_kwargs(mode: str) -> dict:
+    """``Trainer`` keywords of a backend on 2 CPU ranks (nothing for ``single``)."""
+    if mode == "ddp":
+        return dict(strategy="ddp", devices=2)
+    if mode == "fsdp2":
+        return dict(strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1), devices=2)
+    if mode == "fsdp1":
+        return dict(strategy=CPUFSDPStrategy(use_orig_params=True, state_dict_type="sharded"), devices=2,
+                    plugins=[Float64FSDPPrecision()])
+    return {}
+
+
+def finish() -> None:
+    """An orderly gloo shutdown once both ranks' results are on disk, then exit at once."""
+    if torch.distributed.is_initialized():  # avoids an abort at interpreter exit
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    exit_now()
+
+
+def layout(optimizer: torch.optim.Optimizer) -> list[list[tuple[int, ...]]]:
+    """Global shapes of each param group's parameters, in order (FSDP1: this rank's 1-D views, so their count)."""
+    return [[tuple(p.shape) for p in group["params"]] for group in optimizer.param_groups]
+
+
+if __name__ == "__main__":
+    args = script_args()
     out = Path(args.out) / f"{args.mode}-acc{args.accumulate}"
     out.mkdir(parents=True, exist_ok=True)
     module = TinyModule(max_steps=MAX_STEPS, accumulate=args.accumulate,
                         emulate_ranks=2 if args.mode == "single" else 0, dtype=torch.float64)
     callbacks = [WidthGrowthCallback(STAGES, symmetry_every_n_steps=3)]  # depth symmetry read through the backend
-    kwargs = {}
-    if args.mode == "ddp":
-        kwargs = dict(strategy="ddp", devices=2)
-    elif args.mode == "fsdp2":
-        kwargs = dict(strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1), devices=2)
-    elif args.mode == "fsdp1":
-        kwargs = dict(strategy=CPUFSDPStrategy(use_orig_params=True, state_dict_type="sharded"), devices=2,
-                      plugins=[Float64FSDPPrecision()])
+    kwargs = backend_kwargs(args.mode)
     if args.mode != "single" and not args.resume:
         callbacks.append(SaveAt(out))
     trainer = make_trainer(callbacks, max_steps=MAX_STEPS, accumulate=args.accumulate, **kwargs)
@@ -104,7 +122,4 @@ if __name__ == "__main__":
     torch.save({"state": state, "losses": module.losses, "layout": layout(trainer.optimizers[0]),
                 "symmetry": callbacks[0].last_symmetry, "n_layer": module.model.config.n_layer},
                out / f"final{args.tag}-rank{trainer.global_rank}.pt")
-    if torch.distributed.is_initialized():  # an orderly gloo shutdown (avoids an abort at interpreter exit)
-        torch.distributed.barrier()  # both ranks' results are on disk
-        torch.distributed.destroy_process_group()
-    exit_now()
+    finish()

@@ -23,26 +23,22 @@ checkpoints at step 10 (after the first heads growth, before the second) and 14 
 FSDP2 and FSDP1 a sharded directory and a full file.
 """
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.strategies import ModelParallelStrategy
 from litgpt.config import name_to_config
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import SEQ, VOCAB, TinyModule, exit_now, make_trainer  # noqa: E402
-from ddp_script import Float64FSDPPrecision  # noqa: E402
-from depth_dist_script import SaveAt, layout  # noqa: E402
+from _tiny import SEQ, VOCAB, TinyModule, make_trainer  # noqa: E402
+from depth_dist_script import SaveAt, backend_kwargs, finish, layout, script_args  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
 from lightning_sparkling.callbacks.growth import find_gpt  # noqa: E402
 from lightning_sparkling.growth.optim_state import NewEntryRegion  # noqa: E402
 from lightning_sparkling.growth.surgery import clean_name  # noqa: E402
-from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
 
 MAX_STEPS = 16
 SAVE_AT = (10, 14)
@@ -105,27 +101,14 @@ class RecordCoverage(Callback):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1"])
-    parser.add_argument("--accumulate", type=int, default=2)
-    parser.add_argument("--resume", default=None)
-    parser.add_argument("--tag", default="")
-    args = parser.parse_args()
+    args = script_args()
     out = Path(args.out) / f"{args.mode}-acc{args.accumulate}"
     out.mkdir(parents=True, exist_ok=True)
     module = TinyModule(max_steps=MAX_STEPS, accumulate=args.accumulate,
                         emulate_ranks=2 if args.mode == "single" else 0, dtype=torch.float64)
     callbacks = [WidthGrowthCallback(STAGES, symmetry_every_n_steps=3)]  # heads symmetry read through the backend
     callbacks.append(RecordCoverage(callbacks[0]))
-    kwargs = {}
-    if args.mode == "ddp":
-        kwargs = dict(strategy="ddp", devices=2)
-    elif args.mode == "fsdp2":
-        kwargs = dict(strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1), devices=2)
-    elif args.mode == "fsdp1":
-        kwargs = dict(strategy=CPUFSDPStrategy(use_orig_params=True, state_dict_type="sharded"), devices=2,
-                      plugins=[Float64FSDPPrecision()])
+    kwargs = backend_kwargs(args.mode)
     if args.mode != "single" and not args.resume:
         callbacks.append(SaveAt(out, SAVE_AT))
     trainer = make_trainer(callbacks, max_steps=MAX_STEPS, accumulate=args.accumulate, **kwargs)
@@ -139,7 +122,4 @@ if __name__ == "__main__":
                                                            "intermediate_size", "name")},
                 "coverage": {**callbacks[1].found, MAX_STEPS: coverage(callbacks[0], module)}},
                out / f"final{args.tag}-rank{trainer.global_rank}.pt")
-    if torch.distributed.is_initialized():  # an orderly gloo shutdown (avoids an abort at interpreter exit)
-        torch.distributed.barrier()  # both ranks' results are on disk
-        torch.distributed.destroy_process_group()
-    exit_now()
+    finish()
