@@ -183,6 +183,7 @@ ROWS.update({
     "re-warmup ratio 10": {"stage": {"rewarmup_ratio": 10.0}, "note": "copy-copy, new entries re-warm to 10x"},
     "symmetry 0.5 boost 16": {"stage": {"symmetry_target": 0.5, "symmetry_max_boost": 16.0}},
     "symmetry 0.5 boost 4": {"stage": {"symmetry_target": 0.5, "symmetry_max_boost": 4.0}},
+    "symmetry 0.5 boost 2": {"stage": {"symmetry_target": 0.5, "symmetry_max_boost": 2.0}},
     "random-random + ratio 10": {"stage": {"init": "random-random", "rewarmup_ratio": 10.0}},
     "random-zero + ratio 10": {"stage": {"init": "random-zero", "rewarmup_ratio": 10.0},
                                "note": "new channels random, their outgoing weights zero"},
