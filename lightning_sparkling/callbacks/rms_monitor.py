@@ -77,6 +77,7 @@ keeps every module object, so the growth callback can come in either order.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable
@@ -421,6 +422,7 @@ class ActivationRMSMonitor(Callback):
         self._metric_key: tuple | None = None
         self._warned_nothing = False
         self._gpt: GPT | None = None
+        self._gpt_name: str | None = None  # its path in the LightningModule (get_submodule)
         self._layout_blocks: int | None = None  # the block count the layout was last written for
 
     # -- setup ---------------------------------------------------------------------------------------------------
@@ -437,6 +439,7 @@ class ActivationRMSMonitor(Callback):
                 stacklevel=2,
             )
         self._gpt = model
+        self._gpt_name = next((n for n, m in pl_module.named_modules() if m is model), None)
         self._layout_blocks = None
         self._check_depth(trainer, pl_module)
 
@@ -445,12 +448,24 @@ class ActivationRMSMonitor(Callback):
         looked up again: a growth under FSDP2 or FSDP1 puts a new GPT in the module."""
         if not self.write_layout or self._gpt is None:
             return
-        n_blocks = len(find_gpt(pl_module).transformer.h)
+        n_blocks = len(self._current_gpt(pl_module).transformer.h)
         if n_blocks == self._layout_blocks:
             return
         step = None if self._layout_blocks is None else trainer.global_step  # the first one: as before, no step
         self._layout_blocks = n_blocks
         self._write_layout(trainer, n_blocks, step)
+
+    def _current_gpt(self, pl_module: pl.LightningModule) -> GPT:
+        """The GPT in the module now, without walking every module each step: the cached one while its module
+        attribute still holds it (a backend that grows by building a new GPT replaces that attribute)."""
+        name = self._gpt_name
+        if name is not None:
+            with contextlib.suppress(AttributeError):
+                if pl_module.get_submodule(name) is self._gpt:
+                    return self._gpt
+        self._gpt = find_gpt(pl_module)
+        self._gpt_name = next((n for n, m in pl_module.named_modules() if m is self._gpt), None)
+        return self._gpt
 
     @rank_zero_only
     def _write_layout(self, trainer: pl.Trainer, n_blocks: int, step: int | None = None) -> None:
