@@ -224,6 +224,24 @@ def test_publish_dir_replaces_a_directory_and_stale_temporaries_are_ours_only(tm
     assert _names(tmp_path) == sorted(kept + ["step-00000005.ckpt"])
 
 
+def test_a_checkpoint_swapped_aside_by_a_killed_replacement_is_resumed_from_and_renamed_back(tmp_path):
+    """A kill between publish_dir's two renames leaves only `.step-N.ckpt.old-<hex>`: `auto` must still find step N
+    (it is the only copy), and the next save's cleanup renames it back instead of deleting it."""
+    from lightning_sparkling.pretrain.resume import _step_checkpoints
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    (folder / "step-00000005.ckpt").write_text("5")
+    orphan = folder / ".step-00000010.ckpt.old-0a1b2c3d"
+    orphan.mkdir()
+    (orphan / "meta.pt").write_text("10")
+    assert _step_checkpoints(tmp_path) == [orphan, folder / "step-00000005.ckpt"]
+    assert remove_stale_temporaries(folder) == []
+    assert _names(folder) == ["step-00000005.ckpt", "step-00000010.ckpt"]
+    assert (folder / "step-00000010.ckpt" / "meta.pt").read_text() == "10"
+    assert _step_checkpoints(tmp_path)[0] == folder / "step-00000010.ckpt"
+
+
 KILL_AFTER_SHARDS = textwrap.dedent("""
     import os, signal
     import torch.distributed.checkpoint as dcp

@@ -86,14 +86,29 @@ def atomic_save(obj: Any, path: Path, write: Optional[Callable[[Any, IO[bytes]],
     _fsync_dir(path.parent)
 
 
+def orphaned_original(path: Path) -> Optional[Path]:
+    """For a swapped-aside checkpoint ``.<name>.old-<hex>`` whose ``<name>`` no longer exists (a kill between the two
+    renames of :func:`publish_dir`), the path it belongs at; else ``None``. It is then the only copy of that
+    checkpoint, complete."""
+    match = _TEMPORARY.fullmatch(path.name)
+    if match is None or ".old-" not in path.name:
+        return None
+    original = path.parent / match.group("name")
+    return None if original.exists() or original.is_symlink() else original
+
+
 def remove_stale_temporaries(folder: Path) -> list[Path]:
-    """Remove the checkpoint temporaries (:data:`_TEMPORARY` names) a killed write left in ``folder``.
+    """Remove the checkpoint temporaries (:data:`_TEMPORARY` names) a killed write left in ``folder``; a
+    swapped-aside checkpoint whose name is free again (:func:`orphaned_original`) is renamed back instead.
 
     Returns:
         the paths removed.
     """
     removed = []
     for path in Path(folder).iterdir() if Path(folder).is_dir() else []:
+        if (original := orphaned_original(path)) is not None:
+            os.replace(path, original)
+            continue
         if _TEMPORARY.fullmatch(path.name):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)

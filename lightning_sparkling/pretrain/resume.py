@@ -28,12 +28,19 @@ _STEP_RE = re.compile(r"step-(\d+)")
 
 def _step_checkpoints(out_dir: Path) -> list[Path]:
     """``out_dir/checkpoints/step-*.ckpt`` (files, or directories for sharded FSDP checkpoints), newest (highest
-    step) first. Hidden names (the temporaries of unfinished writes, ``.step-*.ckpt.*.tmp``) are left out."""
+    step) first. Hidden names (the temporaries of unfinished writes, ``.step-*.ckpt.*.tmp``) are left out, except a
+    checkpoint swapped aside by a replacement that a kill interrupted (``.step-*.ckpt.old-*`` with no
+    ``step-*.ckpt``): the only copy of that step, read where it is (the next save renames it back)."""
+    from lightning_sparkling.pretrain.checkpointing import orphaned_original
+
     folder = Path(out_dir) / "checkpoints"
     found = []
     for path in folder.iterdir() if folder.is_dir() else []:
-        match = _STEP_RE.fullmatch(path.name.removesuffix(".ckpt"))
-        if match and path.name.endswith(".ckpt") and not path.name.startswith("."):
+        name = path.name
+        if name.startswith(".") and (original := orphaned_original(path)) is not None:
+            name = original.name
+        match = _STEP_RE.fullmatch(name.removesuffix(".ckpt"))
+        if match and name.endswith(".ckpt") and not name.startswith("."):
             found.append((int(match.group(1)), path.stat().st_mtime, path))
     return [path for *_, path in sorted(found, reverse=True)]
 
