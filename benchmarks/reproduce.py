@@ -189,7 +189,9 @@ ROWS.update({
                                "note": "new channels random, their outgoing weights zero"},
     "random-zero": {"stage": {"init": "random-zero"}, "note": "the paper's re-warmup (1.3x) with random-zero init"},
     "recommended recipe": {"stage": {}, "set": {"growth.recipe": "recommended"},
-                           "note": "the CLI's default recipe (growth.recipe: recommended)"},
+                           "note": "the CLI's default recipe under cosine (growth.recipe: recommended)"},
+    "wsd recipe": {"stage": {}, "set": {"growth.recipe": "wsd"},
+                   "note": "the CLI's default recipe under WSD (growth.recipe: wsd; the same runs as 'random-zero')"},
 })
 # issue 21: depth growth (GrowthStage n_layer, depth_init, depth_order); the paper's recipe otherwise. With the
 # layer count doubled (4 -> 8) "interleave" and "middle" place the copies alike (no extra copies to centre), so
@@ -792,10 +794,10 @@ SCAN_AXES = {"joint-25": "recommended recipe", "joint": "recommended recipe", "j
              "depth-5": DEPTH_REFERENCE, "depth": DEPTH_REFERENCE, "depth-50": DEPTH_REFERENCE}
 """The scan's timings of each axis and the row each is measured with (``--scan-rows`` replaces it)."""
 SCAN_RECIPES = {"SPARKLING": "paper", "recommended recipe": "recommended", "random-zero + ratio 10": "random-zero",
-                DEPTH_REFERENCE: "paper"}
+                "random-zero": "wsd", DEPTH_REFERENCE: "paper"}
 """The map's ``recipe`` (a ``growth.recipe``) of a row. The row "random-zero" (random-zero init, the paper's 1.3x
-re-warmup) is not the recipe ``random-zero`` (10x re-warmup: the row "random-zero + ratio 10"), so it has none. A
-stage that grows only n_layer gets no symmetry loop under ``recommended``, so the depth row is ``paper``."""
+re-warmup) is the recipe ``wsd``, not the recipe ``random-zero`` (10x re-warmup: the row "random-zero + ratio 10").
+A stage that grows only n_layer gets no symmetry loop under ``recommended``, so the depth row is ``paper``."""
 
 
 def map_axis(axis: str) -> str:

@@ -394,6 +394,18 @@ def test_plan_advises_from_the_measured_map(config_file, capsys):
         assert (got["regime_warning"] is None) if expected is None else got["regime_warning"].startswith(expected)
         assert "2.8 tokens per parameter" in got["regime_advice"]
     assert "Δ -0.020 ± 0.018 val loss (above scratch in 0/3 seeds" in got["regime_advice"]
+    # under WSD the default (auto) is the wsd recipe, measured to pay there; pinning recommended gets a warning
+    # that names it
+    wsd_args = ["--config", str(config_file), "--train.max_steps", str(steps), "--train.lr_schedule", "wsd",
+                "--growth.stages", json.dumps([at])]
+    _, auto, _ = parse(wsd_args)
+    got = plan(auto, print_report=False)
+    assert auto.growth.recipe == "wsd" and got["regime_warning"] is None
+    assert "joint, wsd, wsd, growth at 50%, 2.8 tokens per parameter: Δ -0.089 ± 0.011" in got["regime_advice"]
+    _, pinned, _ = parse([*wsd_args, "--growth.recipe", "recommended"])
+    warning = plan(pinned, print_report=False)["regime_warning"]
+    assert warning.startswith("growth has not been found to pay near") and "Δ +0.053 ± 0.007" in warning
+    assert "Measured better near this run: growth.recipe wsd (joint, wsd, wsd, growth at 50%" in warning
     _, plain, _ = parse(["--config", str(config_file), "--growth.stages", "[]"])
     assert plan(plain, print_report=False)["regime_warning"] is None
 

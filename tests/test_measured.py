@@ -131,3 +131,44 @@ def test_the_advice_follows_the_stored_data(tmp_path):
     path = tmp_path / "m.json"
     path.write_text(json.dumps({"about": "x", "cells": [vars(cell(tokens_per_param=7.0))]}))
     assert load_map(path)[0].tokens_per_param == 7.0
+
+
+def test_advice_names_a_recipe_measured_better_near_the_run():
+    """Under WSD at 2.8 the default recipe ended above scratch and the ``wsd`` recipe below it: the advice for a
+    ``recommended`` run names ``growth.recipe wsd`` with its Δ; a recipe is not named when it is not near the run,
+    did not pay in most seeds, or ended above the run's own cell."""
+    stage = GrowthStage(500, n_embd=64, intermediate_size=256)
+    advice = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", schedule="wsd")
+    assert advice.better is not None and advice.better.recipe == "wsd" and advice.better.delta == -0.089
+    assert "Measured better near this run: growth.recipe wsd" in advice.message()
+    assert "Δ -0.089 ± 0.011" in advice.message()
+    # the run's own recipe is never its own "better"; nor is a cell above the run's own
+    own = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="wsd", schedule="wsd")
+    assert own.pays and own.better is None and "Measured better" not in own.message()
+    cells = [cell(schedule="wsd", delta=-0.05), cell(schedule="wsd", recipe="wsd", delta=-0.04),
+             cell(schedule="wsd", recipe="paper", delta=-0.09, seeds_above=2),        # paid in 1 seed of 3
+             cell(schedule="wsd", recipe="random-zero", delta=-0.2, tokens_per_param=11.0)]  # too far
+    assert advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", schedule="wsd",
+                  cells=cells).better is None
+    # the run's own cell (paper, -0.09) is lower than every other: nothing better
+    assert advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="paper", schedule="wsd",
+                  cells=cells).better is None
+    # the run's own cell too far (random-zero at 11): the lowest Δ that paid, of another recipe
+    far = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="random-zero", schedule="wsd", cells=cells)
+    assert not far.near and far.better.recipe == "recommended" and "growth.recipe recommended" in far.message()
+
+
+@pytest.mark.parametrize("recipe,keys,expected", [
+    ("recommended", {"n_embd": 64, "intermediate_size": 256}, "recommended"),
+    ("random-zero", {"n_embd": 64, "intermediate_size": 256}, "random-zero"),
+    ("wsd", {"n_embd": 64, "intermediate_size": 256}, "wsd"),
+    ("paper", {"n_embd": 64, "intermediate_size": 256}, "paper"),
+    # a depth-only stage: the loop and the init pair do not apply, so recommended and wsd grow it as the paper does
+    ("recommended", {"n_layer": 8}, "paper"),
+    ("wsd", {"n_layer": 8}, "paper"),
+    ("random-zero", {"n_layer": 8}, "random-zero"),  # its 10x re-warmup does apply to new blocks
+])
+def test_run_recipe_names_what_the_stages_do(recipe, keys, expected):
+    from lightning_sparkling.pretrain.planning import run_recipe
+
+    assert run_recipe([GrowthStage.from_recipe(recipe, 500, **keys)]) == expected

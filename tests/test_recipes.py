@@ -34,7 +34,21 @@ def test_paper_recipe_is_growth_stage_defaults_and_the_others_add_their_keys():
     # a key the stage sets wins over the recipe
     assert GrowthStage.from_recipe("recommended", 10, n_embd=64, symmetry_target=0.7).symmetry_target == 0.7
     assert GrowthStage.from_recipe("random-zero", 10, n_embd=64, init="copy-copy").init == "copy-copy"
-    assert set(RECIPES) == {"paper", "recommended", "random-zero"}
+    wsd = GrowthStage.from_recipe("wsd", 10, n_embd=64)
+    assert (wsd.init, wsd.rewarmup_ratio, wsd.optimizer_state, wsd.symmetry_target) == \
+        ("random-zero", 1.3, "asymmetric", None)
+    assert set(RECIPES) == {"paper", "recommended", "random-zero", "wsd"}
+
+
+@pytest.mark.parametrize("recipe", ["random-zero", "wsd"])
+def test_a_recipes_init_pair_goes_to_stages_with_new_channels_not_to_added_blocks_alone(recipe):
+    """The init pair acts on new width channels and heads; new blocks follow depth_init, so a depth-only stage does
+    not carry an init it never uses (plan and summary.json would print it)."""
+    assert "init" not in apply_recipe(recipe, {"n_layer": 8})
+    assert apply_recipe(recipe, {"n_layer": 8})["rewarmup_ratio"] == RECIPES[recipe]["rewarmup_ratio"]
+    for keys in ({"n_layer": 8, "n_embd": 64}, {"n_head": 8}, {"model_name": "pythia-31m"}):
+        assert apply_recipe(recipe, dict(keys))["init"] == "random-zero"
+    assert GrowthStage.from_recipe(recipe, 10, n_layer=8).init == "copy-copy"  # GrowthStage's default, unused
 
 
 @pytest.mark.parametrize("keys", [{"init": "random-random"}, {"init": "zero-random"}, {"rewarmup_ratio": None},
@@ -60,7 +74,7 @@ def test_recommended_gives_the_loop_to_width_and_head_copies_not_to_copied_block
 
 
 def test_unknown_recipe_is_refused():
-    with pytest.raises(ValueError, match="recipe='sparkling': choose one of paper, recommended, random-zero"):
+    with pytest.raises(ValueError, match="recipe='sparkling': choose one of paper, recommended, random-zero, wsd"):
         apply_recipe("sparkling", {})
 
 
@@ -79,5 +93,45 @@ def test_cli_default_is_the_recommended_recipe_and_paper_is_one_key_away(tmp_pat
     assert paper == GrowthStage(**stage)
     (rz,) = _stages(tmp_path, stages=[{**stage, "rewarmup_ratio": 5.0}], recipe="random-zero")
     assert (rz.init, rz.rewarmup_ratio, rz.symmetry_target) == ("random-zero", 5.0, None)
+    (wsd,) = _stages(tmp_path, stages=[stage], recipe="wsd")
+    assert wsd == GrowthStage(**stage, init="random-zero")
     (own,) = _stages(tmp_path, stages=[{**stage, "symmetry_release": "schedule"}])
     assert (own.symmetry_target, own.symmetry_release, own.symmetry_max_boost) == (0.5, "schedule", 8.0)
+
+
+def test_auto_recipe_follows_the_lr_schedule(tmp_path):
+    """growth.recipe: auto (the default) is `recommended` under cosine and `wsd` under WSD, the recipes measured best
+    under each; an explicit recipe wins; the note says which one auto chose."""
+    stage = dict(at_step=6, n_embd=64, intermediate_size=128, rewarmup_steps=3)
+    config = tiny_config(tmp_path / "cache")
+    config["growth"] = {**config["growth"], "stages": [stage]}
+    config["growth"].pop("recipe", None)
+    path = write_config(tmp_path / "c.yaml", config)
+
+    def resolved(*args: str):
+        _, run, _ = parse(["--config", str(path), "--out_dir", str(tmp_path / "o"), *args])
+        return run
+
+    cosine = resolved()
+    assert cosine.stages == [GrowthStage.from_recipe("recommended", **stage)] and cosine.growth.recipe == "recommended"
+    wsd = resolved("--train.lr_schedule", "wsd")
+    assert wsd.stages == [GrowthStage.from_recipe("wsd", **stage)] and wsd.growth.recipe == "wsd"
+    assert any("growth.recipe: auto is 'wsd'" in note for note in wsd.notes)
+    explicit = resolved("--train.lr_schedule", "wsd", "--growth.recipe", "recommended")
+    assert explicit.stages == [GrowthStage.from_recipe("recommended", **stage)]
+    assert not any("growth.recipe: auto" in note for note in explicit.notes)
+    assert resolved("--growth.recipe", "auto", "--train.lr_schedule", "wsd").stages == wsd.stages
+
+
+def test_an_unknown_schedule_is_refused_by_its_own_key_not_by_the_recipe(tmp_path, capsys):
+    from lightning_sparkling.pretrain.cli import main
+
+    config = tiny_config(tmp_path / "cache")
+    path = write_config(tmp_path / "c.yaml", config)
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "--config", str(path), "--train.lr_schedule", "linear"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "error: train.lr_schedule" in err and "growth.recipe" not in err
+    with pytest.raises(SystemExit):
+        main(["plan", "--config", str(path), "--growth.recipe", "best"])
+    assert "error: growth.recipe: unknown recipe 'best': choose auto or one of paper" in capsys.readouterr().err

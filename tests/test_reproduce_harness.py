@@ -71,12 +71,13 @@ def test_rows_pin_the_paper_recipe_and_identical_configs_train_once(repro, tmp_p
     assert config["growth"]["recipe"] == "paper" and config["seed"] == 2 and config["growth"]["seed"] == 2
     assert repro.build_config(size, "joint", repro.ROWS["recommended recipe"], 1)["growth"]["recipe"] == "recommended"
     rows = ["naive growth", "ablation: RMS only", "SPARKLING", "symmetry target 0.5", "recommended recipe",
-            "symmetry target 0.8"]
+            "symmetry target 0.8", "random-zero", "wsd recipe"]
     cells, _ = repro.plan_grid("tiny", size, ["joint"], rows, [1, 2], tmp_path)
     dirs = {(c["row"], c["seed"]): c["run_dir"] for c in cells}
     assert dirs[("naive growth", 1)] == dirs[("ablation: RMS only", 1)]
     assert dirs[("symmetry target 0.5", 2)] == dirs[("recommended recipe", 2)] != dirs[("symmetry target 0.8", 2)]
-    assert len(set(dirs.values())) == 2 * 4
+    assert dirs[("random-zero", 2)] == dirs[("wsd recipe", 2)] != dirs[("SPARKLING", 2)]  # growth.recipe: wsd
+    assert len(set(dirs.values())) == 2 * 5
     assert dirs[("naive growth", 1)] != dirs[("naive growth", 2)] != dirs[("SPARKLING", 2)]
 
 
@@ -373,14 +374,17 @@ def test_scan_cells_cover_ratios_schedules_and_timings(repro):
         ("depth", "depth stack copy-zero")] and skipped == []
     assert (repro.map_axis("joint-25"), repro.map_axis("depth-50"), repro.map_axis("hidden+heads")) == (
         "joint", "depth", "hidden+heads")
-    # the map's recipe is a growth.recipe: the row "random-zero" (paper's 1.3x re-warmup) is not the recipe
-    # random-zero (10x, the row "random-zero + ratio 10"), and is reported but not exported
+    # the map's recipe is a growth.recipe: the row "random-zero" (paper's 1.3x re-warmup) is the recipe wsd, not
+    # the recipe random-zero (10x, the row "random-zero + ratio 10"); a row that is no recipe is not exported
     assert [repro.map_recipe(r) for r in ("recommended recipe", "SPARKLING", "depth stack copy-zero",
                                           "random-zero + ratio 10", "random-zero", "naive growth")] == [
-        "recommended", "paper", "paper", "random-zero", None, None]
+        "recommended", "paper", "paper", "random-zero", "wsd", None]
+    from lightning_sparkling import GrowthStage
     from lightning_sparkling.growth.stage import RECIPES
 
     assert repro.ROWS["random-zero + ratio 10"]["stage"] == RECIPES["random-zero"]
+    assert GrowthStage(5, n_embd=64, **repro.ROWS["random-zero"]["stage"]) == \
+        GrowthStage.from_recipe("wsd", 5, n_embd=64)
 
 
 def test_scan_puts_wsd_on_every_run_of_a_cell_scratch_included(repro, tmp_path):

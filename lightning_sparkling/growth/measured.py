@@ -63,7 +63,9 @@ class MeasuredCell:
 class Advice:
     """What the map says about a run: ``cell`` the nearest measured comparison of the run's axis, recipe and
     schedule (``None``: none of them measured), ``near`` whether it is within :data:`NEAR_RATIO` and
-    :data:`NEAR_TIMING` of the run, ``pays`` whether it is near and ended at or below scratch on average."""
+    :data:`NEAR_TIMING` of the run, ``pays`` whether it is near and ended at or below scratch on average, ``better``
+    the comparison of another recipe near the run (same axis and schedule) that paid and ended lower than ``cell``
+    (``None``: none did)."""
 
     axis: str
     recipe: str
@@ -72,13 +74,21 @@ class Advice:
     tokens_per_param: float
     cell: MeasuredCell | None
     near: bool
+    better: MeasuredCell | None = None
 
     @property
     def pays(self) -> bool:
         return self.near and self.cell is not None and self.cell.delta <= 0
 
     def message(self) -> str:
-        """One sentence for ``sparkling plan`` / ``pretrain``: the run, then what was measured nearest."""
+        """One sentence for ``sparkling plan`` / ``pretrain``: the run, what was measured nearest, and a recipe that
+        was measured better near it."""
+        if self.better is None:
+            return self._nearest_message()
+        return (f"{self._nearest_message()}. Measured better near this run: growth.recipe {self.better.recipe} "
+                f"({self.better.describe()})")
+
+    def _nearest_message(self) -> str:
         run = (f"this run ({self.axis}, growth.recipe {self.recipe}, {self.schedule} schedule, first growth at "
                f"{self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active parameter)")
         if self.cell is None:
@@ -144,6 +154,30 @@ def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: 
     return best, ratio_gap <= math.log(NEAR_RATIO) + 1e-9 and timing_gap <= NEAR_TIMING + 1e-9
 
 
+def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,
+                  tokens_per_param: float, than: MeasuredCell | None) -> MeasuredCell | None:
+    """The lowest-Δ cell of a recipe other than ``recipe``, of ``axis`` and ``schedule``, near the run, that ended
+    below scratch on average and in most seeds, and below ``than`` (the run's own nearest cell, if near), or ``None``.
+
+    Example::
+
+        >>> cells = load_map()
+        >>> better_recipe(cells, axis="joint", recipe="recommended", schedule="wsd", growth_at=0.5,
+        ...               tokens_per_param=2.8, than=None).recipe
+        'wsd'
+    """
+    best = None
+    for other in {c.recipe for c in cells} - {recipe}:
+        cell, near = nearest(cells, axis=axis, recipe=other, schedule=schedule, growth_at=growth_at,
+                             tokens_per_param=tokens_per_param)
+        if (not near or cell is None or cell.delta >= 0 or 2 * cell.seeds_above >= cell.seeds
+                or (than is not None and cell.delta >= than.delta)):
+            continue
+        if best is None or cell.delta < best.delta:
+            best = cell
+    return best
+
+
 def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param: float, recipe: str,
            schedule: str = "cosine", sizes: Sequence[Sequence[str]] | None = None,
            cells: Sequence[MeasuredCell] | None = None) -> Advice:
@@ -151,7 +185,8 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`)."""
     axis = classify_axis(stages, sizes)
     growth_at = stages[0].at_step / total_steps if stages else 0.0
-    cell, near = nearest(load_map() if cells is None else cells, axis=axis, recipe=recipe, schedule=schedule,
-                         growth_at=growth_at, tokens_per_param=tokens_per_param)
-    return Advice(axis=axis, recipe=recipe, schedule=schedule, growth_at=growth_at,
-                  tokens_per_param=tokens_per_param, cell=cell, near=near)
+    cells = load_map() if cells is None else cells
+    where = dict(axis=axis, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param)
+    cell, near = nearest(cells, recipe=recipe, **where)
+    better = better_recipe(cells, recipe=recipe, than=cell if near else None, **where)
+    return Advice(recipe=recipe, cell=cell, near=near, better=better, **where)

@@ -355,7 +355,8 @@ class GrowthStage:
 
         ``GrowthStage(...)`` alone is the paper's recipe (``recipe='paper'``); ``'recommended'`` is the one our
         seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay"): the paper's plus the closed loop on
-        the symmetry lock; ``'random-zero'`` grows sourceless channels re-warmed to 10x.
+        the symmetry lock; ``'random-zero'`` grows sourceless channels re-warmed to 10x; ``'wsd'`` (for
+        warmup-stable-decay schedules) grows sourceless channels re-warmed to the paper's 1.3x.
 
         Example::
 
@@ -364,6 +365,8 @@ class GrowthStage:
             >>> stage = GrowthStage.from_recipe("random-zero", 500, n_embd=1024)
             >>> stage.init, stage.rewarmup_ratio
             ('random-zero', 10.0)
+            >>> GrowthStage.from_recipe("wsd", 500, n_embd=1024).init
+            'random-zero'
             >>> GrowthStage.from_recipe("paper", 500, n_embd=1024) == GrowthStage(500, n_embd=1024)
             True
         """
@@ -382,10 +385,50 @@ RECIPES: dict[str, dict[str, Any]] = {
     # New channels with no source (random fan-out, zero fan-in: they write nothing at first) and a 10x re-warmup:
     # the best at the smallest token ratio measured (2.8 per parameter), behind "recommended" at 11 and 17.
     "random-zero": {"init": "random-zero", "rewarmup_ratio": 10.0},
+    # For warmup-stable-decay schedules: sourceless new channels with the paper's own 1.3x re-warmup, no loop. Under
+    # WSD the new entries' re-warmed LR is held at the stable peak until the decay, so the 8x / 10x multipliers of
+    # "recommended" / "random-zero" ended above scratch there; this one ended below it (docs/BENCHMARKS.md, "Where
+    # growth pays: the scan"). Depth-only stages are unchanged by it (their new blocks follow ``depth_init``).
+    "wsd": {"init": "random-zero", "rewarmup_ratio": 1.3},
 }
 """Named recipes: :class:`GrowthStage` keys a stage gets unless it sets them itself (:func:`apply_recipe`)."""
 
+SCHEDULE_RECIPES: dict[str, str] = {"cosine": "recommended", "wsd": "wsd"}
+"""The recipe the seeded comparisons found best under each LR schedule (docs/BENCHMARKS.md, "Where growth pays"):
+what ``growth.recipe: auto``, the CLI's default, resolves to (:func:`recipe_for_schedule`)."""
+
+
+def recipe_for_schedule(schedule: str) -> str:
+    """The named recipe measured best under the LR ``schedule`` (:data:`SCHEDULE_RECIPES`).
+
+    Raises:
+        ValueError: for a schedule no recipe was measured under, naming the known ones.
+
+    Example::
+
+        >>> recipe_for_schedule("cosine"), recipe_for_schedule("wsd")
+        ('recommended', 'wsd')
+    """
+    if schedule not in SCHEDULE_RECIPES:
+        raise ValueError(f"schedule={schedule!r}: no recipe was measured under it; choose one of "
+                         f"{', '.join(SCHEDULE_RECIPES)}")
+    return SCHEDULE_RECIPES[schedule]
+
+
 _SYMMETRY_KEYS = ("symmetry_target", "symmetry_interval", "symmetry_max_boost", "symmetry_release")
+
+
+def grows_channels(keys: dict[str, Any]) -> bool:
+    """Whether a stage of ``keys`` (:class:`GrowthStage` keys) adds width channels or heads, the entries its ``init``
+    pair and a recipe's symmetry loop act on: a width, a head count, or a named target (``model_name`` /
+    ``model_config``); a stage that only adds blocks (``n_layer``) does not.
+
+    Example::
+
+        >>> grows_channels({"n_embd": 128}), grows_channels({"n_layer": 12}), grows_channels({"model_name": "x"})
+        (True, False, True)
+    """
+    return any(keys.get(axis) is not None for axis in (*WIDTH_AXES, *HEAD_AXES, "model_name", "model_config"))
 
 
 def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
@@ -394,7 +437,8 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
     ``rewarmup_ratio=None``, or ``rewarmup_scope='all'``, where every entry follows one LR): there is no new-entry
     LR to boost or no lock to break there, and the stage said so itself. A stage that grows only ``n_layer`` does
     not get the loop either: copied blocks under the loop lost most of the gain of a depth growth in the seeded
-    comparison (docs/BENCHMARKS.md, "Depth growth"); set ``symmetry_target`` on the stage to have it anyway.
+    comparison (docs/BENCHMARKS.md, "Depth growth"); set ``symmetry_target`` on the stage to have it anyway. Nor
+    does it get the recipe's ``init``, which acts on new width channels only (new blocks follow ``depth_init``).
 
     Raises:
         ValueError: for an unknown recipe, naming the known ones.
@@ -407,6 +451,8 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
         {'n_embd': 128, 'init': 'random-random'}
         >>> apply_recipe("recommended", {"n_layer": 12})
         {'n_layer': 12}
+        >>> apply_recipe("wsd", {"n_layer": 12})
+        {'n_layer': 12, 'rewarmup_ratio': 1.3}
     """
     if recipe not in RECIPES:
         raise ValueError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}")
@@ -414,11 +460,13 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
     init = keys.get("init", extra.get("init", "copy-copy"))
     # the loop's keys go to stages whose width copies it unlocks (widths, heads, a named target); copied blocks
     # alone do not get it: measured, it cost a depth growth most of its gain (docs/BENCHMARKS.md, depth growth)
-    widths = any(keys.get(axis) is not None for axis in (*WIDTH_AXES, *HEAD_AXES, "model_name", "model_config"))
+    widths = grows_channels(keys)
     copies = widths and isinstance(init, str) and "copy" in init.split("-")
     no_rewarmup = "rewarmup_ratio" in keys and keys["rewarmup_ratio"] is None
     if not copies or no_rewarmup or keys.get("rewarmup_scope") == "all":
         extra = {k: v for k, v in extra.items() if k not in _SYMMETRY_KEYS}
+    if not widths:  # an init pair acts on new width channels only; new blocks follow depth_init
+        extra.pop("init", None)
     return {**keys, **extra}
 
 

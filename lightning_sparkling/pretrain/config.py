@@ -116,7 +116,7 @@ def resolve(ns: Any) -> ResolvedRun:
     train = _as(TrainArgs, _get(ns, "train")) or TrainArgs()
     evaluation = _as(EvalArgs, _get(ns, "eval")) or EvalArgs()
     log = _as(LogArgs, _get(ns, "log")) or LogArgs()
-    growth = _as(GrowthArgs, _get(ns, "growth")) or GrowthArgs()
+    growth = _as(GrowthArgs, _get(ns, "growth") or {}, lr_schedule=train.lr_schedule)
     rms_monitor = _as(RMSMonitorArgs, _get(ns, "rms_monitor"))
     if train.tie_embeddings is None:  # litgpt's TrainArgs default
         train.tie_embeddings = False
@@ -131,6 +131,9 @@ def resolve(ns: Any) -> ResolvedRun:
                                                          notes)
     spec, optimizer_name, uses_muon, lr = _resolve_optimizer(ns, train, strategy, precision)
     stages = _resolve_stages(growth, config, train, steps, tokens_per_step, strategy, num_devices, num_nodes, notes)
+    if stages and _get(_get(ns, "growth"), "recipe", GrowthArgs.recipe) == "auto":
+        notes.append(f"growth.recipe: auto is {growth.recipe!r}, the recipe measured best under train.lr_schedule "
+                     f"{train.lr_schedule!r} (docs/BENCHMARKS.md, 'Where growth pays')")
     _check_fresh_bias_correction(stages, spec, optimizer_name, uses_muon)
     out_dir, resume, resume_path = _resolve_resume(ns, initial_dir, config, stages, train, uses_muon, notes)
 

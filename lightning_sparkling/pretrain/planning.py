@@ -151,16 +151,30 @@ def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------------------------------------------------ regime
-def _is_recipe(stage: Any, recipe: str) -> bool:
-    from lightning_sparkling.growth.stage import RECIPES
+def _is_recipe(stage: Any, recipe: str, *, strict: bool = False) -> bool:
+    """Whether ``stage`` has ``recipe``'s keys (``strict``: and the paper's value of every other recipe key). A stage
+    that grows no width is not judged by ``init``, which does nothing there."""
+    import dataclasses as dc
 
-    return all(getattr(stage, key) == value for key, value in RECIPES[recipe].items())
+    from lightning_sparkling.growth.stage import RECIPES, GrowthStage, grows_channels
+
+    expected = dict(RECIPES[recipe])
+    if strict:
+        defaults = {f.name: f.default for f in dc.fields(GrowthStage)}
+        expected = {**{k: defaults[k] for keys in RECIPES.values() for k in keys}, **expected}
+    if not grows_channels(stage.to_dict()):
+        expected.pop("init", None)
+    return all(getattr(stage, key) == value for key, value in expected.items())
 
 
 def run_recipe(stages: Sequence[Any]) -> str:
-    """The recipe a run's stages follow, as the measured map names it: ``recommended`` or ``random-zero`` when
-    every stage has that recipe's keys, else ``paper`` (the paper's keys, or a stage's own)."""
-    for recipe in ("recommended", "random-zero"):
+    """The recipe a run's stages follow, as the measured map names it: ``paper`` when every stage keeps the paper's
+    value of every recipe key (what a depth-only stage gets from any recipe but ``random-zero``), else
+    ``recommended``, ``random-zero`` or ``wsd`` when every stage has that recipe's keys, else ``paper`` (a stage's
+    own keys)."""
+    if stages and all(_is_recipe(s, "paper", strict=True) for s in stages):
+        return "paper"
+    for recipe in ("recommended", "random-zero", "wsd"):
         if stages and all(_is_recipe(s, recipe) for s in stages):
             return recipe
     return "paper"

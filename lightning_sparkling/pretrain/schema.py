@@ -255,11 +255,14 @@ class GrowthArgs:
     """Seed of the copy maps and random inits (identical on every rank)."""
     min_lr: Optional[float] = None
     """LR the new entries' re-warmup decays to at the last step (default: the baseline schedule's final LR)."""
-    recipe: str = "recommended"
-    """Keys every stage gets unless it sets them: ``recommended`` (the paper's copy-copy growth plus the closed loop
-    on the symmetry lock: what the project's seeded comparisons found best, docs/BENCHMARKS.md), ``random-zero``
-    (sourceless new channels re-warmed to 10x: best at the smallest token ratio measured) or ``paper`` (SPARKLING as
-    published: GrowthStage's own defaults)."""
+    recipe: str = "auto"
+    """Keys every stage gets unless it sets them. ``auto`` (default): the recipe measured best under the run's
+    ``train.lr_schedule``, ``recommended`` under ``cosine`` and ``wsd`` under ``wsd`` (docs/BENCHMARKS.md, "Where
+    growth pays"). ``recommended``: the paper's copy-copy growth plus the closed loop on the symmetry lock (the new
+    entries' LR doubled up to 8x while the copies stay alike). ``wsd``: sourceless new channels (``init:
+    random-zero``) at the paper's 1.3x re-warmup, no loop (under WSD the 8x boost is held at the peak LR and ended
+    above scratch). ``random-zero``: sourceless new channels re-warmed to 10x (best at the smallest token ratio
+    measured under cosine). ``paper``: SPARKLING as published (GrowthStage's own defaults)."""
 
 
 @dataclass
@@ -391,19 +394,24 @@ def _get(ns: Any, key: str, default: Any = None) -> Any:
     return getattr(ns, key, default)
 
 
-def _as(cls: type, value: Any) -> Any:
-    """A jsonargparse Namespace / dict / dataclass instance of ``cls`` as an instance of ``cls``."""
-    if value is None or isinstance(value, cls):
+def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
+    """A jsonargparse Namespace / dict / dataclass instance of ``cls`` as an instance of ``cls``. For
+    :class:`GrowthArgs`, ``growth.recipe: auto`` becomes the recipe of ``lr_schedule`` and fills the stages."""
+    if value is None or (isinstance(value, cls) and not (cls is GrowthArgs and value.recipe == "auto")):
         return value
-    values = value.as_dict() if hasattr(value, "as_dict") else dict(value)
+    values = (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else
+              value.as_dict() if hasattr(value, "as_dict") else dict(value))
     values.pop("__path__", None)
     names = {f.name for f in dataclasses.fields(cls)}
     if cls is GrowthArgs:
-        from lightning_sparkling.growth.stage import RECIPES, apply_recipe
+        from lightning_sparkling.growth.stage import RECIPES, SCHEDULE_RECIPES, apply_recipe
 
         recipe = values.get("recipe", GrowthArgs.recipe)
+        if recipe == "auto":  # an unknown schedule is refused by its own check (train.lr_schedule)
+            recipe = values["recipe"] = SCHEDULE_RECIPES.get(lr_schedule, SCHEDULE_RECIPES["cosine"])
         if recipe not in RECIPES:
-            raise ConfigError("growth.recipe", f"unknown recipe {recipe!r}: choose one of {', '.join(RECIPES)}")
+            raise ConfigError("growth.recipe", f"unknown recipe {recipe!r}: choose auto or one of "
+                                               f"{', '.join(RECIPES)}")
         stages = []
         for k, s in enumerate(values.get("stages") or []):
             s = s.as_dict() if hasattr(s, "as_dict") else s
