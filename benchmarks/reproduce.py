@@ -19,8 +19,8 @@ marked); with ``--tag NAME``: ``reproduce_<size>_<NAME>.{json,md,png}`` (one PNG
 results can go straight into ``benchmarks/results`` next to the size's own. Paths inside the repository are
 written relative to it (``benchmarks/results/...``).
 
-Axes: ``inner`` / ``hidden`` / ``joint`` (MLP, n_embd, both 2x at half the run), ``two-stage``, ``joint-25`` /
-``joint-75``, the depth axes (``depth``, ``depth-5``, ``depth-50``, ``depth+width``) and ``hidden+heads`` (the
+Axes: ``inner`` / ``hidden`` / ``joint`` (MLP, n_embd, both 2x at half the run), ``two-stage``, ``joint-5`` /
+``joint-25`` / ``joint-75``, the depth axes (``depth``, ``depth-5``, ``depth-50``, ``depth+width``) and ``hidden+heads`` (the
 ``hidden`` axis' stage with ``n_head`` and ``n_query_groups`` grown by the same ratio at the same ``head_size``, so
 the attention is as wide as the new hidden size; its scratch rows train that shape).
 
@@ -219,7 +219,7 @@ DEPTH_AXES = ["depth", "depth-5", "depth-50", "depth+width"]
 # issue 22: the hidden axis' growth with the attention heads grown by the same ratio (same head_size), so the
 # attention is as wide as the new hidden size; a width axis (SPARKLING is its reference)
 HEADS_AXES = ["hidden+heads"]
-AXES = ["inner", "hidden", "joint", "two-stage", "joint-25", "joint-75", *DEPTH_AXES, *HEADS_AXES]
+AXES = ["inner", "hidden", "joint", "two-stage", "joint-5", "joint-25", "joint-75", *DEPTH_AXES, *HEADS_AXES]
 
 
 def reference(axis: str) -> str:
@@ -269,8 +269,8 @@ def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
     if axis == "joint":
         return [{"at_step": half, "n_embd": large["n_embd"], "intermediate_size": large["intermediate_size"],
                  "rewarmup_steps": rw}]
-    if axis in ("joint-25", "joint-75"):  # joint 2x at a quarter / three quarters of the run (not in any size's axes)
-        return [{"at_step": steps * int(axis[-2:]) // 100, "n_embd": large["n_embd"],
+    if axis in ("joint-5", "joint-25", "joint-75"):  # joint 2x at 5% / 25% / 75% of the run (in no size's axes)
+        return [{"at_step": steps * int(axis.split("-")[1]) // 100, "n_embd": large["n_embd"],
                  "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
     if axis == "two-stage":  # 1.5x at a third, 2x at two thirds (both axes each time)
         mid = {k: (small[k] + large[k]) // 2 for k in ("n_embd", "intermediate_size")}
@@ -1081,7 +1081,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="same as --size quick")
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds, 1..N (default 3)")
     parser.add_argument("--axes", default=None, help=f"comma list of {','.join(AXES)} (default: the size's; "
-                                                     "joint-25 / joint-75 grow at a quarter / three quarters; "
+                                                     "joint-5 / joint-25 / joint-75 grow at 5%% / 25%% / 75%%; "
                                                      "depth: n_layer 2x at 25%%, depth-5 / depth-50 at 5%% / 50%%, "
                                                      "depth+width: n_layer and the joint width 2x at 25%%; "
                                                      "hidden+heads: n_embd and n_head 2x at 50%%)")
