@@ -150,6 +150,17 @@ def test_advice_names_a_recipe_measured_better_near_the_run():
              cell(schedule="wsd", recipe="random-zero", delta=-0.2, tokens_per_param=11.0)]  # too far
     assert advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", schedule="wsd",
                   cells=cells).better is None
+    # better by less than the seeds' spread (0.01 here): not named
+    close = [cell(schedule="wsd", delta=-0.05, sd=0.01), cell(schedule="wsd", recipe="wsd", delta=-0.059, sd=0.005)]
+    assert advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", schedule="wsd",
+                  cells=close).better is None
+    close[1] = cell(schedule="wsd", recipe="wsd", delta=-0.061, sd=0.005)
+    assert advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", schedule="wsd",
+                  cells=close).better.recipe == "wsd"
+    # the stored map under cosine at 2.8: wsd (-0.025) is within the spread of recommended (-0.020); the
+    # random-zero recipe (-0.071) is not
+    cosine = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended")
+    assert cosine.better.recipe == "random-zero" and cosine.better.delta == -0.071
     # the run's own cell (paper, -0.09) is lower than every other: nothing better
     assert advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="paper", schedule="wsd",
                   cells=cells).better is None

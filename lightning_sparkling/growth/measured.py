@@ -157,7 +157,8 @@ def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: 
 def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,
                   tokens_per_param: float, than: MeasuredCell | None) -> MeasuredCell | None:
     """The lowest-Δ cell of a recipe other than ``recipe``, of ``axis`` and ``schedule``, near the run, that ended
-    below scratch on average and in most seeds, and below ``than`` (the run's own nearest cell, if near), or ``None``.
+    below scratch on average and in most seeds, and below ``than`` (the run's own nearest cell, if near) by more than
+    the larger of the two sds (a gap inside the seeds' spread is no reason to switch), or ``None``.
 
     Example::
 
@@ -171,7 +172,7 @@ def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, sche
         cell, near = nearest(cells, axis=axis, recipe=other, schedule=schedule, growth_at=growth_at,
                              tokens_per_param=tokens_per_param)
         if (not near or cell is None or cell.delta >= 0 or 2 * cell.seeds_above >= cell.seeds
-                or (than is not None and cell.delta >= than.delta)):
+                or (than is not None and than.delta - cell.delta <= max(cell.sd, than.sd))):
             continue
         if best is None or cell.delta < best.delta:
             best = cell
