@@ -395,25 +395,8 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 SCHEDULE_RECIPES: dict[str, str] = {"cosine": "recommended", "wsd": "wsd"}
 """The recipe the seeded comparisons found best under each LR schedule (docs/BENCHMARKS.md, "Where growth pays"):
-what ``growth.recipe: auto``, the CLI's default, resolves to (:func:`recipe_for_schedule`)."""
-
-
-def recipe_for_schedule(schedule: str) -> str:
-    """The named recipe measured best under the LR ``schedule`` (:data:`SCHEDULE_RECIPES`).
-
-    Raises:
-        ValueError: for a schedule no recipe was measured under, naming the known ones.
-
-    Example::
-
-        >>> recipe_for_schedule("cosine"), recipe_for_schedule("wsd")
-        ('recommended', 'wsd')
-    """
-    if schedule not in SCHEDULE_RECIPES:
-        raise ValueError(f"schedule={schedule!r}: no recipe was measured under it; choose one of "
-                         f"{', '.join(SCHEDULE_RECIPES)}")
-    return SCHEDULE_RECIPES[schedule]
-
+what ``growth.recipe: auto``, the CLI's default, resolves to. A schedule not in it gets ``SCHEDULE_RECIPES["cosine"]``
+(the CLI refuses such a schedule by its own key first)."""
 
 _SYMMETRY_KEYS = ("symmetry_target", "symmetry_interval", "symmetry_max_boost", "symmetry_release")
 

@@ -154,13 +154,11 @@ def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
 def _is_recipe(stage: Any, recipe: str, *, strict: bool = False) -> bool:
     """Whether ``stage`` has ``recipe``'s keys (``strict``: and the paper's value of every other recipe key). A stage
     that grows no width is not judged by ``init``, which does nothing there."""
-    import dataclasses as dc
-
     from lightning_sparkling.growth.stage import RECIPES, GrowthStage, grows_channels
 
     expected = dict(RECIPES[recipe])
     if strict:
-        defaults = {f.name: f.default for f in dc.fields(GrowthStage)}
+        defaults = {f.name: f.default for f in dataclasses.fields(GrowthStage)}
         expected = {**{k: defaults[k] for keys in RECIPES.values() for k in keys}, **expected}
     if not grows_channels(stage.to_dict()):
         expected.pop("init", None)
