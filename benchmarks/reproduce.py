@@ -215,7 +215,14 @@ DEPTH_REFERENCE = "depth stack copy-zero"
 ISO_FLOPS = "scratch large (iso-FLOPs)"  # the question "does growth pay": each growth row against this one
 TWO_STAGE_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
                   "SPARKLING", "SPARKLING random-random", "recommended recipe"]
-DEPTH_AXES = ["depth", "depth-5", "depth-50", "depth+width"]
+DEPTH_AXES = ["depth", "depth-5", "depth-50", "depth+width", "depth-4x-5", "late-shallow"]
+# issue 32: the operating points behind the large published depth savings. Both start from a 2-layer model (the
+# size's widths) and grow it 4x to 8 layers in one stage: "depth-4x-5" early (5% of the run, G_stack's factor 4),
+# "late-shallow" late (80% of the run; under WSD with a short decay, e.g. --set train.lr_decay_fraction=0.1, the
+# growth falls in the stable phase, as zero/one-layer progressive training grows).
+AXIS_SMALL = {"depth-4x-5": {"n_layer": 2}, "late-shallow": {"n_layer": 2}}
+AXIS_DEPTH_FACTOR = {"depth-4x-5": 4, "late-shallow": 4}
+AXIS_TIMING = {"depth-4x-5": 5, "late-shallow": 80}
 # issue 22: the hidden axis' growth with the attention heads grown by the same ratio (same head_size), so the
 # attention is as wide as the new hidden size; a width axis (SPARKLING is its reference)
 HEADS_AXES = ["hidden+heads"]
@@ -236,8 +243,11 @@ def axis_rows(axis: str, rows: list[str]) -> list[str]:
     return [r for r in rows if r not in DEPTH_ROWS]
 
 
-def depth_target(size: dict) -> int:
-    """The layer count of the depth axes: ``size['large']['n_layer']`` if set, else twice the small model's."""
+def depth_target(size: dict, axis: str = "depth") -> int:
+    """The layer count of a depth axis: ``size['large']['n_layer']`` if set, else twice the small model's (the 4x
+    axes of :data:`AXIS_DEPTH_FACTOR`: that factor times their own small model's, :data:`AXIS_SMALL`)."""
+    if axis in AXIS_DEPTH_FACTOR:
+        return AXIS_DEPTH_FACTOR[axis] * AXIS_SMALL[axis]["n_layer"]
     return size["large"].get("n_layer") or 2 * size["small"]["n_layer"]
 
 
@@ -280,6 +290,9 @@ def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
     if axis in ("depth", "depth-5", "depth-50"):  # n_layer 2x at the size's widths, at 25% (default), 5% or 50%
         pct = 25 if axis == "depth" else int(axis.split("-")[1])
         return [{"at_step": steps * pct // 100, "n_layer": depth_target(size), "rewarmup_steps": rw}]
+    if axis in AXIS_TIMING:  # 2 -> 8 layers in one stage
+        return [{"at_step": steps * AXIS_TIMING[axis] // 100, "n_layer": depth_target(size, axis),
+                 "rewarmup_steps": rw}]
     if axis == "depth+width":  # n_layer 2x and the joint width 2x in one stage, at 25%
         return [{"at_step": steps // 4, "n_layer": depth_target(size), "n_embd": large["n_embd"],
                  "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
@@ -294,8 +307,8 @@ def large_model(axis: str, size: dict) -> dict[str, Any]:
         return {"n_embd": size["large"]["n_embd"]}
     if axis == "hidden+heads":
         return {"n_embd": size["large"]["n_embd"], **heads_target(size)}
-    if axis in ("depth", "depth-5", "depth-50"):
-        return {"n_layer": depth_target(size)}
+    if axis in ("depth", "depth-5", "depth-50", *AXIS_TIMING):
+        return {"n_layer": depth_target(size, axis)}
     widths = {k: v for k, v in size["large"].items() if k not in ("n_layer", "n_head", "n_query_groups")}
     if axis == "depth+width":
         return {**widths, "n_layer": depth_target(size)}
@@ -334,7 +347,7 @@ def slug(text: str) -> str:
 def build_config(size: dict, axis: str, row: dict, seed: int, steps: int | None = None) -> dict:
     """The full ``sparkling pretrain`` configuration of one row of one axis for one seed (no ``out_dir``)."""
     config = copy.deepcopy(size["config"])
-    model = {"name": "repro", **_MODEL, **size["small"]}
+    model = {"name": "repro", **_MODEL, **size["small"], **AXIS_SMALL.get(axis, {})}
     if row.get("model") == "large":
         model.update(large_model(axis, size))
     config["model_config"] = model
@@ -791,8 +804,10 @@ def plot(size_name: str, table: dict, results: Path, tag: str | None = None) -> 
 SCAN_SCHEDULES = ["cosine", "wsd"]
 SCAN_RATIOS = [1, 4, 8]
 SCAN_AXES = {"joint-25": "recommended recipe", "joint": "recommended recipe", "joint-75": "recommended recipe",
-             "depth-5": DEPTH_REFERENCE, "depth": DEPTH_REFERENCE, "depth-50": DEPTH_REFERENCE}
+             "depth-5": DEPTH_REFERENCE, "depth": DEPTH_REFERENCE, "depth-50": DEPTH_REFERENCE,
+             "depth-4x-5": DEPTH_REFERENCE, "late-shallow": DEPTH_REFERENCE}
 """The scan's timings of each axis and the row each is measured with (``--scan-rows`` replaces it)."""
+SCAN_DEFAULT_AXES = ["joint-25", "joint", "joint-75", "depth-5", "depth", "depth-50"]
 SCAN_RECIPES = {"SPARKLING": "paper", "recommended recipe": "recommended", "random-zero + ratio 10": "random-zero",
                 "random-zero": "wsd", DEPTH_REFERENCE: "paper"}
 """The map's ``recipe`` (a ``growth.recipe``) of a row. The row "random-zero" (random-zero init, the paper's 1.3x
@@ -886,10 +901,12 @@ def row_of(spec: str, axis: str) -> str | None:
     return spec
 
 
-def plan_scan(size_name: str, size: dict, cells: list[dict], seeds: list[int], out: Path) -> tuple[list, list]:
+def plan_scan(size_name: str, size: dict, cells: list[dict], seeds: list[int], out: Path,
+              budgets: tuple[float, ...] = ()) -> tuple[list, list]:
     """Plan every run of the scan: per ratio and schedule one :func:`plan_grid` of its axes, the cells' rows and the
-    iso-FLOPs scratch, in ``out/x<ratio>-<schedule>/`` (one subfolder per cell below it: ``<size>/<axis>/``).
-    Returns the runs (each with its cell's ``sub``) and the refused rows."""
+    iso-FLOPs scratch, in ``out/x<ratio>-<schedule>/`` (one subfolder per cell below it: ``<size>/<axis>/``), and the
+    grown shape from scratch at each of ``budgets`` times the iso-FLOPs scratch's steps (its own schedule; the curve
+    the speed-up at equal loss is read from). Returns the runs (each with its cell's ``sub``) and the refused rows."""
     runs, refused = [], []
     groups: dict[tuple[int, str], list[dict]] = {}
     for cell in cells:
@@ -902,7 +919,101 @@ def plan_scan(size_name: str, size: dict, cells: list[dict], seeds: list[int], o
         wanted = {(c["axis"], c["row"]) for c in group} | {(a, ISO_FLOPS) for a in axes}
         runs += [{**r, "sub": group[0]["sub"]} for r in planned if (r["axis"], r["row"]) in wanted]
         refused += [{**r, "sub": group[0]["sub"]} for r in why]
+        sized = scan_size(size, ratio, schedule)
+        for iso in [r for r in planned if r["row"] == ISO_FLOPS]:
+            for b in budgets:
+                steps = max(1, round(b * iso["compute"]["steps"]))
+                config = build_config(sized, iso["axis"], ROWS[ISO_FLOPS], iso["seed"], steps)
+                compute, why_b = check_config(config)
+                if compute is None:
+                    refused.append({"axis": iso["axis"], "row": budget_row(b), "why": why_b, "sub": group[0]["sub"]})
+                    continue
+                run_dir = out / group[0]["sub"] / size_name / iso["axis"] / slug(budget_row(b)) / f"seed{iso['seed']}"
+                runs.append({"axis": iso["axis"], "row": budget_row(b), "seed": iso["seed"], "config": config,
+                             "hash": compute["resolved_hash"], "run_dir": str(run_dir), "compute": compute,
+                             "note": f"the grown shape from scratch on {b:g}x the iso-FLOPs budget",
+                             "sub": group[0]["sub"], "budget": b})
     return runs, refused
+
+
+def budget_row(b: float) -> str:
+    """The name of the scratch row trained on ``b`` times the iso-FLOPs scratch's steps (``--budgets``)."""
+    return f"scratch large (x{b:g} FLOPs)"
+
+
+def scratch_flops_at(points: list[tuple[float, float]], loss: float) -> tuple[float | None, str]:
+    """The compute at which the scratch curve reaches ``loss``, interpolated in log-FLOPs, never extrapolated.
+
+    ``points``: ``(flops, final val loss)`` of the grown shape trained from scratch at several budgets (each its own
+    run and schedule). Returns ``(flops, "")``, or ``(None, "above")`` when ``loss`` is below every budget's final
+    loss (scratch needs more than the largest budget), ``(None, "below")`` when even the smallest budget ends below
+    ``loss``. The first crossing from the smallest budget up counts (a non-monotone curve is read conservatively).
+    """
+    pts = sorted(points)
+    if not pts:
+        return None, "none"
+    if pts[0][1] <= loss:
+        return None, "below"
+    for (f0, l0), (f1, l1) in zip(pts, pts[1:]):
+        if l1 <= loss < l0 or (l1 <= loss <= l0 and l1 < l0):
+            t = (l0 - loss) / (l0 - l1)
+            return math.exp(math.log(f0) + t * (math.log(f1) - math.log(f0))), ""
+    return None, "above"
+
+
+def first_reach_fraction(curve: list[dict], loss: float, total_flops: float) -> float | None:
+    """G_stack's form: the share of its own run's FLOPs at which a curve first reaches ``loss`` (linear between
+    evaluations); ``None`` if it never does."""
+    prev = None
+    for point in curve:
+        if point["val_loss"] <= loss:
+            if prev is None or prev["val_loss"] == point["val_loss"]:
+                return point["flops"] / total_flops
+            t = (prev["val_loss"] - loss) / (prev["val_loss"] - point["val_loss"])
+            return (prev["flops"] + t * (point["flops"] - prev["flops"])) / total_flops
+        prev = point
+    return None
+
+
+def read_scalars(run_dir: Path, prefix: str) -> dict[str, dict[int, float]]:
+    """``{tag: {step: value}}`` of a run's TensorBoard scalars whose tag starts with ``prefix``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(Path(run_dir) / "logs"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: {ev.step: ev.value for ev in acc.Scalars(tag)}
+            for tag in acc.Tags().get("scalars", []) if tag.startswith(prefix)}
+
+
+def rms_health(growth_dir: Path, scratch_dir: Path, growth_step: int) -> dict[str, float | None]:
+    """Signal health after a growth: the peak over the steps after ``growth_step`` of the growth run's
+    ``rms/final_hidden`` and of its largest ``rms/residual/block_*`` over the same-shape scratch run's at the same
+    step (runs logged with ``rms_monitor``); the peak of ``rms/final_hidden`` over its value at the growth; and the
+    new entries' peak LR over the old entries' at the same step (``growth/lr_new/stage_0`` over the group's ``lr-*``).
+    ``None`` where a run did not log the tag."""
+    g, s = read_scalars(growth_dir, "rms/"), read_scalars(scratch_dir, "rms/")
+    out: dict[str, float | None] = {"final_hidden_vs_scratch": None, "residual_vs_scratch": None,
+                                    "final_hidden_vs_growth": None, "lr_new_vs_old": None}
+    fh_g, fh_s = g.get("rms/final_hidden", {}), s.get("rms/final_hidden", {})
+    common = [t for t in fh_g if t > growth_step and t in fh_s and fh_s[t] > 0]
+    if common:
+        out["final_hidden_vs_scratch"] = max(fh_g[t] / fh_s[t] for t in common)
+    at = [t for t in fh_g if t <= growth_step]
+    if at and fh_g[max(at)] > 0:
+        out["final_hidden_vs_growth"] = max((v for t, v in fh_g.items() if t > growth_step), default=0.0) \
+            / fh_g[max(at)]
+    ratios = []
+    for tag, series in g.items():
+        if tag.startswith("rms/residual/") and tag in s:
+            ratios += [series[t] / s[tag][t] for t in series if t > growth_step and t in s[tag] and s[tag][t] > 0]
+    if ratios:
+        out["residual_vs_scratch"] = max(ratios)
+    lrs = read_scalars(growth_dir, "growth/lr_new/stage_0").get("growth/lr_new/stage_0", {})
+    base = next(iter(v for k, v in read_scalars(growth_dir, "lr-").items()), {})
+    paired = [lrs[t] / base[t] for t in lrs if t > growth_step and t in base and base[t] > 0]
+    if paired:
+        out["lr_new_vs_old"] = max(paired)
+    return out
 
 
 def scan_lines(cells: list[dict], runs: list[dict]) -> list[dict]:
@@ -913,6 +1024,7 @@ def scan_lines(cells: list[dict], runs: list[dict]) -> list[dict]:
     for run in runs:
         by_sub.setdefault(run["sub"], []).append(run)
     tables = {sub: collect(group) for sub, group in by_sub.items()}
+    dirs = {(r["sub"], r["axis"], r["row"], r["seed"]): r["run_dir"] for r in runs}
     for cell in cells:
         rows = tables.get(cell["sub"], {}).get(cell["axis"], {})
         grown, scratch = rows.get(cell["row"]), rows.get(ISO_FLOPS)
@@ -934,8 +1046,56 @@ def scan_lines(cells: list[dict], runs: list[dict]) -> list[dict]:
                     per_seed=d["per_seed"] if d else [],
                     wall_s=sum(w for e in (grown, scratch or {}) for w in e.get("wall_s", []) if w),
                     status="measured" if d and d["n"] >= 2 else ("1 seed" if d else "not run"))
+        line.update(equal_loss(cell, rows, grown, scratch, dirs))
         lines.append(line)
     return lines
+
+
+def equal_loss(cell: dict, rows: dict, grown: dict, scratch: dict | None, dirs: dict) -> dict:
+    """The cell's savings counted as compute to reach the same loss, per seed and as mean ± sd.
+
+    - ``speedup``: the compute the grown shape trained from scratch needs to reach the growth run's final val loss
+      (interpolated in log-FLOPs between the scratch budgets of the same seed, never extrapolated) over the growth
+      run's compute. Past the largest budget the seed says ``> <max>x``, below the smallest ``< <min>x``; the mean is
+      given only when every seed's value was interpolated.
+    - ``reach_fraction`` (G_stack's form): the share of its own run at which the growth run first reaches the
+      iso-FLOPs scratch's final loss (``None``: never).
+    - ``health``: :func:`rms_health` per seed (runs logged with ``rms_monitor``), and the worst over seeds.
+    """
+    budget_rows = {n: e for n, e in rows.items() if n == ISO_FLOPS or n.startswith("scratch large (x")}
+    if len(budget_rows) < 2:
+        return {}
+    g_flops = grown["compute"]["flops"]
+    per_seed, labels, fractions, health = {}, {}, {}, {}
+    lo = min(e["compute"]["flops"] for e in budget_rows.values()) / g_flops
+    hi = max(e["compute"]["flops"] for e in budget_rows.values()) / g_flops
+    for seed, loss in grown["seeds"].items():
+        points = [(e["compute"]["flops"], e["seeds"][seed]) for e in budget_rows.values() if seed in e["seeds"]]
+        flops, why = scratch_flops_at(points, loss)
+        if flops is not None:
+            per_seed[seed] = flops / g_flops
+            labels[seed] = f"{flops / g_flops:.2f}x"
+        else:
+            labels[seed] = {"above": f"> {hi:.2f}x", "below": f"< {lo:.2f}x"}.get(why, "-")
+        if scratch and seed in scratch["seeds"] and grown["curves"].get(seed):
+            fractions[seed] = first_reach_fraction(grown["curves"][seed], scratch["seeds"][seed], g_flops)
+        g_dir, s_dir = dirs.get((cell["sub"], cell["axis"], cell["row"], seed)), \
+            dirs.get((cell["sub"], cell["axis"], ISO_FLOPS, seed))
+        if g_dir and s_dir:
+            health[seed] = rms_health(Path(g_dir), Path(s_dir), cell["growth_step"])
+    out: dict[str, Any] = {"speedup_per_seed": labels, "reach_fraction_per_seed": fractions,
+                           "budgets": sorted(e["compute"]["flops"] / g_flops for e in budget_rows.values()),
+                           "health_per_seed": health}
+    if per_seed and len(per_seed) == len(grown["seeds"]):
+        out["speedup"], out["speedup_sd"] = mean_sd(list(per_seed.values()))
+    reached = [f for f in fractions.values() if f is not None]
+    if fractions and len(reached) == len(fractions):
+        out["reach_fraction"], out["reach_fraction_sd"] = mean_sd(reached)
+    for key in ("final_hidden_vs_scratch", "residual_vs_scratch", "final_hidden_vs_growth", "lr_new_vs_old"):
+        vals = [h[key] for h in health.values() if h.get(key) is not None]
+        if vals:
+            out.setdefault("health", {})[key] = max(vals)
+    return out
 
 
 def scan_where(size_name: str, ratio: int) -> str:
@@ -953,6 +1113,8 @@ def export_cells(lines: list[dict], size_name: str) -> list[dict]:
                     "growth_at": round(line["growth_at"], 3), "tokens_per_param": round(line["tokens_per_param"], 1),
                     "delta": round(line["delta"], 3), "sd": round(line["sd"], 3), "seeds": line["seeds"],
                     "seeds_above": line["seeds_above"], "where": scan_where(size_name, line["ratio"])})
+        if line.get("speedup") is not None and line.get("speedup_sd") is not None:
+            out[-1].update(speedup=round(line["speedup"], 2), speedup_sd=round(line["speedup_sd"], 2))
     return out
 
 
@@ -962,7 +1124,9 @@ def format_cell(cell: dict) -> str:
             f'"schedule": {json.dumps(cell["schedule"])}, "growth_at": {cell["growth_at"]!r}, '
             f'"tokens_per_param": {cell["tokens_per_param"]:.1f}, "delta": {cell["delta"]:.3f}, '
             f'"sd": {cell["sd"]:.3f}, "seeds": {cell["seeds"]}, "seeds_above": {cell["seeds_above"]}, '
-            f'"where": {json.dumps(cell["where"], ensure_ascii=False)}' + "}")
+            + (f'"speedup": {cell["speedup"]:.2f}, "speedup_sd": {cell["speedup_sd"]:.2f}, ' if "speedup" in cell
+               else "")
+            + f'"where": {json.dumps(cell["where"], ensure_ascii=False)}' + "}")
 
 
 def format_export(cells: list[dict]) -> str:
@@ -998,6 +1162,32 @@ def scan_markdown(size_name: str, lines: list[dict], skipped: list[dict], refuse
                    f"{ln['growth_at']:.0%} | {delta} | {above} | "
                    f"{fmt(ln['growth_mean'])} | {fmt(ln['scratch_mean'])} ({ln['scratch_steps']}) | {per} |")
     out.append("")
+    eq = [ln for ln in lines if ln.get("speedup_per_seed")]
+    if eq:
+        out += ["Compute to reach the same loss: the grown shape trained from scratch at several budgets (x the growth "
+                "run's FLOPs, each its own run and schedule); speed-up = the scratch compute that reaches the growth "
+                "run's final val loss (interpolated in log-FLOPs, never extrapolated) / the growth run's compute. "
+                "Reached at: the share of the growth run at which it first reaches the iso-FLOPs scratch's final "
+                "loss (G_stack's form). RMS health (worst seed): peak after growth of `rms/final_hidden` and of the "
+                "largest `rms/residual/block_*` over the same-shape scratch run's at the same step, "
+                "`rms/final_hidden`'s peak over its value at the growth, and the new entries' peak LR over the old "
+                "entries'.", "",
+                "| tokens / grown param | schedule | axis | row (recipe) | growth at | scratch budgets (x) | "
+                "speed-up at equal loss (mean ± sd) | per seed | reached scratch's final loss at | "
+                "final hidden / scratch | residual / scratch | final hidden / at growth | LR new / old |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for ln in eq:
+            sp = (f"{ln['speedup']:.2f}x ± {fmt(ln.get('speedup_sd'), 2)}" if ln.get("speedup") is not None
+                  else "censored")
+            per = ", ".join(v for _, v in sorted(ln["speedup_per_seed"].items()))
+            frac = ", ".join("never" if f is None else f"{f:.0%}" for _, f in sorted(ln["reach_fraction_per_seed"].items()))
+            h = ln.get("health", {})
+            hs = [fmt(h.get(k), 2) for k in ("final_hidden_vs_scratch", "residual_vs_scratch",
+                                            "final_hidden_vs_growth", "lr_new_vs_old")]
+            out.append(f"| {ln['tokens_per_param']:.1f} | {ln['schedule']} | {ln['axis']} | {ln['row']} "
+                       f"({ln['recipe'] or '-'}) | {ln['growth_at']:.0%} | "
+                       f"{', '.join(f'{b:.2f}' for b in ln['budgets'])} | {sp} | {per} | {frac} | {' | '.join(hs)} |")
+        out.append("")
     for sk in skipped:
         out.append(f"- skipped: x{sk['ratio']} {sk['schedule']} {sk['axis']}: {sk['why']}")
     seen = set()
@@ -1029,8 +1219,15 @@ def run_scan(args, parser, size_name: str, size: dict, seeds: list[int], out: Pa
         parser.error("--scan-ratios must be >= 1")
     if "lr_schedule" in size["config"]["train"]:
         parser.error("--scan sets train.lr_schedule per cell (--scan-schedules), not with --set")
+    try:
+        budgets = tuple(float(b) for b in args.budgets.split(",") if b.strip())
+    except ValueError:
+        parser.error(f"--budgets takes multipliers of the iso-FLOPs scratch's steps, e.g. 0.7,1.4,2 "
+                     f"(not {args.budgets!r})")
+    if any(b <= 0 or b == 1 for b in budgets):
+        parser.error(f"--budgets: each multiplier must be > 0 and not 1 (the iso-FLOPs scratch is 1), not {budgets}")
     cells, skipped = scan_cells(size, ratios, schedules, axes, rows)
-    runs, refused = plan_scan(size_name, size, cells, seeds, out)
+    runs, refused = plan_scan(size_name, size, cells, seeds, out, budgets)
     lines = scan_lines(cells, runs)
     distinct = {r["run_dir"]: r for r in runs}
     done = sum(is_done(Path(d), r["config"]) for d, r in distinct.items())
@@ -1112,12 +1309,18 @@ def main(argv: list[str] | None = None) -> int:
     scan.add_argument("--scan-schedules", default=",".join(SCAN_SCHEDULES),
                       help="cosine and/or wsd (train.lr_schedule: wsd on every run of the cell, scratch included; "
                            "only timings before the decay phase)")
-    scan.add_argument("--scan-axes", default=",".join(SCAN_AXES),
-                      help=f"growth timings and axes (default {','.join(SCAN_AXES)}); joint axes with "
+    scan.add_argument("--scan-axes", default=",".join(SCAN_DEFAULT_AXES),
+                      help=f"growth timings and axes (default {','.join(SCAN_DEFAULT_AXES)}; also "
+                           f"{','.join(a for a in SCAN_AXES if a not in SCAN_DEFAULT_AXES)}); joint axes with "
                            f"'recommended recipe', depth axes with {DEPTH_REFERENCE!r}")
     scan.add_argument("--scan-rows", default=None,
                       help="comma list of growth rows instead of each axis' default (each on the axes it applies "
                            "to; AXIS:ROW on that axis only, e.g. 'joint:SPARKLING')")
+    scan.add_argument("--budgets", default="",
+                      help="also train the grown shape from scratch at these multiples of the iso-FLOPs scratch's "
+                           "steps (e.g. 0.7,1.4,2), and report the speed-up at equal loss (scratch compute to reach "
+                           "the growth run's final loss / growth compute) and the share of the growth run at which "
+                           "it reaches scratch's final loss; the map's cells gain speedup / speedup_sd")
     scan.add_argument("--scan-export", default=None, metavar="PATH",
                       help="write the measured cells (2+ seeds) as a JSON list in measured.json's format")
     args = parser.parse_args(argv)

@@ -481,3 +481,68 @@ def test_scan_table_and_export_load_as_measured_cells(repro, tmp_path):
         if line.strip().startswith('{"axis"'):
             text = line.strip().rstrip(",")
             assert repro.format_cell(json.loads(text)) == text
+
+
+def test_scratch_flops_at_interpolates_in_log_flops_and_never_extrapolates(repro):
+    points = [(1e12, 3.6), (2e12, 3.4), (4e12, 3.3)]
+    flops, why = repro.scratch_flops_at(points, 3.5)  # halfway between 1e12 and 2e12 in loss: sqrt(2)e12 in log
+    assert why == "" and flops == pytest.approx(math.sqrt(2) * 1e12)
+    assert repro.scratch_flops_at(points, 3.3) == (pytest.approx(4e12), "")
+    assert repro.scratch_flops_at(points, 3.25) == (None, "above")  # below every budget's loss: more than the largest
+    assert repro.scratch_flops_at(points, 3.7) == (None, "below")  # the smallest budget already ends below it
+    # a non-monotone curve: the first crossing from the smallest budget up counts
+    flops, _ = repro.scratch_flops_at([(1e12, 3.6), (2e12, 3.4), (3e12, 3.45), (4e12, 3.3)], 3.42)
+    assert 1e12 < flops < 2e12
+
+
+def test_first_reach_fraction_is_linear_between_evaluations(repro):
+    curve = [{"flops": 10.0, "val_loss": 4.0}, {"flops": 20.0, "val_loss": 3.0}, {"flops": 40.0, "val_loss": 2.5}]
+    assert repro.first_reach_fraction(curve, 3.5, 40.0) == pytest.approx(15.0 / 40.0)
+    assert repro.first_reach_fraction(curve, 4.5, 40.0) == pytest.approx(10.0 / 40.0)  # reached at the first eval
+    assert repro.first_reach_fraction(curve, 2.0, 40.0) is None
+
+
+def test_scan_budgets_give_the_speedup_at_equal_loss_per_seed(repro, tmp_path):
+    """--budgets: the grown shape from scratch at 0.5x and 2x the iso-FLOPs scratch's steps besides it; the speed-up
+    per seed is the scratch compute that reaches the growth run's final loss (log-FLOPs interpolation, recomputed
+    here from the runs' own FLOPs) over the growth run's; a seed past the largest budget is censored ('> ...x') and
+    keeps the mean out; the export carries speedup / speedup_sd only when every seed was interpolated."""
+    size = repro.resolve_size("tiny")
+    out, results = tmp_path / "runs", tmp_path / "results"
+    cells, _ = repro.scan_cells(size, [1], ["cosine"], ["joint"])
+    runs, refused = repro.plan_scan("tiny", size, cells, [1, 2], out, (0.5, 2.0))
+    assert refused == []
+    by_row = {}
+    for run in runs:
+        by_row.setdefault(run["row"], {})[run["seed"]] = run
+    iso = by_row[repro.ISO_FLOPS][1]["compute"]["steps"]
+    assert by_row[repro.budget_row(0.5)][1]["compute"]["steps"] == round(0.5 * iso)
+    assert by_row[repro.budget_row(2.0)][2]["compute"]["steps"] == round(2.0 * iso)
+    losses = {"recommended recipe": [3.45, 3.30], repro.ISO_FLOPS: [3.50, 3.50],
+              repro.budget_row(0.5): [3.70, 3.70], repro.budget_row(2.0): [3.40, 3.40]}
+    for run in runs:
+        loss = losses[run["row"]][run["seed"] - 1]
+        steps = run["compute"]["steps"]
+        _fake_run(Path(run["run_dir"]), loss, curve={steps // 2 - 1: loss + 0.2, steps: loss})
+        (Path(run["run_dir"]) / "config.yaml").write_text(yaml.safe_dump({**run["config"], "out_dir": run["run_dir"]}))
+    assert repro.main(["--size", "tiny", "--scan", "--scan-ratios", "1", "--scan-schedules", "cosine", "--scan-axes",
+                       "joint", "--budgets", "0.5,2", "--out", str(out), "--results", str(results)]) == 0
+    line = json.loads((results / "reproduce_tiny_scan.json").read_text())["lines"][0]
+    g = by_row["recommended recipe"][1]["compute"]["flops"]
+    f_iso, f_hi = by_row[repro.ISO_FLOPS][1]["compute"]["flops"], by_row[repro.budget_row(2.0)][1]["compute"]["flops"]
+    t = (3.50 - 3.45) / (3.50 - 3.40)
+    expected = math.exp(math.log(f_iso) + t * (math.log(f_hi) - math.log(f_iso))) / g
+    assert line["speedup_per_seed"]["1"] == f"{expected:.2f}x"
+    assert line["speedup_per_seed"]["2"].startswith("> ")  # 3.30 is below every scratch budget's loss
+    assert "speedup" not in line  # a censored seed keeps the mean out
+    # seed 1 reaches scratch's final loss (3.50) between its two evaluations: 3.65 at half the run, 3.45 at its end
+    frac = line["reach_fraction_per_seed"]["1"]
+    steps = by_row["recommended recipe"][1]["compute"]["steps"]
+    compute = by_row["recommended recipe"][1]["compute"]
+    half, end = repro.cumulative_flops(compute, steps // 2), compute["flops"]
+    assert frac == pytest.approx((half + (3.65 - 3.50) / (3.65 - 3.45) * (end - half)) / end)
+    # every seed interpolated: the mean and sd go into the map's cell
+    line2 = {**line, "speedup": 1.2, "speedup_sd": 0.1, "seeds": 2, "sd": 0.01, "delta": -0.1, "seeds_above": 0}
+    cell = repro.export_cells([line2], "tiny")[0]
+    assert (cell["speedup"], cell["speedup_sd"]) == (1.2, 0.1)
+    assert json.loads(repro.format_cell(cell)) == cell
