@@ -232,9 +232,9 @@ def install_baseline_lr(trainer: Any, stages: Sequence[GrowthStage],
         if scheduler is not None:
             def now(scheduler=scheduler) -> float:
                 return scheduler.last_epoch
-        else:
+        else:  # no scheduler, an epoch-interval one, or several: the step about to be taken
             def now() -> float:
-                return scheduler.last_epoch
+                return trainer.global_step
         targets: dict[int, Callable[[], float]] = {}
         for g in range(len(optimizer.param_groups)):
             if stage.rewarmup_scope == "all":
