@@ -1,4 +1,7 @@
-"""``WidthGrowthCallback``: grow a litgpt GPT's width inside a running ``Trainer.fit``.
+"""``GrowthCallback``: grow a litgpt GPT (width, heads, depth) inside a running ``Trainer.fit``.
+
+``WidthGrowthCallback`` is its old name, kept (the same class, with a ``DeprecationWarning`` on access) until
+:data:`~lightning_sparkling._deprecated.REMOVED_IN`.
 
 Orchestration only (the "when" and the bookkeeping): the tensor math is in :mod:`lightning_sparkling.growth.surgery`,
 the optimizer side in :mod:`lightning_sparkling.growth.optim_state`, and the "how" under each strategy (grow in place
@@ -58,6 +61,10 @@ from lightning_sparkling.growth.symmetry import CopySpec, copy_specs, symmetry_m
 from lightning_sparkling.parallel import GrowthBackend, select_backend
 
 
+STATE_KEY = "WidthGrowthCallback"
+"""``checkpoint["callbacks"]`` key of :class:`GrowthCallback`'s state (its old class name; unchanged by the rename)."""
+
+
 class GrowthFailedError(RuntimeError):
     """A growth failed mid-way; the run keeps (and stops with) its pre-growth model and optimizer."""
 
@@ -74,7 +81,7 @@ def find_gpt(pl_module: torch.nn.Module):
     if len(found) != 1:
         names = ", ".join(repr(n or "<root>") for n, _ in found.values()) or "none"
         raise GrowthError(
-            f"WidthGrowthCallback needs exactly one litgpt GPT inside the LightningModule, found {len(found)} "
+            f"GrowthCallback needs exactly one litgpt GPT inside the LightningModule, found {len(found)} "
             f"({names}); hold the model to grow as one `litgpt.GPT` attribute (e.g. `self.model = GPT(config)`)"
         )
     return next(iter(found.values()))[1]
@@ -127,7 +134,7 @@ def _wsd_decays(trainer: pl.Trainer) -> list[dict[str, Any] | None] | None:
             continue
         if not _every_step(trainer, config):
             raise GrowthError(
-                f"WidthGrowthCallback: optimizer/param group {og}'s WSDLambda is stepped with interval="
+                f"GrowthCallback: optimizer/param group {og}'s WSDLambda is stepped with interval="
                 f"{config.interval!r}, frequency={config.frequency}: the new entries' re-warmup follows its decay phase "
                 "in optimizer steps, so step it every optimizer step (interval='step', frequency=1)"
             )
@@ -144,7 +151,7 @@ def _warn_growth_in_wsd_decay(trainer: pl.Trainer, stages: Sequence[GrowthStage]
     try:
         check_growth_before_decay([s.at_step for s in stages], decay_start=starts[0], total_steps=trainer.max_steps)
     except ValueError as err:
-        rank_zero_warn(f"WidthGrowthCallback: {err}", category=UserWarning)
+        rank_zero_warn(f"GrowthCallback: {err}", category=UserWarning)
 
 
 def _warn_untracked_stable_phase(trainer: pl.Trainer, stages: Sequence[GrowthStage]) -> None:
@@ -166,7 +173,7 @@ def _warn_untracked_stable_phase(trainer: pl.Trainer, stages: Sequence[GrowthSta
                 return
             if len(probe) > 1 and len(values) == 1:
                 rank_zero_warn(
-                    f"WidthGrowthCallback: the module's LambdaLR ({type(f).__name__}) for optimizer/param group {og} "
+                    f"GrowthCallback: the module's LambdaLR ({type(f).__name__}) for optimizer/param group {og} "
                     f"holds its LR over steps {probe[0]}..{probe[-1]} after GrowthStage(at_step={stage.at_step}); the "
                     "callback cannot see where it decays, so the new entries' re-warmup decays by cosine to min_lr at "
                     "max_steps from the end of its warm-up. For a warmup-stable-decay schedule use "
@@ -175,8 +182,8 @@ def _warn_untracked_stable_phase(trainer: pl.Trainer, stages: Sequence[GrowthSta
                 return
 
 
-class WidthGrowthCallback(Callback):
-    """Grow the width of the litgpt ``GPT`` inside a LightningModule at configured steps (SPARKLING).
+class GrowthCallback(Callback):
+    """Grow the litgpt ``GPT`` inside a LightningModule at configured steps (SPARKLING): width, heads, depth.
 
     At ``stage.at_step = N`` the model grows after optimizer step N and before step N+1's first micro-batch
     (never mid-accumulation). Every optimizer the module configured is patched in place (parameters and
@@ -203,9 +210,9 @@ class WidthGrowthCallback(Callback):
 
     Example::
 
-        from lightning_sparkling import GrowthStage, WidthGrowthCallback
+        from lightning_sparkling import GrowthCallback, GrowthStage
 
-        growth = WidthGrowthCallback(
+        growth = GrowthCallback(
             [GrowthStage(500, n_embd=512, intermediate_size=2048), GrowthStage(1000, intermediate_size=4096)],
             min_lr=3e-5,
         )
@@ -217,22 +224,22 @@ class WidthGrowthCallback(Callback):
                  seed: int = 0, symmetry_every_n_steps: int | None = None) -> None:
         stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
         if not stages:
-            raise ValueError("WidthGrowthCallback(stages=[]): give at least one GrowthStage")
+            raise ValueError("GrowthCallback(stages=[]): give at least one GrowthStage")
         for s in stages:
             if not isinstance(s, GrowthStage):
-                raise ValueError(f"WidthGrowthCallback(stages=...): expected GrowthStage objects, got {type(s).__name__}")
+                raise ValueError(f"GrowthCallback(stages=...): expected GrowthStage objects, got {type(s).__name__}")
         steps = [s.at_step for s in stages]
         if any(b <= a for a, b in zip(steps, steps[1:])):
             raise ValueError(
-                f"WidthGrowthCallback: stages must be in strictly increasing at_step order, got at_step={steps}"
+                f"GrowthCallback: stages must be in strictly increasing at_step order, got at_step={steps}"
             )
         check_stage_sequence(stages)  # rewarmup_scope='all' / decay_speedup: last stage only
         if min_lr is not None and (not isinstance(min_lr, (int, float)) or min_lr < 0 or not math.isfinite(min_lr)):
-            raise ValueError(f"WidthGrowthCallback(min_lr={min_lr!r}): must be a finite number >= 0")
+            raise ValueError(f"GrowthCallback(min_lr={min_lr!r}): must be a finite number >= 0")
         self.stages: tuple[GrowthStage, ...] = tuple(stages)
         if symmetry_every_n_steps is not None and (not isinstance(symmetry_every_n_steps, int)
                                                    or symmetry_every_n_steps < 0):
-            raise ValueError(f"WidthGrowthCallback(symmetry_every_n_steps={symmetry_every_n_steps!r}): must be an "
+            raise ValueError(f"GrowthCallback(symmetry_every_n_steps={symmetry_every_n_steps!r}): must be an "
                              "integer >= 0 (0: off) or None (follow Trainer(log_every_n_steps))")
         self.min_lr = min_lr
         self.seed = int(seed)
@@ -253,6 +260,12 @@ class WidthGrowthCallback(Callback):
 
     # ------------------------------------------------------------------ state
     @property
+    def state_key(self) -> str:
+        """``checkpoint["callbacks"]`` key of this callback's state: ``"WidthGrowthCallback"``, the class's name when
+        checkpoints were first written, kept so that every checkpoint (old or new) resumes."""
+        return STATE_KEY
+
+    @property
     def grown_stages(self) -> int:
         """How many stages have been applied."""
         return self._grown
@@ -265,7 +278,7 @@ class WidthGrowthCallback(Callback):
         applied = [GrowthStage(**s) for s in state_dict["stages"][: state_dict["grown"]]]
         if list(self.stages[: len(applied)]) != applied:
             raise GrowthError(
-                "the checkpoint was grown by different stages than this WidthGrowthCallback has: "
+                "the checkpoint was grown by different stages than this GrowthCallback has: "
                 f"checkpoint applied {applied}, callback has {list(self.stages[: len(applied)])}"
             )
         self._grown = int(state_dict["grown"])
@@ -275,7 +288,7 @@ class WidthGrowthCallback(Callback):
     def backend(self) -> GrowthBackend:
         """The growth backend of the trainer's strategy (chosen in ``setup``)."""
         if self._backend is None:
-            raise RuntimeError("WidthGrowthCallback: no growth backend yet (it is chosen in setup, at fit start)")
+            raise RuntimeError("GrowthCallback: no growth backend yet (it is chosen in setup, at fit start)")
         return self._backend
 
     # ------------------------------------------------------------------ setup / validation
@@ -303,7 +316,7 @@ class WidthGrowthCallback(Callback):
             except ValueError as err:
                 # A warning, not a refusal: the documented schedule (rewarmup_lr clamps the warm-up to the steps
                 # left) is well defined, and Python users may shorten a run on purpose. The CLI refuses it.
-                rank_zero_warn(f"WidthGrowthCallback: {err}", category=UserWarning)
+                rank_zero_warn(f"GrowthCallback: {err}", category=UserWarning)
         config = gpt.config
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         for k in range(self._grown, len(self.stages)):
@@ -409,9 +422,9 @@ class WidthGrowthCallback(Callback):
         if missing:
             kinds = sorted({type(c.scheduler).__name__ for c in trainer.lr_scheduler_configs}) or ["no scheduler"]
             raise GrowthError(
-                "WidthGrowthCallback(min_lr=None): cannot read the minimum learning rate exactly from the module's "
+                "GrowthCallback(min_lr=None): cannot read the minimum learning rate exactly from the module's "
                 f"schedule ({', '.join(kinds)}) for optimizer/param group(s) {missing}; pass "
-                "WidthGrowthCallback(..., min_lr=<LR the new entries decay to at max_steps>)"
+                "GrowthCallback(..., min_lr=<LR the new entries decay to at max_steps>)"
             )
         return [found[og] for og in groups]
 
@@ -628,7 +641,7 @@ class WidthGrowthCallback(Callback):
                     record["symmetry_boost"] = 1.0
                 then = ("follow the re-warmup schedule again" if stage.symmetry_release == "schedule" else
                         f"keep their {record['symmetry_boost']:g}x boost (symmetry_release='hold')")
-                rank_zero_info(f"WidthGrowthCallback: stage {k}'s copies reached mean cosine {worst:.3f} < "
+                rank_zero_info(f"GrowthCallback: stage {k}'s copies reached mean cosine {worst:.3f} < "
                                f"symmetry_target={stage.symmetry_target} at step {step}; the new entries {then}")
             else:
                 record["symmetry_boost"] = min(2.0 * record["symmetry_boost"], float(stage.symmetry_max_boost))
@@ -677,7 +690,7 @@ class WidthGrowthCallback(Callback):
             "seconds": seconds, "peak_memory_mb": peak_mb, "loss_after": loss,
         }
         self.summaries.append(summary)
-        lines = [f"WidthGrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
+        lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
         for axis, (a, b) in widths.items():
             if axis == "n_layer":
                 detail = f"{result.plan.depth.order}, {result.plan.depth.init}: {describe_depth(result.plan.depth)}"
@@ -697,3 +710,13 @@ class WidthGrowthCallback(Callback):
                 "growth/active_params": params_after[0], "growth/flops_per_token": 6 * params_after[0],
                 "growth/peak_memory_mb": peak_mb,
             }, step=trainer.global_step)
+
+
+def __getattr__(name: str):
+    """``WidthGrowthCallback``: the old name of :class:`GrowthCallback` (the same class), with a warning."""
+    if name == "WidthGrowthCallback":
+        from lightning_sparkling._deprecated import warn_renamed
+
+        warn_renamed(f"{__name__}.WidthGrowthCallback", "GrowthCallback")
+        return GrowthCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
