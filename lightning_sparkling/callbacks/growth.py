@@ -47,7 +47,13 @@ from lightning_sparkling.growth.baselines import (
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthError, GrowthPlan, plan_growth
-from lightning_sparkling.growth.schedules import RewarmupLR, WarmupCosineLambda, WSDLambda, check_growth_before_decay
+from lightning_sparkling.growth.schedules import (
+    RewarmupLR,
+    baseline_decay,
+    baseline_of,
+    check_growth_before_decay,
+    scheduler_min_lr,
+)
 from lightning_sparkling.growth.depth import describe_depth
 from lightning_sparkling.growth.heads import describe_heads
 from lightning_sparkling.growth.stage import (
@@ -129,16 +135,17 @@ def _wsd_decays(trainer: pl.Trainer) -> list[dict[str, Any] | None] | None:
     decays: list[dict[str, Any] | None] = []
     for og in _flat_groups(trainer.optimizers):
         f, config = lambdas.get(og, (None, None))
-        if not isinstance(f, WSDLambda):
+        decay = baseline_decay(f)
+        if decay is None:
             decays.append(None)
             continue
         if not _every_step(trainer, config):
             raise GrowthError(
-                f"GrowthCallback: optimizer/param group {og}'s WSDLambda is stepped with interval="
+                f"GrowthCallback: optimizer/param group {og}'s {type(f).__name__} is stepped with interval="
                 f"{config.interval!r}, frequency={config.frequency}: the new entries' re-warmup follows its decay phase "
                 "in optimizer steps, so step it every optimizer step (interval='step', frequency=1)"
             )
-        decays.append({"decay_start": int(f.decay_start), "decay_shape": f.decay_shape})
+        decays.append(decay)
     return decays if any(d is not None for d in decays) else None
 
 
@@ -160,7 +167,7 @@ def _warn_untracked_stable_phase(trainer: pl.Trainer, stages: Sequence[GrowthSta
     entries get the paper's cosine tail from their peak to ``min_lr`` at ``max_steps`` and fall below the old entries'
     LR while it holds. Warn, pointing at ``WSDLambda``."""
     for og, (f, _) in _module_lambdas(trainer).items():
-        if isinstance(f, (WSDLambda, WarmupCosineLambda)):
+        if baseline_of(f) is not None:  # a registered schedule: its decay is known
             continue
         for stage in stages:
             if stage.rewarmup_ratio is None:
@@ -410,14 +417,10 @@ class GrowthCallback(Callback):
             if not any(sched.optimizer is opt for opt in trainer.optimizers):
                 continue
             o = next(i for i, opt in enumerate(trainer.optimizers) if sched.optimizer is opt)
-            if isinstance(sched, torch.optim.lr_scheduler.LambdaLR) and all(
-                isinstance(f, (WarmupCosineLambda, WSDLambda)) for f in sched.lr_lambdas
-            ):
-                for g, (f, base) in enumerate(zip(sched.lr_lambdas, sched.base_lrs)):
-                    found[(o, g)] = base * f.min_lr_ratio
-            elif isinstance(sched, torch.optim.lr_scheduler.CosineAnnealingLR):
-                for g in range(len(sched.optimizer.param_groups)):
-                    found[(o, g)] = float(sched.eta_min)
+            for g in range(len(sched.optimizer.param_groups)):
+                min_lr = scheduler_min_lr(sched, g)
+                if min_lr is not None:
+                    found[(o, g)] = min_lr
         missing = [og for og in groups if og not in found]
         if missing:
             kinds = sorted({type(c.scheduler).__name__ for c in trainer.lr_scheduler_configs}) or ["no scheduler"]
