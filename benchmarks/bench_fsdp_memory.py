@@ -36,7 +36,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from litgpt import GPT, Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
+from lightning_sparkling import GrowthStage, GrowthCallback  # noqa: E402
 from lightning_sparkling.growth.plan import grown_config  # noqa: E402
 from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
 from lightning_sparkling.pretrain.module import shard_gpt, wrap_gpt  # noqa: E402
@@ -139,7 +139,7 @@ def main() -> None:
     torch.set_num_threads(1)
     sampler = Sampler()
     before, after = Probe(sampler, True), Probe(sampler, False)
-    growth = WidthGrowthCallback(GrowthStage(GROW_AT, **STAGE, rewarmup_steps=2), min_lr=0.0)
+    growth = GrowthCallback(GrowthStage(GROW_AT, **STAGE, rewarmup_steps=2), min_lr=0.0)
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy,
                         max_steps=MAX_STEPS, callbacks=[before, growth, after],
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -24,7 +24,7 @@ per-pair differences: the most robust estimate of the cost of one logging step o
 
 ``--example-dashboard PATH`` instead trains two tiny runs (a model grown 64 -> 128 wide at step 30 and a fixed-width
 baseline, 60 steps, synthetic Markov-chain tokens) with the monitor, a LearningRateMonitor and the package's
-``WidthGrowthCallback`` (default SPARKLING recipe), then renders ``plot_runs`` on them.
+``GrowthCallback`` (default SPARKLING recipe), then renders ``plot_runs`` on them.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from litgpt import Config
 from litgpt.model import GPT
 
-from lightning_sparkling import ActivationRMSMonitor, GrowthStage, WidthGrowthCallback
+from lightning_sparkling import ActivationRMSMonitor, GrowthStage, GrowthCallback
 
 ROOT = Path(__file__).resolve().parent
 
@@ -313,7 +313,7 @@ def example_dashboard(out: Path, logdir: Path | None, steps: int = 60, grow_at: 
         module = LM(config, data, batch, lr=3e-3, warmup=5, total_steps=steps, val_data=val)
         callbacks: list[L.Callback] = [ActivationRMSMonitor(every_n_steps=2), LearningRateMonitor("step")]
         if grow:
-            callbacks.insert(0, WidthGrowthCallback(GrowthStage(grow_at, n_embd=128, intermediate_size=256,
+            callbacks.insert(0, GrowthCallback(GrowthStage(grow_at, n_embd=128, intermediate_size=256,
                                                                 rewarmup_steps=10), min_lr=3e-4))
         logger = TensorBoardLogger(str(logdir), name=name)
         L.Trainer(max_steps=steps, logger=logger, callbacks=callbacks, accelerator="cpu", devices=1,

@@ -8,7 +8,7 @@ For each size (a litgpt LLaMA-style GPT grown hidden 2x + MLP inner 2x, the larg
 fresh subprocess so that resident memory starts clean:
 
 1. build the small model and AdamW, train ``--steps`` steps (batch ``--batch`` x ``--seq`` tokens);
-2. grow it the way ``WidthGrowthCallback`` does (``grow_model`` + the asymmetric AdamW state patch + the new-entry
+2. grow it the way ``GrowthCallback`` does (``grow_model`` + the asymmetric AdamW state patch + the new-entry
    LR regions), timed;
 3. train ``--steps`` steps of the grown model (median step time: the post-growth training step);
 4. the floor, measured in the same process: copying the same bytes once, i.e. allocating and filling a copy of

@@ -7,7 +7,7 @@ Two measurements, both by alternating the two variants step by step in one proce
 cancels in per-pair ratios; medians reported):
 
 1. **Grown vs from scratch.** A small model is trained a few AdamW steps and grown (hidden 2x + MLP inner 2x, as
-   ``WidthGrowthCallback`` does it: ``grow_model`` and the asymmetric AdamW state patch); a second model of the
+   ``GrowthCallback`` does it: ``grow_model`` and the asymmetric AdamW state patch); a second model of the
    grown shape is built from scratch with its own AdamW. Their training steps (forward, backward, AdamW) alternate.
    ``ratio = scratch step time / grown step time`` (target >= 0.97: growth must not leave slow, strided or
    fragmented tensors). The grown model's parameters and optimizer state are also checked for layout: contiguous,

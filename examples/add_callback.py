@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from lightning.pytorch.loggers import TensorBoardLogger
 from litgpt import GPT, Config
 
-from lightning_sparkling import ActivationRMSMonitor, GrowthStage, WidthGrowthCallback
+from lightning_sparkling import ActivationRMSMonitor, GrowthCallback, GrowthStage
 
 VOCAB, SEQ, STEPS = 128, 32, 120
 
@@ -53,7 +53,7 @@ if __name__ == "__main__":
         max_steps=STEPS, accelerator="cpu", logger=TensorBoardLogger("out", name="add_callback"),
         log_every_n_steps=5, enable_checkpointing=False,
         callbacks=[
-            WidthGrowthCallback(GrowthStage(60, n_embd=64, intermediate_size=128, rewarmup_steps=10)),
+            GrowthCallback(GrowthStage(60, n_embd=64, intermediate_size=128, rewarmup_steps=10)),
             ActivationRMSMonitor(every_n_steps=10),
         ],
     )

@@ -2,9 +2,9 @@
 
 Example::
 
-    from lightning_sparkling import GrowthStage, WidthGrowthCallback
+    from lightning_sparkling import GrowthCallback, GrowthStage
 
-    trainer = L.Trainer(max_steps=2000, callbacks=[WidthGrowthCallback(GrowthStage(1000, n_embd=1024))])
+    trainer = L.Trainer(max_steps=2000, callbacks=[GrowthCallback(GrowthStage(1000, n_embd=1024))])
 
 Layers (each imports only those before it): :mod:`~lightning_sparkling.growth` (the paper: pure torch and litgpt),
 :mod:`~lightning_sparkling.parallel` (one growth backend per strategy), :mod:`~lightning_sparkling.callbacks`
@@ -27,11 +27,11 @@ __version__ = "0.1.0"
 __all__ = [
     "ActivationRMSMonitor",
     "ComputeEstimate",
+    "GrowthCallback",
     "GrowthError",
     "GrowthPlan",
     "GrowthResult",
     "GrowthStage",
-    "WidthGrowthCallback",
     "copy_source_index",
     "estimate_compute",
     "fan_in_scale",
@@ -43,10 +43,15 @@ __all__ = [
 
 
 def __getattr__(name: str):  # callbacks import lightning; keep `import lightning_sparkling` light for the math
-    if name == "WidthGrowthCallback":
-        from lightning_sparkling.callbacks.growth import WidthGrowthCallback
+    if name == "GrowthCallback":
+        from lightning_sparkling.callbacks.growth import GrowthCallback
 
-        return WidthGrowthCallback
+        return GrowthCallback
+    if name in _deprecated.RENAMED:  # WidthGrowthCallback: the old name of GrowthCallback, until 0.3.0
+        from lightning_sparkling.callbacks import growth
+
+        _deprecated.warn_renamed(f"lightning_sparkling.{name}", _deprecated.RENAMED[name])
+        return getattr(growth, _deprecated.RENAMED[name])
     if name == "ActivationRMSMonitor":
         from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
 

@@ -61,6 +61,18 @@ MOVED: dict[str, tuple[str, ...]] = {
 }
 
 
+#: old public name -> new public name (same object), answered by the modules' ``__getattr__`` with a warning
+RENAMED: dict[str, str] = {
+    "WidthGrowthCallback": "GrowthCallback",
+}
+
+
+def warn_renamed(old: str, new: str) -> None:
+    """Warn that ``old`` (a dotted name) is the deprecated name of ``new``, removed in :data:`REMOVED_IN`."""
+    warnings.warn(f"{old} is deprecated and will be removed in lightning-sparkling {REMOVED_IN}: use {new} "
+                  "(the same class)", DeprecationWarning, stacklevel=3)
+
+
 def _message(old: str) -> str:
     new = " / ".join(MOVED[old])
     return f"{old} is deprecated and will be removed in lightning-sparkling {REMOVED_IN}: import from {new}"

@@ -316,3 +316,58 @@ def test_decay_speedup_under_manual_optimization_with_two_optimizers():
     assert len(recorder.seen) == 2 * (MAX_STEPS - AT - 1)
     for o, step, lr in recorder.seen:
         assert lr == pytest.approx(fast_lr("warmup_cosine", step, 0.5), rel=1e-9), (o, step)
+
+
+class EpochSchedule(TinyModule):
+    """SGD with an epoch-interval scheduler (the epoch never ends here: the LR stays at ``LR``)."""
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=self.lr)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
+
+
+class TwoSchedules(TinyModule):
+    """SGD with two step-interval schedulers: WarmupCosineLambda, then an identity ConstantLR."""
+
+    def configure_optimizers(self):
+        from lightning_sparkling.growth.schedules import WarmupCosineLambda
+
+        opt = torch.optim.SGD(self.parameters(), lr=self.lr)
+        first = torch.optim.lr_scheduler.LambdaLR(opt, WarmupCosineLambda(5, self.max_steps, self.min_lr_ratio))
+        second = torch.optim.lr_scheduler.ConstantLR(opt, factor=1.0, total_iters=0)
+        return [opt], [{"scheduler": first, "interval": "step"}, {"scheduler": second, "interval": "step"}]
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+@pytest.mark.parametrize("case", ["no_scheduler", "epoch_interval", "two_schedulers"])
+def test_rewarmup_all_without_one_step_scheduler_uses_the_global_step(case, accumulate):
+    """``rewarmup_scope='all'`` on an optimizer with no single step-interval scheduler (none, an epoch-interval one,
+    two) times the re-warmup by the trainer's global step: every entry takes the re-warmup LR at every step after
+    the growth (read from SGD updates), and training runs to the end."""
+    kw = dict(optimizer="sgd", lr=LR, max_steps=MAX_STEPS, min_lr_ratio=MIN_RATIO, accumulate=accumulate)
+    module = {"no_scheduler": lambda: TinyModule(schedule=None, **kw), "epoch_interval": lambda: EpochSchedule(**kw),
+              "two_schedulers": lambda: TwoSchedules(**kw)}[case]()
+    schedule = "warmup_cosine" if case == "two_schedulers" else None
+
+    def user(step):
+        return LR if schedule is None else user_lr(schedule, step)
+
+    recorder = RecordSGD()
+    stage = GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=4,
+                        rewarmup_scope="all")
+    growth = WidthGrowthCallback(stage, min_lr=LR * MIN_RATIO)
+    trainer = make_trainer([recorder, growth], max_steps=MAX_STEPS, accumulate=accumulate)
+    trainer.fit(module)
+    assert trainer.global_step == MAX_STEPS
+
+    def expected(step):
+        if step < AT:
+            return user(step)
+        return rewarmup_lr(step, growth_step=AT, lr_at_growth=user(AT), ratio=1.5, warmup_steps=4,
+                           total_steps=MAX_STEPS, min_lr=LR * MIN_RATIO)
+
+    check_lrs(recorder, expected, expected)
+    assert expected(AT + 4) > 1.4 * user(AT + 4)  # the re-warmup really differs from the user's LR
+    for step, lr in recorder.group_lr.items():  # the user's schedule still owns the group LR between steps
+        assert lr == pytest.approx(user(step), rel=1e-6), step

@@ -55,3 +55,26 @@ def test_the_warning_and_the_changelog_name_the_removal_release():
         importlib.import_module("lightning_sparkling.cli")
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert f"removed in {REMOVED_IN}" in changelog
+
+
+def test_width_growth_callback_is_the_deprecated_name_of_growth_callback(tmp_path):
+    """``WidthGrowthCallback`` (package, ``callbacks``, ``callbacks.growth``) is ``GrowthCallback`` itself, with a
+    warning naming the new name and the removal release; both names' instances pass both ``isinstance`` checks and
+    write their state under the key checkpoints have always used."""
+    from lightning_sparkling import GrowthCallback, GrowthStage
+    from lightning_sparkling import callbacks
+    from lightning_sparkling.callbacks import growth
+
+    olds = []
+    for module in (lightning_sparkling, callbacks, growth):
+        with pytest.warns(DeprecationWarning, match=rf"WidthGrowthCallback is deprecated and will be removed in "
+                                                    rf"lightning-sparkling {re.escape(REMOVED_IN)}: use GrowthCallback"):
+            olds.append(module.WidthGrowthCallback)
+    assert all(old is GrowthCallback for old in olds)
+    assert callbacks.GrowthCallback is GrowthCallback and "GrowthCallback" in lightning_sparkling.__all__
+    WidthGrowthCallback = olds[0]
+    new, old = GrowthCallback(GrowthStage(2, n_embd=48)), WidthGrowthCallback(GrowthStage(2, n_embd=48))
+    assert isinstance(new, WidthGrowthCallback) and isinstance(old, GrowthCallback)
+    assert new.state_key == old.state_key == "WidthGrowthCallback"
+    with pytest.raises(AttributeError):
+        growth.NoSuchCallback  # noqa: B018

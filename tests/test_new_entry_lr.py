@@ -230,4 +230,4 @@ def test_two_stages_each_with_its_own_symmetry_loop(accumulate):
             seen[k].add(boost(k, step))
     assert seen == {0: {1.0, 2.0, 4.0}, 1: {1.0, 2.0}}, seen  # each stage reached its own cap, not the other's
     growth = next(c for c in trainer.callbacks if isinstance(c, WidthGrowthCallback))
-    assert [r["symmetry_boost"] for r in growth._records] == [4.0, 2.0], growth._records
+    assert [r.symmetry_boost for r in growth._records] == [4.0, 2.0], growth._records

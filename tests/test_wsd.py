@@ -256,8 +256,8 @@ def test_new_entries_hold_their_peak_then_decay_with_the_baseline(shape, accumul
     # the new entries really held a peak above the old entries' LR all through the stable phase and decayed after
     assert all(new("lm_head.weight", t) == RATIO * LR for t in range(AT + REWARM, DECAY_START + 1))
     assert new("lm_head.weight", DECAY_START + 4) < 0.8 * RATIO * LR
-    assert growth._records[0]["lr_decay"] == [{"decay_start": DECAY_START, "decay_shape": shape}] * 2
-    assert growth._records[0]["min_lr"] == [lrs[0] * MIN_RATIO, lrs[1] * MIN_RATIO]  # read from WSDLambda
+    assert growth._records[0].lr_decay == [{"decay_start": DECAY_START, "decay_shape": shape}] * 2
+    assert growth._records[0].min_lr == [lrs[0] * MIN_RATIO, lrs[1] * MIN_RATIO]  # read from WSDLambda
 
 
 def _user_lr(t):
@@ -330,7 +330,7 @@ def test_bit_exact_resume_across_a_growth_under_wsd(tmp_path: Path, scope):
     growth = WidthGrowthCallback(stages())
     trainer = make_trainer([ckpt, growth], max_steps=max_steps, enable_checkpointing=True)
     trainer.fit(reference)
-    assert growth._records[0]["lr_decay"] == [{"decay_start": 9, "decay_shape": "linear"}]
+    assert growth._records[0].lr_decay == [{"decay_start": 9, "decay_shape": "linear"}]
     expected = {n: p.detach().clone() for n, p in reference.model.state_dict().items()}
     saved = torch.load(tmp_path / "step=6.ckpt", map_location="cpu", weights_only=False)
     state = saved["callbacks"][next(k for k in saved["callbacks"] if "WidthGrowthCallback" in k)]
@@ -356,7 +356,7 @@ def test_user_wsd_lambda_needs_min_lr_and_gets_the_cosine_tail_with_a_warning():
                                          "WSDLambda"):
         _, growth = _fit(module, [_stage()], min_lr=LR * MIN_RATIO)
     lam = growth._schedulers[0].lr_lambdas[0]
-    assert lam.decay_start is None and growth._records[0]["lr_decay"] is None
+    assert lam.decay_start is None and growth._records[0].lr_decay is None
     kw = dict(growth_step=AT, lr_at_growth=LR, ratio=RATIO, warmup_steps=REWARM, total_steps=MAX_STEPS,
               min_lr=LR * MIN_RATIO)
     assert [lam(k) for k in range(20)] == [rewarmup_lr(AT + k, **kw) for k in range(20)]

@@ -1,4 +1,7 @@
-"""``WidthGrowthCallback``: grow a litgpt GPT's width inside a running ``Trainer.fit``.
+"""``GrowthCallback``: grow a litgpt GPT (width, heads, depth) inside a running ``Trainer.fit``.
+
+``WidthGrowthCallback`` is its old name, kept (the same class, with a ``DeprecationWarning`` on access) until
+:data:`~lightning_sparkling._deprecated.REMOVED_IN`.
 
 Orchestration only (the "when" and the bookkeeping): the tensor math is in :mod:`lightning_sparkling.growth.surgery`,
 the optimizer side in :mod:`lightning_sparkling.growth.optim_state`, and the "how" under each strategy (grow in place
@@ -20,7 +23,6 @@ Timeline of one stage with ``at_step=N`` (single device and DDP):
 
 from __future__ import annotations
 
-import copy
 import math
 import resource
 import time
@@ -32,30 +34,29 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from lightning.pytorch.utilities.types import LRSchedulerConfig
 
-from lightning_sparkling.growth.baselines import (
-    _every_step,
+from lightning_sparkling.callbacks.new_entry_lr import (
+    NewEntryLearningRate,
     check_baseline_schedulers,
-    install_baseline_lr,
-    record_rewarmup_lambda,
-    rewarmup_all_applied,
+    check_fresh_bias_correction,
+    flat_groups,
+    resolve_min_lrs,
 )
+from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, check_optimizer_supported
-from lightning_sparkling.growth.plan import GrowthError, GrowthPlan, plan_growth
-from lightning_sparkling.growth.schedules import RewarmupLR, WarmupCosineLambda, WSDLambda, check_growth_before_decay
 from lightning_sparkling.growth.depth import describe_depth
+from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.heads import describe_heads
-from lightning_sparkling.growth.stage import (
-    SIZE_AXES,
-    GrowthStage,
-    check_rewarmup_fits,
-    check_stage_sequence,
-)
-from lightning_sparkling.growth.surgery import GrowthResult, clean_name
-from lightning_sparkling.growth.symmetry import CopySpec, copy_specs, symmetry_metrics
+from lightning_sparkling.growth.optim_state import check_optimizer_supported
+from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
+from lightning_sparkling.growth.record import StageRecord
+from lightning_sparkling.growth.stage import SIZE_AXES, GrowthStage, check_rewarmup_fits, check_stage_sequence
+from lightning_sparkling.growth.surgery import GrowthResult
+from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
+
+STATE_KEY = "WidthGrowthCallback"
+"""``checkpoint["callbacks"]`` key of :class:`GrowthCallback`'s state (its old class name; unchanged by the rename)."""
 
 
 class GrowthFailedError(RuntimeError):
@@ -74,14 +75,10 @@ def find_gpt(pl_module: torch.nn.Module):
     if len(found) != 1:
         names = ", ".join(repr(n or "<root>") for n, _ in found.values()) or "none"
         raise GrowthError(
-            f"WidthGrowthCallback needs exactly one litgpt GPT inside the LightningModule, found {len(found)} "
+            f"GrowthCallback needs exactly one litgpt GPT inside the LightningModule, found {len(found)} "
             f"({names}); hold the model to grow as one `litgpt.GPT` attribute (e.g. `self.model = GPT(config)`)"
         )
     return next(iter(found.values()))[1]
-
-
-def _flat_groups(optimizers: Sequence[torch.optim.Optimizer]) -> list[tuple[int, int]]:
-    return [(o, g) for o, opt in enumerate(optimizers) for g in range(len(opt.param_groups))]
 
 
 def _token_batch(batch: Any) -> torch.Tensor | None:
@@ -96,87 +93,8 @@ def _token_batch(batch: Any) -> torch.Tensor | None:
     return None
 
 
-def _module_lambdas(trainer: pl.Trainer) -> dict[tuple[int, int], tuple[Any, Any]]:
-    """``{(optimizer, group): (lambda, its LRSchedulerConfig)}`` for the groups the module drives with a ``LambdaLR``
-    (the callback's own new-entry schedulers drive no trained optimizer and are left out)."""
-    found: dict[tuple[int, int], tuple[Any, Any]] = {}
-    for config in trainer.lr_scheduler_configs:
-        sched = config.scheduler
-        o = next((i for i, opt in enumerate(trainer.optimizers) if sched.optimizer is opt), None)
-        if o is None or not isinstance(sched, torch.optim.lr_scheduler.LambdaLR):
-            continue
-        for g, f in enumerate(sched.lr_lambdas):
-            found[(o, g)] = (f, config)
-    return found
-
-
-def _wsd_decays(trainer: pl.Trainer) -> list[dict[str, Any] | None] | None:
-    """Per flat param group, the decay phase of its baseline when that is a ``LambdaLR`` of
-    :class:`~lightning_sparkling.growth.schedules.WSDLambda` stepped every optimizer step:
-    ``{"decay_start": D, "decay_shape": shape}``; ``None`` for other groups; ``None`` overall when no group has one.
-
-    Raises:
-        GrowthError: for a ``WSDLambda`` stepped less often than every optimizer step (its steps are not the run's).
-    """
-    lambdas = _module_lambdas(trainer)
-    decays: list[dict[str, Any] | None] = []
-    for og in _flat_groups(trainer.optimizers):
-        f, config = lambdas.get(og, (None, None))
-        if not isinstance(f, WSDLambda):
-            decays.append(None)
-            continue
-        if not _every_step(trainer, config):
-            raise GrowthError(
-                f"WidthGrowthCallback: optimizer/param group {og}'s WSDLambda is stepped with interval="
-                f"{config.interval!r}, frequency={config.frequency}: the new entries' re-warmup follows its decay phase "
-                "in optimizer steps, so step it every optimizer step (interval='step', frequency=1)"
-            )
-        decays.append({"decay_start": int(f.decay_start), "decay_shape": f.decay_shape})
-    return decays if any(d is not None for d in decays) else None
-
-
-def _warn_growth_in_wsd_decay(trainer: pl.Trainer, stages: Sequence[GrowthStage]) -> None:
-    """Warn (the CLI refuses) about a stage that grows inside the decay phase of a ``WSDLambda`` baseline."""
-    decays = _wsd_decays(trainer) or []
-    starts = sorted({d["decay_start"] for d in decays if d is not None})
-    if not starts or not stages:
-        return
-    try:
-        check_growth_before_decay([s.at_step for s in stages], decay_start=starts[0], total_steps=trainer.max_steps)
-    except ValueError as err:
-        rank_zero_warn(f"WidthGrowthCallback: {err}", category=UserWarning)
-
-
-def _warn_untracked_stable_phase(trainer: pl.Trainer, stages: Sequence[GrowthStage]) -> None:
-    """A user's own ``LambdaLR`` (not ``WarmupCosineLambda`` / ``WSDLambda``) that holds its LR over a stage's
-    re-warmup (a WSD stable phase, a constant LR): the callback cannot see where that schedule decays, so the new
-    entries get the paper's cosine tail from their peak to ``min_lr`` at ``max_steps`` and fall below the old entries'
-    LR while it holds. Warn, pointing at ``WSDLambda``."""
-    for og, (f, _) in _module_lambdas(trainer).items():
-        if isinstance(f, (WSDLambda, WarmupCosineLambda)):
-            continue
-        for stage in stages:
-            if stage.rewarmup_ratio is None:
-                continue
-            probe = [stage.at_step, stage.at_step + stage.rewarmup_steps, stage.at_step + 2 * stage.rewarmup_steps]
-            probe = [t for t in probe if t < trainer.max_steps]
-            try:
-                values = {float(f(t)) for t in probe}
-            except Exception:  # noqa: BLE001 - a lambda we cannot probe: nothing to say
-                return
-            if len(probe) > 1 and len(values) == 1:
-                rank_zero_warn(
-                    f"WidthGrowthCallback: the module's LambdaLR ({type(f).__name__}) for optimizer/param group {og} "
-                    f"holds its LR over steps {probe[0]}..{probe[-1]} after GrowthStage(at_step={stage.at_step}); the "
-                    "callback cannot see where it decays, so the new entries' re-warmup decays by cosine to min_lr at "
-                    "max_steps from the end of its warm-up. For a warmup-stable-decay schedule use "
-                    "lightning_sparkling.growth.schedules.WSDLambda: the new entries then hold their peak and decay "
-                    "with its decay phase", category=UserWarning)
-                return
-
-
-class WidthGrowthCallback(Callback):
-    """Grow the width of the litgpt ``GPT`` inside a LightningModule at configured steps (SPARKLING).
+class GrowthCallback(Callback):
+    """Grow the litgpt ``GPT`` inside a LightningModule at configured steps (SPARKLING): width, heads, depth.
 
     At ``stage.at_step = N`` the model grows after optimizer step N and before step N+1's first micro-batch
     (never mid-accumulation). Every optimizer the module configured is patched in place (parameters and
@@ -203,9 +121,9 @@ class WidthGrowthCallback(Callback):
 
     Example::
 
-        from lightning_sparkling import GrowthStage, WidthGrowthCallback
+        from lightning_sparkling import GrowthCallback, GrowthStage
 
-        growth = WidthGrowthCallback(
+        growth = GrowthCallback(
             [GrowthStage(500, n_embd=512, intermediate_size=2048), GrowthStage(1000, intermediate_size=4096)],
             min_lr=3e-5,
         )
@@ -217,65 +135,81 @@ class WidthGrowthCallback(Callback):
                  seed: int = 0, symmetry_every_n_steps: int | None = None) -> None:
         stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
         if not stages:
-            raise ValueError("WidthGrowthCallback(stages=[]): give at least one GrowthStage")
+            raise ValueError("GrowthCallback(stages=[]): give at least one GrowthStage")
         for s in stages:
             if not isinstance(s, GrowthStage):
-                raise ValueError(f"WidthGrowthCallback(stages=...): expected GrowthStage objects, got {type(s).__name__}")
+                raise ValueError(f"GrowthCallback(stages=...): expected GrowthStage objects, got {type(s).__name__}")
         steps = [s.at_step for s in stages]
         if any(b <= a for a, b in zip(steps, steps[1:])):
             raise ValueError(
-                f"WidthGrowthCallback: stages must be in strictly increasing at_step order, got at_step={steps}"
+                f"GrowthCallback: stages must be in strictly increasing at_step order, got at_step={steps}"
             )
         check_stage_sequence(stages)  # rewarmup_scope='all' / decay_speedup: last stage only
         if min_lr is not None and (not isinstance(min_lr, (int, float)) or min_lr < 0 or not math.isfinite(min_lr)):
-            raise ValueError(f"WidthGrowthCallback(min_lr={min_lr!r}): must be a finite number >= 0")
+            raise ValueError(f"GrowthCallback(min_lr={min_lr!r}): must be a finite number >= 0")
         self.stages: tuple[GrowthStage, ...] = tuple(stages)
         if symmetry_every_n_steps is not None and (not isinstance(symmetry_every_n_steps, int)
                                                    or symmetry_every_n_steps < 0):
-            raise ValueError(f"WidthGrowthCallback(symmetry_every_n_steps={symmetry_every_n_steps!r}): must be an "
+            raise ValueError(f"GrowthCallback(symmetry_every_n_steps={symmetry_every_n_steps!r}): must be an "
                              "integer >= 0 (0: off) or None (follow Trainer(log_every_n_steps))")
         self.min_lr = min_lr
         self.seed = int(seed)
         self.symmetry_every_n_steps = symmetry_every_n_steps
         self._grown = 0
-        self._records: list[dict[str, Any]] = []  # one per applied stage (checkpointed)
+        self._records: list[StageRecord] = []  # one per applied stage (checkpointed)
         self._regions: list[dict[str, list[tuple[slice, ...]]]] = []  # new-entry slices per applied stage
-        self._copies: list[dict[str, CopySpec]] = []  # copied channels per applied stage (symmetry diagnostics)
-        self._schedulers: dict[int, RewarmupLR] = {}  # stage index -> its new-entry LR scheduler
-        self._lr_hooks: list[NewEntryLR] = []
         self._backend: GrowthBackend | None = None  # chosen in setup from the trainer's strategy
         self._remove_resume_hook_fn: Callable[[], None] | None = None
-        self._min_lrs: list[float] | None = None
         self.summaries: list[dict[str, Any]] = []
-        self.last_symmetry: dict[str, float] = {}
-        self._lr_logged_step = -1
-        self._controlled_step = -1
+        # the records are looked up through self at each use, never captured: load_state_dict replaces them
+        self.lr = NewEntryLearningRate(self.stages, lambda: self._records)  # the new entries' LR
+        self.symmetry = SymmetryLoop(self.stages, lambda: self._records)  # copies' cosines, symmetry_target loop
 
     # ------------------------------------------------------------------ state
+    @property
+    def state_key(self) -> str:
+        """``checkpoint["callbacks"]`` key of this callback's state: ``"WidthGrowthCallback"``, the class's name when
+        checkpoints were first written, kept so that every checkpoint (old or new) resumes."""
+        return STATE_KEY
+
     @property
     def grown_stages(self) -> int:
         """How many stages have been applied."""
         return self._grown
 
+    @property
+    def last_symmetry(self) -> dict[str, float]:
+        """The last logged ``symmetry/stage_{k}/{axis}`` cosines."""
+        return self.symmetry.last
+
+    @property
+    def _schedulers(self) -> dict:
+        return self.lr.schedulers
+
+    @property
+    def _lr_hooks(self) -> list:
+        return self.lr.hooks
+
     def state_dict(self) -> dict[str, Any]:
+        # plain dicts (copies: records change after growth, the symmetry boost), the keys every release wrote
         return {"grown": self._grown, "seed": self.seed, "stages": [s.to_dict() for s in self.stages],
-                "records": copy.deepcopy(self._records)}  # records change after growth (symmetry boost)
+                "records": [r.to_dict() for r in self._records]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         applied = [GrowthStage(**s) for s in state_dict["stages"][: state_dict["grown"]]]
         if list(self.stages[: len(applied)]) != applied:
             raise GrowthError(
-                "the checkpoint was grown by different stages than this WidthGrowthCallback has: "
+                "the checkpoint was grown by different stages than this GrowthCallback has: "
                 f"checkpoint applied {applied}, callback has {list(self.stages[: len(applied)])}"
             )
         self._grown = int(state_dict["grown"])
-        self._records = list(state_dict["records"])
+        self._records = [StageRecord.from_dict(r) for r in state_dict["records"]]
 
     @property
     def backend(self) -> GrowthBackend:
         """The growth backend of the trainer's strategy (chosen in ``setup``)."""
         if self._backend is None:
-            raise RuntimeError("WidthGrowthCallback: no growth backend yet (it is chosen in setup, at fit start)")
+            raise RuntimeError("GrowthCallback: no growth backend yet (it is chosen in setup, at fit start)")
         return self._backend
 
     # ------------------------------------------------------------------ setup / validation
@@ -303,7 +237,7 @@ class WidthGrowthCallback(Callback):
             except ValueError as err:
                 # A warning, not a refusal: the documented schedule (rewarmup_lr clamps the warm-up to the steps
                 # left) is well defined, and Python users may shorten a run on purpose. The CLI refuses it.
-                rank_zero_warn(f"WidthGrowthCallback: {err}", category=UserWarning)
+                rank_zero_warn(f"GrowthCallback: {err}", category=UserWarning)
         config = gpt.config
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         for k in range(self._grown, len(self.stages)):
@@ -340,80 +274,31 @@ class WidthGrowthCallback(Callback):
             plan = plan_growth(config, self.stages[k], seed=int(state["seed"]), stage_index=k, tied_embeddings=tied)
             self._carry_forward(plan)
             self._regions.append({n: r for n, t in plan.tensors.items() if (r := t.new_region())})
-            self._copies.append(copy_specs(plan))
+            self.symmetry.copies.append(copy_specs(plan))
             plans.append(plan)
             config = plan.new_config
         self.backend.regrow(trainer, pl_module, gpt, plans)
         if not self.backend.restores_after_fit_start:
             return  # load_state_dict and on_fit_start follow, as for any fit
-        self._records = list(state["records"])
+        self._records = [StageRecord.from_dict(r) for r in state["records"]]
         self._grown = grown
-        self._schedulers = {}
-        for k, record in enumerate(self._records):
-            if self.stages[k].rewarmup_ratio is not None:
-                self._register_scheduler(trainer, k, record)
+        self.lr.schedulers = {}
+        self.lr.register_applied(trainer)
         self._install_lr_hooks(trainer, pl_module)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.backend.check_model(pl_module, find_gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
-        self._check_fresh_bias_correction(trainer)
+        check_fresh_bias_correction(trainer, self.stages)
         check_baseline_schedulers(trainer, self.stages)  # decay_speedup reads the module's schedule
         if any(s.rewarmup_ratio is not None for s in self.stages):
-            self._min_lrs = self._resolve_min_lrs(trainer)
-        for k, record in enumerate(self._records):  # resumed: same scheduler layout as when saved
-            if self.stages[k].rewarmup_ratio is not None and k not in self._schedulers:
-                self._register_scheduler(trainer, k, record)
+            self.lr.min_lrs = resolve_min_lrs(trainer, self.min_lr, self.stages[self._grown:])
+        self.lr.register_applied(trainer)  # resumed: same scheduler layout as when saved
         self._install_lr_hooks(trainer, pl_module)
 
-    def _check_fresh_bias_correction(self, trainer: pl.Trainer) -> None:
-        """``bias_correction='fresh'`` needs Adam's ``betas`` in every param group (read again at growth)."""
-        fresh = [k for k, s in enumerate(self.stages) if s.bias_correction == "fresh"]
-        if not fresh:
-            return
-        for o, g in _flat_groups(trainer.optimizers):
-            betas = trainer.optimizers[o].param_groups[g].get("betas")
-            if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-                raise GrowthError(
-                    f"GrowthStage(bias_correction='fresh') (stage {fresh[0]}): optimizer {o} "
-                    f"({type(trainer.optimizers[o]).__name__}) param group {g} has no Adam 'betas', so there is no "
-                    "bias correction to redo; use an Adam-type optimizer or bias_correction='shared'"
-                )
-
-    def _resolve_min_lrs(self, trainer: pl.Trainer) -> list[float]:
-        """``min_lr`` per flat param group: the callback's, else read exactly from the module's schedule
-        (``LambdaLR`` of :class:`WarmupCosineLambda` or :class:`WSDLambda`: ``min_lr_ratio * base_lr``;
-        ``CosineAnnealingLR``: ``eta_min``). Also warns about a growth inside a WSD decay phase, and about a user's own
-        ``LambdaLR`` that holds its LR after a growth (the new entries then get the cosine tail)."""
-        groups = _flat_groups(trainer.optimizers)
-        _warn_growth_in_wsd_decay(trainer, self.stages[self._grown:])
-        _warn_untracked_stable_phase(trainer, self.stages[self._grown:])
-        if self.min_lr is not None:
-            return [float(self.min_lr)] * len(groups)
-        found: dict[tuple[int, int], float] = {}
-        for config in trainer.lr_scheduler_configs:
-            sched = config.scheduler
-            if not any(sched.optimizer is opt for opt in trainer.optimizers):
-                continue
-            o = next(i for i, opt in enumerate(trainer.optimizers) if sched.optimizer is opt)
-            if isinstance(sched, torch.optim.lr_scheduler.LambdaLR) and all(
-                isinstance(f, (WarmupCosineLambda, WSDLambda)) for f in sched.lr_lambdas
-            ):
-                for g, (f, base) in enumerate(zip(sched.lr_lambdas, sched.base_lrs)):
-                    found[(o, g)] = base * f.min_lr_ratio
-            elif isinstance(sched, torch.optim.lr_scheduler.CosineAnnealingLR):
-                for g in range(len(sched.optimizer.param_groups)):
-                    found[(o, g)] = float(sched.eta_min)
-        missing = [og for og in groups if og not in found]
-        if missing:
-            kinds = sorted({type(c.scheduler).__name__ for c in trainer.lr_scheduler_configs}) or ["no scheduler"]
-            raise GrowthError(
-                "WidthGrowthCallback(min_lr=None): cannot read the minimum learning rate exactly from the module's "
-                f"schedule ({', '.join(kinds)}) for optimizer/param group(s) {missing}; pass "
-                "WidthGrowthCallback(..., min_lr=<LR the new entries decay to at max_steps>)"
-            )
-        return [found[og] for og in groups]
+    def _install_lr_hooks(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.lr.install(trainer, pl_module, find_gpt(pl_module), self.backend, self._regions)
 
     # ------------------------------------------------------------------ growth
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -431,11 +316,11 @@ class WidthGrowthCallback(Callback):
         while self._due(trainer):
             self._grow(trainer, pl_module, batch)
             grew = True
-        self._control_symmetry(trainer, pl_module)
-        self._log_lr_new(trainer, pl_module)
+        self.symmetry.control(trainer, pl_module, lambda: find_gpt(pl_module), self.backend)
+        self.lr.log(trainer)
         every = trainer.log_every_n_steps if self.symmetry_every_n_steps is None else self.symmetry_every_n_steps
-        if self._copies and every and (grew or trainer.global_step % every == 0):
-            self._log_symmetry(trainer, pl_module)
+        if self.symmetry.copies and every and (grew or trainer.global_step % every == 0):
+            self.symmetry.log(trainer, pl_module, find_gpt(pl_module), self.backend)
 
     def _due(self, trainer: pl.Trainer) -> bool:
         return self._grown < len(self.stages) and trainer.global_step >= self.stages[self._grown].at_step
@@ -469,24 +354,25 @@ class WidthGrowthCallback(Callback):
                 f"{trainer.global_step}: {err}. The model and optimizer are the pre-growth ones."
             ) from err
         seconds = time.perf_counter() - start
-        record = {
-            "stage_index": k,
-            "global_step": trainer.global_step,
-            "lr_at_growth": [float(trainer.optimizers[o].param_groups[g]["lr"]) for o, g in _flat_groups(trainer.optimizers)],
-            "min_lr": list(self._min_lrs) if self._min_lrs is not None else None,
-            "total_steps": trainer.max_steps,
-            "betas": [list(map(float, trainer.optimizers[o].param_groups[g]["betas"]))
-                      for o, g in _flat_groups(trainer.optimizers)] if stage.bias_correction == "fresh" else None,
-            "symmetry_boost": 1.0,  # the symmetry_target controller's LR multiplier (1: schedule only)
-            "symmetry_done": stage.symmetry_target is None,
-        }
+        groups = flat_groups(trainer.optimizers)
+        record = StageRecord(
+            stage_index=k,
+            global_step=trainer.global_step,
+            lr_at_growth=[float(trainer.optimizers[o].param_groups[g]["lr"]) for o, g in groups],
+            min_lr=list(self.lr.min_lrs) if self.lr.min_lrs is not None else None,
+            total_steps=trainer.max_steps,
+            betas=[list(map(float, trainer.optimizers[o].param_groups[g]["betas"])) for o, g in groups]
+            if stage.bias_correction == "fresh" else None,
+            symmetry_boost=1.0,  # the symmetry_target loop's LR multiplier (1: schedule only)
+            symmetry_done=stage.symmetry_target is None,
+        )
         self._records.append(record)
         self._carry_forward(result.plan)
         self._regions.append(result.new_entries)
-        self._copies.append(copy_specs(result.plan))
+        self.symmetry.copies.append(copy_specs(result.plan))
         self._grown += 1
         if stage.rewarmup_ratio is not None:
-            self._register_scheduler(trainer, k, record)
+            self.lr.register(trainer, k)
         self._install_lr_hooks(trainer, pl_module)
         params_after = count_params(gpt.config, tie_embeddings=tied)
         if isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
@@ -501,8 +387,7 @@ class WidthGrowthCallback(Callback):
             return
         carried = [[plan.carry_region(n, pieces) for n, pieces in regions.items()] for regions in self._regions]
         self._regions = [{n: pieces for n, pieces in regions if n is not None} for regions in carried]
-        self._copies = [{axis: carried for axis, spec in specs.items() if (carried := spec.carried(plan)) is not None}
-                        for specs in self._copies]
+        self.symmetry.carry_forward(plan)
 
     @torch.no_grad()
     def _check_loss(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, batch: Any) -> float:
@@ -525,137 +410,6 @@ class WidthGrowthCallback(Callback):
             raise GrowthError(f"the grown model's loss on the current batch is not finite ({loss})")
         return loss
 
-    # ------------------------------------------------------------------ new-entry learning rate
-    def _register_scheduler(self, trainer: pl.Trainer, k: int, record: dict[str, Any]) -> None:
-        stage = self.stages[k]
-        min_lrs = record.get("min_lr") or self._min_lrs
-        betas = record.get("betas") or [None] * len(record["lr_at_growth"])
-        # at growth: which groups' baseline is a WSDLambda (their re-warmup then holds and decays with it); stored in
-        # the record, so a resume rebuilds the same lambdas whatever the module's schedule is then
-        record.setdefault("lr_decay", _wsd_decays(trainer))
-        lambdas = [record_rewarmup_lambda(stage, record, flat, min_lr=min_lr, betas=b)
-                   for flat, (min_lr, b) in enumerate(zip(min_lrs, betas))]
-        scheduler = RewarmupLR(lambdas)
-        self._schedulers[k] = scheduler
-        trainer.strategy.lr_scheduler_configs.append(
-            LRSchedulerConfig(scheduler, name=f"lr_new/stage_{k}", interval="step", frequency=1)
-        )
-
-    def _lr_fn(self, trainer: pl.Trainer, k: int, flat_group: int):
-        scheduler = self._schedulers[k]
-        growth_step = self._records[k]["global_step"]
-
-        def lr() -> float:
-            # Lightning steps step-interval schedulers after each optimizer step (automatic optimization); under
-            # manual optimization nobody does, so catch up with the global step here.
-            while scheduler.last_epoch < trainer.global_step - growth_step:
-                scheduler.step()
-            # the record is looked up at each step, not captured: a sharded resume installs these hooks before
-            # Lightning restores the callback state, which replaces the records (and the symmetry loop's boost)
-            return scheduler.lr_for(flat_group) * self._records[k].get("symmetry_boost", 1.0)
-
-        return lr
-
-    def _install_lr_hooks(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._lr_hooks:
-            hook.remove()
-        self._lr_hooks = []
-        # rewarmup_scope='all' / decay_speedup: the group LR of each step, registered before the new-entry hooks
-        # (they rescale against it); under 'all' every entry follows it, so no region is rescaled
-        self._lr_hooks += install_baseline_lr(trainer, self.stages, self._records)
-        if not self._schedulers or rewarmup_all_applied(self.stages, self._records):
-            return
-        gpt = find_gpt(pl_module)
-        self.backend.reshard(pl_module, gpt)
-        pieces_of = self.backend.new_entry_pieces(pl_module, gpt)
-        name_of = {id(p): clean_name(n) for n, p in gpt.named_parameters()}
-        flat = {og: j for j, og in enumerate(_flat_groups(trainer.optimizers))}
-
-        for o, optimizer in enumerate(trainer.optimizers):
-            regions: dict[int, list[NewEntryRegion]] = {}
-            for g, group in enumerate(optimizer.param_groups):
-                for p in group["params"]:
-                    name = name_of.get(id(p))
-                    for k in self._schedulers:
-                        pieces = self._regions[k].get(name) if name is not None else None
-                        local = pieces_of(p, pieces) if pieces else []
-                        if local:
-                            regions.setdefault(g, []).append(
-                                NewEntryRegion(p, local, self._lr_fn(trainer, k, flat[(o, g)])))
-            if regions:
-                self._lr_hooks.append(NewEntryLR(optimizer, regions))
-
-    def _log_lr_new(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self._schedulers or trainer.logger is None or self._lr_logged_step == trainer.global_step:
-            return  # once per optimizer step, not per micro-batch
-        self._lr_logged_step = trainer.global_step
-        metrics = {}
-        for k, scheduler in self._schedulers.items():
-            growth_step = self._records[k]["global_step"]
-            step = trainer.global_step  # the LR of the next optimizer step
-            lam = scheduler.lr_lambdas[0]
-            boost = self._records[k].get("symmetry_boost", 1.0)
-            metrics[f"growth/lr_new/stage_{k}"] = lam(step - growth_step) * boost
-            if self.stages[k].symmetry_target is not None:
-                metrics[f"growth/symmetry_boost/stage_{k}"] = boost
-        trainer.logger.log_metrics(metrics, step=trainer.global_step)
-
-    def _control_symmetry(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """``GrowthStage(symmetry_target=...)``: every ``symmetry_interval`` optimizer steps after a growth, double
-        the stage's new-entry LR boost (up to ``symmetry_max_boost``) while its copies' mean cosine to their sources
-        (the largest over its axes) is above the target; below it, stop checking, and keep the boost
-        (``symmetry_release='hold'``) or drop it to 1 (``'schedule'``).
-
-        Once per optimizer step (not per micro-batch), after it. The decision is stored in the stage's record, which
-        checkpoints carry, and depends only on the weights, so a resumed run decides the same on every rank."""
-        step = trainer.global_step
-        if step == self._controlled_step:
-            return
-        self._controlled_step = step
-        due = [k for k, record in enumerate(self._records)
-               if not record.get("symmetry_done", True) and step > record["global_step"]
-               and (step - record["global_step"]) % self.stages[k].symmetry_interval == 0]
-        if not due:
-            return
-        metrics = self._symmetry_metrics(pl_module, due)
-        for k in due:
-            stage, record = self.stages[k], self._records[k]
-            cosines = [v for key, v in metrics.items() if key.startswith(f"symmetry/stage_{k}/")]
-            worst = max(cosines) if cosines else 0.0
-            if worst < stage.symmetry_target:
-                record["symmetry_done"] = True
-                if stage.symmetry_release == "schedule":
-                    record["symmetry_boost"] = 1.0
-                then = ("follow the re-warmup schedule again" if stage.symmetry_release == "schedule" else
-                        f"keep their {record['symmetry_boost']:g}x boost (symmetry_release='hold')")
-                rank_zero_info(f"WidthGrowthCallback: stage {k}'s copies reached mean cosine {worst:.3f} < "
-                               f"symmetry_target={stage.symmetry_target} at step {step}; the new entries {then}")
-            else:
-                record["symmetry_boost"] = min(2.0 * record["symmetry_boost"], float(stage.symmetry_max_boost))
-
-    def _symmetry_metrics(self, pl_module: pl.LightningModule, stages: Sequence[int] | None = None
-                          ) -> dict[str, float]:
-        """``{"symmetry/stage_{k}/{axis}": mean cosine}`` for the applied stages ``stages`` (default all).
-        Runs on every rank (the backend gathers sharded tensors)."""
-        gpt = find_gpt(pl_module)
-        metrics = {}
-        for k, specs in enumerate(self._copies):
-            if stages is not None and k not in stages:
-                continue
-            names = sorted({name for spec in specs.values() for name, _ in spec.tensors})
-            names += [name for spec in specs.values() for pair in spec.pairs for name in pair]  # depth: in pairs
-            tensors = self.backend.full_tensors(pl_module, gpt, names)  # a collective when sharded
-            metrics.update(symmetry_metrics(specs, tensors, f"symmetry/stage_{k}"))
-        return metrics
-
-    def _log_symmetry(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """``symmetry/stage_{k}/{axis}``: mean cosine of copied channels to their sources (1 = still locked).
-        Runs on every rank (gathers under FSDP2); rank zero's logger writes it."""
-        metrics = self._symmetry_metrics(pl_module)
-        self.last_symmetry = metrics
-        if trainer.logger is not None and metrics:
-            trainer.logger.log_metrics(metrics, step=trainer.global_step)
-
     # ------------------------------------------------------------------ reporting
     def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, result: GrowthResult, k: int,
                    params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
@@ -677,7 +431,7 @@ class WidthGrowthCallback(Callback):
             "seconds": seconds, "peak_memory_mb": peak_mb, "loss_after": loss,
         }
         self.summaries.append(summary)
-        lines = [f"WidthGrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
+        lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
         for axis, (a, b) in widths.items():
             if axis == "n_layer":
                 detail = f"{result.plan.depth.order}, {result.plan.depth.init}: {describe_depth(result.plan.depth)}"
@@ -697,3 +451,13 @@ class WidthGrowthCallback(Callback):
                 "growth/active_params": params_after[0], "growth/flops_per_token": 6 * params_after[0],
                 "growth/peak_memory_mb": peak_mb,
             }, step=trainer.global_step)
+
+
+def __getattr__(name: str):
+    """``WidthGrowthCallback``: the old name of :class:`GrowthCallback` (the same class), with a warning."""
+    if name == "WidthGrowthCallback":
+        from lightning_sparkling._deprecated import warn_renamed
+
+        warn_renamed(f"{__name__}.WidthGrowthCallback", "GrowthCallback")
+        return GrowthCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

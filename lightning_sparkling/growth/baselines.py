@@ -23,6 +23,9 @@ schedulers are refused at fit start.
 Under a WSD baseline (:class:`~lightning_sparkling.growth.schedules.WSDLambda`) the re-warmups here hold their peak
 and decay with the baseline's decay phase; its start is mapped by :func:`mapped_decay_start` under ``decay_speedup``
 (:func:`record_rewarmup_lambda`, shared with the callback's new-entry schedulers).
+
+What reads Lightning's trainer (which scheduler drives an optimizer, installing the hooks of a fit) is in
+:mod:`lightning_sparkling.callbacks.new_entry_lr`; this module is pure torch.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from typing import Any
 
 import torch
 
-from lightning_sparkling.growth.plan import GrowthError
+from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.record import StageRecord
 from lightning_sparkling.growth.schedules import RewarmupLambda
 from lightning_sparkling.growth.stage import GrowthStage, decay_end
 
@@ -117,23 +121,24 @@ def mapped_decay_start(decay_start: float, *, growth_step: int, total_steps: int
     return growth_step + (decay_start - growth_step) * (end - growth_step) / (total_steps - growth_step)
 
 
-def record_rewarmup_lambda(stage: GrowthStage, record: Mapping[str, Any], flat: int, *, min_lr: float | None = None,
+def record_rewarmup_lambda(stage: GrowthStage, record: StageRecord, flat: int, *, min_lr: float | None = None,
                            betas: Sequence[float] | None = None) -> RewarmupLambda:
-    """The re-warmup of flat param group ``flat`` of an applied stage, from its checkpointed ``record``: decays by
-    cosine to ``min_lr`` at :func:`~lightning_sparkling.growth.stage.decay_end`, or, when the group's baseline was a
-    :class:`~lightning_sparkling.growth.schedules.WSDLambda` (``record["lr_decay"][flat]``), holds its peak and decays
-    with the baseline's decay phase (its start mapped by :func:`mapped_decay_start` under ``decay_speedup``).
-    ``min_lr``: the group's ``min_lr`` when the record has none yet (default ``record["min_lr"][flat]``)."""
-    t_e, total = int(record["global_step"]), int(record["total_steps"])
+    """The re-warmup of flat param group ``flat`` of an applied stage, from its :class:`StageRecord`: decays by
+    cosine to ``min_lr`` at :func:`~lightning_sparkling.growth.stage.decay_end`, or, when the group's baseline had a
+    stable phase (``record.decay_of(flat)``, e.g. a :class:`~lightning_sparkling.growth.schedules.WSDLambda`), holds
+    its peak and decays with the baseline's decay phase (its start mapped by :func:`mapped_decay_start` under
+    ``decay_speedup``). ``min_lr``: the group's ``min_lr`` when the record has none yet (default
+    ``record.min_lr[flat]``)."""
+    t_e, total = int(record.global_step), int(record.total_steps)
     end = decay_end(stage, total, t_e)
-    decay = (record.get("lr_decay") or [None] * (flat + 1))[flat]  # absent: grown under a non-WSD schedule
+    decay = record.decay_of(flat)  # None: grown under a schedule without a stable phase
     wsd = {}
     if decay:
         wsd = dict(decay_start=mapped_decay_start(decay["decay_start"], growth_step=t_e, total_steps=total, end=end),
                    decay_shape=decay["decay_shape"])
-    return RewarmupLambda(growth_step=t_e, lr_at_growth=record["lr_at_growth"][flat], ratio=stage.rewarmup_ratio,
+    return RewarmupLambda(growth_step=t_e, lr_at_growth=record.lr_at_growth[flat], ratio=stage.rewarmup_ratio,
                           warmup_steps=stage.rewarmup_steps, total_steps=end,
-                          min_lr=record["min_lr"][flat] if min_lr is None else min_lr, betas=betas, **wsd)
+                          min_lr=record.min_lr[flat] if min_lr is None else min_lr, betas=betas, **wsd)
 
 
 def schedule_function(scheduler: object, group: int) -> Callable[[float], float]:
@@ -151,50 +156,7 @@ def schedule_function(scheduler: object, group: int) -> Callable[[float], float]
     raise GrowthError(f"cannot evaluate a {type(scheduler).__name__} at other steps")
 
 
-def _scheduler_configs(trainer: Any, optimizer: torch.optim.Optimizer) -> list:
-    """The trainer's scheduler configs that drive ``optimizer``."""
-    return [c for c in trainer.lr_scheduler_configs if c.scheduler.optimizer is optimizer]
-
-
-def _every_step(trainer: Any, config: Any) -> bool:
-    """Whether the scheduler moves once per optimizer step: Lightning steps it (``interval="step"``, ``frequency=1``),
-    or the module does under manual optimization (Lightning then steps no scheduler; the module's own loop is
-    trusted to step it with the optimizers, as the package's ``LitGPTPretrainModule`` does)."""
-    module = getattr(trainer, "lightning_module", None)
-    if module is not None and not module.automatic_optimization:
-        return True
-    return config.interval == "step" and config.frequency == 1
-
-
-def check_baseline_schedulers(trainer: Any, stages: Sequence[GrowthStage]) -> None:
-    """At fit start: ``decay_speedup`` needs, for every optimizer, one ``LambdaLR`` or ``CosineAnnealingLR`` stepped
-    every optimizer step (``interval="step"``, ``frequency=1``; under manual optimization the module steps it),
-    whose LR at later steps it computes.
-
-    Raises:
-        GrowthError: naming the optimizer, what it has and what is needed.
-    """
-    speedup = [s for s in stages if s.decay_speedup > 0 and s.rewarmup_scope == "new"]  # 'all': its own schedule
-    if not speedup:
-        return
-    stage = speedup[0]
-    for o, optimizer in enumerate(trainer.optimizers):
-        configs = _scheduler_configs(trainer, optimizer)
-        kinds = ", ".join(f"{type(c.scheduler).__name__} (interval={c.interval!r}, frequency={c.frequency})"
-                          for c in configs) or "no scheduler"
-        ok = (len(configs) == 1 and _every_step(trainer, configs[0])
-              and type(configs[0].scheduler) in (torch.optim.lr_scheduler.LambdaLR,
-                                                 torch.optim.lr_scheduler.CosineAnnealingLR))
-        if not ok:
-            raise GrowthError(
-                f"GrowthStage(at_step={stage.at_step}, decay_speedup={stage.decay_speedup}) speeds up the decay of the "
-                f"module's LR schedule, so it must compute that schedule at later steps: optimizer {o} "
-                f"({type(optimizer).__name__}) has {kinds}; use one LambdaLR or CosineAnnealingLR with "
-                "interval='step' and frequency=1 (e.g. lightning_sparkling.growth.schedules.WarmupCosineLambda)"
-            )
-
-
-def baseline_stage(stages: Sequence[GrowthStage], records: Sequence[dict[str, Any]]) -> int | None:
+def baseline_stage(stages: Sequence[GrowthStage], records: Sequence[StageRecord]) -> int | None:
     """Index of the applied stage that changes the baseline LR (``rewarmup_scope='all'`` or ``decay_speedup``),
     or ``None``. Only the last stage may (:func:`~lightning_sparkling.growth.stage.check_stage_sequence`)."""
     applied = len(records)
@@ -203,51 +165,8 @@ def baseline_stage(stages: Sequence[GrowthStage], records: Sequence[dict[str, An
     return None
 
 
-def rewarmup_all_applied(stages: Sequence[GrowthStage], records: Sequence[dict[str, Any]]) -> bool:
+def rewarmup_all_applied(stages: Sequence[GrowthStage], records: Sequence[StageRecord]) -> bool:
     """Whether an applied stage has ``rewarmup_scope='all'``: every entry then follows its re-warmup, so no
     new-entry region is rescaled any more."""
     k = baseline_stage(stages, records)
     return k is not None and stages[k].rewarmup_scope == "all"
-
-
-def install_baseline_lr(trainer: Any, stages: Sequence[GrowthStage],
-                        records: Sequence[dict[str, Any]]) -> list[BaselineLR]:
-    """The :class:`BaselineLR` hooks of the applied stage that changes the baseline (none if no stage does).
-
-    Register them *before* the new-entry hooks: those rescale new entries against the group LR this one sets.
-    The time of a step is its scheduler's ``last_epoch`` when the optimizer has a step-interval scheduler (the step
-    whose LR the scheduler has set, also under manual optimization), else ``trainer.global_step``.
-    """
-    k = baseline_stage(stages, records)
-    if k is None:
-        return []
-    stage, record = stages[k], records[k]
-    t_e, total = int(record["global_step"]), int(record["total_steps"])
-    end = decay_end(stage, total, t_e)
-    hooks = []
-    flat = 0
-    for optimizer in trainer.optimizers:
-        configs = [c for c in _scheduler_configs(trainer, optimizer) if _every_step(trainer, c)]
-        scheduler = configs[0].scheduler if len(configs) == 1 else None
-        if scheduler is not None:
-            def now(scheduler=scheduler) -> float:
-                return scheduler.last_epoch
-        else:
-            def now() -> float:
-                return scheduler.last_epoch
-        targets: dict[int, Callable[[], float]] = {}
-        for g in range(len(optimizer.param_groups)):
-            if stage.rewarmup_scope == "all":
-                lam = record_rewarmup_lambda(stage, record, flat)  # WSD baselines: hold, then their decay
-
-                def target(lam=lam, now=now) -> float:
-                    return lam(max(now() - t_e, 0))
-            else:
-                u = schedule_function(scheduler, g)
-
-                def target(u=u, now=now) -> float:
-                    return u(fast_decay_position(now(), growth_step=t_e, total_steps=total, end=end))
-            targets[g] = target
-            flat += 1
-        hooks.append(BaselineLR(optimizer, targets))
-    return hooks

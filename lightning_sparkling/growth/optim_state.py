@@ -45,7 +45,7 @@ def check_optimizer_supported(optimizer: torch.optim.Optimizer) -> None:
     name = type(optimizer).__name__
     if not any(cls.__name__ in SUPPORTED_OPTIMIZERS for cls in type(optimizer).__mro__):
         raise GrowthError(
-            f"optimizer {name} is not supported by WidthGrowthCallback: its per-element state layout is unknown, so "
+            f"optimizer {name} is not supported by GrowthCallback: its per-element state layout is unknown, so "
             f"growth cannot patch it. Supported: {', '.join(SUPPORTED_OPTIMIZERS)} (torch.optim)"
         )
 

@@ -38,6 +38,7 @@ from lightning_sparkling.growth.depth import (
     litgpt_init_std,
     split_block_name,
 )
+from lightning_sparkling.growth.errors import GrowthError  # defined there; importable from here as before
 from lightning_sparkling.growth.heads import HeadLayout, head_layout, qkv_layout
 from lightning_sparkling.growth.operators import runs
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
@@ -46,10 +47,6 @@ from lightning_sparkling.growth.stage import SIZE_AXES, GrowthStage
 SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
 SUPPORTED_NORMS = ("RMSNorm", "LayerNorm")
 SHARED_EXPERT_AXIS = "shared_expert_size"
-
-
-class GrowthError(ValueError):
-    """A model or stage that cannot be grown; raised before anything is modified."""
 
 
 @dataclass(frozen=True)

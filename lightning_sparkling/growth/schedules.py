@@ -1,20 +1,136 @@
-"""Learning-rate schedules of the paper: the warmup-cosine baseline ``f`` (Eq. 13) and the asymmetric
-re-warmup of new entries (Eq. 15); and warmup-stable-decay (WSD: :func:`wsd_lr`, :class:`WSDLambda`) with the new
-entries' re-warmup on it (:func:`rewarmup_wsd_lr`).
+"""Learning-rate schedules: one registry of warmup-stable-decay schedules, and the new entries' re-warmup on them.
 
-litgpt 0.5.13's ``pretrain`` has only its warmup-cosine ``get_lr`` (no WSD and no decay option), so the WSD shape
-here follows the literature (MiniCPM; Hägele et al. 2024): a linear warmup, a constant stable phase at the peak,
-then a decay over the last ``decay_fraction`` of the run, ``linear`` (default) or ``cosine``."""
+Every baseline schedule is one :class:`WarmupStableDecay` description: a linear warmup, a stable phase at the peak,
+then a decay of a registered shape (:data:`DECAY_SHAPES`) to ``min_lr`` at the end of the run. A schedule name
+(``train.lr_schedule``) is one :class:`ScheduleKind` entry of :data:`SCHEDULES`:
+
+- ``cosine``: the paper's warmup-cosine baseline ``f`` (Eq. 13): no stable phase, a cosine decay;
+- ``wsd``: warmup-stable-decay (MiniCPM; Hägele et al. 2024): the decay over the last ``decay_fraction`` of the run,
+  of shape ``linear`` (default), ``cosine`` or ``sqrt`` (``1 - sqrt``, the cooldown Hägele et al. found best).
+
+The CLI's allowed names, the optimizer builder, the module, the stage checks, the growth callback and the advice read
+the registry (:func:`schedule_kind`, :func:`build_schedule`, :func:`baseline_of`); adding a schedule or a decay shape
+is one entry here. The new entries' re-warmup (paper Eq. 15, :func:`rewarmup_lr`) follows a baseline whose entry has a
+stable phase (:func:`rewarmup_wsd_lr`: it holds its peak and decays with the baseline's decay).
+
+litgpt 0.5.13's ``pretrain`` has only its warmup-cosine ``get_lr`` (no WSD and no decay option)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
-WSD_DECAY_SHAPES = ("linear", "cosine")
+
+def _linear_decay(x: float) -> float:
+    return 1.0 - x
+
+
+def _cosine_decay(x: float) -> float:
+    return 0.5 * (1.0 + math.cos(math.pi * x))
+
+
+def _sqrt_decay(x: float) -> float:
+    return 1.0 - math.sqrt(x)
+
+
+DECAY_SHAPES: dict[str, Callable[[float], float]] = {
+    "linear": _linear_decay,
+    "cosine": _cosine_decay,
+    "sqrt": _sqrt_decay,  # 1 - sqrt(x): Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed ..."
+}
+"""Decay multiplier ``phi(x)`` at progress ``x`` in ``[0, 1]`` of the decay phase, by shape name: 1 at its start, 0 at
+its end (``lr = lr_min + (lr_max - lr_min) phi(x)``)."""
+
+WSD_DECAY_SHAPES = tuple(DECAY_SHAPES)
 """The decay shapes of :func:`wsd_lr` (``lr_decay_shape`` in the CLI)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleKind:
+    """One named schedule of the registry (:data:`SCHEDULES`): how its :class:`WarmupStableDecay` is built.
+
+    Args:
+        name: the name (``train.lr_schedule``, ``LitGPTPretrainModule(lr_schedule=...)``).
+        stable_phase: whether it holds the peak before its decay. Then ``decay_fraction`` / ``decay_shape`` come
+            from the config, a growth inside the decay is refused (the CLI) or warned about (the callback), and the
+            new entries' re-warmup holds its peak and decays with the baseline (:func:`rewarmup_wsd_lr`); without, it
+            decays over the whole run after the warmup with ``decay_shape`` and the new entries get the paper's
+            cosine tail (:func:`rewarmup_lr`).
+        decay_shape: the shape of a schedule without a stable phase.
+        recipe: the growth recipe measured best under it (``growth.recipe: auto``; docs/BENCHMARKS.md).
+    """
+
+    name: str
+    stable_phase: bool
+    decay_shape: str | None
+    recipe: str
+
+    def build(self, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1, *, decay_fraction: float = 0.2,
+              decay_shape: str = "linear", init_lr_ratio: float = 0.0) -> WarmupStableDecay:
+        """This schedule's ``LambdaLR`` multiplier (``decay_fraction`` / ``decay_shape``: with a stable phase only).
+        """
+        if self.stable_phase:
+            return WSDLambda(warmup_steps, total_steps, min_lr_ratio, decay_fraction, decay_shape, init_lr_ratio)
+        return WarmupCosineLambda(warmup_steps, total_steps, min_lr_ratio, init_lr_ratio)
+
+
+SCHEDULES: dict[str, ScheduleKind] = {
+    "cosine": ScheduleKind("cosine", stable_phase=False, decay_shape="cosine", recipe="recommended"),
+    "wsd": ScheduleKind("wsd", stable_phase=True, decay_shape=None, recipe="wsd"),
+}
+"""The schedule registry: name -> :class:`ScheduleKind` (the CLI's ``train.lr_schedule`` choices, in order)."""
+
+
+def schedule_kind(name: str) -> ScheduleKind:
+    """The registry entry of ``name``.
+
+    Raises:
+        ValueError: for a name not in :data:`SCHEDULES`, naming the choices.
+    """
+    if name not in SCHEDULES:
+        raise ValueError(f"lr_schedule={name!r}: choose {' or '.join(repr(n) for n in SCHEDULES)}")
+    return SCHEDULES[name]
+
+
+def build_schedule(name: str, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1, *,
+                   decay_fraction: float = 0.2, decay_shape: str = "linear",
+                   init_lr_ratio: float = 0.0) -> WarmupStableDecay:
+    """The ``LambdaLR`` multiplier of the registered schedule ``name`` (:meth:`ScheduleKind.build`).
+
+    Example::
+
+        >>> round(build_schedule("wsd", 10, 100, 0.1, decay_fraction=0.2, decay_shape="sqrt")(90), 4)  # 1 - sqrt(1/2)
+        0.3636
+        >>> build_schedule("cosine", 10, 100, 0.1)(100)
+        0.1
+    """
+    return schedule_kind(name).build(warmup_steps, total_steps, min_lr_ratio, decay_fraction=decay_fraction,
+                                     decay_shape=decay_shape, init_lr_ratio=init_lr_ratio)
+
+
+def warmup_stable_decay_lr(step: float, *, warmup_steps: int, decay_start: float, total_steps: int, lr_init: float,
+                           lr_max: float, lr_min: float, decay_shape: str) -> float:
+    """The one formula of every registered schedule: ``lr_init + (lr_max - lr_init) t / T_w`` for ``t < T_w``;
+    ``lr_max`` for ``T_w <= t < D``; ``lr_min + (lr_max - lr_min) phi((t - D) / (T - D))`` for ``D <= t < T`` with
+    ``phi = DECAY_SHAPES[decay_shape]``; ``lr_min`` from ``T`` on.
+
+    Example::
+
+        >>> warmup_stable_decay_lr(95, warmup_steps=10, decay_start=90, total_steps=100, lr_init=0.0, lr_max=1.0,
+        ...                        lr_min=0.0, decay_shape="linear")
+        0.5
+    """
+    if step < warmup_steps:
+        return lr_init + (lr_max - lr_init) * step / warmup_steps
+    if step >= total_steps:
+        return lr_min
+    if step < decay_start:
+        return lr_max
+    return lr_min + (lr_max - lr_min) * DECAY_SHAPES[decay_shape]((step - decay_start) / (total_steps - decay_start))
 
 
 def warmup_cosine_lr(step: int, *, warmup_steps: int, total_steps: int, lr_init: float, lr_max: float,
@@ -36,12 +152,8 @@ def warmup_cosine_lr(step: int, *, warmup_steps: int, total_steps: int, lr_init:
     if warmup_steps < 0 or total_steps < warmup_steps:
         raise ValueError(f"need 0 <= warmup_steps <= total_steps, got warmup_steps={warmup_steps}, "
                          f"total_steps={total_steps}")
-    if step < warmup_steps:
-        return lr_init + (lr_max - lr_init) * step / warmup_steps
-    if step >= total_steps:
-        return lr_min
-    progress = (step - warmup_steps) / (total_steps - warmup_steps)
-    return lr_min + (lr_max - lr_min) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return warmup_stable_decay_lr(step, warmup_steps=warmup_steps, decay_start=warmup_steps, total_steps=total_steps,
+                                  lr_init=lr_init, lr_max=lr_max, lr_min=lr_min, decay_shape="cosine")
 
 
 def rewarmup_lr(step: int, *, growth_step: int, lr_at_growth: float, ratio: float, warmup_steps: int,
@@ -74,13 +186,6 @@ def _check_wsd(decay_fraction: float, decay_shape: str) -> None:
         raise ValueError(f"decay_shape={decay_shape!r}: choose one of {', '.join(WSD_DECAY_SHAPES)}")
 
 
-def _decay_factor(x: float, shape: str) -> float:
-    """The decay multiplier at progress ``x`` in ``[0, 1]`` of the decay phase: 1 at its start, 0 at its end."""
-    if shape == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * x))
-    return 1.0 - x
-
-
 def wsd_decay_start(*, warmup_steps: int, total_steps: int, decay_fraction: float) -> int:
     """First step of the WSD decay phase: ``max(warmup_steps, total_steps - ceil(decay_fraction * total_steps))``
     (the product rounded to 9 decimals first, so ``0.2 * 300`` decays over 60 steps, not 61).
@@ -109,7 +214,8 @@ def wsd_lr(step: float, *, warmup_steps: int, total_steps: int, lr_init: float, 
 
     With ``D = wsd_decay_start(...)``: ``lr_init + (lr_max - lr_init) t / T_w`` for ``0 <= t < T_w``; ``lr_max`` for
     ``T_w <= t < D``; ``lr_min + (lr_max - lr_min) phi((t - D) / (T - D))`` for ``D <= t <= T`` with
-    ``phi(x) = 1 - x`` (``linear``) or ``(1 + cos(pi x)) / 2`` (``cosine``); ``lr_min`` after ``T``. Defined for
+    ``phi(x) = 1 - x`` (``linear``), ``(1 + cos(pi x)) / 2`` (``cosine``) or ``1 - sqrt(x)`` (``sqrt``): the shapes
+    of :data:`DECAY_SHAPES`; ``lr_min`` after ``T``. Defined for
     real-valued ``t`` too (``decay_speedup`` evaluates it between steps).
 
     litgpt 0.5.13 has no WSD schedule (its ``pretrain`` decays by cosine only), hence the choice of shapes here.
@@ -122,13 +228,8 @@ def wsd_lr(step: float, *, warmup_steps: int, total_steps: int, lr_init: float, 
     """
     _check_wsd(decay_fraction, decay_shape)
     start = wsd_decay_start(warmup_steps=warmup_steps, total_steps=total_steps, decay_fraction=decay_fraction)
-    if step < warmup_steps:
-        return lr_init + (lr_max - lr_init) * step / warmup_steps
-    if step >= total_steps:
-        return lr_min
-    if step < start:
-        return lr_max
-    return lr_min + (lr_max - lr_min) * _decay_factor((step - start) / (total_steps - start), decay_shape)
+    return warmup_stable_decay_lr(step, warmup_steps=warmup_steps, decay_start=start, total_steps=total_steps,
+                                  lr_init=lr_init, lr_max=lr_max, lr_min=lr_min, decay_shape=decay_shape)
 
 
 def rewarmup_wsd_lr(step: float, *, growth_step: int, lr_at_growth: float, ratio: float, warmup_steps: int,
@@ -168,7 +269,7 @@ def rewarmup_wsd_lr(step: float, *, growth_step: int, lr_at_growth: float, ratio
     def s(t: float) -> float:
         if t < decay_start:
             return 1.0
-        return _decay_factor((t - decay_start) / (total_steps - decay_start), decay_shape)
+        return DECAY_SHAPES[decay_shape]((t - decay_start) / (total_steps - decay_start))
 
     at_growth, now = s(growth_step), s(step)
     if now == at_growth:  # stable phase (or no decay yet since the growth): exactly the re-warmup
@@ -238,8 +339,63 @@ def fresh_bias_factor(k: int, t: int, betas: tuple[float, float]) -> float:
     return (1.0 - beta1**t) / (1.0 - beta1**k) * math.sqrt((1.0 - beta2**k) / (1.0 - beta2**t))
 
 
-class WarmupCosineLambda:
-    """The paper's baseline schedule as a ``LambdaLR`` multiplier of the optimizer's base LR.
+@dataclasses.dataclass(repr=False, eq=False)
+class WarmupStableDecay:
+    """A registered schedule as a ``LambdaLR`` multiplier of the optimizer's base LR: the description of one member of
+    the warmup-stable-decay family (:func:`warmup_stable_decay_lr` with ``lr_init = init_lr_ratio``, ``lr_max = 1``,
+    ``lr_min = min_lr_ratio`` and ``D =`` :attr:`decay_start`). Build it with :func:`build_schedule`;
+    :class:`WarmupCosineLambda` and :class:`WSDLambda` are its two registered forms.
+
+    Picklable; ``LambdaLR`` checkpoints hold its ``__dict__`` (the fields), and restore it onto the freshly built one.
+
+    Args:
+        warmup_steps: linear warmup length ``T_w``.
+        total_steps: ``T`` (the run's ``max_steps``), where the LR reaches ``min_lr_ratio * base_lr``.
+        min_lr_ratio: ``eta_min / eta_max``.
+        decay_fraction: the share of the run spent decaying, in ``(0, 1]`` (:func:`wsd_decay_start`; 1: no stable
+            phase).
+        decay_shape: a name of :data:`DECAY_SHAPES`.
+        init_lr_ratio: ``eta_0 / eta_max`` (0: warm up from zero).
+        schedule: its registry name (:data:`SCHEDULES`).
+    """
+
+    warmup_steps: int
+    total_steps: int
+    min_lr_ratio: float = 0.1
+    decay_fraction: float = 1.0
+    decay_shape: str = "cosine"
+    init_lr_ratio: float = 0.0
+    schedule: str = "cosine"
+
+    def __post_init__(self) -> None:
+        self.warmup_steps, self.total_steps = int(self.warmup_steps), int(self.total_steps)
+        self.min_lr_ratio, self.init_lr_ratio = float(self.min_lr_ratio), float(self.init_lr_ratio)
+        _check_wsd(self.decay_fraction, self.decay_shape)
+        self.decay_fraction, self.decay_shape = float(self.decay_fraction), str(self.decay_shape)
+        schedule_kind(self.schedule)
+        if self.warmup_steps < 0 or self.total_steps < self.warmup_steps:
+            raise ValueError(f"need 0 <= warmup_steps <= total_steps, got warmup_steps={self.warmup_steps}, "
+                             f"total_steps={self.total_steps}")
+
+    @property
+    def kind(self) -> ScheduleKind:
+        """Its registry entry."""
+        return SCHEDULES[getattr(self, "schedule", "cosine")]
+
+    @property
+    def decay_start(self) -> int:
+        """The first step of the decay phase (:func:`wsd_decay_start`; ``warmup_steps`` without a stable phase)."""
+        return wsd_decay_start(warmup_steps=self.warmup_steps, total_steps=self.total_steps,
+                               decay_fraction=self.decay_fraction)
+
+    def __call__(self, step: float) -> float:
+        return warmup_stable_decay_lr(step, warmup_steps=self.warmup_steps, decay_start=self.decay_start,
+                                      total_steps=self.total_steps, lr_init=self.init_lr_ratio, lr_max=1.0,
+                                      lr_min=self.min_lr_ratio, decay_shape=self.decay_shape)
+
+
+class WarmupCosineLambda(WarmupStableDecay):
+    """The paper's baseline schedule (registry entry ``cosine``) as a ``LambdaLR`` multiplier of the optimizer's base LR.
 
     ``LambdaLR(optimizer, WarmupCosineLambda(warmup_steps, total_steps, min_lr_ratio))`` gives
     ``warmup_cosine_lr(step, lr_init=0, lr_max=base_lr, lr_min=min_lr_ratio * base_lr)``. The growth callback
@@ -260,38 +416,30 @@ class WarmupCosineLambda:
 
     def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1,
                  init_lr_ratio: float = 0.0) -> None:
-        self.warmup_steps = int(warmup_steps)
-        self.total_steps = int(total_steps)
-        self.min_lr_ratio = float(min_lr_ratio)
-        self.init_lr_ratio = float(init_lr_ratio)
-        warmup_cosine_lr(0, warmup_steps=self.warmup_steps, total_steps=self.total_steps, lr_init=0, lr_max=1,
-                         lr_min=0)  # validates the steps
-
-    def __call__(self, step: int) -> float:
-        return warmup_cosine_lr(step, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
-                                lr_init=self.init_lr_ratio, lr_max=1.0, lr_min=self.min_lr_ratio)
+        super().__init__(warmup_steps, total_steps, min_lr_ratio, decay_fraction=1.0, decay_shape="cosine",
+                         init_lr_ratio=init_lr_ratio, schedule="cosine")
 
     def __repr__(self) -> str:
         return (f"WarmupCosineLambda(warmup_steps={self.warmup_steps}, total_steps={self.total_steps}, "
                 f"min_lr_ratio={self.min_lr_ratio}, init_lr_ratio={self.init_lr_ratio})")
 
 
-
-class WSDLambda:
-    """Warmup-stable-decay as a ``LambdaLR`` multiplier of the optimizer's base LR (:func:`wsd_lr`).
+class WSDLambda(WarmupStableDecay):
+    """Warmup-stable-decay (registry entry ``wsd``) as a ``LambdaLR`` multiplier of the optimizer's base LR
+    (:func:`wsd_lr`).
 
     ``LambdaLR(optimizer, WSDLambda(warmup_steps, total_steps, min_lr_ratio, decay_fraction, decay_shape))`` gives
     ``wsd_lr(step, lr_init=init_lr_ratio * base_lr, lr_max=base_lr, lr_min=min_lr_ratio * base_lr, ...)``. The growth
     callback recognises it: it reads ``min_lr`` from it exactly (``min_lr_ratio * base_lr``), and the new entries'
     re-warmup then holds its peak and decays with this schedule's decay phase (:func:`rewarmup_wsd_lr`, from
-    :attr:`decay_start`, same shape). Picklable (``LambdaLR`` checkpoints hold its ``__dict__``).
+    :attr:`decay_start`, same shape).
 
     Args:
         warmup_steps: linear warmup length ``T_w``.
         total_steps: ``T`` (the run's ``max_steps``), where the LR reaches ``min_lr_ratio * base_lr``.
         min_lr_ratio: ``eta_min / eta_max``.
         decay_fraction: the share of the run spent decaying, in ``(0, 1]`` (see :func:`wsd_decay_start`).
-        decay_shape: ``linear`` or ``cosine``.
+        decay_shape: ``linear``, ``cosine`` or ``sqrt`` (:data:`DECAY_SHAPES`).
         init_lr_ratio: ``eta_0 / eta_max`` (0: warm up from zero).
 
     Example::
@@ -303,29 +451,43 @@ class WSDLambda:
 
     def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1, decay_fraction: float = 0.2,
                  decay_shape: str = "linear", init_lr_ratio: float = 0.0) -> None:
-        self.warmup_steps = int(warmup_steps)
-        self.total_steps = int(total_steps)
-        self.min_lr_ratio = float(min_lr_ratio)
-        self.decay_fraction = float(decay_fraction)
-        self.decay_shape = str(decay_shape)
-        self.init_lr_ratio = float(init_lr_ratio)
-        self(0)  # validates the steps, the fraction and the shape
-
-    @property
-    def decay_start(self) -> int:
-        """The first step of the decay phase (:func:`wsd_decay_start`)."""
-        return wsd_decay_start(warmup_steps=self.warmup_steps, total_steps=self.total_steps,
-                               decay_fraction=self.decay_fraction)
-
-    def __call__(self, step: float) -> float:
-        return wsd_lr(step, warmup_steps=self.warmup_steps, total_steps=self.total_steps, lr_init=self.init_lr_ratio,
-                      lr_max=1.0, lr_min=self.min_lr_ratio, decay_fraction=self.decay_fraction,
-                      decay_shape=self.decay_shape)
+        super().__init__(warmup_steps, total_steps, min_lr_ratio, decay_fraction=decay_fraction,
+                         decay_shape=decay_shape, init_lr_ratio=init_lr_ratio, schedule="wsd")
 
     def __repr__(self) -> str:
         return (f"WSDLambda(warmup_steps={self.warmup_steps}, total_steps={self.total_steps}, "
                 f"min_lr_ratio={self.min_lr_ratio}, decay_fraction={self.decay_fraction}, "
                 f"decay_shape={self.decay_shape!r}, init_lr_ratio={self.init_lr_ratio})")
+
+
+def baseline_of(fn: Any) -> WarmupStableDecay | None:
+    """The registered schedule a ``LambdaLR`` multiplier is, or ``None`` for any other function (a user's own
+    lambda, whose decay the growth callback cannot see)."""
+    return fn if isinstance(fn, WarmupStableDecay) else None
+
+
+def baseline_decay(fn: Any) -> dict[str, Any] | None:
+    """What the new entries' re-warmup follows of a baseline multiplier ``fn``: ``{"decay_start": D,
+    "decay_shape": shape}`` when it is a registered schedule with a stable phase (the re-warmup then holds its peak and
+    decays with it, :func:`rewarmup_wsd_lr`), else ``None`` (the paper's cosine tail, :func:`rewarmup_lr`). The form
+    the growth callback checkpoints in its stage record (``lr_decay``)."""
+    found = baseline_of(fn)
+    if found is None or not found.kind.stable_phase:
+        return None
+    return {"decay_start": int(found.decay_start), "decay_shape": found.decay_shape}
+
+
+def scheduler_min_lr(scheduler: Any, group: int) -> float | None:
+    """The LR a scheduler reaches at the end of the run for param group ``group``, where it is exact: a ``LambdaLR``
+    of a registered schedule (``min_lr_ratio * base_lr``) or a ``CosineAnnealingLR`` (``eta_min``); else ``None``."""
+    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        fns = [baseline_of(f) for f in scheduler.lr_lambdas]
+        if all(f is not None for f in fns):
+            return scheduler.base_lrs[group] * fns[group].min_lr_ratio
+        return None
+    if isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR):
+        return float(scheduler.eta_min)
+    return None
 
 
 class RewarmupLambda:
@@ -411,7 +573,16 @@ class RewarmupLR(torch.optim.lr_scheduler.LambdaLR):
         """The new entries' LR for the next optimizer step, from the lambda (never a stale group value)."""
         return float(self.lr_lambdas[group](self.last_epoch))
 
+    def state_dict(self) -> dict:
+        """``LambdaLR``'s state without the lambdas: they are rebuilt from the growth callback's stage record (the
+        config) and ``last_epoch`` (the step), never restored from a checkpoint."""
+        state = super().state_dict()
+        state["lr_lambdas"] = [None] * len(self.lr_lambdas)
+        return state
+
     def load_state_dict(self, state_dict: dict) -> None:
+        # checkpoints written before 0.2 hold each lambda's __dict__: ignored, the lambdas given here are the same
+        state_dict = {**state_dict, "lr_lambdas": [None] * len(self.lr_lambdas)}
         super().load_state_dict(state_dict)
         # LambdaLR restores last_epoch but not the groups' lr: refresh them (LearningRateMonitor reads them)
         for group, lam in zip(self.optimizer.param_groups, self.lr_lambdas):

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lightning_sparkling.growth.scaling import SPLITS, parse_init
+from lightning_sparkling.growth.schedules import SCHEDULES
 
 WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
 #: every size a stage can set: the widths, the attention heads, then the depth
@@ -393,9 +394,10 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 """Named recipes: :class:`GrowthStage` keys a stage gets unless it sets them itself (:func:`apply_recipe`)."""
 
-SCHEDULE_RECIPES: dict[str, str] = {"cosine": "recommended", "wsd": "wsd"}
+SCHEDULE_RECIPES: dict[str, str] = {name: kind.recipe for name, kind in SCHEDULES.items()}
 """The recipe the seeded comparisons found best under each LR schedule (docs/BENCHMARKS.md, "Where growth pays"):
-what ``growth.recipe: auto``, the CLI's default, resolves to. A schedule not in it gets ``SCHEDULE_RECIPES["cosine"]``
+what ``growth.recipe: auto``, the CLI's default, resolves to; read from the schedule registry
+(:data:`~lightning_sparkling.growth.schedules.SCHEDULES`). A schedule not in it gets ``SCHEDULE_RECIPES["cosine"]``
 (the CLI refuses such a schedule by its own key first)."""
 
 _SYMMETRY_KEYS = ("symmetry_target", "symmetry_interval", "symmetry_max_boost", "symmetry_release")

@@ -52,7 +52,7 @@ def select_backend(strategy: Any) -> GrowthBackend:
         strategy = strategy.strategy
     if isinstance(strategy, DeepSpeedStrategy):  # a DDPStrategy subclass: refuse it before the DDP check
         raise GrowthError(
-            f"strategy {type(strategy).__name__} is not supported by WidthGrowthCallback: DeepSpeed owns the "
+            f"strategy {type(strategy).__name__} is not supported by GrowthCallback: DeepSpeed owns the "
             "parameters and optimizer state (ZeRO partitions), so they cannot be grown mid-fit; use strategy='ddp', "
             "FSDP2 via ModelParallelStrategy, or FSDPStrategy(use_orig_params=True)"
         )
@@ -71,7 +71,7 @@ def select_backend(strategy: Any) -> GrowthBackend:
         if tp != 1:
             raise GrowthError(
                 f"ModelParallelStrategy(tensor_parallel_size={tp}): tensor parallelism is not supported by "
-                "WidthGrowthCallback; use ModelParallelStrategy(data_parallel_size=<devices x nodes>, "
+                "GrowthCallback; use ModelParallelStrategy(data_parallel_size=<devices x nodes>, "
                 "tensor_parallel_size=1) for FSDP2"
             )
         from lightning_sparkling.parallel.fsdp2 import FSDP2Backend
@@ -86,7 +86,7 @@ def select_backend(strategy: Any) -> GrowthBackend:
 
         return SingleBackend()
     raise GrowthError(
-        f"strategy {type(strategy).__name__} is not supported by WidthGrowthCallback: use a single device, "
+        f"strategy {type(strategy).__name__} is not supported by GrowthCallback: use a single device, "
         "strategy='ddp', FSDP2 via ModelParallelStrategy, or FSDPStrategy(use_orig_params=True) (DeepSpeed and "
         "tensor parallelism cannot be grown mid-fit by this version)"
     )

@@ -1,5 +1,5 @@
 """``GrowthBackend``: what a strategy must provide so that :class:`~lightning_sparkling.callbacks.growth.
-WidthGrowthCallback` can grow a model trained under it.
+GrowthCallback` can grow a model trained under it.
 
 The callback owns *when* a growth happens and the bookkeeping around it (stages, records, re-warmup schedulers,
 logging, rollback on failure); a backend owns *how* the model and its optimizer state are grown, re-wrapped or

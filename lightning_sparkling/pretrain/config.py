@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from lightning_sparkling.growth.schedules import WSD_DECAY_SHAPES
+from lightning_sparkling.growth.schedules import DECAY_SHAPES, SCHEDULES
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain import litgpt_compat, litgpt_data
 from lightning_sparkling.pretrain.errors import ConfigError, _positive_int
@@ -437,14 +437,14 @@ def _resolve_length(ns: Any, train: TrainArgs, evaluation: EvalArgs, num_devices
 
 def _check_lr_schedule(train: TrainArgs) -> None:
     """``train.lr_schedule``, ``train.lr_decay_fraction`` and ``train.lr_decay_shape`` (issue 23: WSD)."""
-    if train.lr_schedule not in ("cosine", "wsd"):
-        raise ConfigError("train.lr_schedule", f"choose cosine or wsd, got {train.lr_schedule!r}")
+    if train.lr_schedule not in SCHEDULES:
+        raise ConfigError("train.lr_schedule", f"choose {' or '.join(SCHEDULES)}, got {train.lr_schedule!r}")
     fraction = train.lr_decay_fraction
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ConfigError("train.lr_decay_fraction", f"must be in (0, 1] (the share of the run spent decaying), "
                                                      f"got {fraction!r}")
-    if train.lr_decay_shape not in WSD_DECAY_SHAPES:
-        raise ConfigError("train.lr_decay_shape", f"choose one of {', '.join(WSD_DECAY_SHAPES)}, got "
+    if train.lr_decay_shape not in DECAY_SHAPES:
+        raise ConfigError("train.lr_decay_shape", f"choose one of {', '.join(DECAY_SHAPES)}, got "
                                                   f"{train.lr_decay_shape!r}")
 
 

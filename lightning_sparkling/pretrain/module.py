@@ -23,12 +23,12 @@ from torch.distributed.fsdp import FullyShardedDataParallel
 from torchmetrics import MeanMetric
 
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.schedules import WSDLambda
+from lightning_sparkling.growth.schedules import WarmupStableDecay, build_schedule, schedule_kind
 from lightning_sparkling.pretrain.gpt import (_as_config, _rebuilt_gpt, active_parameter_count, build_gpt,
                                               init_gpt_weights, shard_gpt, wrap_gpt)
 from lightning_sparkling.pretrain.optim import (DEFAULT_MIN_LR_RATIO, DEFAULT_WARMUP_FRACTION, _build_optimizers,
                                                 _clip_global_norm, _is_muon, _min_lr_ratio, _schedule_steps,
-                                                _warmup_cosine_configs, resolve_optimizer)
+                                                _schedule_configs, resolve_optimizer)
 
 __all__ = [
     "DEFAULT_MIN_LR_RATIO",
@@ -132,7 +132,7 @@ class LitGPTPretrainModule(L.LightningModule):
         lr_schedule: ``"cosine"`` (the paper's warmup-cosine) or ``"wsd"`` (warmup-stable-decay,
             :class:`~lightning_sparkling.growth.schedules.WSDLambda`).
         lr_decay_fraction: ``"wsd"``: the share of the run spent decaying, in ``(0, 1]``.
-        lr_decay_shape: ``"wsd"``: ``"linear"`` or ``"cosine"`` decay.
+        lr_decay_shape: ``"wsd"``: ``"linear"``, ``"cosine"`` or ``"sqrt"`` (``1 - sqrt``) decay.
         tie_embeddings: tie ``wte`` to ``lm_head`` (litgpt's ``train.tie_embeddings``).
         seed: weight-init seed (same weights on every rank).
         accumulate_grad_batches: micro-batches per optimizer step under manual optimization (Muon), where
@@ -186,9 +186,8 @@ class LitGPTPretrainModule(L.LightningModule):
         self.seed = seed
         self.accumulate_grad_batches = int(accumulate_grad_batches)
         self.muon_adamw = dict(muon_adamw or {})
-        if lr_schedule not in ("cosine", "wsd"):
-            raise ValueError(f"lr_schedule={lr_schedule!r}: choose 'cosine' or 'wsd'")
-        WSDLambda(0, 1, decay_fraction=lr_decay_fraction, decay_shape=lr_decay_shape)  # validates both
+        schedule_kind(lr_schedule)  # a registered name
+        WarmupStableDecay(0, 1, decay_fraction=lr_decay_fraction, decay_shape=lr_decay_shape)  # validates both
         self.lr_schedule, self.lr_decay_fraction, self.lr_decay_shape = lr_schedule, lr_decay_fraction, lr_decay_shape
         self.automatic_optimization = not self.uses_muon
 
@@ -324,9 +323,9 @@ class LitGPTPretrainModule(L.LightningModule):
         warmup, total = self.schedule_steps()
         optimizers = _build_optimizers(self.model, self.optimizer_spec, self.uses_muon, self.muon_adamw)
         min_lr_ratio = _min_lr_ratio(self.min_lr, float(optimizers[0].param_groups[0]["lr"]))
-        wsd = (dict(decay_fraction=self.lr_decay_fraction, decay_shape=self.lr_decay_shape)
-               if self.lr_schedule == "wsd" else None)
-        configs = _warmup_cosine_configs(optimizers, warmup, total, min_lr_ratio, wsd)
+        configs = _schedule_configs(optimizers, lambda: build_schedule(
+            self.lr_schedule, warmup, total, min_lr_ratio, decay_fraction=self.lr_decay_fraction,
+            decay_shape=self.lr_decay_shape))
         return configs[0] if len(configs) == 1 else configs
 
     @property

@@ -2,19 +2,20 @@
 spec normalized and checked before a run (:func:`normalize_optimizer`, :func:`_optimizer_info`,
 :func:`_check_fresh_bias_correction`), resolved to a class (:func:`resolve_optimizer`) and built over a GPT (Muon for
 the block matrices plus AdamW for the rest: :func:`_build_optimizers`), with the step-interval LR schedule of each
-(:func:`_schedule_steps`, :func:`_warmup_cosine_configs`) and global-norm clipping (:func:`_clip_global_norm`).
+(:func:`_schedule_steps`, :func:`_schedule_configs`) and global-norm clipping (:func:`_clip_global_norm`).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Union
 
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.schedules import WarmupCosineLambda, WSDLambda
+from lightning_sparkling.growth.schedules import WarmupStableDecay
 from lightning_sparkling.pretrain.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -182,6 +183,21 @@ def _clip_global_norm(optimizers: list[Any], max_norm: float | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------- schedule
+def warmup_steps(total: int, lr_warmup_steps: int | None, lr_warmup_fraction: float | None) -> int:
+    """The warmup length of a run of ``total`` steps: ``lr_warmup_steps``, else ``ceil(fraction * total)``
+    (fraction default :data:`DEFAULT_WARMUP_FRACTION`).
+
+    Example::
+
+        >>> warmup_steps(200, None, None), warmup_steps(200, 5, None), warmup_steps(200, None, 0.1)
+        (6, 5, 20)
+    """
+    if lr_warmup_steps is not None:
+        return lr_warmup_steps
+    fraction = DEFAULT_WARMUP_FRACTION if lr_warmup_fraction is None else lr_warmup_fraction
+    return math.ceil(fraction * total)
+
+
 def _schedule_steps(max_steps: int | None, trainer_max_steps: int | None, lr_warmup_steps: int | None,
                     lr_warmup_fraction: float | None) -> tuple[int, int]:
     """``(warmup_steps, total_steps)`` of the LR schedule: total is ``max_steps``, else the Trainer's; warmup is
@@ -198,11 +214,7 @@ def _schedule_steps(max_steps: int | None, trainer_max_steps: int | None, lr_war
             raise ValueError("max_steps is not set: give LitGPTPretrainModule(max_steps=...) or "
                              "Trainer(max_steps=...)")
         total = trainer_max_steps
-    if lr_warmup_steps is not None:
-        warmup = lr_warmup_steps
-    else:
-        fraction = DEFAULT_WARMUP_FRACTION if lr_warmup_fraction is None else lr_warmup_fraction
-        warmup = math.ceil(fraction * total)
+    warmup = warmup_steps(total, lr_warmup_steps, lr_warmup_fraction)
     if warmup > total:
         raise ValueError(f"lr_warmup_steps={warmup} is larger than max_steps={total}")
     return int(warmup), int(total)
@@ -225,15 +237,11 @@ def _min_lr_ratio(min_lr: float | None, base_lr: float) -> float:
     return min_lr / base_lr
 
 
-def _warmup_cosine_configs(optimizers: list[torch.optim.Optimizer], warmup: int, total: int,
-                           min_lr_ratio: float, wsd: dict | None = None) -> list[dict]:
-    """One Lightning optimizer config per optimizer, each with its own step-interval
-    ``LambdaLR(WarmupCosineLambda(warmup, total, min_lr_ratio))``, or ``LambdaLR(WSDLambda(warmup, total,
-    min_lr_ratio, **wsd))`` with ``wsd = {"decay_fraction": ..., "decay_shape": ...}``."""
+def _schedule_configs(optimizers: list[torch.optim.Optimizer], schedule: Callable[[], WarmupStableDecay]) -> list[dict]:
+    """One Lightning optimizer config per optimizer, each with its own step-interval ``LambdaLR(schedule())`` (a
+    registered schedule: :func:`~lightning_sparkling.growth.schedules.build_schedule`)."""
     configs = []
     for opt in optimizers:
-        fn = (WarmupCosineLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio) if wsd is None
-              else WSDLambda(warmup, total_steps=total, min_lr_ratio=min_lr_ratio, **wsd))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(opt, fn)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(opt, schedule())
         configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}})
     return configs

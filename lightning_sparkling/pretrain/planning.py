@@ -249,9 +249,9 @@ def _new_entry_lr_line(run: ResolvedRun, w: dict[str, Any] | None) -> str:
     """The plan's line on a stage's new-entry LR (its re-warmup window ``w``)."""
     if w is None:
         return "  new-entry LR: no re-warmup (rewarmup_ratio null): the new entries follow the baseline schedule"
-    if run.train.lr_schedule == "wsd":  # the re-warmup holds its peak, then follows the baseline's decay
-        from lightning_sparkling.pretrain.stages import lr_decay_start
+    from lightning_sparkling.pretrain.stages import lr_decay_start
 
+    if lr_decay_start(run.train, run.steps) is not None:  # a stable phase: the re-warmup holds, then its decay
         return (f"  new-entry LR: linear re-warmup over steps {w['start']:,}..{w['warmup_end']:,} (to "
                 f"{w['peak_ratio']:g}x the LR at growth), held to the WSD decay at step "
                 f"{lr_decay_start(run.train, run.steps):,}, then {run.train.lr_decay_shape} decay to min_lr "

@@ -92,7 +92,8 @@ def _newest_to_resume(out_dir: Path, notes: list[str]) -> Optional[Path]:
 
 # ------------------------------------------------------------------------------------------------------------ checks
 GROWTH_STATE_KEY = "WidthGrowthCallback"
-"""``checkpoint["callbacks"]`` key of :class:`~lightning_sparkling.callbacks.growth.WidthGrowthCallback`'s state."""
+"""``checkpoint["callbacks"]`` key of :class:`~lightning_sparkling.callbacks.growth.GrowthCallback`'s state (its
+``state_key``: the callback's old class name, unchanged so that every checkpoint resumes)."""
 
 _IGNORED_CONFIG_FIELDS = ("name", "hf_config")  # labels: they do not change the model
 

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any, Optional
 
-from lightning_sparkling.growth.schedules import check_growth_before_decay, wsd_decay_start
+from lightning_sparkling.growth.schedules import build_schedule, check_growth_before_decay, schedule_kind
 from lightning_sparkling.growth.stage import GrowthStage, check_rewarmup_fits
 from lightning_sparkling.pretrain.errors import ConfigError, _positive_int
 from lightning_sparkling.pretrain.schema import GrowthArgs, StageArgs, TrainArgs
@@ -127,19 +127,21 @@ def _check_stage_sequence(stages: list[GrowthStage]) -> None:
 
 
 def lr_decay_start(train: TrainArgs, steps: int) -> Optional[int]:
-    """The first step of the WSD decay phase of a run of ``steps`` optimizer steps (``None`` under ``cosine``), as
-    ``LitGPTPretrainModule`` builds it (warmup ``lr_warmup_steps``, else ``ceil(fraction * steps)``, default 0.03)."""
-    if train.lr_schedule != "wsd":
+    """The first step of the decay phase of a run of ``steps`` optimizer steps under a schedule with a stable phase
+    (``wsd``; ``None`` under one without, ``cosine``), as ``LitGPTPretrainModule`` builds it (the schedule registry,
+    warmup by :func:`~lightning_sparkling.pretrain.optim.warmup_steps`)."""
+    from lightning_sparkling.pretrain.optim import warmup_steps
+
+    if not schedule_kind(train.lr_schedule).stable_phase:
         return None
-    if train.lr_warmup_steps is not None:
-        warmup = train.lr_warmup_steps
-    else:
-        warmup = math.ceil((0.03 if train.lr_warmup_fraction is None else train.lr_warmup_fraction) * steps)
-    return wsd_decay_start(warmup_steps=min(warmup, steps), total_steps=steps, decay_fraction=train.lr_decay_fraction)
+    warmup = min(warmup_steps(steps, train.lr_warmup_steps, train.lr_warmup_fraction), steps)
+    return build_schedule(train.lr_schedule, warmup, steps, decay_fraction=train.lr_decay_fraction,
+                          decay_shape=train.lr_decay_shape).decay_start
 
 
 def _check_wsd_growth(stages: list[GrowthStage], keys: list[str], train: TrainArgs, steps: int) -> None:
-    """Under ``train.lr_schedule: wsd``, refuse a growth inside the decay phase, naming the stage's step key."""
+    """Under a schedule with a stable phase (``train.lr_schedule: wsd``), refuse a growth inside the decay phase,
+    naming the stage's step key."""
     start = lr_decay_start(train, steps)
     if start is None:
         return

@@ -49,7 +49,7 @@ class _RunCallbacks:
         on_interrupt: the ``InterruptCheckpoint`` (the checkpoint written on Ctrl-C or a failed step).
         token_counter: the ``TokenCounter`` (tokens, FLOPs and per-step losses).
         tracker: the ``RunTracker`` (last validated step, fit time).
-        growth: the ``WidthGrowthCallback``, ``None`` without growth stages.
+        growth: the ``GrowthCallback``, ``None`` without growth stages.
     """
 
     all: list[Any]
@@ -70,7 +70,7 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
     """
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
-    from lightning_sparkling.callbacks.growth import WidthGrowthCallback
+    from lightning_sparkling.callbacks.growth import GrowthCallback
     from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
 
     cb = _callbacks_module()
@@ -81,7 +81,7 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
     callbacks: list[Any] = [on_interrupt]  # first: it records each step before another callback acts on it
     growth = None
     if run.stages:
-        growth = WidthGrowthCallback(run.stages, min_lr=run.growth.min_lr, seed=run.growth.seed)
+        growth = GrowthCallback(run.stages, min_lr=run.growth.min_lr, seed=run.growth.seed)
         callbacks.append(growth)
     if run.rms_monitor is not None:
         callbacks.append(ActivationRMSMonitor(every_n_steps=run.rms_monitor.every_n_steps,
