@@ -92,6 +92,7 @@ class ResolvedRun:
     initial_weights: Optional[Path] = None  # its lit_model.pth
     logger_name: str = "tensorboard"
     log: Any = None  # LogArgs
+    plans: list[Any] = field(default_factory=list)  # the GrowthPlan of each stage, planned once by resolve()
 
     @property
     def litgpt_data(self) -> bool:
@@ -130,7 +131,8 @@ def resolve(ns: Any) -> ResolvedRun:
     accumulate, tokens_per_step, steps = _resolve_length(ns, train, evaluation, num_devices, num_nodes, world, seq_len,
                                                          notes)
     spec, optimizer_name, uses_muon, lr = _resolve_optimizer(ns, train, strategy, precision)
-    stages = _resolve_stages(growth, config, train, steps, tokens_per_step, strategy, num_devices, num_nodes, notes)
+    stages, plans = _resolve_stages(growth, config, train, steps, tokens_per_step, strategy, num_devices, num_nodes,
+                                    notes)
     if stages and _get(_get(ns, "growth"), "recipe", GrowthArgs.recipe) == "auto":
         notes.append(f"growth.recipe: auto is {growth.recipe!r}, the recipe measured best under train.lr_schedule "
                      f"{train.lr_schedule!r} (docs/BENCHMARKS.md, 'Where growth pays')")
@@ -148,6 +150,7 @@ def resolve(ns: Any) -> ResolvedRun:
         seed=int(_get(ns, "seed", 42)), num_threads=_get(ns, "num_threads"), notes=notes,
         initial_checkpoint_dir=initial_dir if resume_path is None else None,
         initial_weights=initial_weights if resume_path is None else None, logger_name=logger_name, log=log,
+        plans=plans,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from lightning_sparkling.pretrain.config import ResolvedRun
 from lightning_sparkling.pretrain.formatting import _console, _fmt_flops, _model_line
 
-__all__ = ["plan", "regime_advice", "regime_warning", "run_recipe"]
+__all__ = ["plan", "regime_advice", "regime_warning", "run_recipe", "stage_plans"]
 
 
 def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
@@ -30,9 +30,9 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
 
     config = run.model_config
     stages_out = []
-    for k, stage in enumerate(run.stages):
-        report, config = _stage_report(run, k, stage, config)
-        stages_out.append(report)
+    for k, (stage, gp) in enumerate(zip(run.stages, stage_plans(run))):
+        stages_out.append(_stage_report(run, k, stage, config, gp))
+        config = gp.new_config
     est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
                            tie_embeddings=run.train.tie_embeddings)
     report = {
@@ -50,14 +50,29 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
     return report
 
 
-def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any) -> tuple[dict[str, Any], Any]:
-    """``(what stage k of run does to the model of config, the grown config)``: one entry of ``plan()["stages"]``."""
+def stage_plans(run: ResolvedRun) -> list[Any]:
+    """The ``GrowthPlan`` of each stage of ``run``: those :func:`~lightning_sparkling.pretrain.config.resolve`
+    made when it checked the stages (planned once), or planned here for a run built otherwise."""
+    if len(run.plans) == len(run.stages):
+        return list(run.plans)
+    from lightning_sparkling.growth.plan import plan_growth
+
+    plans, config = [], run.model_config
+    for k, stage in enumerate(run.stages):
+        plans.append(plan_growth(config, stage, seed=run.growth.seed, stage_index=k,
+                                 tied_embeddings=run.train.tie_embeddings))
+        config = plans[-1].new_config
+    return plans
+
+
+def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) -> dict[str, Any]:
+    """What stage ``k`` of ``run`` does to the model of ``config`` (its plan ``gp``): one entry of
+    ``plan()["stages"]``."""
     from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.growth.heads import describe_heads
-    from lightning_sparkling.growth.plan import plan_growth, size_changes
+    from lightning_sparkling.growth.plan import size_changes
 
     tied = run.train.tie_embeddings
-    gp = plan_growth(config, stage, seed=run.growth.seed, stage_index=k, tied_embeddings=tied)
     before, after = count_params(config, tie_embeddings=tied), count_params(gp.new_config, tie_embeddings=tied)
     report = {
         "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
@@ -73,7 +88,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any) -> tuple[di
         "active_params_before": before[0], "active_params_after": after[0],
         "tensors": len(gp.tensors), "tensor_groups": _tensor_groups(gp),
     }
-    return report, gp.new_config
+    return report
 
 
 def _tensor_groups(gp: Any) -> dict[str, dict[str, Any]]:
@@ -183,13 +198,11 @@ def regime_advice(run: ResolvedRun, active_params: Sequence[int]):
     comparison nearest to its axis, recipe, schedule, timing and token ratio, or that none is near
     (:class:`~lightning_sparkling.growth.measured.Advice`); ``None`` without growth stages."""
     from lightning_sparkling.growth.measured import advise
-    from lightning_sparkling.growth.plan import size_changes, stage_config
+    from lightning_sparkling.growth.plan import size_changes
 
     if not run.stages:
         return None
-    configs = [run.model_config]
-    for stage in run.stages:
-        configs.append(stage_config(configs[-1], stage))
+    configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
     sizes = [list(size_changes(a, b)) for a, b in zip(configs[:-1], configs[1:])]
     return advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
                   recipe=run_recipe(run.stages), schedule=run.train.lr_schedule, sizes=sizes)
