@@ -51,10 +51,14 @@ def build_parser(command: str = "pretrain"):
     from jsonargparse import ActionConfigFile, ArgumentParser, set_docstring_parse_options
 
     class _Parser(ArgumentParser):
-        """Errors as one ``error:`` line under the short usage line (jsonargparse's own messages span lines)."""
+        """Errors as one ``error:`` line and nothing else: no usage line before it (the line names the key and the
+        fix; ``--help`` lists every key), and jsonargparse's own multi-line messages joined."""
 
         def error(self, message: str, ex: Exception | None = None):
             return super().error(_one_line_error(str(message)), ex)
+
+        def print_usage(self, file: Any = None) -> None:  # argparse prints it only before an error
+            pass
 
     set_docstring_parse_options(attribute_docstrings=True)
     description = {

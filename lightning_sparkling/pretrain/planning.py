@@ -71,6 +71,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
     from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.growth.heads import describe_heads
     from lightning_sparkling.growth.plan import size_changes
+    from lightning_sparkling.growth.stage import grows_channels
 
     tied = run.train.tie_embeddings
     before, after = count_params(config, tie_embeddings=tied), count_params(gp.new_config, tie_embeddings=tied)
@@ -80,7 +81,8 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
         "sizes": {axis: list(pair) for axis, pair in size_changes(config, gp.new_config).items()},
         "into": gp.new_config.name if stage.model_name or stage.model_config else None,
         "depth": _depth_report(gp, stage), "heads": describe_heads(gp.heads) if gp.heads is not None else None,
-        "alpha": gp.alphas(), "init": stage.init, "rms_preserving": stage.rms_preserving,
+        "alpha": gp.alphas(), "grows_channels": grows_channels(stage.to_dict()), "init": stage.init,
+        "rms_preserving": stage.rms_preserving,
         "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
         "rewarmup_steps": stage.rewarmup_steps, "rewarmup_window": _rewarmup_window(stage, run.steps),
         **_baseline_options(stage, run.steps),
@@ -204,8 +206,23 @@ def regime_advice(run: ResolvedRun, active_params: Sequence[int]):
         return None
     configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
     sizes = [list(size_changes(a, b)) for a, b in zip(configs[:-1], configs[1:])]
-    return advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
-                  recipe=run_recipe(run.stages), schedule=run.train.lr_schedule, sizes=sizes)
+    recipe = run_recipe(run.stages)
+    advice = advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
+                    recipe=recipe, schedule=run.train.lr_schedule, sizes=sizes)
+    chosen = run.growth.recipe  # the recipe of the configuration (growth.recipe: auto resolved)
+    if advice is not None and chosen != recipe and _stages_follow_the_recipe(run):
+        # e.g. `recommended` on a depth-only stage sets the paper's keys: the map's cells of that stage are `paper`
+        advice = dataclasses.replace(advice, recipe=f"{chosen}, here the keys of {recipe}")
+    return advice
+
+
+def _stages_follow_the_recipe(run: ResolvedRun) -> bool:
+    """Whether no stage of ``run`` sets a key of any recipe itself: every recipe key of its stages is then what
+    ``growth.recipe`` gave it."""
+    from lightning_sparkling.growth.stage import RECIPES
+
+    recipe_keys = {key for keys in RECIPES.values() for key in keys}
+    return all(isinstance(s, dict) and not recipe_keys & set(s) for s in run.growth.stages)
 
 
 def regime_warning(run: ResolvedRun, active_params: Sequence[int]) -> str | None:
@@ -218,6 +235,9 @@ def regime_warning(run: ResolvedRun, active_params: Sequence[int]) -> str | None
 # ------------------------------------------------------------------------------------------------------------ print
 def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
     console = _console()
+    for note in run.notes:  # as `sparkling pretrain` prints them (the recipe growth.recipe: auto chose, ...)
+        warning = note.startswith("warning: ")
+        console.print(f"[yellow]warning:[/yellow] {note.removeprefix('warning: ')}" if warning else f"note: {note}")
     console.print(f"[bold]model[/bold]: {_model_line(run.model_config)}")
     console.print(f"[bold]run[/bold]: {run.steps:,} steps x {run.tokens_per_step:,} tokens/step "
                   f"(global_batch_size {run.train.global_batch_size} x seq_len {run.seq_len}) = "
@@ -247,8 +267,10 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
                       f"grown model <- the old block {what})")
     if s["heads"] is not None:
         console.print(f"  heads: {s['heads']} (new head <- old head it copies, by position)")
-    console.print(f"  init {s['init']}, rms_preserving {s['rms_preserving']}, optimizer_state "
-                  f"{s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over {s['rewarmup_steps']} steps")
+    # init and rms_preserving act on new width channels and heads only: a stage that adds only blocks does not list them
+    width = (f"init {s['init']}, rms_preserving {s['rms_preserving']}, " if s["grows_channels"] else "")
+    console.print(f"  {width}optimizer_state {s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over "
+                  f"{s['rewarmup_steps']} steps")
     console.print(_new_entry_lr_line(run, s["rewarmup_window"]))
     console.print(f"  {_describe_baselines(s)}")
     if alphas:

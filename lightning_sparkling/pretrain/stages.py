@@ -35,6 +35,7 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
         key = f"growth.stages[{k}]"
         at_step, where = _stage_step(s, key, tokens_per_step, steps, stages)
         stage = _growth_stage(s, at_step, key, growth.recipe)
+        _check_target_name(stage, key)
         stage = _target_with_run_vocabulary(stage, current, key, notes if notes is not None else [])
         plans.append(_plan_stage(current, stage, k, growth.seed, train.tie_embeddings, key))
         current = plans[-1].new_config
@@ -95,6 +96,28 @@ def _plan_stage(config: Any, stage: GrowthStage, k: int, seed: int, tie_embeddin
     except GrowthError as err:
         bad = next((name for name in stage.sizes if re.search(rf"\b{name}\b", str(err))), None)
         raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
+
+
+def _check_target_name(stage: GrowthStage, key: str) -> None:
+    """Refuse a ``model_config`` target that gives only a ``name``: a ``model_config`` holds the target's fields (its
+    ``name`` is only a label, as in litgpt), so every other field would be litgpt's default and the refusal would be
+    about the first of them (``norm_class_name``), not about what the stage meant: a named config (``model_name``)."""
+    if not (isinstance(stage.model_config, dict) and set(stage.model_config) == {"name"}):
+        return
+    import difflib
+
+    from litgpt.config import name_to_config
+
+    name = stage.model_config["name"]
+    use = "grow into a litgpt config by its name with model_name, or give the target's fields in model_config"
+    if name in name_to_config:
+        raise ConfigError(f"{key}.model_config", f"gives only name={name!r}, and a model_config holds the target's "
+                                                 f"fields (its name is only a label): use model_name: {name}")
+    close = difflib.get_close_matches(str(name), list(name_to_config), n=1)
+    suggest = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"{key}.model_config", f"name={name!r} is not a litgpt config name{suggest} (see `litgpt "
+                                             f"pretrain list`), and a model_config holds the target's fields (its "
+                                             f"name is only a label): {use}")
 
 
 def _target_with_run_vocabulary(stage: GrowthStage, config: Any, key: str, notes: list[str]) -> GrowthStage:
