@@ -12,6 +12,7 @@ fixed stride, mod the vocabulary), so the loss falls quickly and visibly keeps f
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from litgpt import GPT, Config
 
@@ -26,6 +27,10 @@ class TinyGPT(L.LightningModule):
         self.model = GPT(Config(n_layer=2, n_embd=32, n_head=4, intermediate_size=64, vocab_size=VOCAB,
                                 padded_vocab_size=VOCAB, block_size=SEQ, mlp_class_name="LLaMAMLP",
                                 norm_class_name="RMSNorm", bias=False, parallel_residual=False))
+        self.example_input_array = torch.zeros(1, SEQ, dtype=torch.long)  # the model summary measures its FLOPs
+
+    def forward(self, idx):
+        return self.model(idx)
 
     def training_step(self, batch, batch_idx):
         logits = self.model(batch[:, :-1])
@@ -39,6 +44,15 @@ class TinyGPT(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
+class ProgressBar(RichProgressBar):
+    """Lightning's bar without the logger's version number (``v_num``), which says nothing about the run."""
+
+    def get_metrics(self, trainer, pl_module):
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
+
+
 def random_runs(n: int, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     start = torch.randint(0, VOCAB, (n, 1), generator=g)
@@ -50,11 +64,13 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     data = torch.utils.data.DataLoader(random_runs(STEPS * 16), batch_size=16)
     trainer = L.Trainer(
-        max_steps=STEPS, accelerator="cpu", logger=TensorBoardLogger("out", name="add_callback"),
-        log_every_n_steps=5, enable_checkpointing=False,
+        max_steps=STEPS, max_epochs=1,  # the data are one epoch of STEPS batches (the bar reads "Epoch 0/0")
+        accelerator="cpu", logger=TensorBoardLogger("out", name="add_callback"), log_every_n_steps=5,
+        enable_checkpointing=False,
         callbacks=[
             GrowthCallback(GrowthStage(60, n_embd=64, intermediate_size=128, rewarmup_steps=10)),
             ActivationRMSMonitor(every_n_steps=10),
+            ProgressBar(),
         ],
     )
     trainer.fit(TinyGPT(), data)

@@ -17,7 +17,7 @@ from lightning_sparkling.growth.compute import ComputeEstimate, estimate_compute
 from lightning_sparkling.growth.plan import GrowthError, GrowthPlan, plan_growth
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale
 from lightning_sparkling.growth.schedules import rewarmup_lr, warmup_cosine_lr
-from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.stage import GrowthStage, StageError
 from lightning_sparkling.growth.surgery import GrowthResult, grow_model
 
 _deprecated.install()  # the old flat module paths (lightning_sparkling.stage, ...) until 0.3.0
@@ -32,6 +32,7 @@ __all__ = [
     "GrowthPlan",
     "GrowthResult",
     "GrowthStage",
+    "StageError",
     "copy_source_index",
     "estimate_compute",
     "fan_in_scale",

@@ -58,8 +58,8 @@ def litgpt_data_config(tmp_path: Path, tokenizer_dir: Path | None, class_path: s
 
 
 def refused(capsys, tmp_path: Path, config: dict, *args: str, out: Path | None = None) -> str:
-    """Runs ``sparkling pretrain`` expecting one refusal: exit status 2, the usage line and one ``error:`` line (no
-    traceback), nothing written (no ``out_dir``, no corpus cache). Returns the error line."""
+    """Runs ``sparkling pretrain`` expecting one refusal: exit status 2 and one ``error:`` line, nothing else (no
+    usage line, no traceback), nothing written (no ``out_dir``, no corpus cache). Returns the error line."""
     out = tmp_path / "out" if out is None else out
     path = write_config(tmp_path / "bad.yaml", config)
     with pytest.raises(SystemExit) as info:
@@ -67,10 +67,10 @@ def refused(capsys, tmp_path: Path, config: dict, *args: str, out: Path | None =
     assert info.value.code == 2
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith("usage: sparkling pretrain") and lines[1].startswith("error: "), err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert "Traceback" not in err
     assert not out.exists() and not (tmp_path / "cache").exists()
-    return lines[1]
+    return lines[0]
 
 
 # ---------------------------------------------------------------------------------------------------- 1 tokenizer_class

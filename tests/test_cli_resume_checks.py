@@ -36,9 +36,9 @@ def _refused(capsys, args: list[str], out: Path) -> str:
     assert info.value.code == 2
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
-    assert len(lines) == 2 and lines[1].startswith("error: resume: "), err
+    assert len(lines) == 1 and lines[0].startswith("error: resume: "), err
     assert not out.exists()  # no logs/, no checkpoints/, no summary
-    return lines[1]
+    return lines[0]
 
 
 def _corrupt_pickle(src: Path, dst: Path) -> Path:
@@ -92,8 +92,8 @@ def test_resume_auto_refuses_when_no_checkpoint_is_readable(run, tmp_path, capsy
         main(["pretrain", "--config", str(config), "--out_dir", str(copy), "--resume", "auto"])
     assert info.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 2 and lines[1].startswith("error: resume: no checkpoint in "), lines
-    assert "step-00000010.ckpt" in lines[1] and "step-00000005.ckpt" in lines[1]
+    assert len(lines) == 1 and lines[0].startswith("error: resume: no checkpoint in "), lines
+    assert "step-00000010.ckpt" in lines[0] and "step-00000005.ckpt" in lines[0]
     assert {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()} == before  # nothing written or removed
 
 

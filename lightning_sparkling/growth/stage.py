@@ -22,6 +22,34 @@ SYMMETRY_RELEASES: tuple[str, ...] = ("hold", "schedule")
 DEFAULT_SPLIT_RATIO = 1 / 3
 
 
+class StageError(ValueError):
+    """A refused :class:`GrowthStage` setting: ``key`` is the field the refusal is about (``None`` when it is about
+    the stage as a whole, e.g. a stage that grows nothing) and ``stage`` the index of the stage in a list of stages
+    (``None`` for one stage). The message is the refusal's own text; a ``ValueError``, so ``except ValueError`` and
+    ``pytest.raises(ValueError)`` still catch it.
+
+    Example::
+
+        >>> try:
+        ...     GrowthStage(10, n_embd=128, init="zero-zero")
+        ... except StageError as err:
+        ...     err.key
+        'init'
+    """
+
+    def __init__(self, key: str | None, message: str, *, stage: int | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.stage = stage
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes despite the extra arguments
+        return _stage_error, (self.key, str(self), self.stage)
+
+
+def _stage_error(key: str | None, message: str, stage: int | None) -> StageError:
+    return StageError(key, message, stage=stage)
+
+
 @dataclass(frozen=True)
 class GrowthStage:
     """One growth: at ``at_step`` widen some of ``n_embd``, ``intermediate_size``, ``moe_intermediate_size``
@@ -181,132 +209,168 @@ class GrowthStage:
 
     def __post_init__(self) -> None:
         if isinstance(self.at_step, bool) or not isinstance(self.at_step, int) or self.at_step < 0:
-            raise ValueError(f"GrowthStage(at_step={self.at_step!r}): at_step must be an integer >= 0")
+            raise StageError("at_step",
+                             f"GrowthStage(at_step={self.at_step!r}): at_step must be an integer >= 0")
         if self.model_name is not None or self.model_config is not None:
             self._check_target()
         elif not self.sizes:
-            raise ValueError(
+            raise StageError(
+                None,
                 f"GrowthStage(at_step={self.at_step}) grows nothing: give at least one of {', '.join(SIZE_AXES)}, "
                 "model_name or model_config"
             )
         for axis, size in self.sizes.items():
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
                 what = "a layer count" if axis == "n_layer" else "a width"
-                raise ValueError(f"GrowthStage({axis}={size!r}): {what} must be a positive integer")
+                raise StageError(axis,
+                                 f"GrowthStage({axis}={size!r}): {what} must be a positive integer")
         if self.depth_init not in DEPTH_INITS:
-            raise ValueError(f"GrowthStage(depth_init={self.depth_init!r}): choose one of {', '.join(DEPTH_INITS)}")
+            raise StageError("depth_init",
+                             f"GrowthStage(depth_init={self.depth_init!r}): choose one of {', '.join(DEPTH_INITS)}")
         if self.depth_order not in DEPTH_ORDERS:
-            raise ValueError(f"GrowthStage(depth_order={self.depth_order!r}): choose one of {', '.join(DEPTH_ORDERS)}")
-        fan_out, fan_in = parse_init(self.init)
+            raise StageError("depth_order",
+                             f"GrowthStage(depth_order={self.depth_order!r}): choose one of {', '.join(DEPTH_ORDERS)}")
+        try:
+            fan_out, fan_in = parse_init(self.init)
+        except ValueError as err:
+            raise StageError("init", str(err)) from None
         if fan_out == fan_in == "zero":
-            raise ValueError(
+            raise StageError(
+                "init",
                 "GrowthStage(init='zero-zero'): with both sides zero the new channels get a zero gradient forever "
                 "and never train; use e.g. 'zero-copy' or 'copy-copy'"
             )
         if not isinstance(self.rms_preserving, bool):
-            raise ValueError(f"GrowthStage(rms_preserving={self.rms_preserving!r}): must be True or False")
+            raise StageError("rms_preserving",
+                             f"GrowthStage(rms_preserving={self.rms_preserving!r}): must be True or False")
         if self.optimizer_state not in OPTIMIZER_STATES:
-            raise ValueError(
+            raise StageError(
+                "optimizer_state",
                 f"GrowthStage(optimizer_state={self.optimizer_state!r}): choose one of {', '.join(OPTIMIZER_STATES)}"
             )
         if self.rewarmup_ratio is not None:
             if isinstance(self.rewarmup_ratio, bool) or not isinstance(self.rewarmup_ratio, (int, float)):
-                raise ValueError(f"GrowthStage(rewarmup_ratio={self.rewarmup_ratio!r}): must be a number > 0 or None")
+                raise StageError("rewarmup_ratio",
+                                 f"GrowthStage(rewarmup_ratio={self.rewarmup_ratio!r}): must be a number > 0 or None")
             if not self.rewarmup_ratio > 0:
-                raise ValueError(
+                raise StageError(
+                    "rewarmup_ratio",
                     f"GrowthStage(rewarmup_ratio={self.rewarmup_ratio}): must be > 0 (the paper uses 1.3); "
                     "None turns the re-warmup off"
                 )
         if isinstance(self.rewarmup_steps, bool) or not isinstance(self.rewarmup_steps, int) or self.rewarmup_steps < 0:
-            raise ValueError(f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
+            raise StageError("rewarmup_steps",
+                             f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
         self._check_baselines(fan_in)
         self._check_lock_breakers(fan_out, fan_in)
 
     def _check_target(self) -> None:
         if self.model_name is not None and self.model_config is not None:
-            raise ValueError("GrowthStage(model_name=..., model_config=...): give one of them, not both")
+            raise StageError("model_name",
+                             "GrowthStage(model_name=..., model_config=...): give one of them, not both")
         if self.sizes:
-            raise ValueError(f"GrowthStage(model_name/model_config with {', '.join(self.sizes)}): the target config "
+            raise StageError(None,
+                             f"GrowthStage(model_name/model_config with {', '.join(self.sizes)}): the target config "
                              "sets every size; drop the size keys or the target")
         if self.model_name is not None and not (isinstance(self.model_name, str) and self.model_name):
-            raise ValueError(f"GrowthStage(model_name={self.model_name!r}): must be a litgpt config name")
+            raise StageError("model_name",
+                             f"GrowthStage(model_name={self.model_name!r}): must be a litgpt config name")
         if self.model_config is not None and not isinstance(self.model_config, dict):
-            raise ValueError(f"GrowthStage(model_config={self.model_config!r}): must be a dict of litgpt Config fields")
+            raise StageError("model_config",
+                             f"GrowthStage(model_config={self.model_config!r}): must be a dict of litgpt Config fields")
 
     def _check_baselines(self, fan_in: str) -> None:
         def number(value: object) -> bool:
             return not isinstance(value, bool) and isinstance(value, (int, float))
 
         if self.split not in SPLITS:
-            raise ValueError(f"GrowthStage(split={self.split!r}): choose one of {', '.join(SPLITS)}")
+            raise StageError("split",
+                             f"GrowthStage(split={self.split!r}): choose one of {', '.join(SPLITS)}")
         if not number(self.split_ratio) or not 0 < self.split_ratio < 1:
-            raise ValueError(f"GrowthStage(split_ratio={self.split_ratio!r}): must be a number in (0, 1), the "
+            raise StageError("split_ratio",
+                             f"GrowthStage(split_ratio={self.split_ratio!r}): must be a number in (0, 1), the "
                              "source's part r of r : 1 - r (1/3: the paper's 1:2)")
         if self.split != "uneven" and self.split_ratio != DEFAULT_SPLIT_RATIO:
-            raise ValueError(f"GrowthStage(split_ratio={self.split_ratio!r}): only used with split='uneven' (split "
+            raise StageError("split",
+                             f"GrowthStage(split_ratio={self.split_ratio!r}): only used with split='uneven' (split "
                              f"is {self.split!r})")
         if not number(self.perturb) or not (math.isfinite(self.perturb) and self.perturb >= 0):
-            raise ValueError(f"GrowthStage(perturb={self.perturb!r}): must be a finite number >= 0 (the standard "
+            raise StageError("perturb",
+                             f"GrowthStage(perturb={self.perturb!r}): must be a finite number >= 0 (the standard "
                              "deviation of the +/- perturbation relative to the RMS of the shares; 0: off)")
         if self.n_head is not None or self.n_query_groups is not None:
             for key, active in (("split", self.split != "even"), ("perturb", self.perturb > 0)):
                 if active:
-                    raise ValueError(f"GrowthStage({key}={getattr(self, key)!r}): not supported with a heads growth "
+                    raise StageError(key,
+                                     f"GrowthStage({key}={getattr(self, key)!r}): not supported with a heads growth "
                                      "(n_head / n_query_groups); use the default even split and no perturb")
         if fan_in != "copy":
             for key, active in (("split", self.split != "even"), ("perturb", self.perturb > 0)):
                 if active:
-                    raise ValueError(
+                    raise StageError(
+                        key,
                         f"GrowthStage({key}={getattr(self, key)!r}): divides or perturbs the fan-in shares of a "
                         f"copied channel, but the init pair {self.init!r} does not copy the fan-in side; use a pair "
                         "ending in '-copy' (copy-copy, random-copy, zero-copy)")
         if self.rewarmup_scope not in REWARMUP_SCOPES:
-            raise ValueError(f"GrowthStage(rewarmup_scope={self.rewarmup_scope!r}): choose one of "
+            raise StageError("rewarmup_scope",
+                             f"GrowthStage(rewarmup_scope={self.rewarmup_scope!r}): choose one of "
                              f"{', '.join(REWARMUP_SCOPES)}")
         if self.rewarmup_scope == "all" and self.rewarmup_ratio is None:
-            raise ValueError("GrowthStage(rewarmup_scope='all'): every parameter follows this stage's re-warmup, "
+            raise StageError("rewarmup_scope",
+                             "GrowthStage(rewarmup_scope='all'): every parameter follows this stage's re-warmup, "
                              "but rewarmup_ratio is None (no re-warmup); give a rewarmup_ratio or use 'new'")
         if not number(self.decay_speedup) or not 0 <= self.decay_speedup < 1:
-            raise ValueError(f"GrowthStage(decay_speedup={self.decay_speedup!r}): must be a number in [0, 1) (the "
+            raise StageError("decay_speedup",
+                             f"GrowthStage(decay_speedup={self.decay_speedup!r}): must be a number in [0, 1) (the "
                              "fraction by which the remaining decay is shortened; the paper uses 0.25 and 0.5)")
 
     def _check_lock_breakers(self, fan_out: str, fan_in: str) -> None:
         if self.bias_correction not in BIAS_CORRECTIONS:
-            raise ValueError(f"GrowthStage(bias_correction={self.bias_correction!r}): choose one of "
+            raise StageError("bias_correction",
+                             f"GrowthStage(bias_correction={self.bias_correction!r}): choose one of "
                              f"{', '.join(BIAS_CORRECTIONS)}")
         if self.bias_correction == "fresh" and self.rewarmup_ratio is None:
-            raise ValueError("GrowthStage(bias_correction='fresh'): the correction scales the new entries' LR, but "
+            raise StageError("bias_correction",
+                             "GrowthStage(bias_correction='fresh'): the correction scales the new entries' LR, but "
                              "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio (1.0 for the correction "
                              "alone)")
         if isinstance(self.symmetry_interval, bool) or not isinstance(self.symmetry_interval, int) \
                 or self.symmetry_interval < 1:
-            raise ValueError(f"GrowthStage(symmetry_interval={self.symmetry_interval!r}): must be an integer >= 1 "
+            raise StageError("symmetry_interval",
+                             f"GrowthStage(symmetry_interval={self.symmetry_interval!r}): must be an integer >= 1 "
                              "(optimizer steps between two symmetry checks)")
         boost = self.symmetry_max_boost
         if isinstance(boost, bool) or not isinstance(boost, (int, float)) or not (math.isfinite(boost) and boost >= 1):
-            raise ValueError(f"GrowthStage(symmetry_max_boost={boost!r}): must be a finite number >= 1 (the largest "
+            raise StageError("symmetry_max_boost",
+                             f"GrowthStage(symmetry_max_boost={boost!r}): must be a finite number >= 1 (the largest "
                              "multiplier of the new entries' LR)")
         if self.symmetry_release not in SYMMETRY_RELEASES:
-            raise ValueError(f"GrowthStage(symmetry_release={self.symmetry_release!r}): choose one of "
+            raise StageError("symmetry_release",
+                             f"GrowthStage(symmetry_release={self.symmetry_release!r}): choose one of "
                              f"{', '.join(SYMMETRY_RELEASES)}")
         target = self.symmetry_target
         if target is None:
             return
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
-            raise ValueError(f"GrowthStage(symmetry_target={target!r}): must be a number in (0, 1), the mean cosine "
+            raise StageError("symmetry_target",
+                             f"GrowthStage(symmetry_target={target!r}): must be a number in (0, 1), the mean cosine "
                              "of copies to their sources below which the LR boost ends (e.g. 0.5), or None")
         if not self.copies:
             what = f"the init pair {self.init!r}" if set(self.sizes) - {"n_layer"} else ""
             if self.n_layer is not None:
                 what += (" and " if what else "") + f"depth_init={self.depth_init!r}"
-            raise ValueError(f"GrowthStage(symmetry_target={target}): {what} copies nothing, so there is no symmetry "
+            raise StageError("depth_init" if self.n_layer is not None else "symmetry_target",
+                             f"GrowthStage(symmetry_target={target}): {what} copies nothing, so there is no symmetry "
                              "to break; use a copied init (a pair with a copied side, depth_init 'copy' or "
                              "'copy-zero') or drop symmetry_target")
         if self.rewarmup_ratio is None:
-            raise ValueError(f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
+            raise StageError("symmetry_target",
+                             f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
                              "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio")
         if self.rewarmup_scope == "all":
-            raise ValueError(f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
+            raise StageError("rewarmup_scope",
+                             f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
                              "with rewarmup_scope='all' every entry follows one LR; use rewarmup_scope='new'")
 
     @property
@@ -440,7 +504,8 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
         {'n_layer': 12, 'rewarmup_ratio': 1.3}
     """
     if recipe not in RECIPES:
-        raise ValueError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}")
+        raise StageError("recipe",
+                         f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}")
     extra = {k: v for k, v in RECIPES[recipe].items() if k not in keys}
     init = keys.get("init", extra.get("init", "copy-copy"))
     # the loop's keys go to stages whose width copies it unlocks (widths, heads, a named target); copied blocks
@@ -485,10 +550,11 @@ def check_stage_sequence(stages: GrowthStage | list[GrowthStage] | tuple[GrowthS
     for k, stage in enumerate(stages[:-1]):
         if stage.changes_baseline:
             key = "rewarmup_scope" if stage.rewarmup_scope == "all" else "decay_speedup"
-            raise ValueError(
+            raise StageError(
+                key,
                 f"GrowthStage(at_step={stage.at_step}) {key}={getattr(stage, key)!r}: changes the learning rate of "
                 f"every parameter for the rest of the run, so only the last stage may set it (stage {k} of "
-                f"{len(stages)} sets it)")
+                f"{len(stages)} sets it)", stage=k)
 
 
 def rewarmup_window(stage: GrowthStage, max_steps: int) -> tuple[int, int, int] | None:
@@ -533,7 +599,7 @@ def check_rewarmup_fits(stages: GrowthStage | list[GrowthStage] | tuple[GrowthSt
         >>> check_rewarmup_fits([GrowthStage(100, n_embd=128)], max_steps=300)
         Traceback (most recent call last):
         ...
-        ValueError: GrowthStage(at_step=100): rewarmup_steps=250 does not fit in the 200 steps left after the growth ...
+        lightning_sparkling.growth.stage.StageError: GrowthStage(at_step=100): rewarmup_steps=250 does not fit ...
     """
     stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
     for k, stage in enumerate(stages):
@@ -546,9 +612,11 @@ def check_rewarmup_fits(stages: GrowthStage | list[GrowthStage] | tuple[GrowthSt
         name = names[k] if names else f"GrowthStage(at_step={stage.at_step})"
         suggestion = max(1, left // 10)
         faster = f", decay_speedup={stage.decay_speedup}" if stage.decay_speedup else ""
-        raise ValueError(
+        raise StageError(
+            "rewarmup_steps",
             f"{name}: rewarmup_steps={stage.rewarmup_steps} does not fit in the {left} steps left after the growth "
             f"(at_step={stage.at_step}, max_steps={max_steps}{faster}): the new entries' LR would still be rising at "
             f"the last step instead of decaying to min_lr. Set rewarmup_steps to at most {left - 1} (e.g. {suggestion}, "
-            f"a tenth of the steps left), grow earlier, or raise max_steps"
+            f"a tenth of the steps left), grow earlier, or raise max_steps",
+            stage=k,
         )

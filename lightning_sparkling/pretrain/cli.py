@@ -18,6 +18,7 @@ summary: :mod:`~lightning_sparkling.pretrain.summary`). Their public names are i
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -50,10 +51,14 @@ def build_parser(command: str = "pretrain"):
     from jsonargparse import ActionConfigFile, ArgumentParser, set_docstring_parse_options
 
     class _Parser(ArgumentParser):
-        """Errors as one ``error:`` line under the short usage line (jsonargparse's own messages span lines)."""
+        """Errors as one ``error:`` line and nothing else: no usage line before it (the line names the key and the
+        fix; ``--help`` lists every key), and jsonargparse's own multi-line messages joined."""
 
         def error(self, message: str, ex: Exception | None = None):
             return super().error(_one_line_error(str(message)), ex)
+
+        def print_usage(self, file: Any = None) -> None:  # argparse prints it only before an error
+            pass
 
     set_docstring_parse_options(attribute_docstrings=True)
     description = {
@@ -82,6 +87,10 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
     parser = build_parser(command)
     argv, optimizer = _take_optimizer_mapping(_rewrite_optimizer_args(list(argv)))
     try:
+        argv, stage_keys = _take_stage_keys(argv)  # `--growth.stages.K.KEY VALUE`: set after parsing
+    except ConfigError as err:
+        parser.error(str(err))
+    try:
         for path in _config_files(argv):
             check_keys(_read_yaml(path))
     except ConfigError as err:
@@ -90,6 +99,7 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
     if optimizer is not None:  # `--optimizer '{class_path: ..., init_args: ...}'` replaces the whole optimizer
         ns.optimizer = optimizer
     try:
+        _set_stage_keys(ns, stage_keys)
         run = resolve(ns)
         if command == "pretrain":  # plan writes nothing: its out_dir may be a path of another machine
             check_out_dir(run.out_dir)
@@ -133,6 +143,71 @@ def _take_optimizer_mapping(argv: list[str]) -> tuple[list[str], dict | None]:
             rest.extend(argv[i:i + width])
         i += width
     return rest, given
+
+
+_STAGE_KEY = re.compile(r"--growth\.stages(?:\.(\d+)|\[(\d+)\])\.(\w+)(?:=(.*))?", re.S)
+
+
+def _take_stage_keys(argv: list[str]) -> tuple[list[str], list[tuple[int, str, Any]]]:
+    """Take ``--growth.stages.K.KEY VALUE`` (or ``--growth.stages[K].KEY VALUE``, ``=VALUE``) out of ``argv``: one key
+    of stage ``K`` of the configuration, the stage's other keys kept (jsonargparse can only replace the whole list).
+    Returns the rest of ``argv`` and ``(K, KEY, value read as YAML)`` in the order given.
+
+    Example::
+
+        >>> _take_stage_keys(["--config", "q.yaml", "--growth.stages.0.at_step", "50", "--growth.stages[0].init=null"])
+        (['--config', 'q.yaml'], [(0, 'at_step', 50), (0, 'init', None)])
+
+    Raises:
+        ConfigError: a key given without a value, or a value that is not valid YAML.
+    """
+    import yaml
+
+    rest, keys = [], []
+    i = 0
+    while i < len(argv):
+        match = _STAGE_KEY.fullmatch(argv[i])
+        if match is None:
+            rest.append(argv[i])
+            i += 1
+            continue
+        index, bracket, key, value = match.groups()
+        k = int(index if index is not None else bracket)
+        if value is None:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"growth.stages[{k}].{key}", "expected a value after it")
+            value, i = argv[i + 1], i + 1
+        try:
+            keys.append((k, key, yaml.safe_load(value)))
+        except yaml.YAMLError as err:
+            raise ConfigError(f"growth.stages[{k}].{key}", f"{value!r} is not a valid value: {err}") from err
+        i += 1
+    return rest, keys
+
+
+def _set_stage_keys(ns: Any, stage_keys: list[tuple[int, str, Any]]) -> None:
+    """Set each ``(K, KEY, value)`` of :func:`_take_stage_keys` on stage ``K`` of the parsed ``growth.stages`` (the
+    configuration file's, or ``--growth.stages``'), after every other argument; unknown keys are refused by name when
+    the stages are read.
+
+    Raises:
+        ConfigError: for a stage the configuration does not have.
+    """
+    if not stage_keys:
+        return
+    stages = list(ns.growth.stages or [])
+    for k, key, value in stage_keys:
+        if k >= len(stages):
+            have = ("growth.stages is empty" if not stages else "growth.stages has one stage (index 0)"
+                    if len(stages) == 1 else f"growth.stages has {len(stages)} stages (index 0 to {len(stages) - 1})")
+            raise ConfigError(f"growth.stages[{k}].{key}", f"{have}: add a stage with --growth.stages+ "
+                                                           f"'{{at_step: ..., ...}}' or give the whole list with "
+                                                           "--growth.stages '[...]'")
+        stage = stages[k].as_dict() if hasattr(stages[k], "as_dict") else stages[k]
+        if not isinstance(stage, dict):
+            raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {stage!r}")
+        stages[k] = {**stage, key: value}
+    ns.growth.stages = stages
 
 
 def _config_files(argv: list[str]) -> list[str]:

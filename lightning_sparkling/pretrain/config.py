@@ -92,6 +92,7 @@ class ResolvedRun:
     initial_weights: Optional[Path] = None  # its lit_model.pth
     logger_name: str = "tensorboard"
     log: Any = None  # LogArgs
+    plans: list[Any] = field(default_factory=list)  # the GrowthPlan of each stage, planned once by resolve()
 
     @property
     def litgpt_data(self) -> bool:
@@ -122,6 +123,7 @@ def resolve(ns: Any) -> ResolvedRun:
         train.tie_embeddings = False
     notes: list[str] = []
     strategy, num_nodes, accelerator, num_devices, world, precision = _resolve_hardware(ns)
+    notes += _cpu_processes_note(accelerator, num_devices, _get(ns, "num_threads"))
     logger_name = _check_litgpt_keys(ns, train, evaluation, log, notes)
     initial_dir, initial_config, initial_shapes, initial_weights = _read_initial_checkpoint(ns)
     data_class, tokenizer_dir, data_vocab = _resolve_data(ns, data, train, initial_dir, initial_config, notes)
@@ -130,7 +132,8 @@ def resolve(ns: Any) -> ResolvedRun:
     accumulate, tokens_per_step, steps = _resolve_length(ns, train, evaluation, num_devices, num_nodes, world, seq_len,
                                                          notes)
     spec, optimizer_name, uses_muon, lr = _resolve_optimizer(ns, train, strategy, precision)
-    stages = _resolve_stages(growth, config, train, steps, tokens_per_step, strategy, num_devices, num_nodes, notes)
+    stages, plans = _resolve_stages(growth, config, train, steps, tokens_per_step, strategy, num_devices, num_nodes,
+                                    notes)
     if stages and _get(_get(ns, "growth"), "recipe", GrowthArgs.recipe) == "auto":
         notes.append(f"growth.recipe: auto is {growth.recipe!r}, the recipe measured best under train.lr_schedule "
                      f"{train.lr_schedule!r} (docs/BENCHMARKS.md, 'Where growth pays')")
@@ -148,6 +151,7 @@ def resolve(ns: Any) -> ResolvedRun:
         seed=int(_get(ns, "seed", 42)), num_threads=_get(ns, "num_threads"), notes=notes,
         initial_checkpoint_dir=initial_dir if resume_path is None else None,
         initial_weights=initial_weights if resume_path is None else None, logger_name=logger_name, log=log,
+        plans=plans,
     )
 
 
@@ -177,6 +181,29 @@ def _resolve_hardware(ns: Any) -> tuple[str, int, str, int, int, str]:
     if precision not in PRECISIONS:
         raise ConfigError("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
     return strategy, num_nodes, accelerator, num_devices, world, precision
+
+
+def _cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the platform has one)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _cpu_processes_note(accelerator: str, num_devices: int, num_threads: Optional[int]) -> list[str]:
+    """A warning when a CPU run starts more processes than this machine has cores. Not refused: the processes
+    share the cores and the run is correct, only slower than on fewer processes (a multi-process run tried on a
+    laptop is a fair use); but it is rarely what a user asking for speed meant."""
+    cores = _cpu_cores()
+    if accelerator != "cpu" or num_devices <= cores:
+        return []
+    threads = f", each with {num_threads} thread{'s' if num_threads != 1 else ''}" if num_threads else ""
+    return [f"warning: devices={num_devices} starts {num_devices} CPU processes (gloo){threads} on {cores} CPU "
+            f"core{'s' if cores != 1 else ''}: they share the cores, so each step is slower than with devices="
+            f"{cores} or fewer"]
 
 
 def _resolve_devices(accelerator: str, devices: Union[int, str], num_nodes: int) -> tuple[str, int]:

@@ -14,7 +14,7 @@ from typing import Any
 from lightning_sparkling.pretrain.config import ResolvedRun
 from lightning_sparkling.pretrain.formatting import _console, _fmt_flops, _model_line
 
-__all__ = ["plan", "regime_advice", "regime_warning", "run_recipe"]
+__all__ = ["plan", "regime_advice", "regime_warning", "run_recipe", "stage_plans"]
 
 
 def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
@@ -30,9 +30,9 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
 
     config = run.model_config
     stages_out = []
-    for k, stage in enumerate(run.stages):
-        report, config = _stage_report(run, k, stage, config)
-        stages_out.append(report)
+    for k, (stage, gp) in enumerate(zip(run.stages, stage_plans(run))):
+        stages_out.append(_stage_report(run, k, stage, config, gp))
+        config = gp.new_config
     est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
                            tie_embeddings=run.train.tie_embeddings)
     report = {
@@ -50,14 +50,30 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
     return report
 
 
-def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any) -> tuple[dict[str, Any], Any]:
-    """``(what stage k of run does to the model of config, the grown config)``: one entry of ``plan()["stages"]``."""
+def stage_plans(run: ResolvedRun) -> list[Any]:
+    """The ``GrowthPlan`` of each stage of ``run``: those :func:`~lightning_sparkling.pretrain.config.resolve`
+    made when it checked the stages (planned once), or planned here for a run built otherwise."""
+    if len(run.plans) == len(run.stages):
+        return list(run.plans)
+    from lightning_sparkling.growth.plan import plan_growth
+
+    plans, config = [], run.model_config
+    for k, stage in enumerate(run.stages):
+        plans.append(plan_growth(config, stage, seed=run.growth.seed, stage_index=k,
+                                 tied_embeddings=run.train.tie_embeddings))
+        config = plans[-1].new_config
+    return plans
+
+
+def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) -> dict[str, Any]:
+    """What stage ``k`` of ``run`` does to the model of ``config`` (its plan ``gp``): one entry of
+    ``plan()["stages"]``."""
     from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.growth.heads import describe_heads
-    from lightning_sparkling.growth.plan import plan_growth, size_changes
+    from lightning_sparkling.growth.plan import size_changes
+    from lightning_sparkling.growth.stage import grows_channels
 
     tied = run.train.tie_embeddings
-    gp = plan_growth(config, stage, seed=run.growth.seed, stage_index=k, tied_embeddings=tied)
     before, after = count_params(config, tie_embeddings=tied), count_params(gp.new_config, tie_embeddings=tied)
     report = {
         "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
@@ -65,7 +81,8 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any) -> tuple[di
         "sizes": {axis: list(pair) for axis, pair in size_changes(config, gp.new_config).items()},
         "into": gp.new_config.name if stage.model_name or stage.model_config else None,
         "depth": _depth_report(gp, stage), "heads": describe_heads(gp.heads) if gp.heads is not None else None,
-        "alpha": gp.alphas(), "init": stage.init, "rms_preserving": stage.rms_preserving,
+        "alpha": gp.alphas(), "grows_channels": grows_channels(stage.to_dict()), "init": stage.init,
+        "rms_preserving": stage.rms_preserving,
         "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
         "rewarmup_steps": stage.rewarmup_steps, "rewarmup_window": _rewarmup_window(stage, run.steps),
         **_baseline_options(stage, run.steps),
@@ -73,7 +90,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any) -> tuple[di
         "active_params_before": before[0], "active_params_after": after[0],
         "tensors": len(gp.tensors), "tensor_groups": _tensor_groups(gp),
     }
-    return report, gp.new_config
+    return report
 
 
 def _tensor_groups(gp: Any) -> dict[str, dict[str, Any]]:
@@ -183,16 +200,29 @@ def regime_advice(run: ResolvedRun, active_params: Sequence[int]):
     comparison nearest to its axis, recipe, schedule, timing and token ratio, or that none is near
     (:class:`~lightning_sparkling.growth.measured.Advice`); ``None`` without growth stages."""
     from lightning_sparkling.growth.measured import advise
-    from lightning_sparkling.growth.plan import size_changes, stage_config
+    from lightning_sparkling.growth.plan import size_changes
 
     if not run.stages:
         return None
-    configs = [run.model_config]
-    for stage in run.stages:
-        configs.append(stage_config(configs[-1], stage))
+    configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
     sizes = [list(size_changes(a, b)) for a, b in zip(configs[:-1], configs[1:])]
-    return advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
-                  recipe=run_recipe(run.stages), schedule=run.train.lr_schedule, sizes=sizes)
+    recipe = run_recipe(run.stages)
+    advice = advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
+                    recipe=recipe, schedule=run.train.lr_schedule, sizes=sizes)
+    chosen = run.growth.recipe  # the recipe of the configuration (growth.recipe: auto resolved)
+    if advice is not None and chosen != recipe and _stages_follow_the_recipe(run):
+        # e.g. `recommended` on a depth-only stage sets the paper's keys: the map's cells of that stage are `paper`
+        advice = dataclasses.replace(advice, recipe=f"{chosen}, here the keys of {recipe}")
+    return advice
+
+
+def _stages_follow_the_recipe(run: ResolvedRun) -> bool:
+    """Whether no stage of ``run`` sets a key of any recipe itself: every recipe key of its stages is then what
+    ``growth.recipe`` gave it."""
+    from lightning_sparkling.growth.stage import RECIPES
+
+    recipe_keys = {key for keys in RECIPES.values() for key in keys}
+    return all(isinstance(s, dict) and not recipe_keys & set(s) for s in run.growth.stages)
 
 
 def regime_warning(run: ResolvedRun, active_params: Sequence[int]) -> str | None:
@@ -205,6 +235,9 @@ def regime_warning(run: ResolvedRun, active_params: Sequence[int]) -> str | None
 # ------------------------------------------------------------------------------------------------------------ print
 def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
     console = _console()
+    for note in run.notes:  # as `sparkling pretrain` prints them (the recipe growth.recipe: auto chose, ...)
+        warning = note.startswith("warning: ")
+        console.print(f"[yellow]warning:[/yellow] {note.removeprefix('warning: ')}" if warning else f"note: {note}")
     console.print(f"[bold]model[/bold]: {_model_line(run.model_config)}")
     console.print(f"[bold]run[/bold]: {run.steps:,} steps x {run.tokens_per_step:,} tokens/step "
                   f"(global_batch_size {run.train.global_batch_size} x seq_len {run.seq_len}) = "
@@ -234,8 +267,10 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
                       f"grown model <- the old block {what})")
     if s["heads"] is not None:
         console.print(f"  heads: {s['heads']} (new head <- old head it copies, by position)")
-    console.print(f"  init {s['init']}, rms_preserving {s['rms_preserving']}, optimizer_state "
-                  f"{s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over {s['rewarmup_steps']} steps")
+    # init and rms_preserving act on new width channels and heads only: a stage that adds only blocks does not list them
+    width = (f"init {s['init']}, rms_preserving {s['rms_preserving']}, " if s["grows_channels"] else "")
+    console.print(f"  {width}optimizer_state {s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over "
+                  f"{s['rewarmup_steps']} steps")
     console.print(_new_entry_lr_line(run, s["rewarmup_window"]))
     console.print(f"  {_describe_baselines(s)}")
     if alphas:

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 
 from lightning_sparkling.pretrain.formatting import _fmt_int, _info
 from lightning_sparkling.pretrain.gpt import active_parameter_count
 
-__all__ = ["InterruptCheckpoint", "LitGPTExport", "RunTracker", "SampleGeneration", "StepProgressBar", "TokenCounter"]
+__all__ = ["InterruptCheckpoint", "LitGPTExport", "RunCheckpoint", "RunTracker", "SampleGeneration", "StepProgressBar",
+           "TokenCounter"]
 
 
 class TokenCounter(pl.Callback):
@@ -197,8 +198,48 @@ class StepProgressBar(RichProgressBar):
     def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
+        if self._stale_val:  # see on_train_end
+            for key in [k for k in items if k.startswith("val_")]:
+                items.pop(key)
         items["tokens"] = _fmt_int(trainer.global_step * self.tokens_per_step)
         return items
+
+    _validated_step: int | None = None  # the optimizer step of the fit's last validation
+    _stale_val: bool = False
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.state.fn == "fit":
+            self._validated_step = trainer.global_step
+        super().on_validation_end(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """The bar's last line (it stays on screen): the metrics of the last step, and a val loss only when it is of
+        that step. An older one goes: the run validates once more after the fit (the summary's val loss), and the
+        bar, printed by then, would keep showing the older value as the run's last."""
+        self._stale_val = self._validated_step is not None and self._validated_step != trainer.global_step
+        self._update_metrics(trainer, pl_module)
+        self.refresh()
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` for a run that may resume from its own checkpoint directory.
+
+    Lightning warns "Checkpoint directory ... exists and is not empty" whenever a fit starts with files there; a
+    resumed run starts from one of those files, so the directory is meant to hold them. With ``resuming=True`` that
+    check is not made; a fresh run over an earlier run's checkpoints still gets Lightning's warning.
+
+    Args:
+        resuming: whether this fit resumes from a checkpoint (of this directory, as ``resume: auto`` finds them).
+        *args, **kwargs: ``ModelCheckpoint``'s.
+    """
+
+    def __init__(self, *args: Any, resuming: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resuming = resuming
+
+    def _ModelCheckpoint__warn_if_dir_not_empty(self, dirpath: Any) -> None:  # ModelCheckpoint.setup's check
+        if not self.resuming:
+            getattr(super(), "_ModelCheckpoint__warn_if_dir_not_empty")(dirpath)
 
 
 class InterruptCheckpoint(pl.Callback):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
+from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.errors import ConfigError
 
 __all__ = [
@@ -173,75 +174,30 @@ class LogArgs:
     """LitLogger: base name of logged checkpoints."""
 
 
-@dataclass
-class StageArgs:
-    """One growth. Exactly one of ``at_step`` / ``at_tokens``; the other keys are :class:`GrowthStage`'s."""
+def _stage_args() -> type:
+    """The keys of one ``growth.stages`` entry: ``at_step`` / ``at_tokens``, then every field of
+    :class:`~lightning_sparkling.growth.stage.GrowthStage` with its type and default, read from the dataclass (a field
+    added to ``GrowthStage`` is a stage key with no second edit)."""
+    keys: list[tuple[str, Any, Any]] = [("at_step", Optional[int], field(default=None)),
+                                        ("at_tokens", Optional[int], field(default=None))]
+    for f in dataclasses.fields(GrowthStage):
+        if f.name == "at_step" or not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = field(default=f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = field(default_factory=f.default_factory)
+        else:  # a field GrowthStage requires is still optional here: its own check names it when missing
+            default = field(default=None)
+        keys.append((f.name, f.type, default))
+    return dataclasses.make_dataclass("StageArgs", keys, namespace={"__module__": __name__, "__doc__": (
+        "One growth. Exactly one of ``at_step`` (grow after this many optimizer steps) / ``at_tokens`` (grow once "
+        "this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``); the other "
+        "keys are :class:`~lightning_sparkling.growth.stage.GrowthStage`'s fields, with its defaults (a recipe's "
+        "keys fill those a stage does not set: ``growth.recipe``).")})
 
-    at_step: Optional[int] = None
-    """Grow after this many optimizer steps (before step ``at_step + 1``)."""
-    at_tokens: Optional[int] = None
-    """Grow once this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``."""
-    n_embd: Optional[int] = None
-    """New hidden (residual stream) size. Heads and head size are unchanged."""
-    intermediate_size: Optional[int] = None
-    """New dense MLP inner size."""
-    moe_intermediate_size: Optional[int] = None
-    """New MoE expert inner size (every expert)."""
-    init: str = "copy-copy"
-    """``<fan_out>-<fan_in>`` init of the new channels, each side ``copy``, ``random`` or ``zero``."""
-    rms_preserving: bool = True
-    """Scale fan-in weights by alpha so activation RMS is kept (``false``: naive growth)."""
-    optimizer_state: str = "asymmetric"
-    """``asymmetric`` (new entries start at zero state), ``copy``, ``drop``, ``asymmetric-scaled`` or ``scaled``
-    (copied state, scaled like the weights: the paper's "Scaled Optimizer States" baseline)."""
-    rewarmup_ratio: Optional[float] = 1.3
-    """New entries' LR re-warms from the LR at growth to this multiple of it (``null``: no re-warmup)."""
-    rewarmup_steps: int = 250
-    """Length of the new entries' linear LR re-warmup, in optimizer steps; must end before the last step
-    (``at_step + rewarmup_steps < max_steps``)."""
-    n_layer: Optional[int] = None
-    """New number of blocks (depth growth); may be combined with widths in one stage."""
-    depth_init: str = "copy-zero"
-    """How a new block starts: ``copy-zero`` (its source's weights, output projections zeroed: function
-    preserving), ``copy`` (its source's weights: G_stack) or ``random-zero`` (litgpt's init, output projections
-    zeroed)."""
-    depth_order: str = "stack"
-    """Where new blocks go and which old block each copies: ``stack`` (new block ``L + i`` copies ``i % L``),
-    ``interleave`` (every block followed by its copies) or ``middle`` (the middle blocks duplicated in place)."""
-    n_head: Optional[int] = None
-    """New number of query heads, of the same head size (new heads copy heads of their key/value group)."""
-    n_query_groups: Optional[int] = None
-    """New number of key/value groups (default: unchanged under GQA, new heads join the groups; MHA stays MHA)."""
-    model_name: Optional[str] = None
-    """Grow into this litgpt config (e.g. ``pythia-160m``): every size change is derived from it; other
-    differences (head size, vocabulary, norm or MLP class, ...) are refused."""
-    model_config: Optional[dict[str, Any]] = None
-    """Grow into a litgpt config given by its fields (as ``model_name``)."""
-    split: str = "even"
-    """Paper baseline "Uneven Splitting": ``even``, ``uneven`` (source : copy shares ``split_ratio : 1 -
-    split_ratio``) or ``random`` (a ratio per channel from [0.1, 0.5]); fan-in side ``copy`` only."""
-    split_ratio: float = 1 / 3
-    """The source's part ``r`` of ``r : 1 - r`` for ``split: uneven``, in (0, 1); 1/3 is the paper's 1:2."""
-    perturb: float = 0.0
-    """Paper baseline "Perturb": +delta on each copied fan-in column's source, -delta on the copy (standard
-    deviation relative to the RMS of those columns); 0: off. Fan-in side ``copy`` only."""
-    rewarmup_scope: str = "new"
-    """``new`` (only new entries re-warm) or ``all`` (every parameter follows the re-warmup: "Re-warmup All")."""
-    decay_speedup: float = 0.0
-    """Paper baseline "faster decay": the baseline schedule's remaining decay runs in ``1 - decay_speedup`` of the
-    remaining steps, then holds its final LR; in [0, 1), 0: off."""
-    bias_correction: str = "shared"
-    """``shared`` (new entries share their tensor's Adam step count) or ``fresh`` (their updates follow a fresh Adam's
-    bias correction from the growth on; needs ``rewarmup_ratio`` and Adam/AdamW)."""
-    symmetry_target: Optional[float] = None
-    """Double the new entries' LR every ``symmetry_interval`` steps while their copies' mean cosine to their sources
-    is above this (in (0, 1)), then stop (see ``symmetry_release``); ``null``: off."""
-    symmetry_interval: int = 10
-    """Optimizer steps between two symmetry checks (``symmetry_target`` only)."""
-    symmetry_max_boost: float = 8.0
-    """Largest multiplier of the new entries' LR under ``symmetry_target`` (>= 1)."""
-    symmetry_release: str = "hold"
-    """Once the copies' cosine is below ``symmetry_target``: ``hold`` the boost reached, or drop it (``schedule``)."""
+
+StageArgs = _stage_args()
 
 
 @dataclass
@@ -250,7 +206,9 @@ class GrowthArgs:
 
     stages: list[dict[str, Any]] = field(default_factory=list)
     """Growth stages, in increasing step order; each a mapping of :class:`StageArgs` keys (``at_step`` or
-    ``at_tokens``, widths, recipe). A ``--growth.stages '[...]'`` override replaces the whole list."""
+    ``at_tokens``, widths, recipe). ``--growth.stages.0.at_step 50`` (or ``--growth.stages[0].at_step 50``) sets one
+    key of one stage and keeps its others; ``--growth.stages+ '{at_step: 200, n_layer: 8}'`` adds a stage;
+    ``--growth.stages '[...]'`` replaces the whole list."""
     seed: int = 0
     """Seed of the copy maps and random inits (identical on every rank)."""
     min_lr: Optional[float] = None
@@ -396,7 +354,9 @@ def _get(ns: Any, key: str, default: Any = None) -> Any:
 
 def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
     """A jsonargparse Namespace / dict / dataclass instance of ``cls`` as an instance of ``cls``. For
-    :class:`GrowthArgs`, ``growth.recipe: auto`` becomes the recipe of ``lr_schedule`` and fills the stages."""
+    :class:`GrowthArgs`, ``growth.recipe: auto`` becomes the recipe of ``lr_schedule``, and each stage a mapping of the
+    keys it sets (checked by name; the recipe fills the others when the stage is built:
+    :func:`~lightning_sparkling.pretrain.stages._resolve_stages`)."""
     if value is None or (isinstance(value, cls) and not (cls is GrowthArgs and value.recipe == "auto")):
         return value
     values = (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else
@@ -404,7 +364,7 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
     values.pop("__path__", None)
     names = {f.name for f in dataclasses.fields(cls)}
     if cls is GrowthArgs:
-        from lightning_sparkling.growth.stage import RECIPES, SCHEDULE_RECIPES, apply_recipe
+        from lightning_sparkling.growth.stage import RECIPES, SCHEDULE_RECIPES
 
         recipe = values.get("recipe", GrowthArgs.recipe)
         if recipe == "auto":  # an unknown schedule is refused by its own check (train.lr_schedule)
@@ -415,11 +375,11 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
         stages = []
         for k, s in enumerate(values.get("stages") or []):
             s = s.as_dict() if hasattr(s, "as_dict") else s
-            if not isinstance(s, (dict, StageArgs)):
+            if isinstance(s, StageArgs):  # every key given: the recipe fills nothing
+                s = dataclasses.asdict(s)
+            if not isinstance(s, dict):
                 raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {s!r}")
-            if isinstance(s, dict):
-                _check_dataclass_keys(StageArgs, s, f"growth.stages[{k}]")
-                s = apply_recipe(recipe, s)  # the recipe fills what the stage does not set
-            stages.append(_as(StageArgs, s))
+            _check_dataclass_keys(StageArgs, s, f"growth.stages[{k}]")
+            stages.append(dict(s))
         values["stages"] = stages
     return cls(**{k: v for k, v in values.items() if k in names})

@@ -12,55 +12,60 @@ import re
 from typing import Any, Optional
 
 from lightning_sparkling.growth.schedules import build_schedule, check_growth_before_decay, schedule_kind
-from lightning_sparkling.growth.stage import GrowthStage, check_rewarmup_fits
+from lightning_sparkling.growth.stage import GrowthStage, StageError, check_rewarmup_fits
 from lightning_sparkling.pretrain.errors import ConfigError, _positive_int
-from lightning_sparkling.pretrain.schema import GrowthArgs, StageArgs, TrainArgs
+from lightning_sparkling.pretrain.schema import GrowthArgs, TrainArgs
 
 __all__ = ["lr_decay_start"]
 
 
 def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: int, tokens_per_step: int,
                     strategy: str, num_devices: int, num_nodes: int, notes: list[str] | None = None
-                    ) -> list[GrowthStage]:
-    """The ``GrowthStage`` list of ``growth.stages`` (``at_tokens`` turned into steps), each dry-run on the model
-    (a named target takes the run's vocabulary: :func:`_target_with_run_vocabulary`)."""
+                    ) -> tuple[list[GrowthStage], list[Any]]:
+    """``(the GrowthStage list of growth.stages, the GrowthPlan of each)``: ``at_tokens`` turned into steps, the
+    recipe applied, each stage planned once on the model it grows (a dry run on meta; a named target takes the run's
+    vocabulary: :func:`_target_with_run_vocabulary`). ``sparkling plan`` reports those plans."""
     if growth.min_lr is not None and (growth.min_lr < 0 or not math.isfinite(growth.min_lr)):
         raise ConfigError("growth.min_lr", f"must be a finite number >= 0, got {growth.min_lr}")
     stages: list[GrowthStage] = []
+    plans: list[Any] = []
     step_keys: list[str] = []  # growth.stages[k].at_step or .at_tokens, as given
     current = config
     for k, s in enumerate(growth.stages):
         key = f"growth.stages[{k}]"
         at_step, where = _stage_step(s, key, tokens_per_step, steps, stages)
-        stage = _growth_stage(s, at_step, key)
+        stage = _growth_stage(s, at_step, key, growth.recipe)
+        _check_target_name(stage, key)
         stage = _target_with_run_vocabulary(stage, current, key, notes if notes is not None else [])
-        current = _grown_by(current, stage, k, growth.seed, train.tie_embeddings, key)
+        plans.append(_plan_stage(current, stage, k, growth.seed, train.tie_embeddings, key))
+        current = plans[-1].new_config
         try:
             check_rewarmup_fits([stage], steps, names=[key])
-        except ValueError as err:
-            raise ConfigError(f"{key}.rewarmup_steps", str(err).removeprefix(f"{key}: ")) from err
+        except StageError as err:
+            raise ConfigError(f"{key}.{err.key}", str(err).removeprefix(f"{key}: ")) from err
         stages.append(stage)
         step_keys.append(where)
     _check_wsd_growth(stages, step_keys, train, steps)
     _check_stage_sequence(stages)
     if stages and strategy == "fsdp2" and num_devices * num_nodes < 1:
         raise ConfigError("devices", "fsdp2 needs at least one device")
-    return stages
+    return stages, plans
 
 
-def _stage_step(s: StageArgs, key: str, tokens_per_step: int, steps: int,
+def _stage_step(s: dict[str, Any], key: str, tokens_per_step: int, steps: int,
                 previous: list[GrowthStage]) -> tuple[int, str]:
-    """``(at_step, the key it was given by)`` of the stage ``s`` (``growth.stages[k]``): ``at_tokens`` turned into
-    steps, inside the run and after the ``previous`` stages."""
-    if (s.at_step is None) == (s.at_tokens is None):
+    """``(at_step, the key it was given by)`` of the stage ``s`` (``growth.stages[k]``, the keys it sets):
+    ``at_tokens`` turned into steps, inside the run and after the ``previous`` stages."""
+    at_step, at_tokens = s.get("at_step"), s.get("at_tokens")
+    if (at_step is None) == (at_tokens is None):
         raise ConfigError(f"{key}.at_step", "give exactly one of at_step or at_tokens")
-    if s.at_tokens is not None:
-        _positive_int(f"{key}.at_tokens", s.at_tokens, minimum=0)
-        at_step = math.ceil(s.at_tokens / tokens_per_step)
+    if at_tokens is not None:
+        _positive_int(f"{key}.at_tokens", at_tokens, minimum=0)
+        at_step = math.ceil(at_tokens / tokens_per_step)
         where = f"{key}.at_tokens"
     else:
-        _positive_int(f"{key}.at_step", s.at_step, minimum=0)
-        at_step, where = s.at_step, f"{key}.at_step"
+        _positive_int(f"{key}.at_step", at_step, minimum=0)
+        where = f"{key}.at_step"
     if at_step >= steps:
         raise ConfigError(where, f"growth at step {at_step} is at or past the end of the run (max_steps={steps}): "
                                  "the grown model would never train")
@@ -70,26 +75,49 @@ def _stage_step(s: StageArgs, key: str, tokens_per_step: int, steps: int,
     return at_step, where
 
 
-def _growth_stage(s: StageArgs, at_step: int, key: str) -> GrowthStage:
-    """The :class:`GrowthStage` of ``s`` at ``at_step``; its own check's error names the key it is about."""
-    fields_ = {f.name: getattr(s, f.name) for f in dataclasses.fields(GrowthStage) if f.name != "at_step"}
+def _growth_stage(s: dict[str, Any], at_step: int, key: str, recipe: str) -> GrowthStage:
+    """The :class:`GrowthStage` of the keys ``s`` sets at ``at_step``, completed by ``recipe``
+    (:meth:`GrowthStage.from_recipe`, the one place a recipe is applied); a refusal names the key it is about
+    (:class:`~lightning_sparkling.growth.stage.StageError`)."""
+    keys = {name: value for name, value in s.items() if name not in ("at_step", "at_tokens")}
     try:
-        return GrowthStage(at_step, **fields_)
-    except ValueError as err:
-        bad = next((name for name in fields_ if re.search(rf"\b{name}=", str(err))), None)
-        raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
+        return GrowthStage.from_recipe(recipe, at_step, **keys)
+    except StageError as err:
+        raise ConfigError(f"{key}.{err.key}" if err.key else key, str(err)) from err
 
 
-def _grown_by(config: Any, stage: GrowthStage, k: int, seed: int, tie_embeddings: bool, key: str) -> Any:
-    """The litgpt ``Config`` of ``config`` grown by ``stage`` (a dry run: meta only); a refused growth names the size
-    key it is about."""
+def _plan_stage(config: Any, stage: GrowthStage, k: int, seed: int, tie_embeddings: bool, key: str) -> Any:
+    """The ``GrowthPlan`` of ``stage`` on a model of ``config`` (a dry run: meta only); a refused growth names the
+    size key it is about."""
     from lightning_sparkling.growth.plan import GrowthError, plan_growth
 
     try:
-        return plan_growth(config, stage, seed=seed, stage_index=k, tied_embeddings=tie_embeddings).new_config
+        return plan_growth(config, stage, seed=seed, stage_index=k, tied_embeddings=tie_embeddings)
     except GrowthError as err:
         bad = next((name for name in stage.sizes if re.search(rf"\b{name}\b", str(err))), None)
         raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
+
+
+def _check_target_name(stage: GrowthStage, key: str) -> None:
+    """Refuse a ``model_config`` target that gives only a ``name``: a ``model_config`` holds the target's fields (its
+    ``name`` is only a label, as in litgpt), so every other field would be litgpt's default and the refusal would be
+    about the first of them (``norm_class_name``), not about what the stage meant: a named config (``model_name``)."""
+    if not (isinstance(stage.model_config, dict) and set(stage.model_config) == {"name"}):
+        return
+    import difflib
+
+    from litgpt.config import name_to_config
+
+    name = stage.model_config["name"]
+    use = "grow into a litgpt config by its name with model_name, or give the target's fields in model_config"
+    if name in name_to_config:
+        raise ConfigError(f"{key}.model_config", f"gives only name={name!r}, and a model_config holds the target's "
+                                                 f"fields (its name is only a label): use model_name: {name}")
+    close = difflib.get_close_matches(str(name), list(name_to_config), n=1)
+    suggest = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"{key}.model_config", f"name={name!r} is not a litgpt config name{suggest} (see `litgpt "
+                                             f"pretrain list`), and a model_config holds the target's fields (its "
+                                             f"name is only a label): {use}")
 
 
 def _target_with_run_vocabulary(stage: GrowthStage, config: Any, key: str, notes: list[str]) -> GrowthStage:
@@ -120,10 +148,8 @@ def _check_stage_sequence(stages: list[GrowthStage]) -> None:
 
     try:
         check_stage_sequence(stages)
-    except ValueError as err:
-        k = next(i for i, s in enumerate(stages[:-1]) if s.changes_baseline)
-        key = "rewarmup_scope" if stages[k].rewarmup_scope == "all" else "decay_speedup"
-        raise ConfigError(f"growth.stages[{k}].{key}", str(err)) from err
+    except StageError as err:
+        raise ConfigError(f"growth.stages[{err.stage}].{err.key}", str(err)) from err
 
 
 def lr_decay_start(train: TrainArgs, steps: int) -> Optional[int]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import types
+import warnings
 from typing import Any
 
 from lightning_sparkling.pretrain.config import ResolvedRun
@@ -25,7 +27,32 @@ def _callbacks_module() -> types.SimpleNamespace:
 
     return types.SimpleNamespace(TokenCounter=cb.TokenCounter, LitGPTExport=cb.LitGPTExport, RunTracker=cb.RunTracker,
                                  StepProgressBar=cb.StepProgressBar, InterruptCheckpoint=cb.InterruptCheckpoint,
-                                 SampleGeneration=cb.SampleGeneration)
+                                 SampleGeneration=cb.SampleGeneration, RunCheckpoint=cb.RunCheckpoint)
+
+
+#: Lightning's info lines a CLI run does not print: the device lines (the run's own announcement names the
+#: accelerator) and its LitLogger / litmodels advertisements.
+LIGHTNING_NOISE: tuple[str, ...] = ("GPU available: ", "TPU available: ", "\N{ELECTRIC LIGHT BULB} Tip: ")
+
+
+class _DropLightningNoise(logging.Filter):
+    """Drops the messages of :data:`LIGHTNING_NOISE` from Lightning's ``rank_zero_info`` logger; every other message
+    of that logger (``Trainer.fit`` stopped, restored checkpoints, ...) passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(LIGHTNING_NOISE)
+
+
+def quiet_lightning() -> None:
+    """Filter the third-party noise of a CLI run at its source, narrowly: the :data:`LIGHTNING_NOISE` lines of
+    ``lightning.pytorch.utilities.rank_zero`` (a filter on that logger, not its level) and the ``FutureWarning`` that
+    ``lightning.pytorch.utilities._pytree`` triggers in torch's ``LeafSpec`` (by message and module). Idempotent;
+    only the CLI calls it, a user's own Trainer is left as it is."""
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _DropLightningNoise) for f in log.filters):
+        log.addFilter(_DropLightningNoise())
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree")
 
 
 def _strategy(run: ResolvedRun):
@@ -68,7 +95,7 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
         datamodule: the run's data module (its ``tokenizer_dir``, once prepared, goes next to exported checkpoints).
         hparams_yaml: the configuration as YAML (written next to every litgpt checkpoint).
     """
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.callbacks import LearningRateMonitor
 
     from lightning_sparkling.callbacks.growth import GrowthCallback
     from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
@@ -91,11 +118,11 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
         callbacks.append(cb.SampleGeneration(tokenizer_dir(), run.eval.max_new_tokens, run.eval.evaluate_example))
     exporter = cb.LitGPTExport(out_dir, run.train.save_interval, tokenizer_dir, hparams_yaml)
     keep = run.train.keep_last_checkpoints
-    checkpoint = ModelCheckpoint(
+    checkpoint = cb.RunCheckpoint(
         dirpath=out_dir / "checkpoints", filename="step-{step:08d}", auto_insert_metric_name=False,
         every_n_train_steps=run.train.save_interval or 0, save_top_k=-1 if keep is None else keep,
         monitor=None if keep is None else "step", mode="max", save_last=False, save_on_train_epoch_end=False,
-        enable_version_counter=False,
+        enable_version_counter=False, resuming=run.resume_path is not None,
     )
     callbacks += [token_counter, exporter, tracker, LearningRateMonitor(logging_interval="step"), checkpoint,
                   cb.StepProgressBar(run.tokens_per_step)]
@@ -111,6 +138,7 @@ def _build_trainer(run: ResolvedRun, callbacks: list[Any], logger: Any):
 
     from lightning_sparkling.pretrain.checkpointing import AtomicCheckpointIO
 
+    quiet_lightning()
     interval = run.eval.interval if run.eval.interval else run.steps + 1
     return L.Trainer(
         accelerator=run.accelerator, devices=run.num_devices, num_nodes=run.num_nodes, strategy=_strategy(run),
