@@ -68,7 +68,8 @@ def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, tot
 
     Args:
         config: litgpt ``Config`` of the starting model.
-        stages: growth stages in ``at_step`` order.
+        stages: growth stages in ``at_step`` order (an ``at_fraction`` stage grows at its fraction of
+            ``total_steps``, :meth:`~lightning_sparkling.growth.stage.GrowthStage.resolved`).
         total_steps: optimizer steps of the whole run.
         tokens_per_step: tokens per optimizer step (global batch size x sequence length).
         tie_embeddings: ``lm_head`` and ``wte`` share a weight (counted once).
@@ -84,6 +85,7 @@ def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, tot
         True
     """
     stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
+    stages = [s.resolved(total_steps) for s in stages]  # at_fraction: a fraction of total_steps
     configs = [config]
     for k, stage in enumerate(stages):
         if k and stage.at_step <= stages[k - 1].at_step:

@@ -185,7 +185,7 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     """What the map says about a run growing by ``stages`` over ``total_steps``, with ``tokens_per_param`` training
     tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`)."""
     axis = classify_axis(stages, sizes)
-    growth_at = stages[0].at_step / total_steps if stages else 0.0
+    growth_at = stages[0].resolved(total_steps).at_step / total_steps if stages else 0.0
     cells = load_map() if cells is None else cells
     where = dict(axis=axis, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param)
     cell, near = nearest(cells, recipe=recipe, **where)

@@ -175,12 +175,15 @@ class LogArgs:
 
 @dataclass
 class StageArgs:
-    """One growth. Exactly one of ``at_step`` / ``at_tokens``; the other keys are :class:`GrowthStage`'s."""
+    """One growth. Exactly one of ``at_step`` / ``at_tokens`` / ``at_fraction``; the other keys are
+    :class:`GrowthStage`'s."""
 
     at_step: Optional[int] = None
     """Grow after this many optimizer steps (before step ``at_step + 1``)."""
     at_tokens: Optional[int] = None
     """Grow once this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``."""
+    at_fraction: Optional[float] = None
+    """Grow after this fraction of the run, in (0, 1): ``at_step = ceil(at_fraction * max_steps)``."""
     n_embd: Optional[int] = None
     """New hidden (residual stream) size. Heads and head size are unchanged."""
     intermediate_size: Optional[int] = None
@@ -208,6 +211,10 @@ class StageArgs:
     depth_order: str = "stack"
     """Where new blocks go and which old block each copies: ``stack`` (new block ``L + i`` copies ``i % L``),
     ``interleave`` (every block followed by its copies) or ``middle`` (the middle blocks duplicated in place)."""
+    depth_map: Optional[list[int]] = None
+    """Instead of ``depth_order``: the old block each block of the grown model comes from, one index per grown block
+    (its length is ``n_layer``); the first occurrence of each old block is the block itself, later ones its copies,
+    e.g. ``[0, 1, 0, 1]`` (stack) or ``[0, 0, 1, 1]`` (interleave)."""
     n_head: Optional[int] = None
     """New number of query heads, of the same head size (new heads copy heads of their key/value group)."""
     n_query_groups: Optional[int] = None
@@ -249,8 +256,8 @@ class GrowthArgs:
     """Width growth (SPARKLING). No stages: plain pretraining."""
 
     stages: list[dict[str, Any]] = field(default_factory=list)
-    """Growth stages, in increasing step order; each a mapping of :class:`StageArgs` keys (``at_step`` or
-    ``at_tokens``, widths, recipe). A ``--growth.stages '[...]'`` override replaces the whole list."""
+    """Growth stages, in increasing step order; each a mapping of :class:`StageArgs` keys (``at_step``,
+    ``at_tokens`` or ``at_fraction``, widths, recipe). A ``--growth.stages '[...]'`` override replaces the whole list."""
     seed: int = 0
     """Seed of the copy maps and random inits (identical on every rank)."""
     min_lr: Optional[float] = None

@@ -1,5 +1,5 @@
 """The growth stages of a run, checked before anything starts: ``growth.stages`` turned into
-:class:`~lightning_sparkling.growth.stage.GrowthStage` objects (``at_tokens`` into steps, a recipe's keys filled in by
+:class:`~lightning_sparkling.growth.stage.GrowthStage` objects (``at_tokens`` / ``at_fraction`` into steps, a recipe's keys filled in by
 the schema), each dry-run on the model it grows (:func:`_resolve_stages`), the stages' order and baseline keys
 (:func:`_check_stage_sequence`) and, under a WSD schedule, no growth inside the decay (:func:`_check_wsd_growth`).
 """
@@ -50,11 +50,21 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
 
 def _stage_step(s: StageArgs, key: str, tokens_per_step: int, steps: int,
                 previous: list[GrowthStage]) -> tuple[int, str]:
-    """``(at_step, the key it was given by)`` of the stage ``s`` (``growth.stages[k]``): ``at_tokens`` turned into
-    steps, inside the run and after the ``previous`` stages."""
-    if (s.at_step is None) == (s.at_tokens is None):
-        raise ConfigError(f"{key}.at_step", "give exactly one of at_step or at_tokens")
-    if s.at_tokens is not None:
+    """``(at_step, the key it was given by)`` of the stage ``s`` (``growth.stages[k]``): ``at_tokens`` or
+    ``at_fraction`` (:func:`~lightning_sparkling.growth.stage.fraction_step`) turned into steps, inside the run and
+    after the ``previous`` stages."""
+    given = [name for name in ("at_step", "at_tokens", "at_fraction") if getattr(s, name) is not None]
+    if len(given) != 1:
+        raise ConfigError(f"{key}.{given[-1] if given else 'at_step'}",
+                          "give exactly one of at_step, at_tokens or at_fraction"
+                          + (f" (got {', '.join(given)})" if given else ""))
+    if s.at_fraction is not None:
+        try:
+            at_step = GrowthStage(at_fraction=s.at_fraction, n_layer=1).resolved(steps).at_step
+        except ValueError as err:
+            raise ConfigError(f"{key}.at_fraction", str(err)) from err
+        where = f"{key}.at_fraction"
+    elif s.at_tokens is not None:
         _positive_int(f"{key}.at_tokens", s.at_tokens, minimum=0)
         at_step = math.ceil(s.at_tokens / tokens_per_step)
         where = f"{key}.at_tokens"
@@ -72,7 +82,8 @@ def _stage_step(s: StageArgs, key: str, tokens_per_step: int, steps: int,
 
 def _growth_stage(s: StageArgs, at_step: int, key: str) -> GrowthStage:
     """The :class:`GrowthStage` of ``s`` at ``at_step``; its own check's error names the key it is about."""
-    fields_ = {f.name: getattr(s, f.name) for f in dataclasses.fields(GrowthStage) if f.name != "at_step"}
+    fields_ = {f.name: getattr(s, f.name) for f in dataclasses.fields(GrowthStage)
+               if f.name not in ("at_step", "at_fraction")}  # at_fraction: already turned into at_step
     try:
         return GrowthStage(at_step, **fields_)
     except ValueError as err:
