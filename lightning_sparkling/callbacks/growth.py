@@ -267,9 +267,12 @@ class WidthGrowthCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         applied = [GrowthStage(**s) for s in state_dict["stages"][: state_dict["grown"]]]
         if list(self.stages[: len(applied)]) != applied:
+            fraction = any(s.at_fraction is not None for s in self._given_stages[: len(applied)])
             raise GrowthError(
                 "the checkpoint was grown by different stages than this WidthGrowthCallback has: "
                 f"checkpoint applied {applied}, callback has {list(self.stages[: len(applied)])}"
+                + ("; an at_fraction stage takes its step from trainer.max_steps, so resume with the max_steps the "
+                   "run was started with" if fraction else "")
             )
         self._grown = int(state_dict["grown"])
         self._records = list(state_dict["records"])
