@@ -99,7 +99,8 @@ def _grown_by(config: Any, stage: GrowthStage, k: int, seed: int, tie_embeddings
     try:
         return plan_growth(config, stage, seed=seed, stage_index=k, tied_embeddings=tie_embeddings).new_config
     except GrowthError as err:
-        bad = next((name for name in stage.sizes if re.search(rf"\b{name}\b", str(err))), None)
+        names = (["depth_map"] if stage.depth_map is not None else []) + list(stage.sizes)
+        bad = next((name for name in names if re.search(rf"\b{name}\b", str(err))), None)
         raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
 
 
