@@ -39,7 +39,7 @@ def test_at_fraction_becomes_the_step_of_that_fraction_of_the_run(config_file):
     ({"at_fraction": 0.0, "n_layer": 8, "rewarmup_steps": 2}, "growth.stages[0].at_fraction", "(0, 1)"),
     ({"at_fraction": 0.99, "n_layer": 8, "rewarmup_steps": 2}, "growth.stages[0].at_fraction",
      "growth at step 12 is at or past the end of the run"),
-    ({"at_step": 3, "at_fraction": 0.5, "n_layer": 8}, "growth.stages[0].at_fraction",
+    ({"at_step": 3, "at_fraction": 0.5, "n_layer": 8}, "growth.stages[0].at_step",
      "give exactly one of at_step, at_tokens or at_fraction (got at_step, at_fraction)"),
     ({"depth_map": [0, 1, 2, 0], "rewarmup_steps": 2, "at_step": 3}, "growth.stages[0].depth_map",
      "names old block 2, but the model has 2 blocks"),

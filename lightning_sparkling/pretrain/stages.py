@@ -55,7 +55,7 @@ def _stage_step(s: StageArgs, key: str, tokens_per_step: int, steps: int,
     after the ``previous`` stages."""
     given = [name for name in ("at_step", "at_tokens", "at_fraction") if getattr(s, name) is not None]
     if len(given) != 1:
-        raise ConfigError(f"{key}.{given[-1] if given else 'at_step'}",
+        raise ConfigError(f"{key}.{given[0] if given else 'at_step'}",
                           "give exactly one of at_step, at_tokens or at_fraction"
                           + (f" (got {', '.join(given)})" if given else ""))
     if s.at_fraction is not None:
