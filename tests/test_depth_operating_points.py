@@ -121,9 +121,13 @@ def test_the_named_orders_are_depth_maps(old, new, order):
     assert a.config == b.config
 
 
-def test_the_issue_examples_at_4_to_8():
+def test_the_issue_examples_at_4_to_8_and_gstacks_4x():
     assert named_depth_map(4, 8, "stack") == (0, 1, 2, 3, 0, 1, 2, 3)
     assert named_depth_map(4, 8, "interleave") == (0, 0, 1, 1, 2, 2, 3, 3)
+    assert named_depth_map(2, 8, "stack") == (0, 1, 0, 1, 0, 1, 0, 1)
+    assert named_depth_map(2, 8, "interleave") == (0, 0, 0, 0, 1, 1, 1, 1)
+    # G_stack 6 -> 24 layers: prts's stacking_list for its 4x example
+    assert named_depth_map(6, 24, "stack") == (0, 1, 2, 3, 4, 5) * 4
 
 
 @pytest.mark.parametrize("depth_map", [(0, 0, 1, 0, 1, 1), (0, 1, 1, 1, 1, 0, 0, 0), (0, 1, 0, 0, 0, 0, 0, 0)])
