@@ -3,7 +3,7 @@ run), ``depth_map`` (prts's layer map: one old-block index per grown block) and 
 
 Single process: validation naming the value and the fix; the named orders are depth maps (a map grows exactly what
 its named order grows); copy-zero keeps the logits at 4x on every litgpt family and under any accepted map, with
-per-block sliding-window indicators following the map; an ``at_fraction`` stage grows at ``ceil(f * max_steps)``
+per-block sliding-window and RoPE indicators following the map; an ``at_fraction`` stage grows at ``ceil(f * max_steps)``
 inside a fit and in ``estimate_compute``; bit-exact resume before, at and after a 4x growth and an ``at_fraction``
 ``depth_map`` growth at accumulation 1 and 2. Two CPU ranks (depth4x_dist_script.py): both stages under DDP and FSDP2
 end where one process ends, ranks agree, and resuming between the growths ends where the uninterrupted run ends."""
@@ -149,7 +149,7 @@ def test_copy_zero_keeps_the_logits_under_any_accepted_map_and_new_blocks_copy_t
             assert torch.equal(p, torch.zeros_like(p) if zeroed else old[i][name]), (j, name)
 
 
-def test_sliding_window_indicators_follow_the_map():
+def test_per_block_indicators_follow_the_map():
     config = gemma_config(n_layer=3, sliding_window_size=4, sliding_window_indices=[1, 0, 1], block_size=16)
     model = make_gpt(config)
     x = make_tokens(config, length=16)
@@ -159,6 +159,10 @@ def test_sliding_window_indicators_follow_the_map():
     assert model.config.sliding_window_indices == [1, 0, 0, 0, 1, 1]
     with torch.no_grad():
         torch.testing.assert_close(model(x), before, atol=1e-5, rtol=0)
+    # RoPE indicators (litgpt's forward on them is not exercised here: only the grown config)
+    rope = FAMILIES["llama"](n_layer=3, rope_indices=[0, 1, 1])
+    assert plan_growth(rope, GrowthStage(0, depth_map=(0, 1, 1, 1, 2, 0))).new_config.rope_indices == [0, 1, 1, 1,
+                                                                                                     1, 0]
 
 
 @pytest.mark.parametrize("keys, message", [
