@@ -1,12 +1,12 @@
 """The depth operating points of the published results (issue 32): ``at_fraction`` (a growth at a fraction of the
 run), ``depth_map`` (prts's layer map: one old-block index per grown block) and a 4x depth growth in one stage.
 
-Single process: validation naming the value and the fix; the named orders are depth maps (a map grows exactly what
-its named order grows); copy-zero keeps the logits at 4x on every litgpt family and under any accepted map, with
-per-block sliding-window and RoPE indicators following the map; an ``at_fraction`` stage grows at ``ceil(f * max_steps)``
-inside a fit and in ``estimate_compute``; bit-exact resume before, at and after a 4x growth and an ``at_fraction``
-``depth_map`` growth at accumulation 1 and 2. Two CPU ranks (depth4x_dist_script.py): both stages under DDP and FSDP2
-end where one process ends, ranks agree, and resuming between the growths ends where the uninterrupted run ends."""
+Single process: validation naming the value and the fix; the named orders are depth maps (a map grows exactly what its
+named order grows); copy-zero keeps the logits at 4x on every litgpt family and under any accepted map, with per-block
+sliding-window and RoPE indicators following the map; an ``at_fraction`` stage grows at ``ceil(f * max_steps)`` inside a
+fit and in ``estimate_compute``; bit-exact resume before, at and after a 4x growth and an ``at_fraction`` ``depth_map``
+growth at accumulation 1 and 2. Two CPU ranks (depth4x_dist_script.py): both stages under DDP and FSDP2 end where one
+process ends, ranks agree, and resuming between the growths ends where the uninterrupted run ends."""
 
 from __future__ import annotations
 
@@ -167,7 +167,8 @@ def test_per_block_indicators_follow_the_map():
 
 @pytest.mark.parametrize("keys, message", [
     (dict(depth_map=[]), r"depth_map=\[\]\): must be a non-empty list of old-block indices"),
-    (dict(depth_map=[0, -1]), r"depth_map=\[0, -1\]\): must be a non-empty list of old-block indices \(integers >= 0\)"),
+    (dict(depth_map=[0, -1]),
+     r"depth_map=\[0, -1\]\): must be a non-empty list of old-block indices \(integers >= 0\)"),
     (dict(depth_map=[0, 1.0]), r"must be a non-empty list"),
     (dict(depth_map="0101"), r"must be a non-empty list"),
     (dict(depth_map=[1, 0, 1, 0]), r"position 0 holds old block 1 before old block 0 first appears"),

@@ -359,8 +359,9 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
 
     ``head_size``, ``n_head``, ``n_query_groups`` and ``intermediate_size`` are passed explicitly so that growing
     ``n_embd`` leaves heads, head size and RoPE (``rope_n_elem = rotary_percentage * head_size``) unchanged.
-    ``widths`` may hold ``n_layer``: the per-block lists then follow each block's source under ``depth_order`` (or
-    ``depth_map``) (:func:`~lightning_sparkling.growth.depth.depth_config_values`), and ``n_head`` / ``n_query_groups`` (an MHA
+    ``widths`` may hold ``n_layer``: the per-block lists then follow each block's source under ``depth_order``, or
+    ``depth_map`` (:func:`~lightning_sparkling.growth.depth.depth_config_values`), and ``n_head`` /
+    ``n_query_groups`` (an MHA
     model grown by ``n_head`` alone stays MHA). ``target``: a litgpt ``Config`` whose ``name``, ``hf_config`` and
     ``block_size`` the grown config takes (a ``model_name`` stage).
 

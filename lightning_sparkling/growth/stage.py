@@ -151,12 +151,12 @@ class GrowthStage:
     stage of a run may set them (:func:`check_stage_sequence`).
 
     Raises:
-        ValueError: naming the setting, for none or both of ``at_step`` / ``at_fraction``, a negative ``at_step``,
-            an ``at_fraction`` outside ``(0, 1)``, a ``depth_map`` that is not a list of indices whose first
-            occurrences come in order (or whose length is not ``n_layer``, or given with a ``depth_order``), no
-            size, a non-positive size, an unknown ``init`` or ``optimizer_state``, a non-positive ``rewarmup_ratio`` or a negative ``rewarmup_steps``,
-            an unknown ``split`` or ``rewarmup_scope``, a ``split_ratio`` outside ``(0, 1)``, a negative
-            ``perturb``, a ``decay_speedup`` outside ``[0, 1)``, ``split``/``perturb`` without a copied fan-in
+        ValueError: naming the setting, for none or both of ``at_step`` / ``at_fraction``, a negative ``at_step``, an
+            ``at_fraction`` outside ``(0, 1)``, a ``depth_map`` that is not a list of indices whose first occurrences
+            come in order (or whose length is not ``n_layer``, or given with a ``depth_order``), no size, a non-positive
+            size, an unknown ``init`` or ``optimizer_state``, a non-positive ``rewarmup_ratio`` or a negative
+            ``rewarmup_steps``, an unknown ``split`` or ``rewarmup_scope``, a ``split_ratio`` outside ``(0, 1)``, a
+            negative ``perturb``, a ``decay_speedup`` outside ``[0, 1)``, ``split``/``perturb`` without a copied fan-in
             side, ``rewarmup_scope='all'`` without a re-warmup.
 
     Example::

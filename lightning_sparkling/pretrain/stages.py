@@ -1,7 +1,8 @@
 """The growth stages of a run, checked before anything starts: ``growth.stages`` turned into
-:class:`~lightning_sparkling.growth.stage.GrowthStage` objects (``at_tokens`` / ``at_fraction`` into steps, a recipe's keys filled in by
-the schema), each dry-run on the model it grows (:func:`_resolve_stages`), the stages' order and baseline keys
-(:func:`_check_stage_sequence`) and, under a WSD schedule, no growth inside the decay (:func:`_check_wsd_growth`).
+:class:`~lightning_sparkling.growth.stage.GrowthStage` objects (``at_tokens`` / ``at_fraction`` into steps, a recipe's
+keys filled in by the schema), each dry-run on the model it grows (:func:`_resolve_stages`), the stages' order and
+baseline keys (:func:`_check_stage_sequence`) and, under a WSD schedule, no growth inside the decay
+(:func:`_check_wsd_growth`).
 """
 
 from __future__ import annotations
