@@ -190,3 +190,17 @@ def test_plot_on_a_missing_or_empty_folder_is_one_error_line(tmp_path, capsys, m
     err = capsys.readouterr().err
     assert "Traceback" not in err and "error: " in err and str(folder) in err and "logs/" in err
     assert not (tmp_path / "dash.png").exists()
+
+
+def test_a_stage_given_by_at_fraction_resumes_where_its_step_matches(run, tmp_path, capsys):
+    """The checkpoint grew at step 6 of 10: ``at_fraction: 0.6`` is that step (the checkpoint's stages are steps),
+    ``0.5`` (step 5) is another stage, refused naming the step."""
+    config, out = run
+    ckpt = out / "checkpoints" / "step-00000010.ckpt"
+    stage = "[{{at_fraction: {}, n_embd: 64, intermediate_size: 128, rewarmup_steps: 3}}]"
+    _, resolved, _ = parse(["--config", str(config), "--resume", str(ckpt), "--out_dir", str(tmp_path / "ok"),
+                            "--growth.stages", stage.format(0.6)])
+    assert [s.at_step for s in resolved.stages] == [6] and resolved.resume_path == ckpt
+    line = _refused(capsys, ["--config", str(config), "--resume", str(ckpt), "--growth.stages", stage.format(0.5)],
+                    tmp_path / "new")
+    assert "another growth.stages[0] than the config's (at_step: checkpoint 6, config 5)" in line, line

@@ -21,13 +21,13 @@ QUICKSTART = str(Path(__file__).resolve().parents[1] / "examples" / "quickstart.
 def test_a_field_added_to_growth_stage_is_a_stage_key_with_no_second_edit(monkeypatch):
     @dataclasses.dataclass(frozen=True)
     class Extended(GrowthStage):
-        at_fraction: float | None = None
-        depth_map: tuple[int, ...] = ()
+        new_timing: float | None = None
+        new_map: tuple[int, ...] = ()
 
     monkeypatch.setattr(schema, "GrowthStage", Extended)
     keys = {f.name: f.default for f in dataclasses.fields(schema._stage_args())}
     assert list(keys)[:2] == ["at_step", "at_tokens"] and keys["at_step"] is None
-    assert keys["at_fraction"] is None and keys["depth_map"] == ()
+    assert keys["new_timing"] is None and keys["new_map"] == ()
     for f in dataclasses.fields(GrowthStage):  # every field, its default
         if f.name != "at_step":
             assert keys[f.name] == f.default, f.name
@@ -84,7 +84,7 @@ def test_each_stage_is_planned_once_for_plan(monkeypatch, capsys):
 def test_one_stage_key_from_the_command_line_keeps_the_stages_other_keys(capsys):
     assert main(["plan", "--config", QUICKSTART, "--growth.stages.0.at_step", "50"]) == 0
     out = capsys.readouterr().out
-    assert "stage 0 at step 50 (102,400 tokens): n_embd 64 -> 128, intermediate_size 256 -> 512" in out
+    assert "stage 0 at step 50 (102,400 tokens, 16.7% of the run): n_embd 64 -> 128, intermediate_size 256 -> 512" in out
     assert "over 20 steps" in out  # the YAML's rewarmup_steps: 20 kept (the default 250 would not fit)
     _, run, dumped = parse(["--config", QUICKSTART, "--growth.stages[0].n_layer=6", "--growth.stages.0.at_step", "60",
                             "--growth.stages.0.rewarmup_ratio", "null"])

@@ -34,13 +34,23 @@ def test_docstring_examples_hold():
     assert result.attempted > 0 and result.failed == 0, result
 
 
+def published(c: MeasuredCell, text: str) -> bool:
+    """Whether docs/BENCHMARKS.md's ``text`` shows the cell's Δ (``-0.067 ± 0.010``) and, when the cell has one, its
+    speed-up at equal loss (``1.35x ± 0.08``)."""
+    text = text.replace("−", "-").replace("+", "")
+    found = f"{c.delta:+.3f} ± {c.sd:.3f}".replace("+", "") in text
+    if c.speedup is not None:
+        found = found and f"{c.speedup:.2f}x ± {c.speedup_sd:.2f}" in text
+    return found
+
+
 def test_every_stored_cell_is_published_in_benchmarks_with_its_seeds():
-    text = BENCHMARKS.read_text(encoding="utf-8").replace("−", "-")
+    text = BENCHMARKS.read_text(encoding="utf-8")
     cells = load_map()
     assert len(cells) >= 20
     for c in cells:
         assert 0 <= c.seeds_above <= c.seeds and c.seeds >= 2 and 0 < c.growth_at < 1 and c.tokens_per_param > 0
-        assert f"{c.delta:+.3f} ± {c.sd:.3f}".replace("+", "") in text.replace("+", ""), c
+        assert published(c, text), c
     keys = {(c.axis, c.recipe, c.schedule, c.growth_at, c.tokens_per_param) for c in cells}
     assert len(keys) == len(cells)  # one cell per setting
     assert json.loads(MAP_PATH.read_text())["about"]
@@ -183,3 +193,41 @@ def test_run_recipe_names_what_the_stages_do(recipe, keys, expected):
     from lightning_sparkling.pretrain.planning import run_recipe
 
     assert run_recipe([GrowthStage.from_recipe(recipe, 500, **keys)]) == expected
+
+
+# ------------------------------------------------------------------------------------------- speed-up at equal loss
+def test_the_publication_check_reads_the_speedup_when_a_cell_has_one():
+    with_speedup = cell(delta=-0.067, sd=0.010, speedup=1.35, speedup_sd=0.08)
+    assert published(with_speedup, "| depth | −0.067 ± 0.010 | 1.35x ± 0.08 |")
+    assert not published(with_speedup, "| depth | −0.067 ± 0.010 | 1.53x ± 0.08 |")  # another speed-up
+    assert not published(with_speedup, "| depth | −0.067 ± 0.010 |")  # not published at all
+    assert published(cell(delta=-0.067, sd=0.010), "| depth | −0.067 ± 0.010 |")  # a cell without one
+
+
+def test_cells_with_and_without_a_speedup_load_and_the_advice_leads_with_it(tmp_path):
+    path = tmp_path / "m.json"
+    old = vars(cell(tokens_per_param=2.8))
+    new = {**vars(cell(tokens_per_param=11.0, delta=-0.04)), "speedup": 1.35, "speedup_sd": 0.08}
+    path.write_text(json.dumps({"about": "x", "cells": [
+        {k: v for k, v in old.items() if not k.startswith("speedup")}, new]}))
+    cells = load_map(path)
+    assert (cells[0].speedup, cells[0].speedup_sd) == (None, None) and (cells[1].speedup, cells[1].speedup_sd) == (
+        1.35, 0.08)
+    stage = GrowthStage(500, n_embd=64, intermediate_size=256)
+    message = advise([stage], total_steps=1000, tokens_per_param=11.0, recipe="recommended", cells=cells).message()
+    assert "11 tokens per parameter: speed-up at equal loss 1.35x ± 0.08 (3 seeds), Δ -0.040 ± 0.010" in message
+    message = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", cells=cells).message()
+    assert "speed-up" not in message and "2.8 tokens per parameter: Δ -0.020" in message
+
+
+@pytest.mark.parametrize("keys, message", [
+    (dict(speedup=1.3), r"speedup=1.3, speedup_sd=None: give both"),
+    (dict(speedup_sd=0.1), r"speedup=None, speedup_sd=0.1: give both"),
+    (dict(speedup=0.0, speedup_sd=0.1), r"speedup=0.0: must be a finite number > 0"),
+    (dict(speedup=float("inf"), speedup_sd=0.1), r"speedup=inf: must be a finite number > 0"),
+    (dict(speedup=1.2, speedup_sd=-0.1), r"speedup_sd=-0.1: must be a finite number >= 0"),
+    (dict(speedup="1.2", speedup_sd=0.1), r"speedup='1.2': must be a finite number"),
+])
+def test_a_bad_speedup_is_refused_naming_the_cell_and_the_value(keys, message):
+    with pytest.raises(ValueError, match=r"measured cell joint/recommended/cosine@50%/2.8: " + message):
+        cell(**keys)

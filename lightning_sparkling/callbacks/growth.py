@@ -50,7 +50,14 @@ from lightning_sparkling.growth.heads import describe_heads
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
 from lightning_sparkling.growth.record import StageRecord
-from lightning_sparkling.growth.stage import SIZE_AXES, GrowthStage, check_rewarmup_fits, check_stage_sequence
+from lightning_sparkling.growth.stage import (
+    SIZE_AXES,
+    GrowthStage,
+    check_rewarmup_fits,
+    check_stage_order,
+    check_stage_sequence,
+    resolve_timing,
+)
 from lightning_sparkling.growth.surgery import GrowthResult
 from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
@@ -106,7 +113,8 @@ class GrowthCallback(Callback):
     small (stages applied, seed, LRs at growth). Resuming grows the freshly built model before the weights load.
 
     Args:
-        stages: one or several :class:`GrowthStage` with increasing ``at_step``.
+        stages: one or several :class:`GrowthStage` with increasing ``at_step`` (a stage given by ``at_fraction``
+            takes its step from ``trainer.max_steps`` in ``setup``; the order is checked then).
         min_lr: the LR the new entries' re-warmup decays to at ``trainer.max_steps``. Without it, it is read from
             the module's schedule where that is exact (a ``LambdaLR`` of
             :class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`, or ``CosineAnnealingLR``'s ``eta_min``);
@@ -139,15 +147,15 @@ class GrowthCallback(Callback):
         for s in stages:
             if not isinstance(s, GrowthStage):
                 raise ValueError(f"GrowthCallback(stages=...): expected GrowthStage objects, got {type(s).__name__}")
-        steps = [s.at_step for s in stages]
-        if any(b <= a for a, b in zip(steps, steps[1:])):
-            raise ValueError(
-                f"GrowthCallback: stages must be in strictly increasing at_step order, got at_step={steps}"
-            )
+        try:
+            check_stage_order(stages)  # stages given by at_fraction: once resolved, in setup
+        except ValueError as err:
+            raise ValueError(f"GrowthCallback: {err}") from err
         check_stage_sequence(stages)  # rewarmup_scope='all' / decay_speedup: last stage only
         if min_lr is not None and (not isinstance(min_lr, (int, float)) or min_lr < 0 or not math.isfinite(min_lr)):
             raise ValueError(f"GrowthCallback(min_lr={min_lr!r}): must be a finite number >= 0")
-        self.stages: tuple[GrowthStage, ...] = tuple(stages)
+        self.stages: tuple[GrowthStage, ...] = tuple(stages)  # at_fraction resolved to at_step in setup
+        self._given_stages: tuple[GrowthStage, ...] = self.stages
         if symmetry_every_n_steps is not None and (not isinstance(symmetry_every_n_steps, int)
                                                    or symmetry_every_n_steps < 0):
             raise ValueError(f"GrowthCallback(symmetry_every_n_steps={symmetry_every_n_steps!r}): must be an "
@@ -198,9 +206,12 @@ class GrowthCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         applied = [GrowthStage(**s) for s in state_dict["stages"][: state_dict["grown"]]]
         if list(self.stages[: len(applied)]) != applied:
+            fraction = any(s.at_fraction is not None for s in self._given_stages[: len(applied)])
             raise GrowthError(
                 "the checkpoint was grown by different stages than this GrowthCallback has: "
                 f"checkpoint applied {applied}, callback has {list(self.stages[: len(applied)])}"
+                + ("; an at_fraction stage takes its step from trainer.max_steps, so resume with the max_steps the "
+                   "run was started with" if fraction else "")
             )
         self._grown = int(state_dict["grown"])
         self._records = [StageRecord.from_dict(r) for r in state_dict["records"]]
@@ -219,6 +230,10 @@ class GrowthCallback(Callback):
         self._backend = select_backend(trainer.strategy)  # refuses unsupported strategies, naming them
         gpt = find_gpt(pl_module)
         max_steps = trainer.max_steps
+        try:
+            self.stages = tuple(resolve_timing(self._given_stages, max_steps))
+        except ValueError as err:
+            raise GrowthError(f"GrowthCallback: {err}") from err
         needs_horizon = any(s.rewarmup_ratio is not None for s in self.stages)
         if (max_steps is None or max_steps < 0) and needs_horizon:
             raise GrowthError(

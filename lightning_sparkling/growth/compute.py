@@ -1,7 +1,9 @@
-"""``estimate_compute``: parameters per phase and training FLOPs (``6 N_active D``, the paper's accounting)."""
+"""``estimate_compute``: parameters per phase and training FLOPs (``6 N_active D``, the paper's accounting); G_stack's
+fitted growth timing (:func:`gstack_growth_tokens`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,7 +70,8 @@ def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, tot
 
     Args:
         config: litgpt ``Config`` of the starting model.
-        stages: growth stages in ``at_step`` order.
+        stages: growth stages in ``at_step`` order (an ``at_fraction`` stage grows at its fraction of
+            ``total_steps``, :meth:`~lightning_sparkling.growth.stage.GrowthStage.resolved`).
         total_steps: optimizer steps of the whole run.
         tokens_per_step: tokens per optimizer step (global batch size x sequence length).
         tie_embeddings: ``lm_head`` and ``wte`` share a weight (counted once).
@@ -84,6 +87,7 @@ def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, tot
         True
     """
     stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
+    stages = [s.resolved(total_steps) for s in stages]  # at_fraction: a fraction of total_steps
     configs = [config]
     for k, stage in enumerate(stages):
         if k and stage.at_step <= stages[k - 1].at_step:
@@ -101,3 +105,31 @@ def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, tot
     scratch = float(6 * active[-1] * tokens_per_step * total_steps)
     return ComputeEstimate(configs=tuple(configs), active_params=active, total_params=total, phase_steps=phase_steps,
                            flops=flops, flops_from_scratch=scratch, flops_saved=1.0 - flops / scratch if scratch else 0.0)
+
+
+GSTACK_TIMING_FIT: tuple[float, float, float] = (0.88, 163.27, -5.74)
+"""G_stack's growth-timing fit ``(a, b, c)`` of ``log10 d = a log10 N + b / log10 C + c`` (Du et al. 2024, "Stacking
+Your Transformers", arXiv 2405.15319, the guideline on growth timing; also in their prts README)."""
+
+
+def gstack_growth_tokens(n_params: float, flops: float) -> float:
+    """The tokens ``d`` to train the small model before stacking it, by G_stack's fitted timing rule:
+    ``log10 d = 0.88 log10 N + 163.27 / log10 C - 5.74``, with ``N`` the parameter count of the model *after* growth
+    (the target model) and ``C`` the compute budget in FLOPs of training that model, ``6 N D`` for ``D`` training
+    tokens. This is the paper's fit on its own runs (LLMs up to 7B parameters after a 4x stack), not something this
+    package measured; far from those sizes it extrapolates.
+
+    Raises:
+        ValueError: for ``N <= 0`` or ``C <= 1`` (``log10 C`` must be positive).
+
+    Example::
+
+        >>> round(gstack_growth_tokens(7e9, 6 * 7e9 * 2e12) / 1e9, 2)  # Llama2-7B, 2T tokens: 11.11B in the paper
+        11.11
+        >>> round(gstack_growth_tokens(8e9, 6 * 8e9 * 15e12) / 1e9, 2)  # Llama3-8B, 15T tokens: 6.58B
+        6.58
+    """
+    if not n_params > 0 or not flops > 1:
+        raise ValueError(f"G_stack's timing rule needs N > 0 parameters and C > 1 FLOPs, got N={n_params}, C={flops}")
+    a, b, c = GSTACK_TIMING_FIT
+    return 10 ** (a * math.log10(n_params) + b / math.log10(flops) + c)

@@ -16,6 +16,10 @@ depth_order    positions
                ``N < 2L`` only the middle blocks are duplicated, in place)
 =============  =================================================================================================
 
+Each named order is a *depth map* (:func:`named_depth_map`), the form ``GrowthStage(depth_map=...)`` takes
+directly (prts's layer map): ``source`` itself, the first occurrence of each old block being that block and later
+ones new blocks copying it (:func:`fresh_positions`). Any factor works (``2 -> 8`` stacks the model four times).
+
 ============  =================================================================================================
 depth_init    a new block starts as
 ============  =================================================================================================
@@ -104,7 +108,8 @@ def describe_depth(change: DepthChange) -> str:
 
 
 def depth_source_map(old: int, new: int, order: str) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-    """``(source, fresh)`` of a depth growth from ``old`` to ``new`` blocks (see the module docstring).
+    """``(source, fresh)`` of a depth growth from ``old`` to ``new`` blocks (see the module docstring): the named
+    order's depth map (:func:`named_depth_map`) and :func:`fresh_positions` of it.
 
     Example::
 
@@ -115,13 +120,28 @@ def depth_source_map(old: int, new: int, order: str) -> tuple[tuple[int, ...], t
         >>> depth_source_map(3, 4, "middle")
         ((0, 1, 1, 2), (False, False, True, False))
     """
+    source = named_depth_map(old, new, order)
+    return source, fresh_positions(source)
+
+
+def named_depth_map(old: int, new: int, order: str) -> tuple[int, ...]:
+    """The depth map (one old-block index per grown block, as ``GrowthStage(depth_map=...)``) of a named
+    ``depth_order`` growing ``old`` blocks to ``new``.
+
+    Example::
+
+        >>> named_depth_map(4, 8, "stack"), named_depth_map(4, 8, "interleave")
+        ((0, 1, 2, 3, 0, 1, 2, 3), (0, 0, 1, 1, 2, 2, 3, 3))
+        >>> named_depth_map(2, 8, "stack")
+        (0, 1, 0, 1, 0, 1, 0, 1)
+    """
     if order not in DEPTH_ORDERS:
         raise ValueError(f"depth_order={order!r}: choose one of {', '.join(DEPTH_ORDERS)}")
     if not 0 < old < new:
         raise ValueError(f"depth growth needs 0 < old ({old}) < new ({new}) blocks")
     added = new - old
     if order == "stack":
-        return tuple(range(old)) + tuple(i % old for i in range(added)), (False,) * old + (True,) * added
+        return tuple(range(old)) + tuple(i % old for i in range(added))
     base, extra = divmod(added, old)
     if order == "interleave":  # the centres of `extra` equal segments of the depth
         chosen = {(2 * j + 1) * old // (2 * extra) for j in range(extra)}
@@ -129,18 +149,81 @@ def depth_source_map(old: int, new: int, order: str) -> tuple[tuple[int, ...], t
         start = (old - extra) // 2
         chosen = set(range(start, start + extra))
     source: list[int] = []
-    fresh: list[bool] = []
     for i in range(old):
-        copies = base + (i in chosen)
-        source += [i] * (1 + copies)
-        fresh += [False] + [True] * copies
-    return tuple(source), tuple(fresh)
+        source += [i] * (1 + base + (i in chosen))
+    return tuple(source)
 
 
-def depth_change(old: int, new: int, order: str, init: str) -> DepthChange:
-    """The :class:`DepthChange` of growing ``old`` blocks to ``new`` by ``order`` and ``init``."""
-    source, fresh = depth_source_map(old, new, order)
-    return DepthChange(old=old, new=new, order=order, init=init, source=source, fresh=fresh)
+def fresh_positions(depth_map: tuple[int, ...]) -> tuple[bool, ...]:
+    """Which positions of a depth map hold new blocks: every occurrence of an old block after its first.
+
+    Example::
+
+        >>> fresh_positions((0, 0, 1, 0, 1))
+        (False, True, False, True, True)
+    """
+    seen: set[int] = set()
+    fresh = []
+    for i in depth_map:
+        fresh.append(i in seen)
+        seen.add(i)
+    return tuple(fresh)
+
+
+def check_depth_map(depth_map: tuple[int, ...], old: int, new: int | None = None) -> None:
+    """Refuse a ``depth_map`` that does not fit a model of ``old`` blocks grown to ``new``: an index past the old
+    blocks, an old block left out (it would be dropped), first occurrences out of order (an old block would move
+    past another, which changes the function), a map no longer than the model, or (``new``) a length other than the
+    grown ``n_layer``.
+
+    Raises:
+        ValueError: naming the map, the offending entry and the fix.
+
+    Example::
+
+        >>> check_depth_map((0, 1, 0, 1), 2)
+        >>> check_depth_map((0, 1, 2, 0), 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: GrowthStage(depth_map=[0, 1, 2, 0]): names old block 2, but the model has 2 blocks ...
+    """
+    shown = f"GrowthStage(depth_map={list(depth_map)})"
+    if max(depth_map) >= old:
+        raise ValueError(f"{shown}: names old block {max(depth_map)}, but the model has {old} blocks (indices 0.."
+                         f"{old - 1}); use indices below {old}")
+    if any(i > len(set(depth_map[:j])) for j, i in enumerate(depth_map)):
+        raise ValueError(f"{shown}: the first occurrence of each old block must come in order 0, 1, 2, ... (old "
+                         "blocks keep their order; later occurrences are copies)")
+    if len(set(depth_map)) < old:
+        missing = sorted(set(range(old)) - set(depth_map))
+        raise ValueError(f"{shown}: leaves out old block(s) {missing} of the model's {old}; every old block must "
+                         "appear (first as itself), a growth drops nothing")
+    if len(depth_map) <= old:
+        raise ValueError(f"{shown}: has {len(depth_map)} entries for a model of {old} blocks; a depth growth adds "
+                         "blocks, so give more entries than the model has blocks (copies of old blocks)")
+    if new is not None and len(depth_map) != new:
+        raise ValueError(f"{shown}: has {len(depth_map)} entries, but the grown model has n_layer={new}; give one "
+                         "old-block index per grown block")
+
+
+def depth_change(old: int, new: int, order: str, init: str, depth_map: tuple[int, ...] | None = None
+                 ) -> DepthChange:
+    """The :class:`DepthChange` of growing ``old`` blocks to ``new`` by ``order`` (or the explicit ``depth_map``,
+    checked by :func:`check_depth_map`; its order is then ``"map"``) and ``init``.
+
+    Example::
+
+        >>> depth_change(2, 4, "stack", "copy", depth_map=(0, 0, 1, 1)) == depth_change(2, 4, "interleave", "copy")
+        False
+        >>> depth_change(2, 4, "stack", "copy", depth_map=(0, 0, 1, 1)).source
+        (0, 0, 1, 1)
+    """
+    if depth_map is None:
+        source = named_depth_map(old, new, order)
+    else:
+        check_depth_map(tuple(depth_map), old, new)
+        source, order = tuple(depth_map), "map"
+    return DepthChange(old=old, new=new, order=order, init=init, source=source, fresh=fresh_positions(source))
 
 
 def split_block_name(name: str) -> tuple[int, str] | None:

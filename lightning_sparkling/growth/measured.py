@@ -4,7 +4,9 @@ gets from them.
 ``measured.json`` (beside this module) holds one cell per published comparison (docs/BENCHMARKS.md): the axis grown,
 the recipe, the LR schedule, when the first growth came (share of the run), the training tokens per final active
 parameter, and the paired Δ of final validation loss against the grown shape trained from scratch on the same FLOPs
-(mean, sd, seeds, seeds above scratch). :func:`advise` finds the cell nearest to a run and says what it measured, or
+(mean, sd, seeds, seeds above scratch) and, where measured, the speed-up at equal loss (``speedup``, ``speedup_sd``:
+scratch compute / growth compute at the growth run's final loss, mean and sd over the seeds; optional, a cell without
+them loads as before). :func:`advise` finds the cell nearest to a run and says what it measured, or
 that nothing near the run was measured; no ratio is typed into code.
 
 Example::
@@ -50,12 +52,42 @@ class MeasuredCell:
     seeds: int
     seeds_above: int
     where: str
+    speedup: float | None = None
+    speedup_sd: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.speedup is None) != (self.speedup_sd is None):
+            raise ValueError(f"measured cell {self.key()}: speedup={self.speedup!r}, speedup_sd={self.speedup_sd!r}: "
+                             "give both (mean and sd over the seeds) or neither")
+        if self.speedup is None:
+            return
+        for name, value, ok, what in (
+                ("speedup", self.speedup, lambda v: v > 0,
+                 "> 0 (scratch compute / growth compute at the growth run's final loss)"),
+                ("speedup_sd", self.speedup_sd, lambda v: v >= 0, ">= 0 (the sd over the seeds)")):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not ok(value):
+                raise ValueError(f"measured cell {self.key()}: {name}={value!r}: must be a finite number {what}")
+
+    def key(self) -> str:
+        """The cell's setting, ``'depth/paper/cosine@5%/31'``, for messages."""
+        return f"{self.axis}/{self.recipe}/{self.schedule}@{self.growth_at:.0%}/{self.tokens_per_param:g}"
+
+    def describe_speedup(self) -> str | None:
+        """``'speed-up at equal loss 1.35x ± 0.08 (3 seeds)'`` (scratch compute / growth compute at the growth run's
+        final loss, mean ± sd over the seeds), or ``None`` when the cell has none."""
+        if self.speedup is None:
+            return None
+        return f"speed-up at equal loss {self.speedup:.2f}x ± {self.speedup_sd:.2f} ({self.seeds} seeds)"
 
     def describe(self) -> str:
         """``'joint, recommended, cosine, growth at 50%, 2.8 tokens per parameter: Δ -0.020 ± 0.018 (above
-        scratch in 0/3 seeds)'``."""
+        scratch in 0/3 seeds)'``, led by the speed-up at equal loss where the cell has one (``'...: speed-up at
+        equal loss 1.35x ± 0.08 (3 seeds), Δ ...'``)."""
+        speedup = self.describe_speedup()
         return (f"{self.axis}, {self.recipe}, {self.schedule}, growth at {self.growth_at:.0%}, "
-                f"{self.tokens_per_param:g} tokens per parameter: Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
+                f"{self.tokens_per_param:g} tokens per parameter: {speedup + ', ' if speedup else ''}"
+                f"Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
                 f"(above scratch in {self.seeds_above}/{self.seeds} seeds; docs/BENCHMARKS.md, {self.where})")
 
 
@@ -185,7 +217,7 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     """What the map says about a run growing by ``stages`` over ``total_steps``, with ``tokens_per_param`` training
     tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`)."""
     axis = classify_axis(stages, sizes)
-    growth_at = stages[0].at_step / total_steps if stages else 0.0
+    growth_at = stages[0].resolved(total_steps).at_step / total_steps if stages else 0.0
     cells = load_map() if cells is None else cells
     where = dict(axis=axis, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param)
     cell, near = nearest(cells, recipe=recipe, **where)

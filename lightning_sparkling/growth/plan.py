@@ -333,7 +333,10 @@ def _with_sizes(stage: GrowthStage, sizes: dict[str, int]) -> GrowthStage:
     """A stage with ``sizes`` set and its target kept (GrowthStage refuses both on construction, so the target is
     set on the frozen instance afterwards)."""
     keys = {**dataclasses.asdict(stage), **sizes, "model_name": None, "model_config": None}
-    out = GrowthStage(**keys)
+    try:
+        out = GrowthStage(**keys)
+    except ValueError as err:  # e.g. a depth_map whose length is not the target's n_layer
+        raise GrowthError(f"{err} (the target sets {', '.join(f'{k}={v}' for k, v in sizes.items())})") from err
     object.__setattr__(out, "model_name", stage.model_name)
     object.__setattr__(out, "model_config", stage.model_config)
     return out
@@ -348,13 +351,14 @@ def build_meta_gpt(config) -> nn.Module:
 
 
 def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", depth_init: str = "copy-zero",
-                 target=None):
+                 target=None, depth_map: tuple[int, ...] | None = None):
     """A **new** litgpt ``Config`` with ``widths`` applied, pinning what ``__post_init__`` would re-derive.
 
     ``head_size``, ``n_head``, ``n_query_groups`` and ``intermediate_size`` are passed explicitly so that growing
     ``n_embd`` leaves heads, head size and RoPE (``rope_n_elem = rotary_percentage * head_size``) unchanged.
-    ``widths`` may hold ``n_layer``: the per-block lists then follow each block's source under ``depth_order``
-    (:func:`~lightning_sparkling.growth.depth.depth_config_values`), and ``n_head`` / ``n_query_groups`` (an MHA
+    ``widths`` may hold ``n_layer``: the per-block lists then follow each block's source under ``depth_order``, or
+    ``depth_map`` (:func:`~lightning_sparkling.growth.depth.depth_config_values`), and ``n_head`` /
+    ``n_query_groups`` (an MHA
     model grown by ``n_head`` alone stays MHA). ``target``: a litgpt ``Config`` whose ``name``, ``hf_config`` and
     ``block_size`` the grown config takes (a ``model_name`` stage).
 
@@ -383,7 +387,7 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
     if widths.get(DEPTH_AXIS) is not None:
         try:
             values.update(depth_config_values(config, depth_change(config.n_layer, widths[DEPTH_AXIS], depth_order,
-                                                                   depth_init)))
+                                                                   depth_init, depth_map)))
         except ValueError as err:
             raise GrowthError(str(err)) from err
     return Config(**values)
@@ -401,7 +405,7 @@ def stage_config(config, stage: GrowthStage):
     """
     stage = resolve_stage(config, stage)
     return grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init,
-                        target=target_config(stage))
+                        target=target_config(stage), depth_map=stage.depth_map)
 
 
 def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
@@ -545,7 +549,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         heads, head_axes = _head_axes(config, stage, seed=seed, stage_index=stage_index)
         axes.update(head_axes)
     new_config = grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init,
-                              target=target_config(stage))
+                              target=target_config(stage), depth_map=stage.depth_map)
     old_model = build_meta_gpt(config)
     fan_out, fan_in = stage.fan_out_init, stage.fan_in_init
     tensors: dict[str, TensorPlan] = {}
@@ -659,7 +663,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
 
     depth = None
     if stage.n_layer is not None:
-        depth = depth_change(config.n_layer, stage.n_layer, stage.depth_order, stage.depth_init)
+        depth = depth_change(config.n_layer, stage.n_layer, stage.depth_order, stage.depth_init, stage.depth_map)
         tensors = _place_blocks(tensors, old_shapes, depth, litgpt_init_std(new_config.n_embd))
     _check_against_grown(new_config, tensors, old_shapes, depth)
     return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,

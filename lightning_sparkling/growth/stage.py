@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 from lightning_sparkling.growth.scaling import SPLITS, parse_init
@@ -61,6 +63,9 @@ class GrowthStage:
 
     Args:
         at_step: grow after this many optimizer steps, before step ``at_step + 1``'s first micro-batch.
+        at_fraction: instead of ``at_step``, grow after this fraction of the run, in ``(0, 1)``: ``at_step`` becomes
+            ``ceil(at_fraction * max_steps)`` (:func:`fraction_step`) once the trainer's ``max_steps`` is known
+            (the callback's ``setup``, :func:`resolve_timing`). Give exactly one of ``at_step`` and ``at_fraction``.
         n_embd: new hidden (residual stream) size. Heads, head size and RoPE are unchanged.
         intermediate_size: new dense MLP inner size.
         moe_intermediate_size: new MoE expert inner size (every expert, shared experts scaled alike).
@@ -95,6 +100,14 @@ class GrowthStage:
             by its copies (``N // L - 1`` each; the ``N % L`` extra copies go to blocks spread evenly over the
             depth). ``middle`` (MIDAS): like ``interleave``, but the ``N % L`` extra copies go to the middle blocks,
             so ``n_layer < 2 L`` duplicates a centred window of blocks in place. ``sparkling plan`` prints the map.
+        depth_map: instead of ``depth_order``, the grown model's blocks by the old block each comes from (prts's
+            layer map): one old-block index per grown block, so ``len(depth_map)`` is the new ``n_layer`` (set
+            ``n_layer`` to it or leave it out). The first occurrence of each old block is that block itself, later
+            ones are new blocks copying it (by ``depth_init``): at 4 -> 8, ``[0, 1, 2, 3, 0, 1, 2, 3]`` is ``stack``
+            and ``[0, 0, 1, 1, 2, 2, 3, 3]`` is ``interleave``. Accepted: integers ``>= 0`` whose first occurrences
+            come in order ``0, 1, 2, ...`` (old blocks keep their order, so ``copy-zero`` keeps the function); the
+            model's ``L`` blocks must each appear (indices ``0 .. L - 1``, checked when the stage is planned) and at
+            least one more block.
 
     The keys below grow the attention heads, or grow into a named litgpt config.
 
@@ -167,10 +180,12 @@ class GrowthStage:
     stage of a run may set them (:func:`check_stage_sequence`).
 
     Raises:
-        ValueError: naming the setting, for a negative ``at_step``, no size, a non-positive size, an unknown
-            ``init`` or ``optimizer_state``, a non-positive ``rewarmup_ratio`` or a negative ``rewarmup_steps``,
-            an unknown ``split`` or ``rewarmup_scope``, a ``split_ratio`` outside ``(0, 1)``, a negative
-            ``perturb``, a ``decay_speedup`` outside ``[0, 1)``, ``split``/``perturb`` without a copied fan-in
+        ValueError: naming the setting, for none or both of ``at_step`` / ``at_fraction``, a negative ``at_step``, an
+            ``at_fraction`` outside ``(0, 1)``, a ``depth_map`` that is not a list of indices whose first occurrences
+            come in order (or whose length is not ``n_layer``, or given with a ``depth_order``), no size, a non-positive
+            size, an unknown ``init`` or ``optimizer_state``, a non-positive ``rewarmup_ratio`` or a negative
+            ``rewarmup_steps``, an unknown ``split`` or ``rewarmup_scope``, a ``split_ratio`` outside ``(0, 1)``, a
+            negative ``perturb``, a ``decay_speedup`` outside ``[0, 1)``, ``split``/``perturb`` without a copied fan-in
             side, ``rewarmup_scope='all'`` without a re-warmup.
 
     Example::
@@ -180,7 +195,7 @@ class GrowthStage:
         {'n_embd': 1024, 'intermediate_size': 4096}
     """
 
-    at_step: int
+    at_step: int | None = None
     n_embd: int | None = None
     intermediate_size: int | None = None
     moe_intermediate_size: int | None = None
@@ -206,11 +221,13 @@ class GrowthStage:
     symmetry_interval: int = 10
     symmetry_max_boost: float = 8.0
     symmetry_release: str = "hold"
+    at_fraction: float | None = None
+    depth_map: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.at_step, bool) or not isinstance(self.at_step, int) or self.at_step < 0:
-            raise StageError("at_step",
-                             f"GrowthStage(at_step={self.at_step!r}): at_step must be an integer >= 0")
+        self._check_timing()
+        if self.depth_map is not None:
+            self._check_depth_map()
         if self.model_name is not None or self.model_config is not None:
             self._check_target()
         elif not self.sizes:
@@ -263,6 +280,71 @@ class GrowthStage:
                              f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
         self._check_baselines(fan_in)
         self._check_lock_breakers(fan_out, fan_in)
+
+    def _check_timing(self) -> None:
+        if (self.at_step is None) == (self.at_fraction is None):
+            raise StageError("at_step",
+                             f"GrowthStage(at_step={self.at_step!r}, at_fraction={self.at_fraction!r}): give exactly "
+                             "one of at_step (optimizer steps) and at_fraction (a fraction of max_steps)")
+        if self.at_step is not None and (isinstance(self.at_step, bool) or not isinstance(self.at_step, int)
+                                         or self.at_step < 0):
+            raise StageError("at_step", f"GrowthStage(at_step={self.at_step!r}): at_step must be an integer >= 0")
+        f = self.at_fraction
+        if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < 1):
+            raise StageError("at_fraction",
+                             f"GrowthStage(at_fraction={f!r}): must be a number in (0, 1), the fraction of "
+                             "max_steps after which to grow (e.g. 0.25), or use at_step")
+
+    def _check_depth_map(self) -> None:
+        given = self.depth_map
+        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not given or any(
+                isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in given):
+            raise StageError("depth_map",
+                             f"GrowthStage(depth_map={given!r}): must be a non-empty list of old-block indices "
+                             "(integers >= 0), one per block of the grown model, e.g. [0, 1, 0, 1]")
+        depth_map = tuple(given)
+        object.__setattr__(self, "depth_map", depth_map)  # a list from YAML / JSON: a tuple, so stages compare
+        seen = 0
+        for j, i in enumerate(depth_map):
+            if i > seen:
+                raise StageError("depth_map",
+                    f"GrowthStage(depth_map={list(depth_map)}): position {j} holds old block {i} before old block "
+                    f"{seen} first appears; the first occurrence of each old block must come in order 0, 1, 2, ... "
+                    "(it is the old block itself, later ones are its copies, and old blocks keep their order), e.g. "
+                    "[0, 1, 0, 1] (stack) or [0, 0, 1, 1] (interleave)")
+            seen += i == seen
+        if self.depth_order != "stack":
+            raise StageError("depth_map",
+                             f"GrowthStage(depth_map={list(depth_map)}, depth_order={self.depth_order!r}): give one "
+                             "of them; the map says where every block goes (drop depth_order)")
+        if self.model_name is not None or self.model_config is not None:
+            return  # the target sets n_layer; the map's length is checked against it when planned
+        if self.n_layer is None:
+            object.__setattr__(self, "n_layer", len(depth_map))
+        elif self.n_layer != len(depth_map):
+            raise StageError("n_layer",
+                             f"GrowthStage(depth_map={list(depth_map)}, n_layer={self.n_layer!r}): the map has "
+                             f"{len(depth_map)} entries, one per block of the grown model; give n_layer="
+                             f"{len(depth_map)} or leave n_layer out")
+
+    def resolved(self, max_steps: int | None) -> GrowthStage:
+        """This stage with its step known: an ``at_fraction`` stage becomes the ``at_step`` stage of a run of
+        ``max_steps`` optimizer steps (:func:`fraction_step`); an ``at_step`` stage is returned as it is.
+
+        Raises:
+            ValueError: for an ``at_fraction`` stage without a ``max_steps`` (``None`` or negative: an unbounded run).
+
+        Example::
+
+            >>> GrowthStage(at_fraction=0.05, n_layer=8).resolved(1000).at_step
+            50
+        """
+        if self.at_fraction is None:
+            return self
+        if max_steps is None or isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
+            raise ValueError(f"GrowthStage(at_fraction={self.at_fraction}): a fraction of the run needs the run's "
+                             f"length, but max_steps is {max_steps!r}; set Trainer(max_steps=...) or give at_step")
+        return replace(self, at_step=fraction_step(self.at_fraction, max_steps), at_fraction=None)
 
     def _check_target(self) -> None:
         if self.model_name is not None and self.model_config is not None:
@@ -415,7 +497,7 @@ class GrowthStage:
         return asdict(self)
 
     @classmethod
-    def from_recipe(cls, recipe: str, at_step: int, **keys: Any) -> GrowthStage:
+    def from_recipe(cls, recipe: str, at_step: int | None = None, **keys: Any) -> GrowthStage:
         """A stage of a named recipe (:data:`RECIPES`): the recipe's keys, then ``keys`` on top.
 
         ``GrowthStage(...)`` alone is the paper's recipe (``recipe='paper'``); ``'recommended'`` is the one our
@@ -518,6 +600,51 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
     if not widths:  # an init pair acts on new width channels only; new blocks follow depth_init
         extra.pop("init", None)
     return {**keys, **extra}
+
+
+def fraction_step(fraction: float, max_steps: int) -> int:
+    """The growth step of ``at_fraction=fraction`` in a run of ``max_steps`` optimizer steps: ``ceil(fraction *
+    max_steps)``, the first step by which at least that fraction of the run has trained (as ``at_tokens`` rounds up),
+    the product taken on the decimal value written (``0.07 * 100`` is 7, not the float's 7.000000000000001).
+
+    Example::
+
+        >>> fraction_step(0.07, 100), fraction_step(0.25, 30), fraction_step(1 / 3, 300)
+        (7, 8, 100)
+    """
+    return math.ceil(Fraction(repr(float(fraction))) * max_steps)
+
+
+def resolve_timing(stages: Sequence[GrowthStage], max_steps: int | None) -> list[GrowthStage]:
+    """``stages`` with every ``at_fraction`` turned into its ``at_step`` (:meth:`GrowthStage.resolved`), then
+    checked to grow in strictly increasing step order (:func:`check_stage_order`).
+
+    Raises:
+        ValueError: for an ``at_fraction`` without ``max_steps``, or stages out of order once resolved.
+
+    Example::
+
+        >>> [s.at_step for s in resolve_timing([GrowthStage(10, n_embd=64), GrowthStage(at_fraction=0.5,
+        ...                                     n_embd=128)], 100)]
+        [10, 50]
+    """
+    resolved = [s.resolved(max_steps) for s in stages]
+    check_stage_order(resolved, given=stages)
+    return resolved
+
+
+def check_stage_order(stages: Sequence[GrowthStage], *, given: Sequence[GrowthStage] | None = None) -> None:
+    """Refuse stages not in strictly increasing ``at_step`` order (stages still holding an ``at_fraction`` are
+    skipped: their order is checked once resolved). ``given``: the stages as the user wrote them, for the message.
+
+    Raises:
+        ValueError: naming every stage's step (and fraction).
+    """
+    steps = [s.at_step for s in stages if s.at_step is not None]
+    if any(b <= a for a, b in zip(steps, steps[1:])):
+        written = [f"{s.at_step} (at_fraction={g.at_fraction})" if g.at_fraction is not None else str(s.at_step)
+                   for s, g in zip(stages, given or stages)]
+        raise ValueError(f"stages must be in strictly increasing at_step order, got at_step=[{', '.join(written)}]")
 
 
 def decay_end(stage: GrowthStage, max_steps: int, growth_step: int | None = None) -> int:

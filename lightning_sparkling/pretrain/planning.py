@@ -7,6 +7,7 @@ and the report printed (:func:`_print_plan`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -24,7 +25,9 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
 
     Returns:
         a dict: ``stages`` (list of per-stage dicts), ``flops``, ``flops_from_scratch``, ``flops_saved``,
-        ``active_params``, ``total_params``, ``phase_steps``, ``steps``, ``tokens_per_step``, ``total_tokens``.
+        ``active_params``, ``total_params``, ``phase_steps``, ``steps``, ``tokens_per_step``, ``total_tokens``,
+        ``gstack`` (what G_stack's fitted timing rule gives for the run: ``tokens``, ``step``, ``n_params``,
+        ``flops``; ``None`` without growth stages).
     """
     from lightning_sparkling.growth.compute import estimate_compute
 
@@ -42,6 +45,7 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
         "flops_saved": est.flops_saved, "final_config": dataclasses.asdict(config),
     }
     report["tokens_per_param"] = run.total_tokens / est.active_params[-1]
+    report["gstack"] = _gstack_timing(run, est) if run.stages else None
     advice = regime_advice(run, est.active_params)
     report["regime_advice"] = advice.message() if advice is not None else None
     report["regime_warning"] = advice.message() if advice is not None and not advice.pays else None
@@ -65,6 +69,20 @@ def stage_plans(run: ResolvedRun) -> list[Any]:
     return plans
 
 
+def _gstack_timing(run: ResolvedRun, est: Any) -> dict[str, Any]:
+    """What G_stack's fitted timing rule gives for ``run``
+    (:func:`~lightning_sparkling.growth.compute.gstack_growth_tokens`): ``N`` the grown model's active parameters,
+    ``C = 6 N D`` the FLOPs of training it from scratch on the run's ``D`` tokens, ``tokens`` the growth timing ``d``
+    and ``step = ceil(d / tokens_per_step)`` (at or past ``steps``: after the run ends)."""
+    from lightning_sparkling.growth.compute import gstack_growth_tokens
+
+    n_params, flops = est.active_params[-1], est.flops_from_scratch
+    tokens = gstack_growth_tokens(n_params, flops)
+    step = math.ceil(tokens / run.tokens_per_step)
+    return {"n_params": n_params, "flops": flops, "tokens": tokens, "step": step, "fraction": step / run.steps,
+            "in_run": step < run.steps}
+
+
 def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) -> dict[str, Any]:
     """What stage ``k`` of ``run`` does to the model of ``config`` (its plan ``gp``): one entry of
     ``plan()["stages"]``."""
@@ -77,6 +95,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
     before, after = count_params(config, tie_embeddings=tied), count_params(gp.new_config, tie_embeddings=tied)
     report = {
         "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
+        "at_fraction": stage.at_step / run.steps,
         "widths": {axis: [ax.old, ax.new] for axis, ax in gp.axes.items()},
         "sizes": {axis: list(pair) for axis, pair in size_changes(config, gp.new_config).items()},
         "into": gp.new_config.name if stage.model_name or stage.model_config else None,
@@ -149,7 +168,7 @@ def _depth_report(gp, stage) -> dict[str, Any] | None:
 
     if gp.depth is None:
         return None
-    return {"order": stage.depth_order, "init": stage.depth_init, "map": describe_depth(gp.depth),
+    return {"order": gp.depth.order, "init": stage.depth_init, "map": describe_depth(gp.depth),
             "source": list(gp.depth.source)}
 
 
@@ -257,13 +276,14 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
     alphas = ", ".join(f"{a} {v:.4f}" for a, v in s["alpha"].items())
     into = f" (into {s['into']})" if s["into"] else ""
     console.print()
-    console.print(f"[bold]stage {s['stage']}[/bold] at step {s['at_step']:,} ({s['at_tokens']:,} tokens){into}: "
-                  f"{sizes}")
+    console.print(f"[bold]stage {s['stage']}[/bold] at step {s['at_step']:,} ({s['at_tokens']:,} tokens, "
+                  f"{s['at_fraction']:.1%} of the run){into}: {sizes}")
     if s["depth"] is not None:
         d = s["depth"]
         what = {"copy": "it copies", "copy-zero": "it copies, output projections zeroed",
                 "random-zero": "it stands in for: litgpt's init, output projections zeroed"}[d["init"]]
-        console.print(f"  depth: depth_order {d['order']}, depth_init {d['init']}: {d['map']} (position in the "
+        order = f"depth_map {d['source']}" if d["order"] == "map" else f"depth_order {d['order']}"
+        console.print(f"  depth: {order}, depth_init {d['init']}: {d['map']} (position in the "
                       f"grown model <- the old block {what})")
     if s["heads"] is not None:
         console.print(f"  heads: {s['heads']} (new head <- old head it copies, by position)")
@@ -310,6 +330,21 @@ def _tensor_table(s: dict[str, Any]) -> Any:
     return table
 
 
+def _gstack_line(g: dict[str, Any], steps: int) -> str:
+    """The plan's line on G_stack's timing rule, labelled as that paper's fit."""
+    where = (f"step {g['step']:,} ({g['fraction']:.1%} of the run)" if g["in_run"] else
+             f"step {_count(g['step'])}, past the end of this run ({steps:,} steps)")
+    return (f"G_stack's growth timing (the fit of Du et al. 2024, arXiv 2405.15319: log10 d = 0.88 log10 N + "
+            f"163.27 / log10 C - 5.74, N = {g['n_params']:,} parameters of the grown model, C = 6 N D = "
+            f"{g['flops']:.3g} FLOPs): grow after d = {_count(g['tokens'])} tokens, {where}. Fitted on that paper's "
+            "runs (up to 7B parameters after a 4x stack), not measured here")
+
+
+def _count(value: float) -> str:
+    """``12,345`` below 10^15, ``1.78e+16`` above (where the digits stop meaning anything)."""
+    return f"{value:,.0f}" if value < 1e15 else f"{value:.3g}"
+
+
 def _print_compute(console: Any, report: dict[str, Any]) -> None:
     """The compute table, the FLOPs line and the regime advice (or warning) of the report."""
     from rich.table import Table
@@ -325,6 +360,8 @@ def _print_compute(console: Any, report: dict[str, Any]) -> None:
     console.print(f"FLOPs: progressive {_fmt_flops(report['flops'])}, from scratch at the final width "
                   f"{_fmt_flops(report['flops_from_scratch'])}, saved {report['flops_saved']:.2%} "
                   f"(flops_saved={report['flops_saved']:.6f})")
+    if report["gstack"] is not None:
+        console.print(_gstack_line(report["gstack"], report["steps"]))
     if report["regime_warning"]:
         console.print(f"[yellow]warning:[/yellow] {report['regime_warning']}")
     elif report["regime_advice"]:

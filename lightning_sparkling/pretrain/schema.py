@@ -192,7 +192,8 @@ def _stage_args() -> type:
         keys.append((f.name, f.type, default))
     return dataclasses.make_dataclass("StageArgs", keys, namespace={"__module__": __name__, "__doc__": (
         "One growth. Exactly one of ``at_step`` (grow after this many optimizer steps) / ``at_tokens`` (grow once "
-        "this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``); the other "
+        "this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``) / "
+        "``at_fraction`` (grow after this fraction of the run: ``at_step = ceil(at_fraction * max_steps)``); the other "
         "keys are :class:`~lightning_sparkling.growth.stage.GrowthStage`'s fields, with its defaults (a recipe's "
         "keys fill those a stage does not set: ``growth.recipe``).")})
 
@@ -205,10 +206,11 @@ class GrowthArgs:
     """Width growth (SPARKLING). No stages: plain pretraining."""
 
     stages: list[dict[str, Any]] = field(default_factory=list)
-    """Growth stages, in increasing step order; each a mapping of :class:`StageArgs` keys (``at_step`` or
-    ``at_tokens``, widths, recipe). ``--growth.stages.0.at_step 50`` (or ``--growth.stages[0].at_step 50``) sets one
-    key of one stage and keeps its others; ``--growth.stages+ '{at_step: 200, n_layer: 8}'`` adds a stage;
-    ``--growth.stages '[...]'`` replaces the whole list."""
+    """Growth stages, in increasing step order; each a mapping of :class:`StageArgs` keys (``at_step``,
+    ``at_tokens`` or ``at_fraction``, widths, recipe). ``--growth.stages.0.at_step 50`` (or
+    ``--growth.stages[0].at_step 50``) sets one key of one stage and keeps its others;
+    ``--growth.stages+ '{at_step: 200, n_layer: 8}'`` adds a stage; ``--growth.stages '[...]'`` replaces the whole
+    list."""
     seed: int = 0
     """Seed of the copy maps and random inits (identical on every rank)."""
     min_lr: Optional[float] = None

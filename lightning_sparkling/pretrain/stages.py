@@ -1,7 +1,8 @@
 """The growth stages of a run, checked before anything starts: ``growth.stages`` turned into
-:class:`~lightning_sparkling.growth.stage.GrowthStage` objects (``at_tokens`` into steps, a recipe's keys filled in by
-the schema), each dry-run on the model it grows (:func:`_resolve_stages`), the stages' order and baseline keys
-(:func:`_check_stage_sequence`) and, under a WSD schedule, no growth inside the decay (:func:`_check_wsd_growth`).
+:class:`~lightning_sparkling.growth.stage.GrowthStage` objects (``at_tokens`` / ``at_fraction`` into steps, a recipe's
+keys filled in by the schema), each dry-run on the model it grows (:func:`_resolve_stages`), the stages' order and
+baseline keys (:func:`_check_stage_sequence`) and, under a WSD schedule, no growth inside the decay
+(:func:`_check_wsd_growth`).
 """
 
 from __future__ import annotations
@@ -55,13 +56,23 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
 def _stage_step(s: dict[str, Any], key: str, tokens_per_step: int, steps: int,
                 previous: list[GrowthStage]) -> tuple[int, str]:
     """``(at_step, the key it was given by)`` of the stage ``s`` (``growth.stages[k]``, the keys it sets):
-    ``at_tokens`` turned into steps, inside the run and after the ``previous`` stages."""
-    at_step, at_tokens = s.get("at_step"), s.get("at_tokens")
-    if (at_step is None) == (at_tokens is None):
-        raise ConfigError(f"{key}.at_step", "give exactly one of at_step or at_tokens")
-    if at_tokens is not None:
-        _positive_int(f"{key}.at_tokens", at_tokens, minimum=0)
-        at_step = math.ceil(at_tokens / tokens_per_step)
+    ``at_tokens`` or ``at_fraction`` (:func:`~lightning_sparkling.growth.stage.fraction_step`) turned into steps,
+    inside the run and after the ``previous`` stages."""
+    at_step = s.get("at_step")
+    given = [name for name in ("at_step", "at_tokens", "at_fraction") if s.get(name) is not None]
+    if len(given) != 1:
+        raise ConfigError(f"{key}.{given[0] if given else 'at_step'}",
+                          "give exactly one of at_step, at_tokens or at_fraction"
+                          + (f" (got {', '.join(given)})" if given else ""))
+    if s.get("at_fraction") is not None:
+        try:
+            at_step = GrowthStage(at_fraction=s["at_fraction"], n_layer=1).resolved(steps).at_step
+        except ValueError as err:
+            raise ConfigError(f"{key}.at_fraction", str(err)) from err
+        where = f"{key}.at_fraction"
+    elif s.get("at_tokens") is not None:
+        _positive_int(f"{key}.at_tokens", s["at_tokens"], minimum=0)
+        at_step = math.ceil(s["at_tokens"] / tokens_per_step)
         where = f"{key}.at_tokens"
     else:
         _positive_int(f"{key}.at_step", at_step, minimum=0)
@@ -79,7 +90,8 @@ def _growth_stage(s: dict[str, Any], at_step: int, key: str, recipe: str) -> Gro
     """The :class:`GrowthStage` of the keys ``s`` sets at ``at_step``, completed by ``recipe``
     (:meth:`GrowthStage.from_recipe`, the one place a recipe is applied); a refusal names the key it is about
     (:class:`~lightning_sparkling.growth.stage.StageError`)."""
-    keys = {name: value for name, value in s.items() if name not in ("at_step", "at_tokens")}
+    keys = {name: value for name, value in s.items()
+            if name not in ("at_step", "at_tokens", "at_fraction")}  # timing: at_step
     try:
         return GrowthStage.from_recipe(recipe, at_step, **keys)
     except StageError as err:
@@ -94,7 +106,8 @@ def _plan_stage(config: Any, stage: GrowthStage, k: int, seed: int, tie_embeddin
     try:
         return plan_growth(config, stage, seed=seed, stage_index=k, tied_embeddings=tie_embeddings)
     except GrowthError as err:
-        bad = next((name for name in stage.sizes if re.search(rf"\b{name}\b", str(err))), None)
+        names = (["depth_map"] if stage.depth_map is not None else []) + list(stage.sizes)
+        bad = next((name for name in names if re.search(rf"\b{name}\b", str(err))), None)
         raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
 
 
