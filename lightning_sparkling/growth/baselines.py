@@ -234,7 +234,7 @@ def install_baseline_lr(trainer: Any, stages: Sequence[GrowthStage],
                 return scheduler.last_epoch
         else:
             def now() -> float:
-                return scheduler.last_epoch
+                return trainer.global_step
         targets: dict[int, Callable[[], float]] = {}
         for g in range(len(optimizer.param_groups)):
             if stage.rewarmup_scope == "all":
