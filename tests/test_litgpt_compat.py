@@ -155,7 +155,8 @@ def textfiles_run(printed, text_dir, tmp_path_factory) -> Path:
     """litgpt's config + growth:, on litgpt.data.TextFiles (litdata.optimize on a local folder, offline)."""
     if os.environ.get("SPARKLING_REQUIRE_LITDATA"):  # CI (.ci/run) installs litdata: never skip there
         import litdata  # noqa: F401
-    pytest.importorskip("litdata", reason="litgpt.data.TextFiles needs litdata (pip install lightning-sparkling[litdata])")
+    pytest.importorskip("litdata", reason="litgpt.data.TextFiles needs litdata: pip install lightning-sparkling[litdata] "
+                                          "(on a CPU build of torch, without torchvision: see pyproject.toml)")
     out = tmp_path_factory.mktemp("textfiles") / "out"
     path = out.parent / "litgpt+growth.yaml"
     path.write_text(yaml.safe_dump(shrunk(printed, text_dir, out)))
