@@ -75,6 +75,7 @@ GAIN_PREFIX = "rms/gain/"
 GROWTH_GID = "growth-event"  # gid of every growth line (tests and post-processing can find them)
 HEATMAP_GID = "rms-heatmap"  # gid of every block heatmap's QuadMesh (residual, attention and MLP ratios)
 GAIN_GID = "rms-gain-heatmap"  # gid of the per-linear gain heatmap's QuadMesh
+PANEL_LABEL_PREFIX = "panel:"  # label of each panel's axes: "panel:" + its name (fig.axes in panel order)
 TAG_GID_PREFIX = "tag:"  # gid of a curve drawn from a scalar: "tag:" + the tag
 DEPTH_GID = "depth-change"  # gid of every "2→4 blocks" annotation
 MISSING_COLOR = "0.82"  # heatmap cells of a block not (yet) in the model
@@ -467,7 +468,9 @@ def _symmetry_panel(ax: Axes, runs: list[RunScalars], mappers, colors) -> None:
                          label=_line_label(run, f"{stage.replace('_', ' ')}: {axis}", single)), tag)
             drew = True
         for tag in run.with_prefix(BOOST_PREFIX):
-            twin = twin or ax.twinx()
+            if twin is None:
+                twin = ax.twinx()
+                twin.set_label(ax.get_label())  # the same panel
             steps, values = run.scalars[tag]
             _tag(twin.step(xmap(steps), values, where="post", color="0.35" if single else color, linestyle=":",
                            linewidth=1.4,
@@ -611,7 +614,7 @@ def dashboard_figure(logdirs: Sequence[str | Path], x_axis: XAxis = "step", titl
     gs = fig.add_gridspec(nrows, ncols)
     line_axes = []
     for name, (row, col, width) in zip(chosen, cells):
-        ax = fig.add_subplot(gs[row, col:col + width])
+        ax = fig.add_subplot(gs[row, col:col + width], label=PANEL_LABEL_PREFIX + name)
         if _DRAWERS[name](ax, fig, runs, mappers, colors, heat):
             line_axes.append(ax)
         ax.set_xlabel(xlabel)
