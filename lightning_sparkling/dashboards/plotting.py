@@ -287,12 +287,13 @@ def _blocks_text(old: int, new: int) -> str:
     return f"{old}\u2192{new} blocks"
 
 
-def _growth_lines(ax: Axes, run: RunScalars, xmap, color, label: bool, annotate: bool = False) -> None:
+def _growth_lines(ax: Axes, run: RunScalars, xmap, color, label: bool, annotate: bool = False,
+                  single: bool = False) -> None:
     depth = {step: (a, b) for step, a, b in run.depth_changes()} if annotate else {}
     for k, (step, stage) in enumerate(run.growth_steps()):
         x = float(xmap([step])[0])
         line = ax.axvline(x, color=color, linestyle="--", linewidth=1.3, alpha=0.9,
-                          label=(f"growth ({run.name})" if label and k == 0 else None))
+                          label=(_line_label(run, "growth", single) if label and k == 0 else None))
         line.set_gid(GROWTH_GID)
         if annotate:
             text = f"stage {stage}" + (f", {_blocks_text(*depth[step])}" if step in depth else "")
@@ -301,7 +302,7 @@ def _growth_lines(ax: Axes, run: RunScalars, xmap, color, label: bool, annotate:
 
 
 def _loss_panel(ax: Axes, runs: list[RunScalars], mappers, colors) -> None:
-    drew = False
+    drew, single = False, len(runs) == 1
     for run, xmap, color in zip(runs, mappers, colors):
         tag = run.first(TRAIN_LOSS_TAGS)
         if tag is not None:
@@ -310,17 +311,17 @@ def _loss_panel(ax: Axes, runs: list[RunScalars], mappers, colors) -> None:
             if len(values) > 30:
                 _tag(ax.plot(x, values, color=color, alpha=0.25, linewidth=0.8), tag)
                 _tag(ax.plot(x, _ema(values, 0.8 if len(values) < 300 else 0.95), color=color, linewidth=1.8,
-                             label=f"{run.name}: train (smoothed)"), tag)
+                             label=_line_label(run, "train (smoothed)", single)), tag)
             else:
-                _tag(ax.plot(x, values, color=color, linewidth=1.8, label=f"{run.name}: train"), tag)
+                _tag(ax.plot(x, values, color=color, linewidth=1.8, label=_line_label(run, "train", single)), tag)
             drew = True
         vtag = run.first(VAL_LOSS_TAGS)
         if vtag is not None:
             steps, values = run.scalars[vtag]
             _tag(ax.plot(xmap(steps), values, color=color, linestyle=":", marker="o", markersize=4, linewidth=1.4,
-                         label=f"{run.name}: val"), vtag)
+                         label=_line_label(run, "val", single)), vtag)
             drew = True
-        _growth_lines(ax, run, xmap, color, label=True, annotate=True)
+        _growth_lines(ax, run, xmap, color, label=True, annotate=True, single=single)
     if not drew:
         _empty(ax, "no train_loss / val_loss scalars")
     ax.set_title("Loss")
@@ -347,18 +348,18 @@ def _robust_ylim(ax: Axes, runs: list[RunScalars]) -> None:
 
 
 def _lr_panel(ax: Axes, runs: list[RunScalars], mappers, colors) -> None:
-    drew = False
+    drew, single = False, len(runs) == 1
     styles = ["--", "-.", ":"]
     for run, xmap, color in zip(runs, mappers, colors):
         for tag in run.with_prefix("lr-"):
             steps, values = run.scalars[tag]
-            _tag(ax.plot(xmap(steps), values, color=color, linewidth=1.6, label=f"{run.name}: {tag} (old entries)"),
+            _tag(ax.plot(xmap(steps), values, color=color, linewidth=1.6, label=_line_label(run, f"{tag} (old entries)", single)),
                  tag)
             drew = True
         for k, tag in enumerate(run.with_prefix(LR_NEW_PREFIX)):
             steps, values = run.scalars[tag]
             _tag(ax.plot(xmap(steps), values, color=color, linewidth=1.6, linestyle=styles[k % len(styles)],
-                         label=f"{run.name}: new entries, {tag.rsplit('/', 1)[-1].replace('_', ' ')}"), tag)
+                         label=_line_label(run, f"new entries, {tag.rsplit('/', 1)[-1].replace('_', ' ')}", single)), tag)
             drew = True
         _growth_lines(ax, run, xmap, color, label=False)
     if not drew:
