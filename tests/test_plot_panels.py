@@ -145,3 +145,30 @@ def test_growth_steps_from_lr_new_or_summary_json(tmp_path):
     with SummaryWriter(str(tmp_path / "bare" / "logs")) as writer:
         writer.add_scalar("train_loss", 1.0, 0)
     assert load_run(tmp_path / "bare" / "logs").growth_steps() == []
+
+
+@pytest.mark.slow
+def test_make_dashboard_image_script(tmp_path):
+    """docs/make_dashboard_image.py trains the quickstart (shrunk here) and draws its dashboard; --reuse redraws."""
+    import runpy
+    from pathlib import Path
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "docs" / "make_dashboard_image.py"))
+    out_dir, image = tmp_path / "quick", tmp_path / "img" / "dash.png"
+    shrink = ["--data.max_files", "10", "--data.max_bytes", "100000", "--data.vocab_size", "512", "--data.seq_len",
+              "32", "--data.val_percent", "20", "--data.cache_dir", str(tmp_path / "cache"),
+              "--model_config.block_size", "32", "--train.global_batch_size", "4", "--train.micro_batch_size", "4",
+              "--train.max_steps", "6", "--train.lr_warmup_steps", "1", "--train.save_interval", "null", "--eval.interval", "null",
+              "--eval.max_iters", "1", "--rms_monitor.every_n_steps", "1",
+              "--growth.stages", "[{at_step: 3, n_embd: 128, intermediate_size: 512, rewarmup_steps: 1}]"]
+    assert script["main"](["--out-dir", str(out_dir), "--image", str(image), "--", *shrink]) == 0
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert load_run(out_dir / "logs").growth_steps() == [(3, 0)]
+    mtime = (out_dir / "summary.json").stat().st_mtime_ns
+    image.unlink()
+    assert script["main"](["--out-dir", str(out_dir), "--image", str(image), "--reuse"]) == 0  # no retraining
+    assert image.is_file() and (out_dir / "summary.json").stat().st_mtime_ns == mtime
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(SystemExit):  # a folder that is not a run is never removed
+        script["main"](["--out-dir", str(tmp_path / "mine"), "--image", str(image)])
+    assert (tmp_path / "mine").is_dir()
