@@ -122,7 +122,15 @@ def test_panels_option_chooses_and_refuses(grown, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --panels loss,rsm: unknown panel 'rsm'")
     assert all(p in err[0] for p in PANELS) and "rms (" in err[0]
-    assert main_plot([str(grown), "--out", str(out), "--panels", "symmetry"]) == 0 and out.is_file()
+    assert main_plot([str(grown), "--out", str(out), "--panels", "symmetry", "--dpi", "50"]) == 0
+    assert main_plot([str(grown), "--out", str(tmp_path / "all.png"), "--dpi", "50"]) == 0
+
+    def png_size(path):  # (width, height) from the PNG header
+        data = path.read_bytes()
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+    one, every = png_size(out), png_size(tmp_path / "all.png")
+    assert one[0] < every[0] / 2 and one[1] < every[1]  # --panels symmetry: one panel, not the whole dashboard
 
 
 def test_growth_steps_from_lr_new_or_summary_json(tmp_path):
