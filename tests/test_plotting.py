@@ -12,7 +12,14 @@ from litgpt import Config
 from litgpt.model import GPT
 
 from lightning_sparkling import ActivationRMSMonitor
-from lightning_sparkling.dashboards.plotting import GROWTH_GID, dashboard_figure, find_event_dirs, load_run, main_plot, plot_runs
+from lightning_sparkling.dashboards.plotting import (
+    GROWTH_GID,
+    dashboard_figure,
+    find_event_dirs,
+    load_run,
+    main_plot,
+    plot_runs,
+)
 
 VOCAB, SEQ, BATCH = 64, 16, 2
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -104,8 +111,9 @@ def test_figure_panels_and_growth_lines(two_runs):
     labels = loss_ax.get_legend_handles_labels()[1]
     assert "grown: train" in labels and "baseline: val" in labels
     growth = [line for ax in fig.axes for line in ax.lines if line.get_gid() == GROWTH_GID]
-    # only the grown run has growth/event: one line on loss, lr and each of the 3 heatmaps (first run = grown)
-    assert len(growth) == 5
+    # only the grown run has growth/event: one line on each of the 7 panels (loss, lr, symmetry, the 3 heatmaps of the
+    # first run = grown, final hidden RMS)
+    assert len(growth) == 7
     assert all(line.get_xdata()[0] == 6 for line in growth)
     assert all(line.get_linestyle() == "--" for line in growth)
     # the heatmaps default to the run that grew, whatever the order; heatmap_run picks another

@@ -9,7 +9,8 @@ category            chart                            tags (regex)
 ==================  ===============================  ========================================================
 SPARKLING / loss    loss (growth/event marks ...)    ``train_loss``, ``val_loss``, ``growth/event``
 SPARKLING / growth  learning rate: old vs new        ``lr-.*`` (LearningRateMonitor), ``growth/lr_new/.*``
-                    symmetry of copied channels      ``symmetry/.*``
+                    symmetry of copied channels      ``symmetry/.*`` (``symmetry/stage_k/<axis>``)
+                    symmetry loop: LR boost          ``growth/symmetry_boost/.*``
                     growth events                    ``growth/event`` (stage index + 1 at the growth step)
 SPARKLING / RMS     residual stream RMS (inputs)     ``rms/residual/block_.*``
                     attention ratio                  ``rms/attn_ratio/block_.*``
@@ -29,14 +30,69 @@ per-block gain charts are listed for the count at the time of writing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["rms_layout", "write_layout", "LAYOUT_TAG"]
+__all__ = ["CHARTS", "Chart", "LAYOUT_TAG", "gain_charts", "layout_charts", "rms_layout", "write_layout"]
 
 LAYOUT_TAG = "custom_scalars__config__"
 
 Layout = dict[str, dict[str, list[Any]]]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart of the layout.
+
+    Args:
+        category: the custom-scalars category (a collapsible group in TensorBoard).
+        title: the chart's title.
+        tags: tag regexes, matched from the start of the tag name.
+        panel: the ``sparkling plot`` panel that draws these tags
+            (:data:`lightning_sparkling.dashboards.plotting.PANELS`; a test keeps every chart drawn).
+    """
+
+    category: str
+    title: str
+    tags: tuple[str, ...]
+    panel: str
+
+
+LOSS, GROWTH, RMS, GAIN = ("SPARKLING / loss", "SPARKLING / growth", "SPARKLING / activation RMS",
+                           "SPARKLING / linear RMS gain")
+
+CHARTS: tuple[Chart, ...] = (
+    Chart(LOSS, "loss (growth/event = stage+1 at each growth step)", ("train_loss", "val_loss", "growth/event$"),
+          "loss"),
+    Chart(GROWTH, "learning rate: old entries (lr-*) vs new entries (growth/lr_new/*)", ("lr-.*", "growth/lr_new/.*"),
+          "lr"),
+    Chart(GROWTH, "symmetry of copied channels", ("symmetry/.*",), "symmetry"),
+    Chart(GROWTH, "symmetry loop: new entries' LR boost", ("growth/symmetry_boost/.*",), "symmetry"),
+    Chart(GROWTH, "growth events (stage index + 1)", ("growth/event$",), "loss"),
+    Chart(RMS, "residual stream RMS (block inputs), all blocks", (r"rms/residual/block_\d+$",), "residual"),
+    Chart(RMS, "attention ratio RMS(attn)/RMS(x), all blocks", (r"rms/attn_ratio/block_\d+$",), "attn_ratio"),
+    Chart(RMS, "MLP ratio RMS(mlp)/RMS(residual in), all blocks", (r"rms/mlp_ratio/block_\d+$",), "mlp_ratio"),
+    Chart(RMS, "final hidden state RMS (ln_f input)", ("rms/final_hidden$",), "final_hidden"),
+)
+"""The charts of every layout; :func:`rms_layout` adds the per-linear gain charts (panel ``gain``)."""
+
+
+def gain_charts(n_blocks: int | None = None) -> tuple[Chart, ...]:
+    """The per-linear RMS gain charts (``ActivationRMSMonitor(per_linear=True)``): one per block, or one for all.
+
+    Args:
+        n_blocks: number of transformer blocks; ``None`` or 0: one chart for every linear.
+    """
+    if n_blocks:
+        return tuple(Chart(GAIN, f"RMS(y)/RMS(x), block {i:02d}", (f"rms/gain/block_{i:02d}/.*",), "gain")
+                     for i in range(n_blocks))
+    return (Chart(GAIN, "RMS(y)/RMS(x), all linears", ("rms/gain/.*",), "gain"),)
+
+
+def layout_charts(n_blocks: int | None = None, per_linear: bool = False) -> tuple[Chart, ...]:
+    """The charts of :func:`rms_layout` (same arguments), in order."""
+    return CHARTS + (gain_charts(n_blocks) if per_linear else ())
 
 
 def rms_layout(n_blocks: int | None = None, per_linear: bool = False) -> Layout:
@@ -46,36 +102,15 @@ def rms_layout(n_blocks: int | None = None, per_linear: bool = False) -> Layout:
     Args:
         n_blocks: number of transformer blocks; with ``per_linear`` it gives one gain chart per block.
         per_linear: include the per-linear RMS gain charts (``rms/gain/...``).
+
+    Example::
+
+        >>> rms_layout()["SPARKLING / growth"]["symmetry of copied channels"]
+        ['Multiline', ['symmetry/.*']]
     """
-    layout: Layout = {
-        "SPARKLING / loss": {
-            "loss (growth/event = stage+1 at each growth step)": [
-                "Multiline",
-                ["train_loss", "val_loss", "growth/event$"],
-            ],
-        },
-        "SPARKLING / growth": {
-            "learning rate: old entries (lr-*) vs new entries (growth/lr_new/*)": [
-                "Multiline",
-                ["lr-.*", "growth/lr_new/.*"],
-            ],
-            "symmetry of copied channels": ["Multiline", ["symmetry/.*"]],
-            "growth events (stage index + 1)": ["Multiline", ["growth/event$"]],
-        },
-        "SPARKLING / activation RMS": {
-            "residual stream RMS (block inputs), all blocks": ["Multiline", [r"rms/residual/block_\d+$"]],
-            "attention ratio RMS(attn)/RMS(x), all blocks": ["Multiline", [r"rms/attn_ratio/block_\d+$"]],
-            "MLP ratio RMS(mlp)/RMS(residual in), all blocks": ["Multiline", [r"rms/mlp_ratio/block_\d+$"]],
-            "final hidden state RMS (ln_f input)": ["Multiline", ["rms/final_hidden$"]],
-        },
-    }
-    if per_linear:
-        if n_blocks:
-            layout["SPARKLING / linear RMS gain"] = {
-                f"RMS(y)/RMS(x), block {i:02d}": ["Multiline", [f"rms/gain/block_{i:02d}/.*"]] for i in range(n_blocks)
-            }
-        else:
-            layout["SPARKLING / linear RMS gain"] = {"RMS(y)/RMS(x), all linears": ["Multiline", ["rms/gain/.*"]]}
+    layout: Layout = {}
+    for chart in layout_charts(n_blocks, per_linear):
+        layout.setdefault(chart.category, {})[chart.title] = ["Multiline", list(chart.tags)]
     return layout
 
 

@@ -6,7 +6,7 @@
   (``out_dir/logs/``) and ``out_dir/summary.json``.
 - ``sparkling plan --config FILE.yaml``: what the growth stages of that config do (widths, tensors, alpha,
   parameters, FLOPs saved), without training and without building a tokenizer.
-- ``sparkling plot LOGDIR... --out FILE.png [--x step|tokens|flops]``: the dashboard figure
+- ``sparkling plot LOGDIR... --out FILE.png [--x step|tokens|flops] [--panels P,...]``: the dashboard figure
   (:mod:`lightning_sparkling.dashboards.plotting`).
 
 This module parses the command line (:func:`build_parser`, :func:`parse`) and dispatches (:func:`main`). The
@@ -39,6 +39,7 @@ USAGE = """usage: sparkling {pretrain,plan,plot} ...
   sparkling pretrain --config FILE.yaml [--train.max_steps 100 ...]   pretrain and grow (SPARKLING)
   sparkling plan     --config FILE.yaml                               show what the growth stages do
   sparkling plot     LOGDIR... --out FILE.png [--x step|tokens|flops] dashboard figure of runs
+                     [--panels loss,lr,symmetry,rms,...]              (every TensorBoard chart by default)
 
 `sparkling pretrain --help` lists every configuration key; `--print_config` prints the resolved configuration.
 """
