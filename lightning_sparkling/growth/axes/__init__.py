@@ -91,6 +91,11 @@ def active_axes(stage) -> tuple[GrowthAxis, ...]:
     return tuple(axis for axis in registered_axes() if axis.active(stage))
 
 
-def axis_of(plan, name: str) -> GrowthAxis | None:
-    """The active plug-in axis called ``name`` of a plan, or ``None``."""
-    return next((axis for axis in registered_axes() if axis.name == name and name in plan.changes), None)
+def plan_axes(plan) -> tuple[GrowthAxis, ...]:
+    """The plug-in axes a :class:`~lightning_sparkling.growth.plan.GrowthPlan` holds a change of."""
+    return tuple(axis for axis in registered_axes() if axis.name in plan.changes)
+
+
+def describe_changes(plan) -> dict[str, str]:
+    """``{axis name: one line}`` for every plug-in axis of ``plan`` (``sparkling plan``, the growth log)."""
+    return {axis.name: axis.describe(plan) for axis in plan_axes(plan)}

@@ -373,7 +373,7 @@ class ExpertsAxis:
     def describe(self, plan) -> str:
         """E.g. ``"experts 4 -> 8, top-2 -> top-4, copy (new 4<-0, 5<-1, 6<-2, 7<-3): function kept"``."""
         change: ExpertsChange = plan.changes[self.name]
-        old = "dense MLP" if change.upcycle else f"experts {change.old}"
+        old = "dense MLP" if change.upcycle else f"{change.old}"
         init = change.init + (f" {change.reinit_fraction:g}" if change.init == "drop-upcycle" else "")
         copies = ", ".join(f"{change.old + i}<-{s}" for i, s in enumerate(change.source))
         exact = change.exact and (plan.old_config.norm_topk_prob or not plan.old_config.n_expert_groups
