@@ -1,0 +1,58 @@
+"""Experts growth under DDP and FSDP2 (ModelParallelStrategy) on 2 CPU ranks (gloo), run by experts_dist_script.py:
+dense -> MoE (3 experts, drop-upcycle), then 2x experts and experts per token (copy), then a depth growth, end
+where one process with the same global batch ends (float64 weights, relative < 1e-4); ranks agree exactly; new
+experts and routers keep the model's dtype; the optimizer's param groups list the same parameters in the same order
+as on one process; resuming from checkpoints saved between the growths (DDP a full file; FSDP2 a sharded directory
+and a full file) ends where the uninterrupted run ends. Gradient accumulation 2 on both backends, and 1 on FSDP2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from _dist import backend_fixtures, final_states, rel_diff
+
+SCRIPT = Path(__file__).with_name("experts_dist_script.py")
+pytestmark = pytest.mark.slow
+
+#: (backend, accumulation, checkpoints to resume from)
+RUNS = [("ddp", 2, ("full6",)), ("fsdp2", 2, ("sharded10", "full6")), ("fsdp2", 1, ("sharded6",))]
+
+singles, multi = backend_fixtures(SCRIPT, RUNS)
+
+
+def test_experts_growth_matches_single_process_and_ranks_agree(multi, singles):
+    mode, acc, out, _ = multi
+    single = singles[acc]
+    ranks = final_states(out, f"{mode}-acc{acc}")
+    state = ranks[0]["state"]
+    assert (ranks[0]["n_expert"], ranks[0]["n_layer"]) == (single["n_expert"], single["n_layer"]) == (6, 3)
+    assert state["transformer.h.2.mlp.gate.weight"].shape == (6, 32)
+    assert state.keys() == single["state"].keys()
+    for name in state:
+        assert torch.equal(state[name], ranks[1]["state"][name]), name
+        assert state[name].dtype == torch.float64, name  # new experts and routers keep the model's dtype
+    # float64: 2 ranks and one process end ~2e-7 apart; a misplaced expert or router row would be O(1)
+    assert rel_diff(state, single["state"]) < 1e-4
+    assert ranks[0]["symmetry"] == ranks[1]["symmetry"]
+    for key, value in single["symmetry"].items():
+        assert abs(ranks[0]["symmetry"][key] - value) < 1e-5, key
+
+
+def test_optimizer_layout_is_the_single_process_one(multi, singles):
+    mode, acc, out, _ = multi
+    for rank in final_states(out, f"{mode}-acc{acc}"):
+        assert rank["layout"] == singles[acc]["layout"]
+
+
+def test_resume_across_experts_growth_matches_uninterrupted(multi):
+    mode, acc, out, resumes = multi
+    run = f"{mode}-acc{acc}"
+    reference = final_states(out, run)[0]["state"]
+    for kind in resumes:
+        resumed = final_states(out, run, f"-{kind}")
+        for name in reference:
+            assert torch.equal(resumed[0]["state"][name], resumed[1]["state"][name]), (kind, name)
+        assert rel_diff(resumed[0]["state"], reference) < 1e-12, f"{run} resumed from the {kind} checkpoint"
