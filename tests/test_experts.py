@@ -38,8 +38,8 @@ def logits(model, tokens):
         return model(tokens)
 
 
-def upcycle(n_expert=4, k=2, **keys):
-    return GrowthStage(0, mlp_class_name="LLaMAMoE", n_expert=n_expert, n_expert_per_token=k, **keys)
+def upcycle(n_expert=4, k=2, at=0, **keys):
+    return GrowthStage(at, mlp_class_name="LLaMAMoE", n_expert=n_expert, n_expert_per_token=k, **keys)
 
 
 # ------------------------------------------------------------------------------------- stage refusals
@@ -320,3 +320,57 @@ def test_new_experts_and_router_rows_get_fresh_or_copied_state(recipe, factory, 
         assert entries["transformer.h.0.mlp.gate.weight"] == [(slice(4, 8), slice(0, 32))]
     patch.undo()
     assert sum(len(g["params"]) for g in opt.param_groups) == len(decay) + len(no_decay)
+
+
+# --------------------------------------------------------------------------------- compute, symmetry, RMS
+def test_estimate_compute_counts_active_experts_per_phase():
+    from lightning_sparkling import estimate_compute
+
+    config = llama_config()
+    stages = [upcycle(n_expert=4, k=2, at=20), GrowthStage(60, n_expert=8, n_expert_per_token=4)]
+    est = estimate_compute(config, stages, total_steps=100, tokens_per_step=64)
+    mlp = 3 * 32 * 64  # fc_1, fc_2, proj of one LLaMAMLP (no bias)
+    dense = sum(p.numel() for p in make_gpt(config).parameters())
+    router = lambda e: 2 * e * 32  # noqa: E731  (one router per block, 2 blocks)
+    assert est.total_params == (dense, dense + 2 * 3 * mlp + router(4), dense + 2 * 7 * mlp + router(8))
+    assert est.active_params == (dense, dense + 2 * mlp + router(4), dense + 2 * 3 * mlp + router(8))
+    assert est.flops == pytest.approx(6 * 64 * sum(n * s for n, s in zip(est.active_params, (20, 40, 40))))
+
+
+def test_symmetry_of_copied_experts_and_router_rows_is_one_at_growth_and_drops_when_they_part():
+    from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
+
+    def measure(model, result):
+        specs = copy_specs(result.plan)
+        params = dict(model.named_parameters())
+        return symmetry_metrics(specs, ((n, params[n]) for s in specs.values() for n in s.names()), "symmetry/s0")
+
+    model = make_gpt(pure_moe_config())
+    result = grow_model(model, GrowthStage(0, n_expert=8, n_expert_per_token=4))
+    assert measure(model, result) == pytest.approx({"symmetry/s0/n_expert": 1.0, "symmetry/s0/experts": 1.0})
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.mlp.experts[5].fc_1.weight.neg_()
+            block.mlp.gate.weight[6].neg_()
+    got = measure(model, result)
+    assert got["symmetry/s0/experts"] < 0.95 and got["symmetry/s0/n_expert"] < 0.95
+    model = make_gpt(llama_config())
+    result = grow_model(model, upcycle(expert_init="drop-upcycle"))
+    assert 0.3 < measure(model, result)["symmetry/s0/experts"] < 0.7  # half the channels re-drawn
+    model = make_gpt(pure_moe_config())
+    assert not copy_specs(grow_model(model, GrowthStage(0, n_expert=8, expert_init="random")).plan).get("experts")
+
+
+def test_rms_monitor_follows_the_upcycled_mixture_and_reads_the_same_values():
+    from lightning_sparkling.callbacks.rms_monitor import compute_rms
+
+    model = make_gpt(llama_config())
+    tokens = make_tokens(model.config, batch=3, length=16)
+    before = compute_rms(model, tokens, per_linear=True)
+    grow_model(model, upcycle())
+    after = compute_rms(model, tokens, per_linear=True)
+    assert {k for k in before if "/gain/" not in k} <= after.keys()
+    for tag, value in before.items():
+        if tag in after and "/gain/" not in tag:
+            assert after[tag] == pytest.approx(value, rel=1e-5, abs=1e-7), tag
+    assert any("experts.3" in tag for tag in after)  # the new experts' linears are watched from the growth on

@@ -66,6 +66,10 @@ class GrowthAxis(Protocol):
     def restructure(self, swap, model: nn.Module, plan, fresh: Mapping[str, torch.Tensor]) -> None:
         """Add or replace modules of ``model`` (through ``swap``, so a failure restores the model)."""
 
+    def copy_pairs(self, plan) -> tuple[tuple[str, str], ...]:
+        """``(source, copy)`` tensors, by grown-model name, of new modules that start as copies (what the symmetry
+        diagnostics compare); empty when nothing is copied."""
+
     def describe(self, plan) -> str:
         """One line for ``plan``, the growth log and the summary."""
 

@@ -370,6 +370,13 @@ class ExpertsAxis:
                 src = torch.tensor(change.source, dtype=torch.long, device=bias.device)
                 swap.set(mlp.gate, "e_score_correction_bias", torch.cat([bias, bias[src]]))
 
+    def copy_pairs(self, plan) -> tuple[tuple[str, str], ...]:
+        """``(source, copy)`` weight matrices of every new expert that starts from an old one, by grown-model name
+        (what ``symmetry/stage_k/experts`` compares; empty under ``random``)."""
+        return tuple((plan.carry(spec.source_name), name) for name, spec in plan.tensors.items()
+                     if spec.fresh and spec.block_init == "copy" and len(spec.new_shape) >= 2
+                     and _EXPERT_TENSOR.match(name))
+
     def describe(self, plan) -> str:
         """E.g. ``"experts 4 -> 8, top-2 -> top-4, copy (new 4<-0, 5<-1, 6<-2, 7<-3): function kept"``."""
         change: ExpertsChange = plan.changes[self.name]
