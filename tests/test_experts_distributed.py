@@ -37,6 +37,8 @@ def test_experts_growth_matches_single_process_and_ranks_agree(multi, singles):
     # float64: 2 ranks and one process end ~2e-7 apart; a misplaced expert or router row would be O(1)
     assert rel_diff(state, single["state"]) < 1e-4
     assert ranks[0]["symmetry"] == ranks[1]["symmetry"]
+    assert set(ranks[0]["symmetry"]) == set(single["symmetry"]) >= {
+        "symmetry/stage_0/experts", "symmetry/stage_1/experts", "symmetry/stage_1/n_expert"}  # gathered copies
     for key, value in single["symmetry"].items():
         assert abs(ranks[0]["symmetry"][key] - value) < 1e-5, key
 

@@ -428,9 +428,11 @@ def axis_config_values(config, stage: GrowthStage) -> dict:
 
 
 def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
-    """``{size: (old, new)}`` of every size in :data:`SIZE_AXES` that differs between two litgpt configs: what a
-    stage changed, whichever keys set it (explicit sizes or a ``model_name``; an MHA model's ``n_query_groups``
-    follows its ``n_head``).
+    """``{size: (old, new)}`` of every size in :data:`SIZE_AXES` and of the plug-in axes
+    (:func:`~lightning_sparkling.growth.axes.plugin_sizes`, e.g. ``n_expert``) that differs between two litgpt
+    configs: what a stage changed, whichever keys set it (explicit sizes or a ``model_name``; an MHA model's
+    ``n_query_groups`` follows its ``n_head``). A size the old config does not have (``moe_intermediate_size`` of a
+    dense model that becomes a mixture of experts) is not a change of that size and is left out.
 
     Example::
 
@@ -439,8 +441,10 @@ def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
         {'n_embd': (512, 768), 'intermediate_size': (2048, 3072), 'n_head': (8, 12), 'n_query_groups': (8, 12), \
 'n_layer': (6, 12)}
     """
-    return {axis: (getattr(old_config, axis), getattr(new_config, axis)) for axis in SIZE_AXES
-            if getattr(old_config, axis) != getattr(new_config, axis)}
+    from lightning_sparkling.growth.axes import plugin_sizes
+
+    return {axis: (getattr(old_config, axis), getattr(new_config, axis)) for axis in (*SIZE_AXES, *plugin_sizes())
+            if getattr(old_config, axis) != getattr(new_config, axis) and getattr(old_config, axis) is not None}
 
 
 def _check_model_kind(config, stage: GrowthStage) -> None:

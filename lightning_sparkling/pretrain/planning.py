@@ -54,6 +54,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any) -> tuple[di
     """``(what stage k of run does to the model of config, the grown config)``: one entry of ``plan()["stages"]``."""
     from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.growth.heads import describe_heads
+    from lightning_sparkling.growth.axes import describe_changes
     from lightning_sparkling.growth.plan import plan_growth, size_changes
 
     tied = run.train.tie_embeddings
@@ -72,6 +73,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any) -> tuple[di
         "params_before": before[1], "params_after": after[1],
         "active_params_before": before[0], "active_params_after": after[0],
         "tensors": len(gp.tensors), "tensor_groups": _tensor_groups(gp),
+        "axes": describe_changes(gp),  # plug-in axes (growth/axes): one line each
     }
     return report, gp.new_config
 
@@ -234,6 +236,8 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
                       f"grown model <- the old block {what})")
     if s["heads"] is not None:
         console.print(f"  heads: {s['heads']} (new head <- old head it copies, by position)")
+    for name, line in s.get("axes", {}).items():
+        console.print(f"  {name}: {line}")
     console.print(f"  init {s['init']}, rms_preserving {s['rms_preserving']}, optimizer_state "
                   f"{s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over {s['rewarmup_steps']} steps")
     console.print(_new_entry_lr_line(run, s["rewarmup_window"]))

@@ -242,6 +242,20 @@ class StageArgs:
     """Largest multiplier of the new entries' LR under ``symmetry_target`` (>= 1)."""
     symmetry_release: str = "hold"
     """Once the copies' cosine is below ``symmetry_target``: ``hold`` the boost reached, or drop it (``schedule``)."""
+    n_expert: Optional[int] = None
+    """New number of routed experts per MoE block (new expert ``E + i`` copies expert ``i % E``); with
+    ``mlp_class_name: LLaMAMoE`` on a dense model, the number of experts every MLP becomes."""
+    n_expert_per_token: Optional[int] = None
+    """New top-k; doubled together with ``n_expert`` (``expert_init: copy``) the function is kept exactly."""
+    mlp_class_name: Optional[str] = None
+    """``LLaMAMoE`` on a ``LLaMAMLP`` model: dense -> MoE (sparse upcycling), every MLP becomes ``n_expert`` copies."""
+    expert_init: str = "copy"
+    """How new experts start: ``copy``, ``drop-upcycle`` (a copy, ``expert_reinit_fraction`` of its inner channels
+    re-drawn) or ``random`` (litgpt's init)."""
+    expert_reinit_fraction: float = 0.5
+    """Drop-upcycle's fraction of re-drawn inner channels, in [0, 1]."""
+    router_init: str = "random"
+    """Dense -> MoE's new router: ``random`` or ``zero`` (``zero`` needs ``expert_init: drop-upcycle``)."""
 
 
 @dataclass

@@ -44,6 +44,8 @@ class GrowthAxis(Protocol):
     """One kind of size a stage can grow (see the module docstring)."""
 
     name: str
+    #: the ``litgpt.Config`` sizes the axis changes, reported by ``size_changes`` (e.g. ``("n_expert", ...)``)
+    sizes: tuple[str, ...]
 
     def active(self, stage) -> bool:
         """Whether ``stage`` grows this axis."""
@@ -93,6 +95,17 @@ def active_axes(stage) -> tuple[GrowthAxis, ...]:
         ()
     """
     return tuple(axis for axis in registered_axes() if axis.active(stage))
+
+
+def plugin_sizes() -> dict[str, str]:
+    """``{litgpt.Config size: the plug-in axis that changes it}``.
+
+    Example::
+
+        >>> plugin_sizes()["n_expert"]
+        'experts'
+    """
+    return {size: axis.name for axis in registered_axes() for size in axis.sizes}
 
 
 def plan_axes(plan) -> tuple[GrowthAxis, ...]:

@@ -172,6 +172,7 @@ class ExpertsAxis:
     """The experts plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "experts"
+    sizes = ("n_expert", "n_expert_per_token")
 
     def active(self, stage) -> bool:
         return stage.grows_experts
