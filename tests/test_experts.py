@@ -374,3 +374,21 @@ def test_rms_monitor_follows_the_upcycled_mixture_and_reads_the_same_values():
         if tag in after and "/gain/" not in tag:
             assert after[tag] == pytest.approx(value, rel=1e-5, abs=1e-7), tag
     assert any("experts.3" in tag for tag in after)  # the new experts' linears are watched from the growth on
+
+
+def test_a_named_moe_target_with_more_experts_grows_the_experts():
+    target = {**{k: getattr(pure_moe_config(), k) for k in ("name", "block_size", "n_layer", "n_embd", "n_head",
+                                                            "n_query_groups", "intermediate_size",
+                                                            "moe_intermediate_size", "mlp_class_name",
+                                                            "norm_class_name", "bias", "parallel_residual",
+                                                            "rotary_percentage", "vocab_size", "padded_vocab_size")},
+              "n_expert": 8, "n_expert_per_token": 4}
+    model = make_gpt(pure_moe_config())
+    tokens = make_tokens(model.config)
+    before = logits(model, tokens)
+    result = grow_model(model, GrowthStage(0, model_config=target))
+    assert (model.config.n_expert, model.config.n_expert_per_token) == (8, 4)
+    assert result.plan.stage.n_expert == 8 and result.plan.stage.model_config == target
+    torch.testing.assert_close(logits(model, tokens), before, atol=1e-5, rtol=0)
+    with pytest.raises(GrowthError, match="n_expert=2 is smaller than the model.s n_expert=4"):
+        plan_growth(pure_moe_config(), GrowthStage(0, model_config={**target, "n_expert": 2, "n_expert_per_token": 2}))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.axes import active_axes
+from lightning_sparkling.growth.axes import active_axes, plugin_sizes
 from lightning_sparkling.growth.depth import (
     DEPTH_AXIS,
     DepthChange,
@@ -329,10 +329,10 @@ def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
         old, new = getattr(config, key), getattr(target, key)
         if key in _FREE_FIELDS or key in _PER_BLOCK_FIELDS or key in _DERIVED_FIELDS or old == new:
             continue
-        if key not in SIZE_AXES:
+        if key not in SIZE_AXES and key not in plugin_sizes():  # plug-in sizes: e.g. an MoE target's n_expert
             raise GrowthError(f"GrowthStage({what}): the target's {key}={new!r} differs from the model's {key}={old!r}; "
                               "only sizes (n_embd, n_head, n_query_groups, intermediate_size, moe_intermediate_size, "
-                              f"n_layer) can grow; grow into a config with {key}={old!r}")
+                              f"n_layer, n_expert, n_expert_per_token) can grow; grow into a config with {key}={old!r}")
         if new is None or old is None or new < old:
             raise GrowthError(f"GrowthStage({what}): the target's {key}={new} is smaller than the model's {key}={old}; "
                               "a growth can only make sizes larger")
@@ -441,8 +441,6 @@ def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
         {'n_embd': (512, 768), 'intermediate_size': (2048, 3072), 'n_head': (8, 12), 'n_query_groups': (8, 12), \
 'n_layer': (6, 12)}
     """
-    from lightning_sparkling.growth.axes import plugin_sizes
-
     return {axis: (getattr(old_config, axis), getattr(new_config, axis)) for axis in (*SIZE_AXES, *plugin_sizes())
             if getattr(old_config, axis) != getattr(new_config, axis) and getattr(old_config, axis) is not None}
 
