@@ -392,3 +392,14 @@ def test_a_named_moe_target_with_more_experts_grows_the_experts():
     torch.testing.assert_close(logits(model, tokens), before, atol=1e-5, rtol=0)
     with pytest.raises(GrowthError, match="n_expert=2 is smaller than the model.s n_expert=4"):
         plan_growth(pure_moe_config(), GrowthStage(0, model_config={**target, "n_expert": 2, "n_expert_per_token": 2}))
+
+
+@pytest.mark.parametrize("factory,keys", [(llama_config, dict(mlp_class_name="LLaMAMoE", n_expert=4,
+                                                              n_expert_per_token=2, expert_init="drop-upcycle")),
+                                          (grouped_config, dict(n_expert=8, n_expert_per_token=4,
+                                                                expert_init="random"))])
+def test_bf16_model_stays_bf16(factory, keys):
+    model = make_gpt(factory()).to(torch.bfloat16)
+    grow_model(model, GrowthStage(0, **keys))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    model(make_tokens(model.config))  # runs
