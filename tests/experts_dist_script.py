@@ -1,14 +1,14 @@
 """Run by tests/test_experts_distributed.py: experts growth (dense -> MoE, then 2x experts, then a depth growth)
-under DDP or FSDP2 on 2 CPU ranks (gloo), or its one-process twin.
+under DDP, FSDP2 or FSDP1 on 2 CPU ranks (gloo), or its one-process twin.
 
-    python tests/experts_dist_script.py OUT_DIR {single|ddp|fsdp2} [--accumulate N] [--resume CKPT] [--tag=TAG]
+    python tests/experts_dist_script.py OUT_DIR {single|ddp|fsdp2|fsdp1} [--accumulate N] [--resume CKPT] [--tag=TAG]
 
 Stage 0 (step 4) turns every MLP of the tiny 2-block model into 3 experts, 2 per token (drop-upcycle: the copies
 differ); stage 1 (step 8) grows them to 6 experts, 4 per token (copy, optimizer state copied); stage 2 (step 12)
 deepens the model to 3 blocks (``middle``). 3 and 6 experts of 64 x 32 and a 3-row router shard unevenly over 2
 ranks. Each rank writes the final (gathered) weights, its optimizer's param-group layout and the symmetry metrics to
 OUT_DIR/<mode>-acc<N>/final<tag>-rank<r>.pt. Uninterrupted multi-process runs save checkpoints at step 6 and 10
-(between the growths): DDP a full file, FSDP2 a sharded directory and a full file.
+(between the growths): DDP a full file, FSDP2 and FSDP1 a sharded directory and a full file.
 """
 
 import sys
