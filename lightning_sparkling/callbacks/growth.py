@@ -43,6 +43,7 @@ from lightning_sparkling.callbacks.new_entry_lr import (
     resolve_min_lrs,
 )
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
+from lightning_sparkling.growth.axes import describe_changes
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.depth import describe_depth
 from lightning_sparkling.growth.errors import GrowthError
@@ -452,9 +453,12 @@ class GrowthCallback(Callback):
                 detail = f"{result.plan.depth.order}, {result.plan.depth.init}: {describe_depth(result.plan.depth)}"
             elif axis in ("n_head", "n_query_groups"):
                 detail = f"alpha={result.plan.axes['attn_q'].alpha:.4f}: {describe_heads(result.plan.heads)}"
-            else:
+            elif axis in result.plan.axes:
                 detail = f"alpha={result.plan.axes[axis].alpha:.4f}"
+            else:
+                continue  # a size a plug-in axis sets: described on its own line below
             lines.append(f"  {axis:<22} {a:>8} -> {b:<8} {detail}")
+        lines += [f"  {name:<22} {line}" for name, line in describe_changes(result.plan).items()]
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")
         lines.append(f"  {'FLOPs/token (6N)':<22} {6 * params_before[0]:>8,} -> {6 * params_after[0]:,}")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from lightning_sparkling.growth.axes import plugin_sizes
 from lightning_sparkling.growth.stage import HEAD_AXES, WIDTH_AXES, GrowthStage
 
 MAP_PATH = Path(__file__).with_name("measured.json")
@@ -155,12 +156,20 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
         'joint'
         >>> classify_axis([GrowthStage(10, n_layer=8)])
         'depth'
+        >>> classify_axis([GrowthStage(10, n_expert=8)])
+        'experts'
     """
-    grown = [set(s) for s in sizes] if sizes is not None else [set(stage.sizes) for stage in stages]
+    grown = [set(s) for s in sizes] if sizes is not None else [
+        set(stage.sizes) | {k for k in plugin_sizes() if getattr(stage, k, None) is not None} for stage in stages]
     if len(grown) > 1:
+        if any(k in plugin_sizes() for g in grown for k in g):
+            return "several stages"
         return "two-stage" if all(g and "n_layer" not in g for g in grown) else "several stages"
     (keys,) = grown
     widths, heads = keys & set(WIDTH_AXES), keys & set(HEAD_AXES)
+    plugins = {plugin_sizes()[k] for k in keys if k in plugin_sizes()}  # growth/axes plug-ins, e.g. "experts"
+    if plugins and not (widths or heads or "n_layer" in keys):
+        return "+".join(sorted(plugins))
     if "n_layer" in keys:
         return "depth" if keys == {"n_layer"} else "depth+width"
     if heads:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from lightning_sparkling.growth.axes import active_axes, plugin_sizes
 from lightning_sparkling.growth.depth import (
     DEPTH_AXIS,
     DepthChange,
@@ -191,6 +192,7 @@ class GrowthPlan:
         tied_embeddings: the plan is for a model whose ``lm_head`` and ``wte`` share one weight.
         seed: the growth seed.
         depth: the depth change, or ``None`` when the stage keeps ``n_layer``.
+        changes: the plug-in axes' changes (:mod:`~lightning_sparkling.growth.axes`), by axis name.
     """
 
     stage: GrowthStage
@@ -203,6 +205,7 @@ class GrowthPlan:
     seed: int
     depth: DepthChange | None = None
     heads: HeadLayout | None = None
+    changes: dict[str, object] = field(default_factory=dict)
 
     def carry_region(self, name: str, pieces: list[tuple[slice, ...]]) -> tuple[str | None, list[tuple[slice, ...]]]:
         """An earlier stage's new-entry ``pieces`` of pre-growth tensor ``name`` in the grown model: its new name
@@ -236,7 +239,7 @@ class GrowthPlan:
         """
         found = split_block_name(name)
         if self.depth is None or found is None:
-            return name
+            return _moved_names(self.tensors).get(name, name)
         index, rest = found
         position = self.depth.kept_position.get(index)
         return None if position is None else block_name(position, rest)
@@ -252,6 +255,13 @@ class GrowthPlan:
     def perturb_generator(self, name: str) -> torch.Generator:
         """The generator of tensor ``name``'s ``perturb`` draws (its own stream: ``random`` inits are unchanged)."""
         return make_generator(self.seed, "stage", self.stage_index, "tensor", name, "perturb")
+
+
+def _moved_names(tensors: dict[str, TensorPlan]) -> dict[str, str]:
+    """``{pre-growth name: grown name}`` of the tensors a growth moves without a depth change (a dense MLP that
+    becomes expert 0 of a mixture of experts)."""
+    return {spec.source: name for name, spec in tensors.items() if spec.source and spec.source != name
+            and not spec.fresh and spec.source not in tensors}
 
 
 def _runs_of(positions: torch.Tensor) -> list[tuple[int, int]]:
@@ -316,10 +326,10 @@ def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
         old, new = getattr(config, key), getattr(target, key)
         if key in _FREE_FIELDS or key in _PER_BLOCK_FIELDS or key in _DERIVED_FIELDS or old == new:
             continue
-        if key not in SIZE_AXES:
+        if key not in SIZE_AXES and key not in plugin_sizes():  # plug-in sizes: e.g. an MoE target's n_expert
             raise GrowthError(f"GrowthStage({what}): the target's {key}={new!r} differs from the model's {key}={old!r}; "
                               "only sizes (n_embd, n_head, n_query_groups, intermediate_size, moe_intermediate_size, "
-                              f"n_layer) can grow; grow into a config with {key}={old!r}")
+                              f"n_layer, n_expert, n_expert_per_token) can grow; grow into a config with {key}={old!r}")
         if new is None or old is None or new < old:
             raise GrowthError(f"GrowthStage({what}): the target's {key}={new} is smaller than the model's {key}={old}; "
                               "a growth can only make sizes larger")
@@ -351,7 +361,7 @@ def build_meta_gpt(config) -> nn.Module:
 
 
 def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", depth_init: str = "copy-zero",
-                 target=None, depth_map: tuple[int, ...] | None = None):
+                 target=None, depth_map: tuple[int, ...] | None = None, extra: dict | None = None):
     """A **new** litgpt ``Config`` with ``widths`` applied, pinning what ``__post_init__`` would re-derive.
 
     ``head_size``, ``n_head``, ``n_query_groups`` and ``intermediate_size`` are passed explicitly so that growing
@@ -360,7 +370,8 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
     ``depth_map`` (:func:`~lightning_sparkling.growth.depth.depth_config_values`), and ``n_head`` /
     ``n_query_groups`` (an MHA
     model grown by ``n_head`` alone stays MHA). ``target``: a litgpt ``Config`` whose ``name``, ``hf_config`` and
-    ``block_size`` the grown config takes (a ``model_name`` stage).
+    ``block_size`` the grown config takes (a ``model_name`` stage). ``extra``: further fields, set as given (the
+    plug-in axes' :func:`axis_config_values`).
 
     Example::
 
@@ -384,6 +395,7 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
         values["n_query_groups"] = widths["n_head"]  # an MHA model grown by n_head stays MHA
     if target is not None:
         values.update({key: getattr(target, key) for key in _FREE_FIELDS})
+    values.update(extra or {})
     if widths.get(DEPTH_AXIS) is not None:
         try:
             values.update(depth_config_values(config, depth_change(config.n_layer, widths[DEPTH_AXIS], depth_order,
@@ -405,13 +417,24 @@ def stage_config(config, stage: GrowthStage):
     """
     stage = resolve_stage(config, stage)
     return grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init,
-                        target=target_config(stage), depth_map=stage.depth_map)
+                        target=target_config(stage), depth_map=stage.depth_map,
+                        extra=axis_config_values(config, stage))
+
+
+def axis_config_values(config, stage: GrowthStage) -> dict:
+    """The ``litgpt.Config`` fields the stage's plug-in axes set (:mod:`~lightning_sparkling.growth.axes`)."""
+    values: dict = {}
+    for axis in active_axes(stage):
+        values.update(axis.config_values(config, stage))
+    return values
 
 
 def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
-    """``{size: (old, new)}`` of every size in :data:`SIZE_AXES` that differs between two litgpt configs: what a
-    stage changed, whichever keys set it (explicit sizes or a ``model_name``; an MHA model's ``n_query_groups``
-    follows its ``n_head``).
+    """``{size: (old, new)}`` of every size in :data:`SIZE_AXES` and of the plug-in axes
+    (:func:`~lightning_sparkling.growth.axes.plugin_sizes`, e.g. ``n_expert``) that differs between two litgpt
+    configs: what a stage changed, whichever keys set it (explicit sizes or a ``model_name``; an MHA model's
+    ``n_query_groups`` follows its ``n_head``). A size the old config does not have (``moe_intermediate_size`` of a
+    dense model that becomes a mixture of experts) is not a change of that size and is left out.
 
     Example::
 
@@ -420,8 +443,8 @@ def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
         {'n_embd': (512, 768), 'intermediate_size': (2048, 3072), 'n_head': (8, 12), 'n_query_groups': (8, 12), \
 'n_layer': (6, 12)}
     """
-    return {axis: (getattr(old_config, axis), getattr(new_config, axis)) for axis in SIZE_AXES
-            if getattr(old_config, axis) != getattr(new_config, axis)}
+    return {axis: (getattr(old_config, axis), getattr(new_config, axis)) for axis in (*SIZE_AXES, *plugin_sizes())
+            if getattr(old_config, axis) != getattr(new_config, axis) and getattr(old_config, axis) is not None}
 
 
 def _check_model_kind(config, stage: GrowthStage) -> None:
@@ -543,13 +566,20 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     """
     stage = resolve_stage(config, stage)
     _check_model_kind(config, stage)
+    plugins = active_axes(stage)
+    for plugin in plugins:
+        plugin.check_model(config, stage)
     axes = _axis_changes(config, stage, seed=seed, stage_index=stage_index)
     heads = None
     if _head_counts(config, stage) is not None:
         heads, head_axes = _head_axes(config, stage, seed=seed, stage_index=stage_index)
         axes.update(head_axes)
-    new_config = grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init,
-                              target=target_config(stage), depth_map=stage.depth_map)
+    try:
+        new_config = grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init,
+                                  target=target_config(stage), depth_map=stage.depth_map,
+                                  extra=axis_config_values(config, stage))
+    except AssertionError as err:  # litgpt's Config checks its fields with asserts
+        raise GrowthError(f"GrowthStage(at_step={stage.at_step}): litgpt refuses the grown config ({err!r})") from err
     old_model = build_meta_gpt(config)
     fan_out, fan_in = stage.fan_out_init, stage.fan_in_init
     tensors: dict[str, TensorPlan] = {}
@@ -665,9 +695,16 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     if stage.n_layer is not None:
         depth = depth_change(config.n_layer, stage.n_layer, stage.depth_order, stage.depth_init, stage.depth_map)
         tensors = _place_blocks(tensors, old_shapes, depth, litgpt_init_std(new_config.n_embd))
+    changes = {}
+    for plugin in plugins:  # plug-in axes (growth/axes): their tensors, dimensions and own record of the change
+        contribution = plugin.plan(config, new_config, stage, old_model, seed=seed, stage_index=stage_index)
+        tensors.update(contribution.tensors)
+        axes.update(contribution.axes)
+        changes[plugin.name] = contribution.change
     _check_against_grown(new_config, tensors, old_shapes, depth)
     return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
-                      tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth, heads=heads)
+                      tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth, heads=heads,
+                      changes=changes)
 
 
 def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]], depth: DepthChange,
@@ -700,7 +737,9 @@ def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes:
                          depth: DepthChange | None) -> None:
     """Every tensor of ``GPT(new_config)`` must be either planned with its exact shape or unchanged."""
     new_shapes = {name: tuple(t.shape) for name, t in build_meta_gpt(new_config).state_dict(keep_vars=True).items()}
-    known = set(tensors) | {name for name in old_shapes if depth is None or split_block_name(name) is None}
+    moved = _moved_names(tensors) if depth is None else {}
+    known = set(tensors) | {name for name in old_shapes
+                            if (depth is None or split_block_name(name) is None) and name not in moved}
     if depth is not None:  # a block kept in place and not grown is not planned
         known |= {name for name in old_shapes if (found := split_block_name(name)) is not None
                   and found[0] < depth.new and depth.source[found[0]] == found[0] and not depth.fresh[found[0]]}

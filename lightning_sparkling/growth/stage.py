@@ -176,6 +176,23 @@ class GrowthStage:
             1 and the new entries follow the re-warmup schedule. Measured: dropping the boost undoes most of its
             gain (``docs/BENCHMARKS.md``, "Making growth pay").
 
+    The keys below grow the experts (:mod:`~lightning_sparkling.growth.axes.experts`: what keeps the function and
+    what changes it); a new expert's tensors and a router's new rows are new entries like new width, so the re-warmup
+    and ``optimizer_state`` apply to them. Grow the experts in a stage of their own.
+
+    Args:
+        n_expert: new number of routed experts per MoE block. On a ``LLaMAMoE`` model new expert ``E_old + i`` starts
+            from expert ``i % E_old``, its router row from that expert's row.
+        n_expert_per_token: new top-``K`` (default: the model's). ``n_expert`` and ``n_expert_per_token`` grown by
+            the same factor with ``expert_init='copy'`` keep the function exactly.
+        mlp_class_name: ``"LLaMAMoE"`` on a ``LLaMAMLP`` model: dense -> MoE (sparse upcycling); every block's MLP
+            becomes ``n_expert`` experts of its inner size that copy it (exact under ``copy``, whatever the router).
+        expert_init: ``copy`` (default), ``drop-upcycle`` (a copy whose ``expert_reinit_fraction`` of inner channels
+            are re-drawn from the weight's own mean and std) or ``random`` (litgpt's init).
+        expert_reinit_fraction: drop-upcycle's fraction of re-drawn inner channels, in ``[0, 1]`` (default 0.5).
+        router_init: dense -> MoE's new router: ``random`` (default, litgpt's init) or ``zero`` (needs
+            ``expert_init='drop-upcycle'``: equal copies under a zero router never part).
+
     ``rewarmup_scope='all'`` and ``decay_speedup`` redefine the schedule of the rest of the run, so only the last
     stage of a run may set them (:func:`check_stage_sequence`).
 
@@ -223,6 +240,12 @@ class GrowthStage:
     symmetry_release: str = "hold"
     at_fraction: float | None = None
     depth_map: tuple[int, ...] | None = None
+    n_expert: int | None = None
+    n_expert_per_token: int | None = None
+    mlp_class_name: str | None = None
+    expert_init: str = "copy"
+    expert_reinit_fraction: float = 0.5
+    router_init: str = "random"
 
     def __post_init__(self) -> None:
         self._check_timing()
@@ -230,11 +253,11 @@ class GrowthStage:
             self._check_depth_map()
         if self.model_name is not None or self.model_config is not None:
             self._check_target()
-        elif not self.sizes:
+        elif not self.sizes and not self.grows_experts:
             raise StageError(
                 None,
                 f"GrowthStage(at_step={self.at_step}) grows nothing: give at least one of {', '.join(SIZE_AXES)}, "
-                "model_name or model_config"
+                "n_expert, model_name or model_config"
             )
         for axis, size in self.sizes.items():
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
@@ -280,6 +303,9 @@ class GrowthStage:
                              f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
         self._check_baselines(fan_in)
         self._check_lock_breakers(fan_out, fan_in)
+        from lightning_sparkling.growth.axes.experts import check_expert_keys  # the experts axis' own keys
+
+        check_expert_keys(self)
 
     def _check_timing(self) -> None:
         if (self.at_step is None) == (self.at_fraction is None):
@@ -456,6 +482,12 @@ class GrowthStage:
                              "with rewarmup_scope='all' every entry follows one LR; use rewarmup_scope='new'")
 
     @property
+    def grows_experts(self) -> bool:
+        """Whether the stage sets an experts key (``n_expert``, ``n_expert_per_token`` or ``mlp_class_name``):
+        :mod:`~lightning_sparkling.growth.axes.experts` plans it."""
+        return any(getattr(self, key) is not None for key in ("n_expert", "n_expert_per_token", "mlp_class_name"))
+
+    @property
     def changes_baseline(self) -> bool:
         """Whether the stage changes the LR of old entries too (``rewarmup_scope='all'`` or ``decay_speedup``)."""
         return self.rewarmup_scope == "all" or self.decay_speedup > 0
@@ -482,7 +514,8 @@ class GrowthStage:
         grows, or a copied ``depth_init``): the copies whose likeness ``symmetry/`` measures."""
         width_copies = bool(self.widths or self.n_head or self.n_query_groups or self.model_name or self.model_config
                             ) and "copy" in (self.fan_out_init, self.fan_in_init)
-        return width_copies or (self.n_layer is not None and self.depth_init.startswith("copy"))
+        expert_copies = self.grows_experts and self.expert_init != "random"
+        return width_copies or expert_copies or (self.n_layer is not None and self.depth_init.startswith("copy"))
 
     @property
     def fan_out_init(self) -> str:

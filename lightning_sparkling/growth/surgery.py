@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from lightning_sparkling.growth.axes import registered_axes
 from lightning_sparkling.growth.operators import TensorStats, expand_dim, relayout_dim
 from lightning_sparkling.growth.plan import AxisChange, GrowthError, GrowthPlan, TensorPlan, build_meta_gpt, plan_growth
 from lightning_sparkling.growth.stage import GrowthStage
@@ -129,8 +130,9 @@ def grow_tensor(
     """
     if tuple(t.shape) != spec.old_shape:
         raise GrowthError(f"tensor {spec.name!r} has shape {tuple(t.shape)}, the plan expects {spec.old_shape}")
-    if spec.fresh and (mode == "zero" or (mode is None and spec.block_init != "copy")):
-        return _fresh_tensor(t, spec, "zero" if mode == "zero" else spec.block_init, generator)
+    sourceless = spec.fresh and not spec.dims and spec.old_shape != spec.new_shape  # e.g. a new router: no entry
+    if spec.fresh and (mode == "zero" or (mode is None and spec.block_init != "copy") or (sourceless and mode)):
+        return _fresh_tensor(t, spec, spec.block_init if mode is None else "zero", generator)
     factor = spec.scale if scale is None else scale
     if mode == "zero" and factor == 1.0 and all(axes[d.axis].layout is None for d in spec.dims):
         # every new slice zero (optimizer state): one zero tensor of the new shape and one copy of the old block,
@@ -198,6 +200,9 @@ def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[
             continue
         out[name] = grow_tensor(t, spec, plan.axes, generator=plan.tensor_generator(name), perturb=perturb,
                                 perturb_generator=plan.perturb_generator(name) if perturb else None)
+    for axis in registered_axes():  # plug-in axes' post-processing (e.g. drop-upcycle's re-drawn channels)
+        if axis.name in plan.changes:
+            out = axis.finish_tensors(plan, out)
     return out
 
 
@@ -269,6 +274,9 @@ class _Swap:
         elif attr in module._modules:
             self._log.append((module, attr, False, module._modules[attr]))
             setattr(module, attr, value)
+        elif attr in module._buffers:
+            self._log.append((module, attr, False, module._buffers[attr]))
+            module._buffers[attr] = value
         else:
             self._log.append((module, attr, False, module.__dict__[attr]))
             setattr(module, attr, value)
@@ -337,6 +345,9 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
                 swap.set(module, "config", plan.new_config)
         if plan.depth is not None:
             _place_blocks(swap, model, plan, fresh)
+        for axis in registered_axes():  # plug-in axes that add or replace modules (growth/axes)
+            if axis.name in plan.changes:
+                axis.restructure(swap, model, plan, fresh)
         reference = build_meta_gpt(plan.new_config)
         # parameter-free norms (e.g. OLMo's non-affine LayerNorm) have no tensor to infer their size from
         for name, ref in reference.named_modules():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from lightning_sparkling.growth.axes import plan_axes
 from lightning_sparkling.growth.depth import DEPTH_AXIS, block_name, split_block_name
 from lightning_sparkling.growth.plan import GrowthPlan
 
@@ -78,6 +79,10 @@ def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
         if pairs:
             specs[DEPTH_AXIS] = CopySpec(DEPTH_AXIS, plan.depth.old, torch.empty(0, dtype=torch.long), (),
                                          tuple(pairs))
+    for axis in plan_axes(plan):  # plug-in axes whose new modules copy old ones (e.g. new experts)
+        pairs = axis.copy_pairs(plan)
+        if pairs:
+            specs[axis.name] = CopySpec(axis.name, 0, torch.empty(0, dtype=torch.long), (), tuple(pairs))
     return specs
 
 

@@ -324,13 +324,39 @@ def _agreed_state_keys(optimizer: torch.optim.Optimizer, names: Mapping[int, str
     return {name: sorted(keys) for name, keys in agreed.items()}
 
 
-def _scalar_state(state: dict, template: dict | None) -> dict:
-    """The scalar state (``step``) of a parameter; a rank that held no state for it (an empty shard) takes it
-    from another parameter."""
-    if state or not template:
-        return {k: v for k, v in state.items() if not (isinstance(v, torch.Tensor) and v.ndim > 0)}
-    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in template.items()
-            if not (isinstance(v, torch.Tensor) and v.ndim > 0)}
+def _agreed_scalars(optimizer: torch.optim.Optimizer, names: Mapping[int, str]) -> dict[str, dict[str, float]]:
+    """``{param name: {scalar state key: value}}`` agreed by every rank: the largest over the ranks. A rank whose
+    shard of a parameter is empty gets no gradient for it, so torch does not advance its ``step`` there; the ranks
+    that hold entries have the true count. A growth that moves shard boundaries (new experts, wider tensors) must
+    not carry such a stale count into a shard that now holds entries."""
+    local: dict[str, dict[str, float]] = {}
+    for p, state in optimizer.state.items():
+        name = names.get(id(p))
+        if name is not None:
+            local[name] = {k: float(v) for k, v in state.items() if isinstance(v, torch.Tensor) and v.ndim == 0}
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, local)
+    agreed: dict[str, dict[str, float]] = {}
+    for rank_values in gathered:
+        for name, values in rank_values.items():
+            for key, value in values.items():
+                mine = agreed.setdefault(name, {})
+                mine[key] = max(mine.get(key, value), value)
+    return agreed
+
+
+def _scalar_state(state: dict, template: dict | None, agreed: Mapping[str, float] | None = None) -> dict:
+    """The scalar state (``step``) of a parameter, at the value the ranks agree on (:func:`_agreed_scalars`); a rank
+    that held no state for it (an empty shard) takes its keys from another parameter."""
+    base = state if state or not template else template
+    out = {k: (v.clone() if isinstance(v, torch.Tensor) and base is template else v) for k, v in base.items()
+           if not (isinstance(v, torch.Tensor) and v.ndim > 0)}
+    for key, value in (agreed or {}).items():
+        if isinstance(out.get(key), torch.Tensor) and float(out[key]) != value:
+            out[key] = torch.full_like(out[key], value)
+    return out
 
 
 @torch.no_grad()
@@ -353,6 +379,7 @@ def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1Gr
     keys = {n: k for n, k in _agreed_state_keys(optimizer, {id(p): n for n, p in old_by_name.items()}).items()
             if n in in_optimizer}
     template = next((s for s in optimizer.state.values() if s), None)
+    scalars = _agreed_scalars(optimizer, {id(p): n for n, p in old_by_name.items()})  # a collective
     for g, group in enumerate(optimizer.param_groups):
         for i, p in enumerate(group["params"]):
             name = grown_name.get(id(p))
@@ -362,7 +389,7 @@ def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1Gr
             patch.replacements.append((g, i, p, new))
             state = optimizer.state.get(p, {})
             if state or keys.get(_source_name(plan, name)):
-                patch.new_state[new] = _scalar_state(state, template)
+                patch.new_state[new] = _scalar_state(state, template, scalars.get(_source_name(plan, name)))
     for name, (source, new) in result.added.items():
         g = group_of.get(id(source))
         if g is None:
@@ -375,7 +402,8 @@ def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1Gr
         state = optimizer.state.get(source, {})
         if state or keys.get(_source_name(plan, name)):  # its own step tensor: torch updates it in place
             patch.new_state[new] = {k: v.clone() if isinstance(v, torch.Tensor) else v
-                                    for k, v in _scalar_state(state, template).items()}
+                                    for k, v in _scalar_state(state, template,
+                                                              scalars.get(_source_name(plan, name))).items()}
     rank = {id(p): i for i, p in enumerate(result.order)}
     for params in patch.regrouped.values():
         params.sort(key=lambda p: rank.get(id(p), len(rank)))

@@ -12,7 +12,9 @@ way (:func:`plan_sharded_optimizer_patch`). :class:`FSDP2Backend` is the
 
 from __future__ import annotations
 
+import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -138,9 +140,15 @@ def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: 
     # a depth growth takes the dtypes of the old blocks' tensors of the same name.
     dtypes = {clean_name(name): p.dtype for name, p in old_gpt.named_parameters()}
     block_dtypes = {found[1]: dtype for name, dtype in dtypes.items() if (found := split_block_name(name)) is not None}
+    # a new module of a plug-in axis (a new expert, a new router): the dtype of the old tensors of its pattern
+    # (indices as *), else the dtype most of the model has
+    pattern_dtypes = {_index_pattern(name): dtype for name, dtype in dtypes.items()}
+    counts = Counter(dtypes.values())
+    model_dtype = counts.most_common(1)[0][0] if counts else None
     for name, param in list(new.named_parameters()):
         found = split_block_name(name)
-        dtype = dtypes.get(name, block_dtypes.get(found[1], param.dtype) if found is not None else param.dtype)
+        fallback = pattern_dtypes.get(_index_pattern(name), model_dtype or param.dtype)
+        dtype = dtypes.get(name, block_dtypes.get(found[1], fallback) if found is not None else fallback)
         if dtype != param.dtype:
             owner, _, leaf = name.rpartition(".")
             setattr(new.get_submodule(owner), leaf, torch.nn.Parameter(param.to(dtype), param.requires_grad))
@@ -149,6 +157,11 @@ def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: 
     new.max_seq_length = old_gpt.max_seq_length
     swap.set(parent, attr, new)
     return new
+
+
+def _index_pattern(name: str) -> str:
+    """``name`` with every module index as ``*`` (``transformer.h.*.mlp.experts.*.fc_1.weight``)."""
+    return re.sub(r"(?<=\.)\d+(?=\.)", "*", name)
 
 
 def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, config: object,
@@ -167,7 +180,9 @@ def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, c
         )
     new.to_empty(device=device)
     for name, buf in old_gpt.named_buffers():  # RoPE cos/sin: head size and positions do not change
-        new.get_buffer(name).copy_(buf)
+        target = new.get_buffer(name)
+        if target.shape == buf.shape:  # a grown buffer (a router's score correction) is filled by the growth
+            target.copy_(buf)
     return new
 
 
@@ -226,6 +241,9 @@ def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: Gro
                     local.to_local() if isinstance(local, DTensor) else local)
                 filled.add(name)
             del full
+        buffers = {name: buf for name, buf in gpt.named_buffers() if name in plan.tensors}
+        for name, value in grow_tensors(plan, buffers).items():  # persistent buffers a plan grows
+            new.get_buffer(name).copy_(value)
         missing = sorted(set(new_named) - filled)
         if missing:
             raise GrowthError(f"FSDP2 growth left parameters of the grown GPT unfilled: {missing[:6]}")

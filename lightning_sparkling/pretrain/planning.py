@@ -88,6 +88,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
     ``plan()["stages"]``."""
     from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.growth.heads import describe_heads
+    from lightning_sparkling.growth.axes import describe_changes
     from lightning_sparkling.growth.plan import size_changes
     from lightning_sparkling.growth.stage import grows_channels
 
@@ -108,6 +109,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
         "params_before": before[1], "params_after": after[1],
         "active_params_before": before[0], "active_params_after": after[0],
         "tensors": len(gp.tensors), "tensor_groups": _tensor_groups(gp),
+        "axes": describe_changes(gp),  # plug-in axes (growth/axes): one line each
     }
     return report
 
@@ -287,6 +289,8 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
                       f"grown model <- the old block {what})")
     if s["heads"] is not None:
         console.print(f"  heads: {s['heads']} (new head <- old head it copies, by position)")
+    for name, line in s.get("axes", {}).items():
+        console.print(f"  {name}: {line}")
     # init and rms_preserving act on new width channels and heads only: a stage that adds only blocks does not list them
     width = (f"init {s['init']}, rms_preserving {s['rms_preserving']}, " if s["grows_channels"] else "")
     console.print(f"  {width}optimizer_state {s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over "

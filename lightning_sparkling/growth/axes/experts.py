@@ -1,0 +1,413 @@
+"""The experts axis: grow the experts of a litgpt ``LLaMAMoE`` (MoE -> more experts) or turn every ``LLaMAMLP``
+into a ``LLaMAMoE`` of copies of it (dense -> MoE, sparse upcycling).
+
+=========================  ===================================================================================
+stage keys                 what happens
+=========================  ===================================================================================
+``n_expert=E``             on a ``LLaMAMoE`` model: new expert ``E_old + i`` copies expert ``i % E_old`` of the
+(``n_expert_per_token=K``) same block (``expert_init``), its router row the source's row (a ``GroupedTopkRouter``
+                           keeps its experts per group: ``n_expert_groups`` grows with ``E``, its
+                           ``e_score_correction_bias`` entries are copied, ``n_topk_groups`` grows with ``K``)
+``mlp_class_name=          on a ``LLaMAMLP`` model: every block's MLP becomes expert 0 of a ``LLaMAMoE`` (the same
+"LLaMAMoE"``, ``n_expert``, module and parameters), experts ``1..E-1`` copy it (``expert_init``), the router starts
+``n_expert_per_token``     as ``router_init`` (``moe_intermediate_size`` = the MLP's ``intermediate_size``)
+=========================  ===================================================================================
+
+``expert_init``: ``copy``; ``drop-upcycle`` (Drop-Upcycling, Nakamura et al., ICLR 2025: a copy whose
+``expert_reinit_fraction`` of inner channels, chosen per new expert, are re-drawn from normal(mean, std) of that
+weight: rows of ``fc_1`` / ``fc_2``, columns of ``proj``); ``random`` (litgpt's pretraining init,
+normal(0, sqrt(2 / (5 n_embd))), for the new experts and, on MoE -> more experts, router rows drawn from the
+router's own mean and std).
+
+What keeps the function (litgpt's ``LLaMAMoE.forward``: an ``nn.Linear`` router takes the top ``K`` logits and
+soft-maxes *over those K*, so the K weights always sum to one; a ``GroupedTopkRouter`` takes sigmoid scores and
+divides by their sum only with ``norm_topk_prob``; ``routed_scaling_factor`` multiplies either):
+
+- dense -> MoE with ``copy``: exact whatever the router (random or zero), since identical experts weighted by K
+  weights that sum to one give the MLP's output (the new config's ``routed_scaling_factor`` is the dense config's
+  own, 1.0 unless set).
+- MoE -> ``m`` times the experts *and* ``m`` times ``n_expert_per_token``, ``copy``: exact. Each of the K experts a
+  token picked now has ``m - 1`` copies with the same router logit; the top ``mK`` are those ``m`` times K, and the
+  softmax over them gives each copy ``1/m`` of its source's weight. With a ``GroupedTopkRouter`` exact when
+  ``norm_topk_prob`` (groups and top groups grow by ``m`` too); without it every copy keeps its source's full
+  sigmoid weight, so the routed output is ``m`` times what it was.
+- ``n_expert`` alone (K kept, K > 1): a token's top K now holds copies of its best expert instead of its K best,
+  which changes the function; K = 1 stays exact. ``drop-upcycle`` and ``random`` change it too. ``sparkling plan``
+  and the growth log print the loss after the growth.
+
+``router_init="zero"`` with ``expert_init="copy"`` is refused: every token would go to the first K experts and the
+copies would never part (their router gradient is zero while the experts are equal).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from lightning_sparkling.growth.axes import AxisPlan
+from lightning_sparkling.growth.depth import litgpt_init_std
+from lightning_sparkling.growth.plan import AxisChange, DimGrowth, GrowthError, TensorPlan
+
+MOE_CLASS = "LLaMAMoE"
+EXPERT_INITS: tuple[str, ...] = ("copy", "drop-upcycle", "random")
+ROUTER_INITS: tuple[str, ...] = ("random", "zero")
+EXPERT_AXIS = "n_expert"
+DEFAULT_REINIT_FRACTION = 0.5
+_EXPERT_TENSOR = re.compile(r"^transformer\.h\.(\d+)\.mlp\.experts\.(\d+)\.(fc_1|fc_2|proj)\.(weight|bias)$")
+
+
+def _positive_int(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value > 0
+
+
+def check_expert_keys(stage) -> None:
+    """Refuse bad experts keys of a :class:`~lightning_sparkling.growth.stage.GrowthStage` (no model needed).
+
+    Raises:
+        ValueError: naming the key, its value and the fix.
+
+    Example::
+
+        >>> from lightning_sparkling.growth.stage import GrowthStage
+        >>> GrowthStage(10, n_expert=4, n_expert_per_token=8)
+        Traceback (most recent call last):
+        ...
+        StageError: GrowthStage(n_expert_per_token=8): more experts per token than experts (n_expert=4); ...
+    """
+    from lightning_sparkling.growth.stage import StageError  # a ValueError that names its key
+
+    grows = stage.grows_experts
+    if stage.mlp_class_name is not None and stage.mlp_class_name != MOE_CLASS:
+        raise StageError("mlp_class_name",
+                         f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): litgpt's mixture of experts is "
+                         f"{MOE_CLASS!r} (an nn.Linear top-k router, or a GroupedTopkRouter with n_expert_groups); use "
+                         f"mlp_class_name={MOE_CLASS!r} to turn every LLaMAMLP into experts")
+    for key in ("n_expert", "n_expert_per_token"):
+        value = getattr(stage, key)
+        if value is not None and not _positive_int(value):
+            raise StageError(key, f"GrowthStage({key}={value!r}): must be a positive integer")
+    if stage.mlp_class_name is not None and (stage.n_expert is None or stage.n_expert_per_token is None):
+        raise StageError("mlp_class_name",
+                         f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): dense -> MoE needs the number of "
+                         f"experts and of experts per token; give n_expert and n_expert_per_token (e.g. 4 and 2)")
+    if grows and stage.n_expert is None:
+        raise StageError("n_expert_per_token",
+                         f"GrowthStage(n_expert_per_token={stage.n_expert_per_token}): adds no experts; give n_expert "
+                         "too (doubling both keeps the function)")
+    if stage.n_expert is not None and stage.n_expert_per_token is not None \
+            and stage.n_expert_per_token > stage.n_expert:
+        raise StageError("n_expert_per_token",
+                         f"GrowthStage(n_expert_per_token={stage.n_expert_per_token}): more experts per token than "
+                         f"experts (n_expert={stage.n_expert}); use at most {stage.n_expert}")
+    if stage.expert_init not in EXPERT_INITS:
+        raise StageError("expert_init",
+                         f"GrowthStage(expert_init={stage.expert_init!r}): choose one of {', '.join(EXPERT_INITS)}")
+    if stage.router_init not in ROUTER_INITS:
+        raise StageError("router_init",
+                         f"GrowthStage(router_init={stage.router_init!r}): choose one of {', '.join(ROUTER_INITS)}")
+    fraction = stage.expert_reinit_fraction
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise StageError("expert_reinit_fraction",
+                         f"GrowthStage(expert_reinit_fraction={fraction!r}): must be a number in [0, 1], the part of "
+                         "each new expert's inner channels drop-upcycle re-draws (0.5: Drop-Upcycling's)")
+    if fraction != DEFAULT_REINIT_FRACTION and stage.expert_init != "drop-upcycle":
+        raise StageError("expert_reinit_fraction", f"GrowthStage(expert_reinit_fraction={fraction!r}): only used with "
+                         f"expert_init='drop-upcycle' (expert_init is {stage.expert_init!r})")
+    if not grows:
+        for key, default in (("expert_init", "copy"), ("router_init", "random")):
+            if getattr(stage, key) != default:
+                raise StageError(key, f"GrowthStage({key}={getattr(stage, key)!r}): only used when the stage grows the "
+                                 "experts; give n_expert (and mlp_class_name='LLaMAMoE' on a dense model)")
+        return
+    if stage.router_init != "random" and stage.mlp_class_name is None:
+        raise StageError("router_init", f"GrowthStage(router_init={stage.router_init!r}): only used by dense -> MoE "
+                         "(mlp_class_name='LLaMAMoE'); on MoE -> more experts the new router rows follow expert_init")
+    if stage.router_init == "zero" and stage.expert_init == "copy":
+        raise StageError("router_init",
+                         "GrowthStage(router_init='zero', expert_init='copy'): every token would go to the first "
+                         "n_expert_per_token experts and the copies would never part (their router gradient is zero "
+                         "while they are equal); use router_init='random' or expert_init='drop-upcycle'")
+    others = [key for key in stage.sizes] + [k for k in ("model_name", "model_config") if getattr(stage, k)]
+    if others:
+        raise StageError("n_expert",
+                         f"GrowthStage(n_expert={stage.n_expert}) with {', '.join(others)}: grow the experts in a stage "
+                         "of their own (a stage at the next step for the other sizes)")
+
+
+@dataclass(frozen=True)
+class ExpertsChange:
+    """The experts of one stage.
+
+    Attributes:
+        upcycle: dense -> MoE (every block's MLP becomes expert 0 of a new ``LLaMAMoE``).
+        old / new: experts per MoE block before (``1`` for an upcycled MLP) and after.
+        old_k / new_k: experts per token before (``1`` for an MLP) and after.
+        blocks: the blocks whose experts grow.
+        source: for each new expert ``old + i``, the expert it starts from (``i % old``).
+        init: ``expert_init``. reinit_fraction: drop-upcycle's fraction. router_init: dense -> MoE's router start.
+    """
+
+    upcycle: bool
+    old: int
+    new: int
+    old_k: int
+    new_k: int
+    blocks: tuple[int, ...]
+    source: tuple[int, ...]
+    init: str
+    reinit_fraction: float
+    router_init: str
+
+    @property
+    def exact(self) -> bool:
+        """Whether the growth keeps the function (see the module docstring); the grouped router's
+        ``norm_topk_prob`` is checked by :meth:`ExpertsAxis.describe`."""
+        if self.init != "copy":
+            return False
+        if self.upcycle:
+            return True
+        return self.new_k == self.old_k == 1 or self.new_k * self.old == self.old_k * self.new
+
+
+def _moe_blocks(config) -> tuple[int, ...]:
+    first_dense = config.first_k_dense_replace or 0
+    return tuple(range(first_dense, config.n_layer))
+
+
+class ExpertsAxis:
+    """The experts plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
+
+    name = "experts"
+    sizes = ("n_expert", "n_expert_per_token")
+
+    def active(self, stage) -> bool:
+        return stage.grows_experts
+
+    def check_stage(self, stage) -> None:
+        check_expert_keys(stage)
+
+    def check_model(self, config, stage) -> None:
+        """Refuse a model these experts cannot grow (see :meth:`config_values`)."""
+        self.config_values(config, stage)
+
+    def config_values(self, config, stage) -> dict[str, Any]:
+        """The grown config's experts fields.
+
+        Raises:
+            GrowthError: naming the value and the fix: ``n_expert`` on a model without experts (and no
+                ``mlp_class_name='LLaMAMoE'``), dense -> MoE of an MLP that is not a ``LLaMAMLP`` or of a model that
+                already has experts, fewer experts or experts per token, ``K > E``, a grouped router whose groups
+                cannot keep their size.
+        """
+        is_moe = config.mlp_class_name == MOE_CLASS
+        E, K = stage.n_expert, stage.n_expert_per_token
+        if stage.mlp_class_name is not None:
+            if is_moe:
+                raise GrowthError(f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): the model is already a "
+                                  f"{MOE_CLASS} with n_expert={config.n_expert}; drop mlp_class_name to add experts")
+            if config.mlp_class_name != "LLaMAMLP":
+                raise GrowthError(f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): litgpt's {MOE_CLASS} "
+                                  f"experts are LLaMAMLPs (gated SiLU), so a {config.mlp_class_name} cannot be copied "
+                                  "into them; upcycle a model with mlp_class_name='LLaMAMLP'")
+            return {"mlp_class_name": MOE_CLASS, "n_expert": E, "n_expert_per_token": K,
+                    "moe_intermediate_size": config.intermediate_size}
+        if not is_moe:
+            raise GrowthError(f"GrowthStage(n_expert={E}): this model has no experts (mlp_class_name="
+                              f"{config.mlp_class_name!r}); add mlp_class_name='LLaMAMoE' and n_expert_per_token to "
+                              "turn every MLP into experts (dense -> MoE)")
+        E_old, K_old = config.n_expert, config.n_expert_per_token
+        K = K_old if K is None else K
+        if E <= E_old:
+            what = "fewer experts than" if E < E_old else "as many experts as"
+            raise GrowthError(f"GrowthStage(n_expert={E}): {what} the model (n_expert={E_old}); a growth adds "
+                              f"experts: use n_expert > {E_old} (e.g. {2 * E_old})")
+        if K < K_old:
+            raise GrowthError(f"GrowthStage(n_expert_per_token={K}): fewer than the model's {K_old}; keep "
+                              f"n_expert_per_token >= {K_old} (doubling it with n_expert keeps the function)")
+        if K > E:
+            raise GrowthError(f"GrowthStage(n_expert_per_token={K}): more than n_expert={E}; use at most {E}")
+        values: dict[str, Any] = {"n_expert": E, "n_expert_per_token": K}
+        if config.n_expert_groups:
+            per_group = E_old // config.n_expert_groups
+            if E % per_group:
+                raise GrowthError(f"GrowthStage(n_expert={E}): the GroupedTopkRouter keeps {per_group} experts per "
+                                  f"group (n_expert_groups={config.n_expert_groups}), so n_expert must be a multiple of "
+                                  f"{per_group}; use e.g. {2 * E_old}")
+            values["n_expert_groups"] = E // per_group
+            top = config.n_topk_groups
+            if K % K_old == 0 and top * (K // K_old) <= values["n_expert_groups"]:
+                top *= K // K_old
+            values["n_topk_groups"] = top
+        return values
+
+    def change(self, config, stage) -> ExpertsChange:
+        """The :class:`ExpertsChange` of ``stage`` on a model of ``config`` (checked first)."""
+        values = self.config_values(config, stage)
+        upcycle = stage.mlp_class_name is not None
+        old = 1 if upcycle else config.n_expert
+        old_k = 1 if upcycle else config.n_expert_per_token
+        new = values["n_expert"]
+        return ExpertsChange(upcycle=upcycle, old=old, new=new, old_k=old_k, new_k=values["n_expert_per_token"],
+                             blocks=tuple(range(config.n_layer)) if upcycle else _moe_blocks(config),
+                             source=tuple(i % old for i in range(new - old)), init=stage.expert_init,
+                             reinit_fraction=float(stage.expert_reinit_fraction), router_init=stage.router_init)
+
+    def plan(self, config, new_config, stage, old_model: nn.Module, *, seed: int, stage_index: int) -> AxisPlan:
+        """Per-tensor plans: new experts are new modules (``block_init`` ``copy`` or ``normal``, ``source`` the expert
+        they start from), like a new block's tensors; the router grows rows on the ``n_expert`` axis (MoE -> more
+        experts) or is new (dense -> MoE: planned against the MLP's ``fc_1``, which only lends dtype and device);
+        dense -> MoE moves the MLP's tensors to expert 0."""
+        change = self.change(config, stage)
+        std = litgpt_init_std(config.n_embd)
+        new_init = "normal" if change.init == "random" else "copy"
+        tensors: dict[str, TensorPlan] = {}
+        axes: dict[str, AxisChange] = {}
+        shapes = {name: tuple(t.shape) for name, t in old_model.state_dict(keep_vars=True).items()}
+
+        def expert_tensors(p: str, source_prefix: str, rests: list[str], first_new: int) -> None:
+            for i, src in enumerate(change.source):
+                for rest in rests:
+                    source = f"{source_prefix.format(src)}.{rest}"
+                    name = f"{p}.mlp.experts.{first_new + i}.{rest}"
+                    how = new_init if rest.endswith("weight") or new_init == "copy" else "zero"
+                    tensors[name] = TensorPlan(name, shapes[source], shapes[source], (), source=source,
+                                               block_init=how, init_std=std if how == "normal" else 0.0)
+
+        for i in change.blocks:
+            p = f"transformer.h.{i}"
+            block = old_model.transformer.h[i]
+            if change.upcycle:
+                rests = [n for n, _ in block.mlp.named_parameters()]
+                for rest in rests:  # the MLP itself becomes expert 0
+                    tensors[f"{p}.mlp.experts.0.{rest}"] = TensorPlan(
+                        f"{p}.mlp.experts.0.{rest}", shapes[f"{p}.mlp.{rest}"], shapes[f"{p}.mlp.{rest}"], (),
+                        source=f"{p}.mlp.{rest}")
+                expert_tensors(p, p + ".mlp", rests, 1)
+                fc_1 = f"{p}.mlp.fc_1.weight"
+                tensors[f"{p}.mlp.gate.weight"] = TensorPlan(
+                    f"{p}.mlp.gate.weight", shapes[fc_1], (change.new, config.n_embd), (), source=fc_1,
+                    block_init="normal" if change.router_init == "random" else "zero",
+                    init_std=std if change.router_init == "random" else 0.0)
+            else:
+                rests = [n for n, _ in block.mlp.experts[0].named_parameters()]
+                expert_tensors(p, p + ".mlp.experts.{}", rests, change.old)
+                gate = f"{p}.mlp.gate.weight"
+                mode = "random" if change.init == "random" else "copy"
+                tensors[gate] = TensorPlan(gate, shapes[gate], (change.new, shapes[gate][1]),
+                                           (DimGrowth(0, EXPERT_AXIS, "fan_out", mode),))
+                bias = f"{p}.mlp.gate.e_score_correction_bias"  # a buffer: restructure() copies its entries
+                if bias in shapes:
+                    tensors[bias] = TensorPlan(bias, shapes[bias], (change.new,),
+                                               (DimGrowth(0, EXPERT_AXIS, "fan_out", "copy"),))
+        if not change.upcycle:
+            axes[EXPERT_AXIS] = AxisChange(name=EXPERT_AXIS, old=change.old, new=change.new, alpha=1.0,
+                                           src=torch.tensor(change.source, dtype=torch.long))
+        return AxisPlan(change=change, tensors=tensors, axes=axes)
+
+    def finish_tensors(self, plan, grown: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Drop-upcycle: in each new expert, re-draw ``expert_reinit_fraction`` of the inner channels (the same
+        channels in ``fc_1`` / ``fc_2`` rows and ``proj`` columns, chosen per block and expert from the growth's
+        seed) from normal(mean, std) of the weight; biases of those channels become zero."""
+        change: ExpertsChange = plan.changes[self.name]
+        if change.init != "drop-upcycle" or change.reinit_fraction == 0:
+            return grown
+        out = dict(grown)
+        for name, t in grown.items():
+            spec = plan.tensors.get(name)
+            found = _EXPERT_TENSOR.match(name)
+            if spec is None or not spec.fresh or found is None:
+                continue
+            block, expert, layer, kind = int(found[1]), int(found[2]), found[3], found[4]
+            if layer == "proj" and kind == "bias":
+                continue
+            dim = 1 if layer == "proj" else 0
+            inner = t.shape[dim]
+            count = round(change.reinit_fraction * inner)
+            chooser = plan_generator(plan, "drop-upcycle", block, expert)
+            channels = torch.randperm(inner, generator=chooser)[:count].sort().values  # (count,)
+            if kind == "bias":
+                out[name] = t.index_fill(0, channels.to(t.device), 0.0)
+                continue
+            t32 = t.detach().float()
+            mean, std = t32.mean().item(), (t32.std().item() if t32.numel() > 1 else 0.0)
+            shape = list(t.shape)
+            shape[dim] = count
+            draw = torch.empty(shape, dtype=torch.float32).normal_(mean, std, generator=plan.tensor_generator(name))
+            out[name] = t.index_copy(dim, channels.to(t.device), draw.to(device=t.device, dtype=t.dtype))
+        return out
+
+    def restructure(self, swap, model: nn.Module, plan, fresh: Mapping[str, torch.Tensor]) -> None:
+        """Put the new experts (and, dense -> MoE, the new ``LLaMAMoE`` around the MLP) into ``model``."""
+        from litgpt.model import LLaMAMLP, LLaMAMoE
+
+        change: ExpertsChange = plan.changes[self.name]
+        config = plan.new_config
+
+        def fill(module: nn.Module, prefix: str, like: Mapping[str, nn.Parameter]) -> None:
+            for rest, param in list(module.named_parameters()):
+                owner, _, attr = rest.rpartition(".")
+                target = module.get_submodule(owner) if owner else module
+                source = like.get(plan.tensors[f"{prefix}.{rest}"].source_name)
+                grad = source.requires_grad if source is not None else param.requires_grad
+                target._parameters[attr] = nn.Parameter(fresh[f"{prefix}.{rest}"], requires_grad=grad)
+
+        params = dict(model.named_parameters())
+        for i in change.blocks:
+            p = f"transformer.h.{i}"
+            block = model.transformer.h[i]
+            if change.upcycle:
+                with torch.device("meta"):
+                    moe = LLaMAMoE(config)
+                moe.experts[0] = block.mlp
+                for e in range(1, change.new):
+                    fill(moe.experts[e], f"{p}.mlp.experts.{e}", params)
+                fill(moe.gate, f"{p}.mlp.gate", params)
+                swap.set(block, "mlp", moe)
+                continue
+            mlp = block.mlp
+            added = []
+            for e in range(change.old, change.new):
+                with torch.device("meta"):
+                    expert = LLaMAMLP(config, intermediate_size=config.moe_intermediate_size)
+                fill(expert, f"{p}.mlp.experts.{e}", params)
+                added.append(expert)
+            swap.set(mlp, "experts", nn.ModuleList([*mlp.experts, *added]))
+            bias = getattr(mlp.gate, "e_score_correction_bias", None)
+            if bias is not None:  # GroupedTopkRouter: the copies' score corrections are their sources'
+                src = torch.tensor(change.source, dtype=torch.long, device=bias.device)
+                swap.set(mlp.gate, "e_score_correction_bias", torch.cat([bias, bias[src]]))
+
+    def copy_pairs(self, plan) -> tuple[tuple[str, str], ...]:
+        """``(source, copy)`` weight matrices of every new expert that starts from an old one, by grown-model name
+        (what ``symmetry/stage_k/experts`` compares; empty under ``random``)."""
+        return tuple((plan.carry(spec.source_name), name) for name, spec in plan.tensors.items()
+                     if spec.fresh and spec.block_init == "copy" and len(spec.new_shape) >= 2
+                     and _EXPERT_TENSOR.match(name))
+
+    def describe(self, plan) -> str:
+        """E.g. ``"experts 4 -> 8, top-2 -> top-4, copy (new 4<-0, 5<-1, 6<-2, 7<-3): function kept"``."""
+        change: ExpertsChange = plan.changes[self.name]
+        old = "dense MLP" if change.upcycle else f"{change.old}"
+        init = change.init + (f" {change.reinit_fraction:g}" if change.init == "drop-upcycle" else "")
+        copies = ", ".join(f"{change.old + i}<-{s}" for i, s in enumerate(change.source))
+        exact = change.exact and (plan.old_config.norm_topk_prob or not plan.old_config.n_expert_groups
+                                  or change.new_k == change.old_k == 1)
+        router = f", router {change.router_init}" if change.upcycle else ""
+        return (f"{old} -> {change.new} experts, top-{change.old_k} -> top-{change.new_k}, {init}{router} "
+                f"(new {copies}): " + ("function kept" if exact else "function changes"))
+
+
+def plan_generator(plan, *keys: object) -> torch.Generator:
+    """A generator of ``plan``'s growth seed and stage for ``keys`` (rank and order independent)."""
+    from lightning_sparkling.growth.scaling import make_generator
+
+    return make_generator(plan.seed, "stage", plan.stage_index, *keys)
+
+
+EXPERTS = ExpertsAxis()
+"""The registered experts axis."""

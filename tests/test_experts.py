@@ -1,0 +1,405 @@
+"""The experts axis (``growth/axes/experts.py``): MoE -> more experts and dense -> MoE upcycling on litgpt GPTs:
+refusals before anything changes, function preservation where it is exact (and the cases where it is not), the
+copies, drop-upcycle and random inits, strict reloading, rollback and the optimizer patch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import (
+    assert_unchanged,
+    llama_config,
+    make_gpt,
+    make_tokens,
+    moe_config,
+    neox_config,
+    olmo2_config,
+    pure_moe_config,
+    qk_norm_config,
+    snapshot,
+)
+from litgpt import GPT
+
+from lightning_sparkling import GrowthError, GrowthStage, grow_model, plan_growth
+from lightning_sparkling.growth.depth import litgpt_init_std
+from lightning_sparkling.growth.optim_state import plan_optimizer_patch
+
+
+def grouped_config(**overrides):
+    """DeepSeek-V3's grouped top-k router (sigmoid scores, ``norm_topk_prob``, ``routed_scaling_factor``)."""
+    kwargs = dict(name="moe-grouped-tiny", n_expert_groups=2, n_topk_groups=1, n_topk_scores_per_group=2,
+                  norm_topk_prob=True, routed_scaling_factor=2.5)
+    kwargs.update(overrides)
+    return moe_config(**kwargs)
+
+
+def logits(model, tokens):
+    with torch.no_grad():
+        return model(tokens)
+
+
+def upcycle(n_expert=4, k=2, at=0, **keys):
+    return GrowthStage(at, mlp_class_name="LLaMAMoE", n_expert=n_expert, n_expert_per_token=k, **keys)
+
+
+# ------------------------------------------------------------------------------------- stage refusals
+STAGE_REFUSALS = [
+    (dict(n_expert=4, n_expert_per_token=8), "n_expert_per_token=8.*at most 4"),
+    (dict(mlp_class_name="MixtralMoE", n_expert=4, n_expert_per_token=2), "mlp_class_name='MixtralMoE'.*LLaMAMoE"),
+    (dict(mlp_class_name="LLaMAMoE", n_expert=4), "mlp_class_name='LLaMAMoE'.*n_expert_per_token"),
+    (dict(n_expert=8, expert_init="drop-upcycle", expert_reinit_fraction=1.5), "expert_reinit_fraction=1.5.*\\[0, 1\\]"),
+    (dict(n_expert=8, expert_init="drop-upcycle", expert_reinit_fraction=-0.1), "expert_reinit_fraction=-0.1"),
+    (dict(n_expert=8, expert_reinit_fraction=0.25), "expert_reinit_fraction=0.25.*drop-upcycle"),
+    (dict(n_expert=8, expert_init="clone"), "expert_init='clone'.*copy, drop-upcycle, random"),
+    (dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, router_init="uniform"),
+     "router_init='uniform'.*random, zero"),
+    (dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, router_init="zero"),
+     "router_init='zero', expert_init='copy'.*never part"),
+    (dict(n_expert=8, router_init="zero", expert_init="drop-upcycle"), "router_init='zero'.*dense -> MoE"),
+    (dict(n_expert=0), "n_expert=0.*positive integer"),
+    (dict(n_expert=8, n_expert_per_token=True), "n_expert_per_token=True"),
+    (dict(n_expert_per_token=4), "n_expert_per_token=4.*give n_expert"),
+    (dict(n_embd=64, expert_init="random"), "expert_init='random'.*only used"),
+    (dict(n_expert=8, n_embd=64), "n_expert=8\\) with n_embd.*stage of their own"),
+]
+
+
+@pytest.mark.parametrize("keys,message", STAGE_REFUSALS, ids=[m.split(".")[0] for _, m in STAGE_REFUSALS])
+def test_bad_expert_keys_are_refused_at_construction(keys, message):
+    with pytest.raises(ValueError, match=message):
+        GrowthStage(0, **keys)
+
+
+MODEL_REFUSALS = [
+    ("fewer", pure_moe_config, dict(n_expert=2), "n_expert=2\\): fewer experts than the model \\(n_expert=4\\).*> 4"),
+    ("same", pure_moe_config, dict(n_expert=4, n_expert_per_token=4), "n_expert=4\\): as many experts"),
+    ("fewer-per-token", pure_moe_config, dict(n_expert=8, n_expert_per_token=1), "n_expert_per_token=1\\): fewer"),
+    ("no-experts", llama_config, dict(n_expert=4), "n_expert=4\\): this model has no experts.*mlp_class_name='LLaMAMoE'"),
+    ("already-moe", pure_moe_config, dict(mlp_class_name="LLaMAMoE", n_expert=8, n_expert_per_token=2),
+     "already a LLaMAMoE.*drop mlp_class_name"),
+    ("neox-mlp", neox_config, dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2),
+     "GptNeoxMLP cannot be copied"),
+    ("group-size", grouped_config, dict(n_expert=5), "multiple of 2"),
+]
+
+
+@pytest.mark.parametrize("factory,keys,message", [r[1:] for r in MODEL_REFUSALS], ids=[r[0] for r in MODEL_REFUSALS])
+def test_experts_growth_a_model_cannot_take_is_refused_before_anything_changes(factory, keys, message):
+    config = factory()
+    model = make_gpt(config)
+    snap = snapshot(model)
+    with pytest.raises(GrowthError, match=message):
+        grow_model(model, GrowthStage(0, **keys))
+    assert_unchanged(model, snap)
+    with pytest.raises(GrowthError, match=message):
+        plan_growth(config, GrowthStage(0, **keys))
+
+
+# ------------------------------------------------------------------------------- function preservation
+EXACT = [
+    ("moe-shared-dense-first-x2", moe_config, dict(n_expert=8, n_expert_per_token=4)),
+    ("moe-shared-dense-first-x3", moe_config, dict(n_expert=12, n_expert_per_token=6)),
+    ("pure-moe-x2", pure_moe_config, dict(n_expert=8, n_expert_per_token=4)),
+    ("pure-moe-top1-more-experts", lambda: pure_moe_config(n_expert_per_token=1), dict(n_expert=6)),
+    ("grouped-norm-topk-scaled-x2", grouped_config, dict(n_expert=8, n_expert_per_token=4)),
+    ("upcycle-llama-4x2", llama_config, dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)),
+    ("upcycle-llama-8x1", llama_config, dict(mlp_class_name="LLaMAMoE", n_expert=8, n_expert_per_token=1)),
+    ("upcycle-llama-bias", lambda: llama_config(bias=True), dict(mlp_class_name="LLaMAMoE", n_expert=3,
+                                                                 n_expert_per_token=3)),
+    ("upcycle-qk-norm", qk_norm_config, dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)),
+    ("upcycle-olmo2", olmo2_config, dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)),
+]
+
+
+@pytest.mark.parametrize("factory,keys", [c[1:] for c in EXACT], ids=[c[0] for c in EXACT])
+def test_exact_expert_growth_keeps_logits_and_reloads_strictly(factory, keys):
+    config = factory()
+    model = make_gpt(config)
+    tokens = make_tokens(config, batch=3, length=16)
+    before = logits(model, tokens)
+    grow_model(model, GrowthStage(0, **keys))
+    assert model.config.n_expert == keys["n_expert"]
+    torch.testing.assert_close(logits(model, tokens), before, atol=1e-5, rtol=0)
+    fresh = GPT(model.config)
+    fresh.load_state_dict(model.state_dict(), strict=True)
+    torch.testing.assert_close(logits(fresh, tokens), before, atol=1e-5, rtol=0)
+
+
+def test_upcycled_model_is_not_trivially_equal_when_experts_differ():
+    """The exactness above comes from identical experts: perturb one copy and the logits move."""
+    model = make_gpt(llama_config())
+    tokens = make_tokens(model.config, batch=3, length=16)
+    before = logits(model, tokens)
+    grow_model(model, upcycle())
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.mlp.experts[1].proj.weight.mul_(3.0)
+    assert (logits(model, tokens) - before).abs().max() > 1e-3
+
+
+CHANGED = [
+    ("more-experts-same-top2", pure_moe_config, dict(n_expert=8)),
+    ("grouped-without-norm", lambda: grouped_config(norm_topk_prob=False), dict(n_expert=8, n_expert_per_token=4)),
+    ("drop-upcycle", pure_moe_config, dict(n_expert=8, n_expert_per_token=4, expert_init="drop-upcycle")),
+    ("random", pure_moe_config, dict(n_expert=8, n_expert_per_token=4, expert_init="random")),
+    ("upcycle-drop-zero-router", llama_config, dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2,
+                                                    expert_init="drop-upcycle", router_init="zero")),
+]
+
+
+@pytest.mark.parametrize("factory,keys", [c[1:] for c in CHANGED], ids=[c[0] for c in CHANGED])
+def test_settings_that_change_the_function_say_so(factory, keys):
+    from lightning_sparkling.growth.axes.experts import EXPERTS
+
+    config = factory()
+    model = make_gpt(config)
+    tokens = make_tokens(config, batch=3, length=16)
+    before = logits(model, tokens)
+    result = grow_model(model, GrowthStage(0, **keys))
+    assert (logits(model, tokens) - before).abs().max() > 1e-4
+    assert EXPERTS.describe(result.plan).endswith("function changes")
+
+
+@pytest.mark.parametrize("factory,keys", [c[1:] for c in EXACT], ids=[c[0] for c in EXACT])
+def test_exact_settings_are_described_as_keeping_the_function(factory, keys):
+    from lightning_sparkling.growth.axes.experts import EXPERTS
+
+    plan = plan_growth(factory(), GrowthStage(0, **keys))
+    assert EXPERTS.describe(plan).endswith("function kept")
+
+
+# ---------------------------------------------------------------------------------------- the copies
+def test_new_experts_copy_expert_i_mod_e_and_their_router_rows():
+    config = grouped_config()
+    model = make_gpt(config)
+    with torch.no_grad():
+        for block in model.transformer.h[1:]:
+            block.mlp.gate.e_score_correction_bias.copy_(torch.arange(4.0))
+    old = {n: p.detach().clone() for n, p in model.named_parameters()}
+    result = grow_model(model, GrowthStage(0, n_expert=12, n_expert_per_token=6))
+    assert model.config.n_expert_groups == 6 and model.config.n_topk_groups == 3  # 2 experts per group kept
+    block = model.transformer.h[1]
+    for j in range(4, 12):
+        for rest in ("fc_1.weight", "fc_2.weight", "proj.weight"):
+            assert torch.equal(dict(block.mlp.experts[j].named_parameters())[rest],
+                               old[f"transformer.h.1.mlp.experts.{j % 4}.{rest}"])
+    gate = old["transformer.h.1.mlp.gate.weight"]
+    assert torch.equal(block.mlp.gate.weight, torch.cat([gate, gate, gate]))
+    assert torch.equal(block.mlp.gate.e_score_correction_bias, torch.arange(4.0).repeat(3))
+    assert type(model.transformer.h[0].mlp).__name__ == "LLaMAMLP"  # first_k_dense_replace block untouched
+    assert set(result.added) == {f"transformer.h.1.mlp.experts.{j}.{r}" for j in range(4, 12)
+                                 for r in ("fc_1.weight", "fc_2.weight", "proj.weight")}
+    assert set(result.new_params) == {"transformer.h.1.mlp.gate.weight"}
+
+
+def test_upcycle_turns_the_mlp_into_expert_zero_and_copies_it():
+    model = make_gpt(llama_config(n_layer=2))
+    mlps = [block.mlp for block in model.transformer.h]
+    params = {n: p for n, p in model.named_parameters()}
+    result = grow_model(model, upcycle(n_expert=3, k=2))
+    for i, block in enumerate(model.transformer.h):
+        assert type(block.mlp).__name__ == "LLaMAMoE" and block.mlp.config is model.config
+        assert block.mlp.experts[0] is mlps[i]  # the same module and Parameters: its optimizer state stays
+        assert block.mlp.experts[0].fc_1.weight is params[f"transformer.h.{i}.mlp.fc_1.weight"]
+        for e in (1, 2):
+            for rest in ("fc_1", "fc_2", "proj"):
+                got = getattr(block.mlp.experts[e], rest).weight
+                assert torch.equal(got, getattr(mlps[i], rest).weight) and got is not getattr(mlps[i], rest).weight
+        gate = block.mlp.gate.weight
+        assert gate.shape == (3, 32)
+        assert abs(gate.std().item() - litgpt_init_std(32)) < 0.3 * litgpt_init_std(32)
+    assert model.config.moe_intermediate_size == model.config.intermediate_size == 64
+    assert not result.new_params and len(result.added) == 2 * (2 * 3 + 1)
+    assert result.plan.carry("transformer.h.1.mlp.proj.weight") == "transformer.h.1.mlp.experts.0.proj.weight"
+
+
+@pytest.mark.parametrize("factory,stage", [(pure_moe_config, GrowthStage(0, n_expert=8, n_expert_per_token=4)),
+                                           (llama_config, upcycle()),
+                                           (grouped_config, GrowthStage(0, n_expert=8, n_expert_per_token=4))])
+def test_rollback_restores_the_model(factory, stage):
+    model = make_gpt(factory())
+    tokens = make_tokens(model.config)
+    before = logits(model, tokens)
+    snap = snapshot(model)
+    buffers = {n: b.clone() for n, b in model.named_buffers()}
+    result = grow_model(model, stage)
+    result.rollback()
+    assert_unchanged(model, snap)
+    assert {n: b for n, b in model.named_buffers()}.keys() == buffers.keys()
+    assert all(torch.equal(b, buffers[n]) for n, b in model.named_buffers())
+    assert torch.equal(logits(model, tokens), before)
+
+
+# ---------------------------------------------------------------------------------- drop-upcycle, random
+def _inner_differs(model, block: int, expert: int, source: int) -> dict[str, torch.Tensor]:
+    new, src = model.transformer.h[block].mlp.experts[expert], model.transformer.h[block].mlp.experts[source]
+    return {"fc_1": (new.fc_1.weight != src.fc_1.weight).any(1), "fc_2": (new.fc_2.weight != src.fc_2.weight).any(1),
+            "proj": (new.proj.weight != src.proj.weight).any(0)}
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 1.0])
+def test_drop_upcycle_redraws_the_same_fraction_of_channels_in_each_matrix(fraction):
+    model = make_gpt(pure_moe_config())
+    grow_model(model, GrowthStage(0, n_expert=8, n_expert_per_token=4, expert_init="drop-upcycle",
+                                  expert_reinit_fraction=fraction))
+    picks = []
+    for block in range(2):
+        for expert in range(4, 8):
+            rows = _inner_differs(model, block, expert, expert - 4)
+            assert torch.equal(rows["fc_1"], rows["fc_2"]) and torch.equal(rows["fc_1"], rows["proj"])
+            assert int(rows["fc_1"].sum()) == round(fraction * 16)
+            picks.append(rows["fc_1"])
+    if fraction < 1:  # chosen per expert: the 4 new experts of block 0 do not all share their channels
+        assert any(not torch.equal(picks[0], p) for p in picks[1:4])
+    old = model.transformer.h[0].mlp.experts[0].fc_1.weight
+    new = model.transformer.h[0].mlp.experts[4].fc_1.weight[picks[0]]
+    assert abs(new.std().item() - old.std().item()) < 0.35 * old.std().item()
+
+
+def test_drop_upcycle_is_seeded_and_zero_fraction_is_a_copy():
+    def grown(seed: int, fraction: float = 0.5):
+        model = make_gpt(llama_config())
+        grow_model(model, upcycle(expert_init="drop-upcycle", expert_reinit_fraction=fraction), seed=seed)
+        return model.state_dict()
+
+    a, b, c = grown(0), grown(0), grown(1)
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert any(not torch.equal(a[n], c[n]) for n in a if ".experts.1." in n)
+    zero = grown(0, 0.0)
+    for n in zero:
+        if ".experts.1." in n:
+            assert torch.equal(zero[n], zero[n.replace("experts.1", "experts.0")])
+
+
+def test_random_experts_use_litgpts_init_and_random_router_rows():
+    model = make_gpt(pure_moe_config())
+    gate = model.transformer.h[0].mlp.gate.weight.detach().clone()
+    grow_model(model, GrowthStage(0, n_expert=8, n_expert_per_token=4, expert_init="random"))
+    std = litgpt_init_std(32)
+    w = torch.cat([model.transformer.h[0].mlp.experts[e].fc_1.weight.flatten() for e in range(4, 8)])
+    assert abs(w.std().item() - std) < 0.15 * std
+    rows = model.transformer.h[0].mlp.gate.weight[4:]
+    assert not any(torch.equal(rows[i], gate[i]) for i in range(4))
+    assert torch.equal(model.transformer.h[0].mlp.gate.weight[:4], gate)
+
+
+# ------------------------------------------------------------------------------------------ optimizer
+@pytest.mark.parametrize("recipe", ["asymmetric", "copy"])
+@pytest.mark.parametrize("factory,stage", [
+    (pure_moe_config, dict(n_expert=8, n_expert_per_token=4)),
+    (llama_config, dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2))])
+def test_new_experts_and_router_rows_get_fresh_or_copied_state(recipe, factory, stage):
+    model = make_gpt(factory())
+    decay = [p for p in model.parameters() if p.ndim == 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}])
+    model(make_tokens(model.config)).sum().backward()
+    opt.step()
+    old_state = {n: {k: v.clone() for k, v in opt.state[p].items()} for n, p in model.named_parameters()}
+    result = grow_model(model, GrowthStage(1, optimizer_state=recipe, **stage))
+    patch = plan_optimizer_patch(opt, result, recipe)
+    patch.apply()
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {names[id(p)] for group in opt.param_groups for p in group["params"]} == set(names.values())
+    for name, (_, new) in result.added.items():
+        got, spec = opt.state[new], result.plan.tensors[name]
+        src = old_state[spec.source_name]
+        assert torch.equal(got["step"], src["step"])
+        for key in ("exp_avg", "exp_avg_sq"):
+            copied = recipe == "copy" and not name.endswith("gate.weight")  # a new router has no source entries
+            want = src[key] if copied else torch.zeros(spec.new_shape)
+            assert torch.equal(got[key], want), (name, key)
+    for name, new in result.new_params.items():  # the router's new rows (MoE -> more experts)
+        got, src = opt.state[new], old_state[name]
+        rows = src["exp_avg"] if recipe == "copy" else torch.zeros_like(src["exp_avg"])
+        assert torch.equal(got["exp_avg"], torch.cat([src["exp_avg"], rows]))
+    entries = result.new_entries
+    assert all(entries[n] == [(slice(0, s[0]), slice(0, s[1]))] for n, s in
+               ((n, result.plan.tensors[n].new_shape) for n in result.added))
+    if result.new_params:
+        assert entries["transformer.h.0.mlp.gate.weight"] == [(slice(4, 8), slice(0, 32))]
+    patch.undo()
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(decay) + len(no_decay)
+
+
+# --------------------------------------------------------------------------------- compute, symmetry, RMS
+def test_estimate_compute_counts_active_experts_per_phase():
+    from lightning_sparkling import estimate_compute
+
+    config = llama_config()
+    stages = [upcycle(n_expert=4, k=2, at=20), GrowthStage(60, n_expert=8, n_expert_per_token=4)]
+    est = estimate_compute(config, stages, total_steps=100, tokens_per_step=64)
+    mlp = 3 * 32 * 64  # fc_1, fc_2, proj of one LLaMAMLP (no bias)
+    dense = sum(p.numel() for p in make_gpt(config).parameters())
+    router = lambda e: 2 * e * 32  # noqa: E731  (one router per block, 2 blocks)
+    assert est.total_params == (dense, dense + 2 * 3 * mlp + router(4), dense + 2 * 7 * mlp + router(8))
+    assert est.active_params == (dense, dense + 2 * mlp + router(4), dense + 2 * 3 * mlp + router(8))
+    assert est.flops == pytest.approx(6 * 64 * sum(n * s for n, s in zip(est.active_params, (20, 40, 40))))
+
+
+def test_symmetry_of_copied_experts_and_router_rows_is_one_at_growth_and_drops_when_they_part():
+    from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
+
+    def measure(model, result):
+        specs = copy_specs(result.plan)
+        params = dict(model.named_parameters())
+        return symmetry_metrics(specs, ((n, params[n]) for s in specs.values() for n in s.names()), "symmetry/s0")
+
+    model = make_gpt(pure_moe_config())
+    result = grow_model(model, GrowthStage(0, n_expert=8, n_expert_per_token=4))
+    assert measure(model, result) == pytest.approx({"symmetry/s0/n_expert": 1.0, "symmetry/s0/experts": 1.0})
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.mlp.experts[5].fc_1.weight.neg_()
+            block.mlp.gate.weight[6].neg_()
+    got = measure(model, result)
+    assert got["symmetry/s0/experts"] < 0.95 and got["symmetry/s0/n_expert"] < 0.95
+    model = make_gpt(llama_config())
+    result = grow_model(model, upcycle(expert_init="drop-upcycle"))
+    assert 0.3 < measure(model, result)["symmetry/s0/experts"] < 0.7  # half the channels re-drawn
+    model = make_gpt(pure_moe_config())
+    assert not copy_specs(grow_model(model, GrowthStage(0, n_expert=8, expert_init="random")).plan).get("experts")
+
+
+def test_rms_monitor_follows_the_upcycled_mixture_and_reads_the_same_values():
+    from lightning_sparkling.callbacks.rms_monitor import compute_rms
+
+    model = make_gpt(llama_config())
+    tokens = make_tokens(model.config, batch=3, length=16)
+    before = compute_rms(model, tokens, per_linear=True)
+    grow_model(model, upcycle())
+    after = compute_rms(model, tokens, per_linear=True)
+    assert {k for k in before if "/gain/" not in k} <= after.keys()
+    for tag, value in before.items():
+        if tag in after and "/gain/" not in tag:
+            assert after[tag] == pytest.approx(value, rel=1e-5, abs=1e-7), tag
+    assert any("experts.3" in tag for tag in after)  # the new experts' linears are watched from the growth on
+
+
+def test_a_named_moe_target_with_more_experts_grows_the_experts():
+    target = {**{k: getattr(pure_moe_config(), k) for k in ("name", "block_size", "n_layer", "n_embd", "n_head",
+                                                            "n_query_groups", "intermediate_size",
+                                                            "moe_intermediate_size", "mlp_class_name",
+                                                            "norm_class_name", "bias", "parallel_residual",
+                                                            "rotary_percentage", "vocab_size", "padded_vocab_size")},
+              "n_expert": 8, "n_expert_per_token": 4}
+    model = make_gpt(pure_moe_config())
+    tokens = make_tokens(model.config)
+    before = logits(model, tokens)
+    result = grow_model(model, GrowthStage(0, model_config=target))
+    assert (model.config.n_expert, model.config.n_expert_per_token) == (8, 4)
+    assert result.plan.stage.n_expert == 8 and result.plan.stage.model_config == target
+    torch.testing.assert_close(logits(model, tokens), before, atol=1e-5, rtol=0)
+    with pytest.raises(GrowthError, match="n_expert=2 is smaller than the model.s n_expert=4"):
+        plan_growth(pure_moe_config(), GrowthStage(0, model_config={**target, "n_expert": 2, "n_expert_per_token": 2}))
+
+
+@pytest.mark.parametrize("factory,keys", [(llama_config, dict(mlp_class_name="LLaMAMoE", n_expert=4,
+                                                              n_expert_per_token=2, expert_init="drop-upcycle")),
+                                          (grouped_config, dict(n_expert=8, n_expert_per_token=4,
+                                                                expert_init="random"))])
+def test_bf16_model_stays_bf16(factory, keys):
+    model = make_gpt(factory()).to(torch.bfloat16)
+    grow_model(model, GrowthStage(0, **keys))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    model(make_tokens(model.config))  # runs
