@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lightning_sparkling import GrowthStage, GrowthCallback  # noqa: E402
 from lightning_sparkling.growth.plan import grown_config  # noqa: E402
 from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
-from lightning_sparkling.pretrain.module import shard_gpt, wrap_gpt  # noqa: E402
+from lightning_sparkling.parallel import shard_gpt, wrap_gpt  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 GROW_AT, MAX_STEPS = 6, 10

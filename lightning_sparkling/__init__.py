@@ -48,13 +48,8 @@ def __getattr__(name: str):  # callbacks import lightning; keep `import lightnin
         from lightning_sparkling.callbacks.growth import GrowthCallback
 
         return GrowthCallback
-    if name in _deprecated.RENAMED:  # WidthGrowthCallback: the old name of GrowthCallback, until 0.3.0
-        from lightning_sparkling.callbacks import growth
-
-        _deprecated.warn_renamed(f"lightning_sparkling.{name}", _deprecated.RENAMED[name])
-        return getattr(growth, _deprecated.RENAMED[name])
     if name == "ActivationRMSMonitor":
         from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
 
         return ActivationRMSMonitor
-    raise AttributeError(f"module 'lightning_sparkling' has no attribute {name!r}")
+    return _deprecated.moved_attribute(__name__, name)  # WidthGrowthCallback: GrowthCallback's old name, until 0.3.0

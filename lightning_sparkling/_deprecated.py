@@ -61,16 +61,34 @@ MOVED: dict[str, tuple[str, ...]] = {
 }
 
 
-#: old public name -> new public name (same object), answered by the modules' ``__getattr__`` with a warning
-RENAMED: dict[str, str] = {
-    "WidthGrowthCallback": "GrowthCallback",
+#: old dotted name -> new public dotted name (the same object), answered by the old module's ``__getattr__``
+#: (:func:`moved_attribute`) with a ``DeprecationWarning``
+MOVED_NAMES: dict[str, str] = {
+    "lightning_sparkling.WidthGrowthCallback": "lightning_sparkling.GrowthCallback",
+    "lightning_sparkling.callbacks.WidthGrowthCallback": "lightning_sparkling.GrowthCallback",
+    "lightning_sparkling.callbacks.growth.WidthGrowthCallback": "lightning_sparkling.GrowthCallback",
+    "lightning_sparkling.pretrain.gpt.shard_gpt": "lightning_sparkling.parallel.shard_gpt",
+    "lightning_sparkling.pretrain.gpt.wrap_gpt": "lightning_sparkling.parallel.wrap_gpt",
+    "lightning_sparkling.pretrain.module.shard_gpt": "lightning_sparkling.parallel.shard_gpt",
+    "lightning_sparkling.pretrain.module.wrap_gpt": "lightning_sparkling.parallel.wrap_gpt",
 }
 
 
-def warn_renamed(old: str, new: str) -> None:
-    """Warn that ``old`` (a dotted name) is the deprecated name of ``new``, removed in :data:`REMOVED_IN`."""
-    warnings.warn(f"{old} is deprecated and will be removed in lightning-sparkling {REMOVED_IN}: use {new} "
-                  "(the same class)", DeprecationWarning, stacklevel=3)
+def moved_attribute(module: str, name: str) -> Any:
+    """For a module's ``__getattr__``: the object an old name ``module.name`` of :data:`MOVED_NAMES` now is, with a
+    ``DeprecationWarning`` naming the new name and :data:`REMOVED_IN`.
+
+    Raises:
+        AttributeError: for any other name (the module has no such attribute).
+    """
+    old = f"{module}.{name}"
+    if old not in MOVED_NAMES:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    new = MOVED_NAMES[old]
+    warnings.warn(f"{old} is deprecated and will be removed in lightning-sparkling {REMOVED_IN}: use {new} (the same "
+                  "object)", DeprecationWarning, stacklevel=3)
+    where, _, attr = new.rpartition(".")
+    return getattr(importlib.import_module(where), attr)
 
 
 def _message(old: str) -> str:

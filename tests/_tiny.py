@@ -58,7 +58,7 @@ class TinyModule(L.LightningModule):
         blocks, then the GPT (both idempotent)."""
         from lightning.pytorch.strategies import FSDPStrategy
 
-        from lightning_sparkling.pretrain.module import shard_gpt, wrap_gpt
+        from lightning_sparkling.parallel import shard_gpt, wrap_gpt
 
         if self.device_mesh is not None:
             shard_gpt(self.model, self.device_mesh)

@@ -42,7 +42,7 @@ from lightning_sparkling.parallel.fsdp1 import (  # noqa: E402
     plan_fsdp1_optimizer_patch,
     shard_range,
 )
-from lightning_sparkling.pretrain.module import wrap_gpt  # noqa: E402
+from lightning_sparkling.parallel import wrap_gpt  # noqa: E402
 from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
 from lightning_sparkling.growth.optim_state import plan_optimizer_patch  # noqa: E402
 from lightning_sparkling.growth.surgery import grow_model  # noqa: E402

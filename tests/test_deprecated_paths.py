@@ -68,7 +68,7 @@ def test_width_growth_callback_is_the_deprecated_name_of_growth_callback(tmp_pat
     olds = []
     for module in (lightning_sparkling, callbacks, growth):
         with pytest.warns(DeprecationWarning, match=rf"WidthGrowthCallback is deprecated and will be removed in "
-                                                    rf"lightning-sparkling {re.escape(REMOVED_IN)}: use GrowthCallback"):
+                                                    rf"lightning-sparkling {re.escape(REMOVED_IN)}: use lightning_sparkling\.GrowthCallback"):
             olds.append(module.WidthGrowthCallback)
     assert all(old is GrowthCallback for old in olds)
     assert callbacks.GrowthCallback is GrowthCallback and "GrowthCallback" in lightning_sparkling.__all__

@@ -92,3 +92,86 @@ def test_cli_and_config_import_no_lightning():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          cwd=FOLDER.parents[1], check=False)
     assert out.returncode == 0, out.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- the layers
+ROOT = FOLDER.parent
+LAYERS = ("growth", "parallel", "callbacks", "pretrain", "dashboards")
+"""Bottom to top: each layer imports only its own and those before it (``pretrain`` and ``dashboards`` are the two
+applications: they may import each other lazily)."""
+APPS = {"pretrain", "dashboards"}
+KNOWN = {"callbacks/rms_monitor.py imports lightning_sparkling.dashboards.tb_layout",
+         "callbacks/rms_monitor.py imports lightning_sparkling.dashboards.tb_layout.write_layout"}
+"""Upward imports that predate this check (the RMS monitor writes its TensorBoard layout lazily): listed, not new."""
+
+
+def _layer_imports(path: Path) -> set[str]:
+    """The dotted ``lightning_sparkling...`` and third-party modules ``path`` imports anywhere in its source."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {next((new[0] for old, new in MOVED.items() if m == old or m.startswith(old + ".")), m) for m in found}
+
+
+def _layer_of(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "lightning_sparkling" and parts[1] in LAYERS else None
+
+
+def test_no_layer_imports_a_layer_above_it():
+    bad = []
+    for layer in LAYERS:
+        for path in sorted((ROOT / layer).glob("*.py")):
+            for dotted in _layer_imports(path):
+                other = _layer_of(dotted)
+                if other is None or other == layer or (layer in APPS and other in APPS):
+                    continue
+                if LAYERS.index(other) > LAYERS.index(layer):
+                    bad.append(f"{layer}/{path.name} imports {dotted}")
+    assert sorted(set(bad) - KNOWN) == [], sorted(set(bad) - KNOWN)
+
+
+def test_growth_layer_is_pure_torch():
+    """``growth/`` imports no Lightning and reads nothing of Lightning's trainer (that code is in ``callbacks/``)."""
+    bad = []
+    for path in sorted((ROOT / "growth").glob("*.py")):
+        imports = _layer_imports(path)
+        bad += [f"{path.name} imports {m}" for m in imports if m.split(".")[0] in ("lightning", "pytorch_lightning")]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("lr_scheduler_configs", "automatic_optimization",
+                                                                 "lightning_module"):
+                bad.append(f"{path.name}:{node.lineno} reads .{node.attr}")
+            if isinstance(node, ast.arg) and node.arg == "trainer":
+                bad.append(f"{path.name}:{node.lineno} takes a trainer")
+    assert not bad, bad
+
+
+def _definitions(name: str) -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+                  if any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name
+                         for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))))
+
+
+def test_one_home_for_errors_counts_and_sharding():
+    """One growth error module, one active-parameter count, the sharding helpers in ``parallel/``; the old import
+    paths still give the same objects."""
+    assert _definitions("GrowthError") == ["growth/errors.py"]
+    assert _definitions("active_parameter_count") == ["growth/compute.py"]
+    assert _definitions("shard_gpt") == ["parallel/sharding.py"] and _definitions("wrap_gpt") == ["parallel/sharding.py"]
+    import warnings
+
+    import lightning_sparkling
+    from lightning_sparkling.growth import errors, plan
+    from lightning_sparkling.parallel import shard_gpt, wrap_gpt
+    from lightning_sparkling.pretrain import gpt, module
+
+    assert plan.GrowthError is errors.GrowthError is lightning_sparkling.GrowthError
+    for old in (gpt, module):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert old.shard_gpt is shard_gpt and old.wrap_gpt is wrap_gpt
+        assert any("use lightning_sparkling.parallel.shard_gpt" in str(w.message) for w in caught)

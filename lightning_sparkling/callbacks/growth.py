@@ -474,9 +474,6 @@ class GrowthCallback(Callback):
 
 def __getattr__(name: str):
     """``WidthGrowthCallback``: the old name of :class:`GrowthCallback` (the same class), with a warning."""
-    if name == "WidthGrowthCallback":
-        from lightning_sparkling._deprecated import warn_renamed
+    from lightning_sparkling._deprecated import moved_attribute
 
-        warn_renamed(f"{__name__}.WidthGrowthCallback", "GrowthCallback")
-        return GrowthCallback
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return moved_attribute(__name__, name)

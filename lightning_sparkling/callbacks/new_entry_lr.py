@@ -338,6 +338,7 @@ class NewEntryLearningRate:
         pieces_of = backend.new_entry_pieces(pl_module, gpt)
         name_of = {id(p): clean_name(n) for n, p in gpt.named_parameters()}
         flat = {og: j for j, og in enumerate(flat_groups(trainer.optimizers))}
+        fns: dict[tuple[int, int], Callable[[], float]] = {}  # one per stage and group: the hook calls each once a step
         for o, optimizer in enumerate(trainer.optimizers):
             found: dict[int, list[NewEntryRegion]] = {}
             for g, group in enumerate(optimizer.param_groups):
@@ -347,7 +348,10 @@ class NewEntryLearningRate:
                         pieces = regions[k].get(name) if name is not None else None
                         local = pieces_of(p, pieces) if pieces else []
                         if local:
-                            found.setdefault(g, []).append(NewEntryRegion(p, local, self.lr_fn(trainer, k, flat[(o, g)])))
+                            key = (k, flat[(o, g)])
+                            if key not in fns:
+                                fns[key] = self.lr_fn(trainer, k, key[1])
+                            found.setdefault(g, []).append(NewEntryRegion(p, local, fns[key]))
             if found:
                 self.hooks.append(NewEntryLR(optimizer, found))
 

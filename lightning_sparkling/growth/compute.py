@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from lightning_sparkling.growth.plan import (
     _check_model_kind,
     build_meta_gpt,
@@ -38,8 +40,33 @@ class ComputeEstimate:
     flops_saved: float
 
 
+def active_parameter_count(model: torch.nn.Module) -> int:
+    """Parameters a token uses in one forward pass: every unique parameter (tied weights once; DTensor shards
+    counted at their global size), less the routed experts a token skips in litgpt MoE blocks
+    (``n_expert - n_expert_per_token`` experts per MoE layer). The package's one active-parameter count
+    (:func:`count_params` applies it to a config's meta model).
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> active_parameter_count(build_meta_gpt(Config(n_embd=8, n_head=2, n_layer=1, intermediate_size=16,
+        ...     vocab_size=10, padded_vocab_size=10, mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False)))
+        824
+    """
+    total = sum(p.numel() for p in model.parameters())
+    inactive = 0
+    for module in model.modules():
+        experts = getattr(module, "experts", None)
+        config = getattr(module, "config", None)
+        if isinstance(experts, torch.nn.ModuleList) and len(experts) and config is not None:
+            per_expert = sum(p.numel() for p in experts[0].parameters())
+            inactive += per_expert * (len(experts) - int(getattr(config, "n_expert_per_token", len(experts))))
+    return total - inactive
+
+
 def count_params(config, *, tie_embeddings: bool = False) -> tuple[int, int]:
-    """``(active, total)`` parameter counts of ``GPT(config)`` (built on the meta device).
+    """``(active, total)`` parameter counts of ``GPT(config)`` (built on the meta device; active:
+    :func:`active_parameter_count`).
 
     Example::
 
@@ -50,17 +77,9 @@ def count_params(config, *, tie_embeddings: bool = False) -> tuple[int, int]:
         (824, 824)
     """
     model = build_meta_gpt(config)
-    total = sum(p.numel() for p in model.parameters())
     if tie_embeddings:
-        total -= model.lm_head.weight.numel()
-    inactive = 0
-    if config.mlp_class_name == "LLaMAMoE":
-        for block in model.transformer.h:
-            experts = getattr(block.mlp, "experts", None)
-            if experts is not None:
-                per_expert = sum(p.numel() for p in experts[0].parameters())
-                inactive += per_expert * (len(experts) - config.n_expert_per_token)
-    return total - inactive, total
+        model.lm_head.weight = model.transformer.wte.weight  # counted once
+    return active_parameter_count(model), sum(p.numel() for p in model.parameters())
 
 
 def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, total_steps: int, tokens_per_step: int,

@@ -239,7 +239,8 @@ class NewEntryLR:
     a step skipped by a gradient scaler is skipped here too.
 
     The cost per step is one copy of the new entries before the step (into buffers kept between steps, so memory
-    holds the new entries once more) and one in-place ``lerp`` after it.
+    holds the new entries once more) and one in-place ``lerp`` after it, each one fused ``torch._foreach_*`` call
+    over every new-entry slice (per distinct rate ratio); each distinct ``lr_fn`` is called once per step.
 
     Args:
         optimizer: the optimizer whose steps are rescaled.
@@ -251,6 +252,7 @@ class NewEntryLR:
         self.regions = {g: list(r) for g, r in regions.items() if r}
         self._saved: list[tuple[NewEntryRegion, list[torch.Tensor], float]] = []
         self._buffers: dict[int, list[torch.Tensor]] = {}  # reused every step: no allocation per step
+        self._view_cache: dict[int, list[torch.Tensor]] = {}
         self._warned = False
         self._handles = [optimizer.register_step_pre_hook(self._pre), optimizer.register_step_post_hook(self._post)]
 
@@ -260,10 +262,23 @@ class NewEntryLR:
         self._handles = []
         self._saved = []
         self._buffers = {}
+        self._view_cache = {}
+
+    def _views(self, region: NewEntryRegion) -> list[torch.Tensor]:
+        """The region's views, made once per region when every piece is a slice (the tensors are the parameters'
+        own, replaced only by a growth or a rebuild, which installs new hooks); callable pieces (FSDP1) each step."""
+        views = self._view_cache.get(id(region))
+        if views is None:
+            views = region.views()
+            if not any(callable(index) for _, index in region.pieces):
+                self._view_cache[id(region)] = views
+        return views
 
     @torch.no_grad()
     def _pre(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
         self._saved = []
+        rates: dict[int, float] = {}  # one call per learning-rate function and step, however many regions share it
+        by_ratio: dict[float, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         for g, regions in self.regions.items():
             lr_group = float(optimizer.param_groups[g]["lr"])
             for region in regions:
@@ -271,7 +286,9 @@ class NewEntryLR:
                 # grad, forward, backward) runs *inside* ``optimizer.step`` after this hook, so ``.grad`` is stale or
                 # None at this point (accumulation 1, first step after a resume or a rebuild). A parameter the
                 # optimizer then skips keeps its values, and the rescale of a zero update is a no-op.
-                lr_new = float(region.lr_fn())
+                lr_new = rates.get(id(region.lr_fn))
+                if lr_new is None:
+                    lr_new = rates[id(region.lr_fn)] = float(region.lr_fn())
                 if lr_new == lr_group:
                     continue
                 if lr_group == 0.0:
@@ -283,21 +300,26 @@ class NewEntryLR:
                         )
                         self._warned = True
                     continue
-                views = region.views()
+                views = self._views(region)
                 buffers = self._buffers.get(id(region))
                 if buffers is None:
                     buffers = self._buffers[id(region)] = [torch.empty_like(v) for v in views]
-                for buffer, view in zip(buffers, views):
-                    buffer.copy_(view)
-                self._saved.append((region, buffers, lr_new / lr_group))
+                saved_views, saved = by_ratio.setdefault(lr_new / lr_group, ([], []))
+                saved_views += views
+                saved += buffers
+        if by_ratio:  # one fused copy of every new-entry slice of this step
+            torch._foreach_copy_([b for _, bs in by_ratio.values() for b in bs],
+                                 [v for vs, _ in by_ratio.values() for v in vs])
+        self._saved = list(by_ratio.items())
 
     @torch.no_grad()
     def _post(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
-        for region, before, ratio in self._saved:
-            for view, start in zip(region.views(), before):
-                if start.dtype in (torch.float32, torch.float64):
-                    # after + (1 - ratio)(before - after) == before + ratio (after - before), in place: one pass
-                    view.lerp_(start, 1.0 - ratio)
-                else:  # low precision: do the arithmetic in float32, round once
+        for ratio, (views, before) in self._saved:
+            full = [(v, b) for v, b in zip(views, before) if b.dtype in (torch.float32, torch.float64)]
+            if full:
+                # after + (1 - ratio)(before - after) == before + ratio (after - before), in place: one fused pass
+                torch._foreach_lerp_([v for v, _ in full], [b for _, b in full], 1.0 - ratio)
+            for view, start in zip(views, before):
+                if start.dtype not in (torch.float32, torch.float64):  # low precision: in float32, round once
                     view.copy_(start.float().lerp_(view.float(), ratio))
         self._saved = []

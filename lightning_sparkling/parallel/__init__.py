@@ -4,17 +4,20 @@
 - :mod:`~lightning_sparkling.parallel.single`: one device and DDP (grow in place; DDP re-wraps);
 - :mod:`~lightning_sparkling.parallel.fsdp2`: FSDP2 through ``ModelParallelStrategy`` (DTensor round trip);
 - :mod:`~lightning_sparkling.parallel.fsdp1`: FSDP1 through ``FSDPStrategy(use_orig_params=True)``;
-- :mod:`~lightning_sparkling.parallel.testing`: FSDP1 on CPU ranks, for tests and benchmarks.
+- :mod:`~lightning_sparkling.parallel.testing`: FSDP1 on CPU ranks, for tests and benchmarks;
+- :mod:`~lightning_sparkling.parallel.sharding`: :func:`shard_gpt` (FSDP2) and :func:`wrap_gpt` (FSDP1), what a
+  LightningModule's ``configure_model`` calls so that the backends can grow the GPT.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lightning_sparkling.growth.plan import GrowthError
+from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.parallel.base import GrowthBackend
+from lightning_sparkling.parallel.sharding import shard_gpt, wrap_gpt
 
-__all__ = ["SUPPORTED", "GrowthBackend", "check_strategy_supported", "select_backend"]
+__all__ = ["SUPPORTED", "GrowthBackend", "check_strategy_supported", "select_backend", "shard_gpt", "wrap_gpt"]
 
 #: what :func:`select_backend` accepts, for messages
 SUPPORTED = ("a single device", "strategy='ddp'", "FSDP2 via ModelParallelStrategy(tensor_parallel_size=1)",
@@ -61,7 +64,7 @@ def select_backend(strategy: Any) -> GrowthBackend:
             raise GrowthError(
                 "FSDPStrategy(use_orig_params=False) gives the optimizer flattened parameters that growth cannot "
                 "patch: pass FSDPStrategy(use_orig_params=True, ...) and wrap the GPT in configure_model() with "
-                "lightning_sparkling.pretrain.module.wrap_gpt"
+                "lightning_sparkling.parallel.wrap_gpt"
             )
         from lightning_sparkling.parallel.fsdp1 import FSDP1Backend
 

@@ -76,7 +76,7 @@ def check_fsdp1_layout(pl_module: nn.Module, gpt: nn.Module) -> None:
         raise GrowthError(
             "under FSDPStrategy the GPT must be wrapped by the LightningModule's configure_model(), not by the "
             "strategy's auto_wrap_policy around the whole LightningModule: in configure_model() call "
-            "`self.model = lightning_sparkling.pretrain.module.wrap_gpt(self.model)` (wraps each block, then the GPT)"
+            "`self.model = lightning_sparkling.parallel.wrap_gpt(self.model)` (wraps each block, then the GPT)"
         )
     for unit in FSDP.fsdp_modules(wrapper):
         if not unit._use_orig_params:
@@ -528,7 +528,7 @@ def flat_pieces(shape: tuple[int, ...], piece: tuple[slice, ...], start: int, st
 # ------------------------------------------------------------------------------------------------ the backend
 class FSDP1Backend:
     """FSDP1 through ``FSDPStrategy(use_orig_params=True)``: the module's ``configure_model`` must wrap the GPT as
-    one unit inside the LightningModule (:func:`lightning_sparkling.pretrain.module.wrap_gpt`: each block, then
+    one unit inside the LightningModule (:func:`lightning_sparkling.parallel.wrap_gpt`: each block, then
     the GPT) whenever it is not wrapped yet, so that it can wrap the grown GPT too.
 
     Example::

@@ -176,7 +176,7 @@ def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, c
         raise GrowthError(
             "after growth, the LightningModule's configure_model() did not shard the new GPT; under "
             "ModelParallelStrategy configure_model must fully_shard self.model (and its blocks) whenever they are "
-            "not sharded yet (see lightning_sparkling.pretrain.module.shard_gpt)"
+            "not sharded yet (see lightning_sparkling.parallel.shard_gpt)"
         )
     new.to_empty(device=device)
     for name, buf in old_gpt.named_buffers():  # RoPE cos/sin: head size and positions do not change
@@ -310,7 +310,7 @@ def hook_strategy_resume(trainer: pl.Trainer, state_key: str, on_state: Callable
 class FSDP2Backend:
     """FSDP2 through ``ModelParallelStrategy``: the module's ``configure_model`` must ``fully_shard`` ``self.model``
     (its blocks, then the GPT) whenever they are not sharded yet, so that it can shard the grown GPT too
-    (:func:`lightning_sparkling.pretrain.module.shard_gpt` does). A GPT that ``configure_model`` left unsharded is
+    (:func:`lightning_sparkling.parallel.shard_gpt` does). A GPT that ``configure_model`` left unsharded is
     grown in place, as on one device.
 
     Example::

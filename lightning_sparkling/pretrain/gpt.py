@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 from litgpt import GPT, Config
 from litgpt.model import CausalSelfAttention, LLaMAMLP
-from torch.distributed.fsdp import FullyShardedDataParallel
+
+from lightning_sparkling.growth.compute import active_parameter_count  # noqa: F401 - the package's one count
 
 __all__ = ["active_parameter_count", "build_gpt", "init_gpt_weights", "shard_gpt", "wrap_gpt"]
 
@@ -104,90 +105,6 @@ def build_gpt(config: Config | dict | str, *, seed: int = 42, tie_embeddings: bo
     return model
 
 
-def active_parameter_count(model: nn.Module) -> int:
-    """Parameters a token uses in one forward pass: every unique parameter (tied weights once; DTensor shards
-    counted at their global size), less the routed experts a token skips in litgpt MoE blocks
-    (``n_expert - n_expert_per_token`` experts per MoE layer).
-
-    Example::
-
-        >>> m = build_gpt(dict(n_embd=8, n_head=2, n_layer=1, block_size=8, vocab_size=10, padded_vocab_size=10,
-        ...                    mlp_class_name="LLaMAMLP", intermediate_size=16, norm_class_name="RMSNorm", bias=False))
-        >>> active_parameter_count(m)
-        824
-    """
-    total = sum(p.numel() for p in model.parameters())
-    inactive = 0
-    for module in model.modules():
-        experts = getattr(module, "experts", None)
-        config = getattr(module, "config", None)
-        if isinstance(experts, nn.ModuleList) and len(experts) and config is not None:
-            per_expert = sum(p.numel() for p in experts[0].parameters())
-            inactive += per_expert * (len(experts) - int(getattr(config, "n_expert_per_token", len(experts))))
-    return total - inactive
-
-
-def shard_gpt(model: GPT, mesh: Any, **fully_shard_kwargs: Any) -> GPT:
-    """FSDP2-shard a ``litgpt.GPT``: ``torch.distributed.fsdp.fully_shard`` on each block of
-    ``model.transformer.h``, then on ``model`` itself. Modules already sharded (``FSDPModule``) are skipped, so calling
-    it again (e.g. after a growth callback rebuilt some of the model) is safe.
-
-    Args:
-        model: the GPT (plain, or partly sharded).
-        mesh: a ``DeviceMesh``; a mesh with a ``"data_parallel"`` dimension (Lightning's ``ModelParallelStrategy``)
-            shards over that dimension.
-        fully_shard_kwargs: passed to ``fully_shard`` (``reshard_after_forward``, ``mp_policy``, ...).
-
-    Returns:
-        ``model`` (sharded in place).
-
-    Example::
-
-        # in LightningModule.configure_model under ModelParallelStrategy
-        shard_gpt(self.model, self.device_mesh)
-    """
-    from torch.distributed.fsdp import FSDPModule, fully_shard
-
-    names = getattr(mesh, "mesh_dim_names", None) or ()
-    if "data_parallel" in names and len(names) > 1:
-        mesh = mesh["data_parallel"]
-    for block in model.transformer.h:
-        if not isinstance(block, FSDPModule):
-            fully_shard(block, mesh=mesh, **fully_shard_kwargs)
-    if not isinstance(model, FSDPModule):
-        fully_shard(model, mesh=mesh, **fully_shard_kwargs)
-    return model
-
-
-def wrap_gpt(model: Any) -> Any:
-    """FSDP1-wrap a ``litgpt.GPT`` for ``FSDPStrategy``: each block of ``model.transformer.h`` becomes an FSDP unit,
-    then the GPT itself (embedding, final norm, head) is wrapped. Uses ``torch.distributed.fsdp.wrap.wrap``, so the
-    strategy's settings apply: call it in ``LightningModule.configure_model``, which Lightning runs inside
-    ``strategy.model_sharded_context()``. An already wrapped model is returned as it is, so calling it again (a
-    growth callback re-applies ``configure_model`` to the grown GPT) is safe. Outside that context nothing is
-    wrapped.
-
-    Args:
-        model: the GPT, or its FSDP wrapper.
-
-    Returns:
-        The FSDP wrapper of the GPT (assign it back: ``self.model = wrap_gpt(self.model)``).
-
-    Example::
-
-        # in LightningModule.configure_model under FSDPStrategy(use_orig_params=True)
-        self.model = wrap_gpt(self.model)
-    """
-    from torch.distributed.fsdp.wrap import wrap
-
-    if isinstance(model, FullyShardedDataParallel):
-        return model
-    for i, block in enumerate(model.transformer.h):
-        if not isinstance(block, FullyShardedDataParallel):
-            model.transformer.h[i] = wrap(block)
-    return wrap(model)
-
-
 def _rebuilt_gpt(old: GPT | None, config: Config, *, seed: int, tie_embeddings: bool) -> GPT:
     """A fresh GPT of ``config`` (torch's default init: weights are loaded next) on the device and in the
     floating dtype of ``old``'s parameters (unless those are on ``meta``), keeping ``old``'s shorter
@@ -201,3 +118,10 @@ def _rebuilt_gpt(old: GPT | None, config: Config, *, seed: int, tie_embeddings: 
     if old is not None and old.max_seq_length != config.block_size and old.max_seq_length <= config.block_size:
         model.max_seq_length = old.max_seq_length
     return model
+
+
+def __getattr__(name: str):
+    """``shard_gpt`` / ``wrap_gpt``: moved to :mod:`lightning_sparkling.parallel` (a warning until 0.3.0)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

@@ -3,9 +3,10 @@ weight init, an optimizer from a litgpt-style spec (AdamW, Muon + AdamW, or any 
 warmup-cosine schedule (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`), and checkpoints that carry the
 model config of their moment (so a checkpoint of a grown model loads into a freshly built small module).
 
-The GPT itself (:func:`build_gpt`, :func:`init_gpt_weights`, :func:`shard_gpt`, :func:`wrap_gpt`,
-:func:`active_parameter_count`) is built in :mod:`~lightning_sparkling.pretrain.gpt`, the optimizers and their LR
-schedules (:func:`resolve_optimizer`) in :mod:`~lightning_sparkling.pretrain.optim`; both are importable from here.
+The GPT itself (:func:`build_gpt`, :func:`init_gpt_weights`, :func:`active_parameter_count`; sharded by
+:func:`~lightning_sparkling.parallel.shard_gpt` / :func:`~lightning_sparkling.parallel.wrap_gpt`) is built in
+:mod:`~lightning_sparkling.pretrain.gpt`, the optimizers and their LR schedules (:func:`resolve_optimizer`) in
+:mod:`~lightning_sparkling.pretrain.optim`; both are importable from here.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from litgpt.utils import chunked_cross_entropy
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torchmetrics import MeanMetric
 
-from lightning_sparkling.growth.compute import count_params
+from lightning_sparkling.growth.compute import active_parameter_count, count_params
 from lightning_sparkling.growth.schedules import WarmupStableDecay, build_schedule, schedule_kind
-from lightning_sparkling.pretrain.gpt import (_as_config, _rebuilt_gpt, active_parameter_count, build_gpt,
-                                              init_gpt_weights, shard_gpt, wrap_gpt)
+from lightning_sparkling.parallel.sharding import shard_gpt as _shard_gpt
+from lightning_sparkling.parallel.sharding import wrap_gpt as _wrap_gpt
+from lightning_sparkling.pretrain.gpt import _as_config, _rebuilt_gpt, build_gpt, init_gpt_weights
 from lightning_sparkling.pretrain.optim import (DEFAULT_MIN_LR_RATIO, DEFAULT_WARMUP_FRACTION, _build_optimizers,
                                                 _clip_global_norm, _is_muon, _min_lr_ratio, _schedule_steps,
                                                 _schedule_configs, resolve_optimizer)
@@ -38,7 +40,6 @@ __all__ = [
     "build_gpt",
     "init_gpt_weights",
     "resolve_optimizer",
-    "shard_gpt",
 ]
 
 
@@ -100,7 +101,7 @@ class LitGPTPretrainModule(L.LightningModule):
 
     - The model is a plain ``litgpt.GPT`` at ``self.model``, built in ``__init__`` with litgpt's init
       (:func:`build_gpt`); :meth:`configure_model` builds it only if it is ``None`` and, under
-      ``ModelParallelStrategy`` (``self.device_mesh`` set), FSDP2-shards it with :func:`shard_gpt` (idempotent: a
+      ``ModelParallelStrategy`` (``self.device_mesh`` set), FSDP2-shards it with :func:`~lightning_sparkling.parallel.shard_gpt` (idempotent: a
       growth callback may call it again after swapping ``self.model``).
     - Optimizer from a litgpt-style spec, weight decay on every parameter (litgpt and the paper). With
       ``torch.optim.Muon``: Muon for the 2-D weights of the transformer blocks, AdamW (``muon_adamw``) for
@@ -201,16 +202,16 @@ class LitGPTPretrainModule(L.LightningModule):
     # ------------------------------------------------------------------ model
     def configure_model(self) -> None:
         """Build ``self.model`` if it is ``None`` (never twice), then FSDP2-shard it when a device mesh is set
-        (``ModelParallelStrategy``) or FSDP1-wrap it under ``FSDPStrategy`` (:func:`wrap_gpt`); already-sharded
+        (``ModelParallelStrategy``) or FSDP1-wrap it under ``FSDPStrategy`` (:func:`~lightning_sparkling.parallel.wrap_gpt`); already-sharded
         modules are left alone, so calling it again is safe."""
         from lightning.pytorch.strategies import FSDPStrategy
 
         if self.model is None:
             self.model = build_gpt(self._initial_config, seed=self.seed, tie_embeddings=self.tie_embeddings)
         if self.device_mesh is not None:
-            shard_gpt(self.model, self.device_mesh)
+            _shard_gpt(self.model, self.device_mesh)
         elif self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy):
-            self.model = wrap_gpt(self.model)
+            self.model = _wrap_gpt(self.model)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, T, padded_vocab_size)`` for token ids ``(B, T)``."""
@@ -383,4 +384,11 @@ class LitGPTPretrainModule(L.LightningModule):
         self.model = _rebuilt_gpt(self.model, config, seed=self.seed, tie_embeddings=self.tie_embeddings)
         self._flops_key = None
         if self.device_mesh is not None:
-            shard_gpt(self.model, self.device_mesh)
+            _shard_gpt(self.model, self.device_mesh)
+
+
+def __getattr__(name: str):
+    """``shard_gpt`` / ``wrap_gpt``: moved to :mod:`lightning_sparkling.parallel` (a warning until 0.3.0)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

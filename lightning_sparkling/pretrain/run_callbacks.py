@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 
 from lightning_sparkling.pretrain.formatting import _fmt_int, _info
-from lightning_sparkling.pretrain.gpt import active_parameter_count
+from lightning_sparkling.growth.compute import active_parameter_count
 
 __all__ = ["InterruptCheckpoint", "LitGPTExport", "RunCheckpoint", "RunTracker", "SampleGeneration", "StepProgressBar",
            "TokenCounter"]
