@@ -94,6 +94,14 @@ def test_one_stage_key_from_the_command_line_keeps_the_stages_other_keys(capsys)
     assert "at_step: 60" in dumped and "n_layer: 6" in dumped  # the run's saved configuration has them
 
 
+def test_print_config_shows_one_stage_key_set_from_the_command_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["pretrain", "--config", QUICKSTART, "--growth.stages.0.at_step", "50", "--print_config"])
+    assert info.value.code == 0
+    printed = capsys.readouterr().out
+    assert "- at_step: 50\n    n_embd: 128\n    intermediate_size: 512\n    rewarmup_steps: 20\n" in printed, printed
+
+
 def test_one_stage_key_applies_over_a_stage_list_given_on_the_command_line():
     _, run, _ = parse(["--config", QUICKSTART, "--growth.stages.0.at_step", "40",
                        "--growth.stages", "[{at_step: 100, n_layer: 6, rewarmup_steps: 10}]"])
