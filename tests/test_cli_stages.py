@@ -120,3 +120,16 @@ def test_a_bad_stage_key_from_the_command_line_is_one_error_line(capsys, argv, l
         main(["plan", "--config", QUICKSTART, *argv])
     err = capsys.readouterr().err
     assert info.value.code == 2 and line in err, err
+
+
+def test_resolve_takes_stage_args_instances_with_every_key_given():
+    """Python callers of ``resolve`` may give ``GrowthArgs(stages=[StageArgs(...)])``: every key of a ``StageArgs`` is
+    set, so the recipe fills none (a dict stage gets the recipe's keys)."""
+    from lightning_sparkling.pretrain.config import resolve
+
+    ns, _, _ = parse(["--config", QUICKSTART])
+    ns.growth = schema.GrowthArgs(stages=[schema.StageArgs(at_step=100, n_embd=128, rewarmup_steps=20),
+                                          {"at_step": 200, "n_embd": 256, "rewarmup_steps": 20}],
+                                  recipe="recommended")
+    run = resolve(ns)
+    assert [(s.at_step, s.n_embd, s.symmetry_target) for s in run.stages] == [(100, 128, None), (200, 256, 0.5)]
