@@ -264,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in ("pretrain", "plan"):
         print(f"sparkling: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
+    if not rest:  # one error line, as every refusal; it says what to give, where the usage line used to
+        print(f"error: no configuration: give --config FILE.yaml and/or --section.key VALUE keys (`sparkling {command} "
+              "--help` lists every key)", file=sys.stderr)
+        return 2
     _, run, dumped = parse(rest, command)
     if command == "plan":
         plan(run)
