@@ -75,7 +75,8 @@ def test_each_stage_is_planned_once_for_plan(monkeypatch, capsys):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(growth_plan, "plan_growth", counting)
-    assert main(["plan", "--config", QUICKSTART, "--growth.stages+", "{at_step: 200, n_layer: 6, rewarmup_steps: 10}"]) == 0
+    second = "{at_step: 200, n_layer: 6, rewarmup_steps: 10}"
+    assert main(["plan", "--config", QUICKSTART, "--growth.stages+", second]) == 0
     assert calls == [0, 1]  # resolve() plans each stage; plan's report and advice read those plans
     assert "stage 1 at step 200" in capsys.readouterr().out
 

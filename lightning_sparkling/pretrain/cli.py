@@ -197,7 +197,8 @@ def _with_stage_keys(parser: Any, argv: list[str], stage_keys: list[tuple[int, s
         stages = _set_stage_keys(first.growth.stages, stage_keys)
     except ConfigError as err:
         parser.error(str(err))
-    return [*argv, "--growth.stages", yaml.safe_dump(stages, default_flow_style=True, sort_keys=False, width=float("inf")).strip()]
+    merged = yaml.safe_dump(stages, default_flow_style=True, sort_keys=False, width=float("inf")).strip()
+    return [*argv, "--growth.stages", merged]
 
 
 def _set_stage_keys(stages: Any, stage_keys: list[tuple[int, str, Any]]) -> list[dict[str, Any]]:
