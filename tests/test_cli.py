@@ -455,6 +455,8 @@ def test_fsdp2_two_cpu_ranks_through_the_console_script(config_file, tmp_path):
                              "--growth.stages", "[{at_step: 6, n_embd: 64, intermediate_size: 128, rewarmup_steps: 1}]"],
                             capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
+    for noise in ("GPU available:", "TPU available:", "litlogger", "LeafSpec", "exists and is not empty"):
+        assert noise not in result.stdout + result.stderr, noise  # no rank prints Lightning's noise
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 8 and summary["final_model_config"]["n_embd"] == 64
     assert (out / "checkpoints" / "step-00000008.ckpt").is_dir()  # sharded Lightning checkpoint

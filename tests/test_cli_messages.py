@@ -25,6 +25,9 @@ def _error_line(capsys, *argv: str) -> str:
 
 
 def test_a_refusal_is_one_error_line_without_usage(capsys):
+    assert main(["plan"]) == 2  # no keys at all: what to give
+    assert capsys.readouterr().err == ("error: no configuration: give --config FILE.yaml and/or --section.key VALUE "
+                                       "keys (`sparkling plan --help` lists every key)\n")
     assert _error_line(capsys, "--train.max_stepz", "3").startswith("error: ")
     assert _error_line(capsys, "--train.max_steps", "0") == "error: train.max_steps: must be an integer >= 1, got 0"
 

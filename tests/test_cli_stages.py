@@ -75,7 +75,8 @@ def test_each_stage_is_planned_once_for_plan(monkeypatch, capsys):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(growth_plan, "plan_growth", counting)
-    assert main(["plan", "--config", QUICKSTART, "--growth.stages+", "{at_step: 200, n_layer: 6, rewarmup_steps: 10}"]) == 0
+    second = "{at_step: 200, n_layer: 6, rewarmup_steps: 10}"
+    assert main(["plan", "--config", QUICKSTART, "--growth.stages+", second]) == 0
     assert calls == [0, 1]  # resolve() plans each stage; plan's report and advice read those plans
     assert "stage 1 at step 200" in capsys.readouterr().out
 
@@ -92,6 +93,14 @@ def test_one_stage_key_from_the_command_line_keeps_the_stages_other_keys(capsys)
     assert (stage.at_step, stage.n_embd, stage.n_layer, stage.rewarmup_steps, stage.rewarmup_ratio) == (
         60, 128, 6, 20, None)
     assert "at_step: 60" in dumped and "n_layer: 6" in dumped  # the run's saved configuration has them
+
+
+def test_print_config_shows_one_stage_key_set_from_the_command_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["pretrain", "--config", QUICKSTART, "--growth.stages.0.at_step", "50", "--print_config"])
+    assert info.value.code == 0
+    printed = capsys.readouterr().out
+    assert "- at_step: 50\n    n_embd: 128\n    intermediate_size: 512\n    rewarmup_steps: 20\n" in printed, printed
 
 
 def test_one_stage_key_applies_over_a_stage_list_given_on_the_command_line():
@@ -112,3 +121,16 @@ def test_a_bad_stage_key_from_the_command_line_is_one_error_line(capsys, argv, l
         main(["plan", "--config", QUICKSTART, *argv])
     err = capsys.readouterr().err
     assert info.value.code == 2 and line in err, err
+
+
+def test_resolve_takes_stage_args_instances_with_every_key_given():
+    """Python callers of ``resolve`` may give ``GrowthArgs(stages=[StageArgs(...)])``: every key of a ``StageArgs`` is
+    set, so the recipe fills none (a dict stage gets the recipe's keys)."""
+    from lightning_sparkling.pretrain.config import resolve
+
+    ns, _, _ = parse(["--config", QUICKSTART])
+    ns.growth = schema.GrowthArgs(stages=[schema.StageArgs(at_step=100, n_embd=128, rewarmup_steps=20),
+                                          {"at_step": 200, "n_embd": 256, "rewarmup_steps": 20}],
+                                  recipe="recommended")
+    run = resolve(ns)
+    assert [(s.at_step, s.n_embd, s.symmetry_target) for s in run.stages] == [(100, 128, None), (200, 256, 0.5)]

@@ -145,7 +145,7 @@ def test_keys_that_cannot_be_honoured_are_refused_by_name(printed, text_dir, tmp
         main(["pretrain", "--config", str(path)])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and err[1].startswith(f"error: {key}"), err
+    assert len(err) == 1 and err[0].startswith(f"error: {key}"), err  # one line, no usage line
     assert not (tmp_path / "out").exists()
 
 

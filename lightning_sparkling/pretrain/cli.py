@@ -88,7 +88,7 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
     parser = build_parser(command)
     argv, optimizer = _take_optimizer_mapping(_rewrite_optimizer_args(list(argv)))
     try:
-        argv, stage_keys = _take_stage_keys(argv)  # `--growth.stages.K.KEY VALUE`: set after parsing
+        argv, stage_keys = _take_stage_keys(argv)  # `--growth.stages.K.KEY VALUE`
     except ConfigError as err:
         parser.error(str(err))
     try:
@@ -96,11 +96,12 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
             check_keys(_read_yaml(path))
     except ConfigError as err:
         parser.error(f"{err} (in {path})")
+    if stage_keys:
+        argv = _with_stage_keys(parser, argv, stage_keys)
     ns = parser.parse_args(argv)
     if optimizer is not None:  # `--optimizer '{class_path: ..., init_args: ...}'` replaces the whole optimizer
         ns.optimizer = optimizer
     try:
-        _set_stage_keys(ns, stage_keys)
         run = resolve(ns)
         if command == "pretrain":  # plan writes nothing: its out_dir may be a path of another machine
             check_out_dir(run.out_dir)
@@ -186,17 +187,29 @@ def _take_stage_keys(argv: list[str]) -> tuple[list[str], list[tuple[int, str, A
     return rest, keys
 
 
-def _set_stage_keys(ns: Any, stage_keys: list[tuple[int, str, Any]]) -> None:
-    """Set each ``(K, KEY, value)`` of :func:`_take_stage_keys` on stage ``K`` of the parsed ``growth.stages`` (the
-    configuration file's, or ``--growth.stages``'), after every other argument; unknown keys are refused by name when
-    the stages are read.
+def _with_stage_keys(parser: Any, argv: list[str], stage_keys: list[tuple[int, str, Any]]) -> list[str]:
+    """``argv`` with the stage keys of :func:`_take_stage_keys` applied as one ``--growth.stages`` override at its
+    end: the list the other arguments give (the configuration file's, or ``--growth.stages``'), each key set on its
+    stage (:func:`_set_stage_keys`). The run, its saved configuration and ``--print_config`` then all see it."""
+    import yaml
+
+    first = parser.parse_args([a for a in argv if not a.startswith("--print_config")])
+    try:
+        stages = _set_stage_keys(first.growth.stages, stage_keys)
+    except ConfigError as err:
+        parser.error(str(err))
+    merged = yaml.safe_dump(stages, default_flow_style=True, sort_keys=False, width=float("inf")).strip()
+    return [*argv, "--growth.stages", merged]
+
+
+def _set_stage_keys(stages: Any, stage_keys: list[tuple[int, str, Any]]) -> list[dict[str, Any]]:
+    """The parsed ``growth.stages`` with each ``(K, KEY, value)`` of :func:`_take_stage_keys` set on stage ``K``, its
+    other keys kept; unknown keys are refused by name when the stages are read.
 
     Raises:
         ConfigError: for a stage the configuration does not have.
     """
-    if not stage_keys:
-        return
-    stages = list(ns.growth.stages or [])
+    stages = list(stages or [])
     for k, key, value in stage_keys:
         if k >= len(stages):
             have = ("growth.stages is empty" if not stages else "growth.stages has one stage (index 0)"
@@ -208,7 +221,7 @@ def _set_stage_keys(ns: Any, stage_keys: list[tuple[int, str, Any]]) -> None:
         if not isinstance(stage, dict):
             raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {stage!r}")
         stages[k] = {**stage, key: value}
-    ns.growth.stages = stages
+    return stages
 
 
 def _config_files(argv: list[str]) -> list[str]:
@@ -252,6 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(main_plot(rest) or 0)
     if command not in ("pretrain", "plan"):
         print(f"sparkling: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    if not rest:  # one error line, as every refusal; it says what to give, where the usage line used to
+        print(f"error: no configuration: give --config FILE.yaml and/or --section.key VALUE keys (`sparkling {command} "
+              "--help` lists every key)", file=sys.stderr)
         return 2
     _, run, dumped = parse(rest, command)
     if command == "plan":

@@ -359,7 +359,7 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
     :class:`GrowthArgs`, ``growth.recipe: auto`` becomes the recipe of ``lr_schedule``, and each stage a mapping of the
     keys it sets (checked by name; the recipe fills the others when the stage is built:
     :func:`~lightning_sparkling.pretrain.stages._resolve_stages`)."""
-    if value is None or (isinstance(value, cls) and not (cls is GrowthArgs and value.recipe == "auto")):
+    if value is None or (isinstance(value, cls) and cls is not GrowthArgs):  # GrowthArgs: stages normalized
         return value
     values = (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else
               value.as_dict() if hasattr(value, "as_dict") else dict(value))
