@@ -351,7 +351,7 @@ def test_scan_cells_cover_ratios_schedules_and_timings(repro):
     """One cell per ratio, schedule and timing; joint timings with the recommended recipe, depth timings with stack
     copy-zero; the ratio multiplies train.max_steps and the growth step with it."""
     size = repro.resolve_size("quick")
-    cells, skipped = repro.scan_cells(size, [1, 4], ["cosine", "wsd"], list(repro.SCAN_AXES))
+    cells, skipped = repro.scan_cells(size, [1, 4], ["cosine", "wsd"], repro.SCAN_DEFAULT_AXES)
     assert skipped == [] and len(cells) == 2 * 2 * 6  # growth at 75% is inside the default stable phase (0.8)
     keys = [(c["ratio"], c["schedule"], c["axis"]) for c in cells]
     assert len(set(keys)) == len(keys)
@@ -546,3 +546,21 @@ def test_scan_budgets_give_the_speedup_at_equal_loss_per_seed(repro, tmp_path):
     cell = repro.export_cells([line2], "tiny")[0]
     assert (cell["speedup"], cell["speedup_sd"]) == (1.2, 0.1)
     assert json.loads(repro.format_cell(cell)) == cell
+
+
+def test_4x_depth_axes_grow_2_to_8_layers_early_and_late(repro):
+    """The operating points of the large published depth savings: 2 -> 8 layers in one stage at 5% (G_stack's factor
+    4) and at 80% (late, shallow start); their scratch rows train the 8-layer shape; a WSD cell of the late one runs
+    only with a decay shorter than 20% (its growth must fall in the stable phase)."""
+    size = repro.resolve_size("quick")
+    assert repro.axis_stages("depth-4x-5", size, 1000) == [{"at_step": 50, "n_layer": 8, "rewarmup_steps": 50}]
+    assert repro.axis_stages("late-shallow", size, 1000)[0]["at_step"] == 800
+    assert repro.large_model("late-shallow", size) == {"n_layer": 8}
+    assert repro.build_config(size, "depth-4x-5", repro.ROWS["scratch small"], 1)["model_config"]["n_layer"] == 2
+    assert repro.build_config(size, "depth-4x-5", repro.ROWS[repro.ISO_FLOPS], 1)["model_config"]["n_layer"] == 8
+    _, skipped = repro.scan_cells(size, [1], ["wsd"], ["late-shallow"])
+    assert skipped and "not before the WSD decay" in skipped[0]["why"]
+    short = repro.merge(size, {"config": {"train": {"lr_decay_fraction": 0.1}}})
+    cells, skipped = repro.scan_cells(short, [1], ["wsd"], ["late-shallow"])
+    assert skipped == [] and cells[0]["growth_at"] == 0.8
+    assert repro.map_recipe("random-zero + ratio 3") == "random-zero-3x"
