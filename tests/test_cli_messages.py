@@ -64,14 +64,14 @@ def test_plan_lists_width_settings_only_for_a_stage_that_grows_width(capsys):
     assert "  optimizer_state asymmetric, rewarmup ratio 1.3 over 20 steps" in depth  # new blocks' state: it applies
     assert "init copy-copy" not in depth and "rms_preserving" not in depth
     assert main(["plan", "--config", QUICKSTART]) == 0
-    assert "  init copy-copy, rms_preserving True, optimizer_state asymmetric" in capsys.readouterr().out
+    assert "  init random-zero, rms_preserving True, optimizer_state asymmetric" in capsys.readouterr().out
 
 
 def test_plan_names_the_recipe_auto_chose(capsys):
     assert main(["plan", "--config", QUICKSTART, "--growth.stages", DEPTH_ONLY]) == 0
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
-    assert "note: growth.recipe: auto is 'recommended'" in out  # as `sparkling pretrain` prints it
-    assert "(depth, growth.recipe recommended, here the keys of paper, cosine schedule" in out
+    assert "note: growth.recipe: auto is 'random-zero-3x'" in out  # as `sparkling pretrain` prints it
+    assert "(depth, growth.recipe random-zero-3x, here the keys of paper, cosine schedule" in out
     assert "growth.recipe paper" not in out
     # a stage that sets a recipe key itself: the map's name of what it sets
     stages = "[{at_step: 100, n_layer: 8, rewarmup_steps: 20, rewarmup_ratio: 1.3}]"

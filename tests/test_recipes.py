@@ -37,7 +37,13 @@ def test_paper_recipe_is_growth_stage_defaults_and_the_others_add_their_keys():
     wsd = GrowthStage.from_recipe("wsd", 10, n_embd=64)
     assert (wsd.init, wsd.rewarmup_ratio, wsd.optimizer_state, wsd.symmetry_target) == \
         ("random-zero", 1.3, "asymmetric", None)
-    assert set(RECIPES) == {"paper", "recommended", "random-zero", "wsd"}
+    rz3 = GrowthStage.from_recipe("random-zero-3x", 10, n_embd=64)
+    assert (rz3.init, rz3.rewarmup_ratio, rz3.optimizer_state, rz3.symmetry_target) == \
+        ("random-zero", 3.0, "asymmetric", None)
+    assert set(RECIPES) == {"paper", "recommended", "random-zero", "wsd", "random-zero-3x"}
+    # measured on width only: a depth-only stage keeps the paper's keys under it (its init and ratio both)
+    assert GrowthStage.from_recipe("random-zero-3x", 10, n_layer=8) == GrowthStage(10, n_layer=8)
+    assert GrowthStage.from_recipe("random-zero-3x", 10, n_layer=8, n_embd=64).rewarmup_ratio == 3.0
 
 
 @pytest.mark.parametrize("recipe", ["random-zero", "wsd"])
@@ -74,7 +80,7 @@ def test_recommended_gives_the_loop_to_width_and_head_copies_not_to_copied_block
 
 
 def test_unknown_recipe_is_refused():
-    with pytest.raises(ValueError, match="recipe='sparkling': choose one of paper, recommended, random-zero, wsd"):
+    with pytest.raises(ValueError, match="recipe='sparkling': choose one of paper, recommended, random-zero, wsd, random-zero-3x"):
         apply_recipe("sparkling", {})
 
 
@@ -85,23 +91,23 @@ def _stages(tmp_path: Path, **growth) -> list[GrowthStage]:
     return run.stages
 
 
-def test_cli_default_is_the_recommended_recipe_and_paper_is_one_key_away(tmp_path):
+def test_cli_default_is_the_random_zero_3x_recipe_and_paper_is_one_key_away(tmp_path):
     stage = dict(at_step=6, n_embd=64, intermediate_size=128, rewarmup_steps=3)
     (default,) = _stages(tmp_path, stages=[stage])
-    assert default == GrowthStage.from_recipe("recommended", **stage)
+    assert default == GrowthStage(**stage, init="random-zero", rewarmup_ratio=3.0)
     (paper,) = _stages(tmp_path, stages=[stage], recipe="paper")
     assert paper == GrowthStage(**stage)
     (rz,) = _stages(tmp_path, stages=[{**stage, "rewarmup_ratio": 5.0}], recipe="random-zero")
     assert (rz.init, rz.rewarmup_ratio, rz.symmetry_target) == ("random-zero", 5.0, None)
     (wsd,) = _stages(tmp_path, stages=[stage], recipe="wsd")
     assert wsd == GrowthStage(**stage, init="random-zero")
-    (own,) = _stages(tmp_path, stages=[{**stage, "symmetry_release": "schedule"}])
+    (own,) = _stages(tmp_path, stages=[{**stage, "symmetry_release": "schedule"}], recipe="recommended")
     assert (own.symmetry_target, own.symmetry_release, own.symmetry_max_boost) == (0.5, "schedule", 8.0)
 
 
 def test_auto_recipe_follows_the_lr_schedule(tmp_path):
-    """growth.recipe: auto (the default) is `recommended` under cosine and `wsd` under WSD, the recipes measured best
-    under each; an explicit recipe wins; the note says which one auto chose."""
+    """growth.recipe: auto (the default) is `random-zero-3x` under cosine and `wsd` under WSD, the recipes measured
+    best under each; an explicit recipe wins; the note says which one auto chose."""
     stage = dict(at_step=6, n_embd=64, intermediate_size=128, rewarmup_steps=3)
     config = tiny_config(tmp_path / "cache")
     config["growth"] = {**config["growth"], "stages": [stage]}
@@ -113,7 +119,8 @@ def test_auto_recipe_follows_the_lr_schedule(tmp_path):
         return run
 
     cosine = resolved()
-    assert cosine.stages == [GrowthStage.from_recipe("recommended", **stage)] and cosine.growth.recipe == "recommended"
+    assert cosine.stages == [GrowthStage.from_recipe("random-zero-3x", **stage)]
+    assert cosine.growth.recipe == "random-zero-3x" and cosine.stages[0].rewarmup_ratio == 3.0
     wsd = resolved("--train.lr_schedule", "wsd")
     assert wsd.stages == [GrowthStage.from_recipe("wsd", **stage)] and wsd.growth.recipe == "wsd"
     assert any("growth.recipe: auto is 'wsd'" in note for note in wsd.notes)

@@ -79,7 +79,7 @@ class ScheduleKind:
 
 
 SCHEDULES: dict[str, ScheduleKind] = {
-    "cosine": ScheduleKind("cosine", stable_phase=False, decay_shape="cosine", recipe="recommended"),
+    "cosine": ScheduleKind("cosine", stable_phase=False, decay_shape="cosine", recipe="random-zero-3x"),
     "wsd": ScheduleKind("wsd", stable_phase=True, decay_shape=None, recipe="wsd"),
 }
 """The schedule registry: name -> :class:`ScheduleKind` (the CLI's ``train.lr_schedule`` choices, in order)."""

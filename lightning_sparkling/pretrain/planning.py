@@ -206,11 +206,13 @@ def _is_recipe(stage: Any, recipe: str, *, strict: bool = False) -> bool:
 def run_recipe(stages: Sequence[Any]) -> str:
     """The recipe a run's stages follow, as the measured map names it: ``paper`` when every stage keeps the paper's
     value of every recipe key (what a depth-only stage gets from any recipe but ``random-zero``), else
-    ``recommended``, ``random-zero`` or ``wsd`` when every stage has that recipe's keys, else ``paper`` (a stage's
-    own keys)."""
+    another recipe of :data:`~lightning_sparkling.growth.stage.RECIPES` when every stage has that recipe's keys,
+    else ``paper`` (a stage's own keys)."""
+    from lightning_sparkling.growth.stage import RECIPES
+
     if stages and all(_is_recipe(s, "paper", strict=True) for s in stages):
         return "paper"
-    for recipe in ("recommended", "random-zero", "wsd"):
+    for recipe in (name for name in RECIPES if name != "paper"):
         if stages and all(_is_recipe(s, recipe) for s in stages):
             return recipe
     return "paper"

@@ -217,9 +217,11 @@ class GrowthArgs:
     """LR the new entries' re-warmup decays to at the last step (default: the baseline schedule's final LR)."""
     recipe: str = "auto"
     """Keys every stage gets unless it sets them. ``auto`` (default): the recipe measured best under the run's
-    ``train.lr_schedule``, ``recommended`` under ``cosine`` and ``wsd`` under ``wsd`` (docs/BENCHMARKS.md, "Where
-    growth pays"). ``recommended``: the paper's copy-copy growth plus the closed loop on the symmetry lock (the new
-    entries' LR doubled up to 8x while the copies stay alike). ``wsd``: sourceless new channels (``init:
+    ``train.lr_schedule``, ``random-zero-3x`` under ``cosine`` and ``wsd`` under ``wsd`` (docs/BENCHMARKS.md,
+    "Compute to reach the same loss, and signal health"). ``random-zero-3x``: sourceless new channels (``init:
+    random-zero``) re-warmed to 3x, no loop. ``recommended``: the paper's copy-copy growth plus the closed loop on the
+    symmetry lock (the new entries' LR doubled up to 8x while the copies stay alike; it drives the activation RMS to
+    several times scratch's). ``wsd``: sourceless new channels (``init:
     random-zero``) at the paper's 1.3x re-warmup, no loop (under WSD the 8x boost is held at the peak LR and ended
     above scratch). ``random-zero``: sourceless new channels re-warmed to 10x (best at the smallest token ratio
     measured under cosine). ``paper``: SPARKLING as published (GrowthStage's own defaults)."""
