@@ -32,7 +32,7 @@ import warnings
 from typing import Any
 
 REMOVED_IN = "0.3.0"
-"""The release that removes the old paths (and this module); ``tests/test_deprecated_paths.py`` fails once the
+"""The release that removes the old paths (and this module); ``tests/pretrain/test_deprecated_paths.py`` fails once the
 package's version reaches it while they are still here."""
 
 #: old module path -> new module path(s); where several, names are looked up in that order

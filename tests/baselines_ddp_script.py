@@ -1,7 +1,7 @@
-"""Run by tests/test_baselines.py: two growth stages with the paper-baseline options on (uneven split, perturbation,
-scaled optimizer state; then a random split with a faster decay, whose baseline LR the earlier stage's new entries
-re-warm against) under DDP or FSDP2 (2 CPU ranks, gloo), or its one-process twin computing the same global batch.
-(``rewarmup_scope='all'`` is the same group-LR mechanism as ``decay_speedup`` with another target.)
+"""Run by tests/growth/test_baselines.py: two growth stages with the paper-baseline options on (uneven split,
+perturbation, scaled optimizer state; then a random split with a faster decay, whose baseline LR the earlier stage's new
+entries re-warm against) under DDP or FSDP2 (2 CPU ranks, gloo), or its one-process twin computing the same global
+batch. (``rewarmup_scope='all'`` is the same group-LR mechanism as ``decay_speedup`` with another target.)
 
     python tests/baselines_ddp_script.py OUT_DIR {ddp|fsdp2|single}
 

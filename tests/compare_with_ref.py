@@ -21,7 +21,7 @@ import torch
 import yaml
 
 HERE = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(HERE / "tests"))
+sys.path.insert(0, str(HERE / "tests" / "pretrain"))
 from test_cli import tiny_config  # noqa: E402
 
 

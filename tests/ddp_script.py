@@ -1,4 +1,5 @@
-"""Run by tests/test_ddp.py: a two-stage growth under DDP, FSDP2 or FSDP1 (2 ranks), or its one-process twin.
+"""Run by tests/distributed/test_ddp.py: a two-stage growth under DDP, FSDP2 or FSDP1 (2 ranks), or its one-process
+twin.
 
     python tests/ddp_script.py OUT_DIR {ddp|fsdp2|fsdp1|fsdp1-cuda|single} [--accumulate N] [--resume CKPT] [--tag=TAG]
 

@@ -1,5 +1,6 @@
-"""Run by tests/test_depth_operating_points.py: the depth operating points (4x depth in one stage, an ``at_fraction``
-stage with an explicit ``depth_map``) under DDP, FSDP2 or FSDP1 on 2 CPU ranks (gloo), or its one-process twin.
+"""Run by tests/growth/test_depth_operating_points.py: the depth operating points (4x depth in one stage, an
+``at_fraction`` stage with an explicit ``depth_map``) under DDP, FSDP2 or FSDP1 on 2 CPU ranks (gloo), or its
+one-process twin.
 
     python tests/depth4x_dist_script.py OUT_DIR {single|ddp|fsdp2|fsdp1} [--accumulate N] [--resume CKPT] [--tag=TAG]
 

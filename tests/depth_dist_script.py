@@ -1,5 +1,5 @@
-"""Run by tests/test_depth_distributed.py: depth growth (then depth + width in one stage) under DDP, FSDP2 or FSDP1
-on 2 CPU ranks (gloo), or its one-process twin.
+"""Run by tests/distributed/test_depth_distributed.py: depth growth (then depth + width in one stage) under DDP, FSDP2
+or FSDP1 on 2 CPU ranks (gloo), or its one-process twin.
 
     python tests/depth_dist_script.py OUT_DIR {single|ddp|fsdp2|fsdp1} [--accumulate N] [--resume CKPT] [--tag=TAG]
 

@@ -1,5 +1,5 @@
-"""Run by tests/test_due_at_once_distributed.py: two growth stages due at once when a fit starts, under FSDP1 or
-FSDP2 on 2 CPU ranks (gloo), or its one-process twin.
+"""Run by tests/distributed/test_due_at_once_distributed.py: two growth stages due at once when a fit starts, under
+FSDP1 or FSDP2 on 2 CPU ranks (gloo), or its one-process twin.
 
     python tests/due_at_once_script.py OUT_DIR {single|fsdp1|fsdp2} {first|resume}
 

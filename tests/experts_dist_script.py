@@ -1,5 +1,5 @@
-"""Run by tests/test_experts_distributed.py: experts growth (dense -> MoE, then 2x experts, then a depth growth)
-under DDP, FSDP2 or FSDP1 on 2 CPU ranks (gloo), or its one-process twin.
+"""Run by tests/distributed/test_experts_distributed.py: experts growth (dense -> MoE, then 2x experts, then a depth
+growth) under DDP, FSDP2 or FSDP1 on 2 CPU ranks (gloo), or its one-process twin.
 
     python tests/experts_dist_script.py OUT_DIR {single|ddp|fsdp2|fsdp1} [--accumulate N] [--resume CKPT] [--tag=TAG]
 

@@ -1,5 +1,5 @@
-"""Run by tests/test_fsdp1.py on 2 CPU ranks (gloo): FSDP1 growth checked piece by piece, without Lightning, and
-``LitGPTPretrainModule`` grown inside a Lightning fit under (a CPU subclass of) ``FSDPStrategy``.
+"""Run by tests/distributed/test_fsdp1.py on 2 CPU ranks (gloo): FSDP1 growth checked piece by piece, without Lightning,
+and ``LitGPTPretrainModule`` grown inside a Lightning fit under (a CPU subclass of) ``FSDPStrategy``.
 
     python tests/fsdp1_script.py OUT_DIR {surgery|rollback|module|module-bf16}
 

@@ -1,5 +1,5 @@
-"""Run by tests/test_heads_distributed.py: a width growth, then two attention-heads growths (the second one into a
-named litgpt config) under DDP, FSDP2 or FSDP1 on 2 CPU ranks (gloo), or its one-process twin.
+"""Run by tests/distributed/test_heads_distributed.py: a width growth, then two attention-heads growths (the second one
+into a named litgpt config) under DDP, FSDP2 or FSDP1 on 2 CPU ranks (gloo), or its one-process twin.
 
     python tests/heads_dist_script.py OUT_DIR {single|ddp|fsdp2|fsdp1} [--accumulate N] [--resume CKPT] [--tag=TAG]
 

@@ -1,5 +1,6 @@
-"""Write the checkpoint fixtures of ``tests/test_resume_old_checkpoint.py``: a tiny grown run's checkpoint after the
-growth, written by the code on ``PYTHONPATH``, and the weights the same code ends with when it resumes from it.
+"""Write the checkpoint fixtures of ``tests/pretrain/test_resume_old_checkpoint.py``: a tiny grown run's checkpoint
+after the growth, written by the code on ``PYTHONPATH``, and the weights the same code ends with when it resumes from
+it.
 
 Run with an older release (or commit) of the package first on the path, e.g.::
 

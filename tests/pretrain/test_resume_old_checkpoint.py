@@ -12,7 +12,7 @@ import torch
 
 from make_resume_fixture import MAX_STEPS, fit
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.mark.parametrize("case", ["cosine", "wsd"])

@@ -14,7 +14,7 @@ from lightning_sparkling.growth.stage import GrowthStage, StageError
 from lightning_sparkling.pretrain import schema
 from lightning_sparkling.pretrain.cli import main, parse
 
-QUICKSTART = str(Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml")
+QUICKSTART = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml")
 
 
 # ------------------------------------------------------------------------------------------------------------ schema

@@ -15,7 +15,7 @@ import torch
 
 from _dist import run_script
 
-SCRIPT = Path(__file__).with_name("due_at_once_script.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "due_at_once_script.py"
 pytestmark = pytest.mark.slow
 
 

@@ -11,7 +11,7 @@ import pytest
 from lightning_sparkling.pretrain import config as config_module
 from lightning_sparkling.pretrain.cli import main, parse
 
-QUICKSTART = str(Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml")
+QUICKSTART = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml")
 DEPTH_ONLY = "[{at_step: 100, n_layer: 8, rewarmup_steps: 20}]"
 
 

@@ -73,7 +73,7 @@ def test_add_callback_example_shows_its_flops_and_no_logger_version(tmp_path):
     from lightning.pytorch.loggers import TensorBoardLogger
     from lightning.pytorch.utilities.model_summary import ModelSummary
 
-    example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "add_callback.py"))
+    example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / "add_callback.py"))
     module = example["TinyGPT"]()
     assert ModelSummary(module).total_flops > 0
     bar = example["ProgressBar"]()

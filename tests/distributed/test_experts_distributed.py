@@ -17,7 +17,7 @@ import torch
 
 from _dist import backend_fixtures, final_states, rel_diff
 
-SCRIPT = Path(__file__).with_name("experts_dist_script.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "experts_dist_script.py"
 pytestmark = pytest.mark.slow
 
 #: (backend, accumulation, checkpoints to resume from)

@@ -280,7 +280,7 @@ def test_any_litdatamodule_by_class_path_with_csv_logger(text_dir, tmp_path):
 def quickstart_final(tmp_path_factory) -> Path:
     """The quickstart, shrunk to 4 steps (grown 64 -> 128 at step 2): its ``final/``."""
     root = tmp_path_factory.mktemp("quickstart")
-    quickstart = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
     assert main(["pretrain", "--config", str(quickstart), "--out_dir", str(root / "out"), "--train.max_steps", "4",
                  "--train.global_batch_size", "4", "--train.micro_batch_size", "4", "--train.lr_warmup_steps", "1",
                  "--train.save_interval", "null", "--eval.interval", "null", "--eval.max_iters", "1",

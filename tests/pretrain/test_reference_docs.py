@@ -11,7 +11,7 @@ import pytest
 
 import lightning_sparkling
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = Path(lightning_sparkling.__file__).parent
 REFERENCE = ROOT / "docs" / "REFERENCE.md"
 TAG_PREFIXES = ("rms/", "growth/", "symmetry/", "throughput/", "lr_new/")

@@ -11,7 +11,7 @@ import pytest
 
 import lightning_sparkling
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
 QUICKSTART_TIME = "about 2 minutes on an idle machine"

@@ -20,7 +20,7 @@ from lightning_sparkling.growth.measured import (
     nearest,
 )
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 
 
 def cell(**kw) -> MeasuredCell:

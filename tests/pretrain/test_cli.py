@@ -475,7 +475,7 @@ def test_readme_commands_and_config_reference():
 
     from lightning_sparkling.pretrain import config as schema
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
     readme += (root / "docs" / "REFERENCE.md").read_text()  # the keys and the override examples moved there

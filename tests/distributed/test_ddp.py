@@ -16,7 +16,7 @@ import torch
 
 from _dist import final_states, rel_diff, run_script
 
-SCRIPT = Path(__file__).with_name("ddp_script.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "ddp_script.py"
 pytestmark = pytest.mark.slow
 
 

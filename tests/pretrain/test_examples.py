@@ -15,7 +15,7 @@ import yaml
 
 from lightning_sparkling.pretrain.cli import main, parse, plan
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIGS = sorted(EXAMPLES.glob("*.yaml"))
 
 

@@ -161,7 +161,7 @@ def test_make_dashboard_image_script(tmp_path):
     import runpy
     from pathlib import Path
 
-    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "docs" / "make_dashboard_image.py"))
+    script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "docs" / "make_dashboard_image.py"))
     out_dir, image = tmp_path / "quick", tmp_path / "img" / "dash.png"
     shrink = ["--data.max_files", "10", "--data.max_bytes", "100000", "--data.vocab_size", "512", "--data.seq_len",
               "32", "--data.val_percent", "20", "--data.cache_dir", str(tmp_path / "cache"),

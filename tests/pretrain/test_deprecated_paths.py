@@ -14,7 +14,7 @@ import pytest
 import lightning_sparkling
 from lightning_sparkling._deprecated import MOVED, REMOVED_IN
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _release(version: str) -> tuple[int, int, int]:
@@ -44,8 +44,8 @@ def test_old_flat_paths_are_removed_by_the_release_that_promised_it():
     assert not reached, (
         f"the package is at {reached}, and the old flat module paths were promised to be removed in {REMOVED_IN} "
         f"(CHANGELOG, Deprecated): delete lightning_sparkling/_deprecated.py and its install() in "
-        f"lightning_sparkling/__init__.py ({len(MOVED)} paths: {', '.join(sorted(MOVED))}), tests/test_layout.py's "
-        "tests of the old paths and this file")
+        f"lightning_sparkling/__init__.py ({len(MOVED)} paths: {', '.join(sorted(MOVED))}), "
+        "tests/pretrain/test_layout.py's tests of the old paths and this file")
 
 
 def test_the_warning_and_the_changelog_name_the_removal_release():

@@ -304,7 +304,7 @@ def test_baseline_options_under_ddp_and_fsdp2_match_one_process(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).with_name("baselines_ddp_script.py")
+    script = Path(__file__).resolve().parents[1] / "baselines_ddp_script.py"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     for mode in ("single", "ddp", "fsdp2"):
         proc = subprocess.run([sys.executable, str(script), str(tmp_path), mode], env=env, capture_output=True,

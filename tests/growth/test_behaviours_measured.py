@@ -13,7 +13,7 @@ import pytest
 from lightning_sparkling import GrowthStage
 from lightning_sparkling.growth.measured import MeasuredCell, advise, classify_axis, load_map, nearest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 INDEX_HEADING = "## The measured map, cell by cell"
 
 

@@ -30,7 +30,7 @@ from _tiny import tiny_config
 from lightning_sparkling.growth.plan import plan_growth
 from lightning_sparkling.growth.surgery import grow_tensor
 
-SCRIPT = Path(__file__).with_name("heads_dist_script.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "heads_dist_script.py"
 pytestmark = pytest.mark.slow
 
 #: (backend, accumulation, checkpoints to resume from)

@@ -27,7 +27,7 @@ from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.config import newest_readable_checkpoint
 from test_cli import tiny_config, write_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

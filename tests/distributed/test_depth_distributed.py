@@ -16,7 +16,7 @@ import torch
 
 from _dist import backend_fixtures, final_states, rel_diff
 
-SCRIPT = Path(__file__).with_name("depth_dist_script.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "depth_dist_script.py"
 pytestmark = pytest.mark.slow
 
 #: (backend, accumulation, checkpoints to resume from)

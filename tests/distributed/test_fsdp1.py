@@ -22,7 +22,7 @@ import torch
 
 from lightning_sparkling.parallel.fsdp1 import FlatPiece, clean_name, flat_pieces
 
-SCRIPT = Path(__file__).with_name("fsdp1_script.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "fsdp1_script.py"
 
 
 def _launch(out: Path, mode: str) -> list[dict]:

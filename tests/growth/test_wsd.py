@@ -29,7 +29,7 @@ from lightning_sparkling.growth.schedules import (
 from _measure import RecordSteps, applied_lr
 from _tiny import TinyModule, make_trainer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # a 30-step run: warmup 5, decay over the last 30% (steps 21..30), growth at step 8 in the stable phase
 MAX_STEPS, WARMUP, FRACTION, DECAY_START, AT = 30, 5, 0.3, 21, 8

@@ -278,7 +278,7 @@ def test_resuming_an_at_fraction_growth_under_another_max_steps_is_refused(tmp_p
 
 
 # ----------------------------------------------------------------------------------------------- 2 CPU ranks
-SCRIPT = Path(__file__).with_name("depth4x_dist_script.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "depth4x_dist_script.py"
 singles, multi = backend_fixtures(SCRIPT, [("ddp", 2, ("full8",)), ("fsdp2", 1, ("sharded8",))])
 
 
