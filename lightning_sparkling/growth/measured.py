@@ -92,6 +92,10 @@ class MeasuredCell:
                 f"(above scratch in {self.seeds_above}/{self.seeds} seeds; docs/BENCHMARKS.md, {self.where})")
 
 
+DEMO_TOKENS_PER_PARAM = 1.0
+"""Below this many training tokens per final active parameter a run is a demo: the map's smallest setting is 1.7."""
+
+
 @dataclass(frozen=True)
 class Advice:
     """What the map says about a run: ``cell`` the nearest measured comparison of the run's axis, recipe and
@@ -121,7 +125,17 @@ class Advice:
         return (f"{self._nearest_message()}. Measured better near this run: growth.recipe {self.better.recipe} "
                 f"({self.better.describe()})")
 
+    @property
+    def demo(self) -> bool:
+        """Whether the run is shorter than :data:`DEMO_TOKENS_PER_PARAM` training tokens per parameter: a demo (e.g.
+        the quickstart), far below every setting the map measured; its advice says so in one line."""
+        return 0 < self.tokens_per_param < DEMO_TOKENS_PER_PARAM
+
     def _nearest_message(self) -> str:
+        if self.demo:
+            return (f"this run is a demo ({self.tokens_per_param:.2f} training tokens per final active parameter, "
+                    f"below the {DEMO_TOKENS_PER_PARAM:g} of every measured setting): its FLOPs saved are arithmetic, "
+                    "not a measured saving")
         run = (f"this run ({self.axis}, growth.recipe {self.recipe}, {self.schedule} schedule, first growth at "
                f"{self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active parameter)")
         if self.cell is None:

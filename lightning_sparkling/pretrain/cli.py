@@ -61,7 +61,12 @@ def build_parser(command: str = "pretrain"):
         def print_usage(self, file: Any = None) -> None:  # argparse prints it only before an error
             pass
 
-    set_docstring_parse_options(attribute_docstrings=True)
+    try:  # jsonargparse >= 4.39 (set_docstring_parse_options warns there, and goes in 5.0)
+        from jsonargparse import set_parsing_settings
+
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    except ImportError:
+        set_docstring_parse_options(attribute_docstrings=True)
     description = {
         "pretrain": "Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).",
         "plan": "Show what the growth stages of a pretrain config do, without training (and without training a "

@@ -11,6 +11,7 @@ import pytest
 import lightning_sparkling.growth.measured as measured_module
 from lightning_sparkling import GrowthStage
 from lightning_sparkling.growth.measured import (
+    DEMO_TOKENS_PER_PARAM,
     MAP_PATH,
     NEAR_RATIO,
     MeasuredCell,
@@ -232,3 +233,15 @@ def test_cells_with_and_without_a_speedup_load_and_the_advice_leads_with_it(tmp_
 def test_a_bad_speedup_is_refused_naming_the_cell_and_the_value(keys, message):
     with pytest.raises(ValueError, match=r"measured cell joint/recommended/cosine@50%/2.8: " + message):
         cell(**keys)
+
+
+def test_a_demo_length_run_is_told_so_in_one_line():
+    """The quickstart (0.31 training tokens per parameter) is far below every measured setting: one line says it is a
+    demo, whatever its recipe; at the map's smallest ratio the ordinary advice comes back."""
+    stage = GrowthStage(120, n_embd=128, intermediate_size=512)
+    demo = advise([stage], total_steps=300, tokens_per_param=0.31, recipe="random-zero-3x")
+    assert demo.demo and not demo.pays and "\n" not in demo.message()
+    assert demo.message().startswith("this run is a demo (0.31 training tokens per final active parameter")
+    assert min(c.tokens_per_param for c in load_map()) >= DEMO_TOKENS_PER_PARAM
+    real = advise([stage], total_steps=300, tokens_per_param=1.7, recipe="random-zero-3x")
+    assert not real.demo and "demo" not in real.message()
