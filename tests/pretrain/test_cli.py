@@ -311,9 +311,10 @@ def test_plan_prints_every_size_the_depth_map_and_the_heads_map(config_file, cap
     target = {**MODEL, "n_layer": 4, "n_embd": 64, "n_head": 8, "n_query_groups": 4, "intermediate_size": 128}
     stages = json.dumps([{"at_step": 4, "n_layer": 4, "depth_order": "interleave", "rewarmup_steps": 2},
                          {"at_step": 8, "model_config": target, "rewarmup_steps": 2}])
-    assert main(["plan", "--config", str(config_file), "--growth.stages", stages]) == 0
+    loop = ["--growth.recipe", "recommended"]  # the recipe whose loop goes to width copies only
+    assert main(["plan", "--config", str(config_file), "--growth.stages", stages, *loop]) == 0
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
-    _, run, _ = parse(["--config", str(config_file), "--growth.stages", stages])
+    _, run, _ = parse(["--config", str(config_file), "--growth.stages", stages, *loop])
     first, second = plan(run, print_report=False)["stages"]
     assert first["sizes"] == {"n_layer": [2, 4]} and first["widths"] == {}
     assert first["depth"]["source"] == [0, 0, 1, 1] and first["depth"]["map"] == "new 1<-0, 3<-1; moved 1->2"
@@ -346,10 +347,11 @@ def test_a_named_target_takes_the_run_vocabulary_like_the_starting_model(config_
 
 def test_plan_matches_estimate_compute(config_file, capsys, tmp_path):
     cache = tmp_path / "fresh-cache"
-    assert main(["plan", "--config", str(config_file), "--data.cache_dir", str(cache)]) == 0
+    copy_copy = ["--growth.recipe", "recommended"]  # copy-copy: alpha 1/2 at 2x, the paper's 1.3x re-warmup
+    assert main(["plan", "--config", str(config_file), "--data.cache_dir", str(cache), *copy_copy]) == 0
     printed = capsys.readouterr().out
     assert not cache.exists()  # the plan trains no tokenizer
-    _, run, _ = parse(["--config", str(config_file)])
+    _, run, _ = parse(["--config", str(config_file), *copy_copy])
     est = estimate_compute(run.model_config, run.stages, total_steps=12, tokens_per_step=TOKENS_PER_STEP)
     saved = float(re.search(r"flops_saved=([0-9.]+)", printed).group(1))
     assert saved == pytest.approx(est.flops_saved, abs=1e-6)
@@ -375,14 +377,21 @@ def test_plan_advises_from_the_measured_map(config_file, capsys):
     _, run, _ = parse(["--config", str(config_file), "--growth.recipe", "paper"])
     report = plan(run, print_report=False)
     assert report["tokens_per_param"] == pytest.approx(run.total_tokens / report["active_params"][-1])
-    # 0.0x tokens per parameter: far below every measured joint cell, so the run is told nothing near was measured
+    # 0.0x tokens per parameter: far below every measured cell, so the run is told it is a demo, in one line
     assert report["tokens_per_param"] < min(c.tokens_per_param for c in load_map()) / 1.6
+    warning = report["regime_warning"]
+    assert warning.startswith(f"this run is a demo ({report['tokens_per_param']:.2f} training tokens per final "
+                              "active parameter") and "\n" not in warning
+    assert main(["plan", "--config", str(config_file), "--growth.recipe", "paper"]) == 0
+    assert "warning: this run is a demo" in " ".join(capsys.readouterr().out.split())
+    # 1.4 tokens per parameter (58x the steps): not a demo; the nearest joint cell (2.8) is too far to say
+    _, run, _ = parse(["--config", str(config_file), "--growth.recipe", "paper", "--train.max_steps", "700",
+                       "--growth.stages", "[{at_step: 350, n_embd: 64, intermediate_size: 128, rewarmup_steps: 3}]"])
+    report = plan(run, print_report=False)
     warning = report["regime_warning"]
     assert f"{report['tokens_per_param']:.2f} training tokens per final active parameter" in warning
     assert warning.startswith("nothing near this run (joint, growth.recipe paper, cosine schedule, first growth at 50%")
     assert "joint, paper, cosine, growth at 50%, 2.8 tokens per parameter: Δ +0.076 ± 0.021" in warning
-    assert main(["plan", "--config", str(config_file), "--growth.recipe", "paper"]) == 0
-    assert "warning: nothing near this run" in " ".join(capsys.readouterr().out.split())
     # at 2.8 tokens per parameter (the quick grid's ratio): the paper's recipe was measured not to pay, recommended to
     steps = round(2.8 * report["active_params"][-1] / run.tokens_per_step)
     at = {"at_step": steps // 2, "n_embd": 64, "intermediate_size": 128, "rewarmup_steps": 3}
