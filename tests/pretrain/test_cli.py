@@ -494,7 +494,7 @@ def test_readme_commands_and_config_reference():
     ci_lines = [line.strip() for line in (root / ".ci" / "run").read_text().splitlines()
                 if line.strip() and not line.strip().startswith("#")]
     test_command = install_test.rsplit("&&", 1)[1].strip()
-    assert test_command == ci_lines[-1] == "python -m pytest -q"
+    assert test_command == ci_lines[-1] and test_command.startswith("python -m pytest -q")
     for name in inspect.signature(schema.pretrain_arguments).parameters:
         assert f"`{name}`" in readme, name
     for section, cls in schema._SECTIONS.items():
