@@ -819,8 +819,9 @@ A stage that grows only n_layer gets no symmetry loop under ``recommended``, so 
 
 
 def map_axis(axis: str) -> str:
-    """The map's axis of a reproduce.py axis: the timing suffix dropped (``joint-25`` -> ``joint``)."""
-    return re.sub(r"-\d+$", "", axis)
+    """The map's axis of a reproduce.py axis: the timing suffix dropped (``joint-25`` -> ``joint``); the 4x depth
+    axes are ``depth`` (as the package classifies their stage)."""
+    return "depth" if axis in AXIS_TIMING else re.sub(r"-\d+$", "", axis)
 
 
 def map_recipe(row: str) -> str | None:

@@ -564,3 +564,4 @@ def test_4x_depth_axes_grow_2_to_8_layers_early_and_late(repro):
     cells, skipped = repro.scan_cells(short, [1], ["wsd"], ["late-shallow"])
     assert skipped == [] and cells[0]["growth_at"] == 0.8
     assert repro.map_recipe("random-zero + ratio 3") == "random-zero-3x"
+    assert repro.map_axis("late-shallow") == repro.map_axis("depth-4x-5") == "depth"  # as the package classifies
