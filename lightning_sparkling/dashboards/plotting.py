@@ -635,24 +635,14 @@ def dashboard_figure(logdirs: Sequence[str | Path], x_axis: XAxis = "step", titl
     return fig
 
 
-def _draw_loss(ax, fig, runs, mappers, colors, heat) -> bool:
-    _loss_panel(ax, runs, mappers, colors)
-    return True
+def _line_panel(panel):
+    """A drawer of one line panel (``panel(ax, runs, mappers, colors)``), which always draws (an empty panel says
+    why)."""
+    def draw(ax, fig, runs, mappers, colors, heat) -> bool:
+        panel(ax, runs, mappers, colors)
+        return True
 
-
-def _draw_lr(ax, fig, runs, mappers, colors, heat) -> bool:
-    _lr_panel(ax, runs, mappers, colors)
-    return True
-
-
-def _draw_symmetry(ax, fig, runs, mappers, colors, heat) -> bool:
-    _symmetry_panel(ax, runs, mappers, colors)
-    return True
-
-
-def _draw_final_hidden(ax, fig, runs, mappers, colors, heat) -> bool:
-    _final_hidden_panel(ax, runs, mappers, colors)
-    return True
+    return draw
 
 
 def _block_heatmap(prefix: str, ptitle: str, clabel: str):
@@ -673,13 +663,13 @@ def _draw_gain(ax, fig, runs, mappers, colors, heat) -> bool:
 
 
 _DRAWERS = {
-    "loss": _draw_loss,
-    "lr": _draw_lr,
-    "symmetry": _draw_symmetry,
+    "loss": _line_panel(_loss_panel),
+    "lr": _line_panel(_lr_panel),
+    "symmetry": _line_panel(_symmetry_panel),
     "residual": _block_heatmap(*RMS_PANELS[0]),
     "attn_ratio": _block_heatmap(*RMS_PANELS[1]),
     "mlp_ratio": _block_heatmap(*RMS_PANELS[2]),
-    "final_hidden": _draw_final_hidden,
+    "final_hidden": _line_panel(_final_hidden_panel),
     "gain": _draw_gain,
 }
 """Per panel: ``draw(ax, fig, runs, mappers, colors, (heatmap run, its mapper)) -> whether it is a line plot``."""
