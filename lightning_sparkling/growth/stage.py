@@ -192,6 +192,9 @@ class GrowthStage:
         expert_reinit_fraction: drop-upcycle's fraction of re-drawn inner channels, in ``[0, 1]`` (default 0.5).
         router_init: dense -> MoE's new router: ``random`` (default, litgpt's init) or ``zero`` (needs
             ``expert_init='drop-upcycle'``: equal copies under a zero router never part).
+        first_k_dense_replace: dense -> MoE only: the first ``k`` blocks keep their ``LLaMAMLP`` (the same module,
+            Parameters and optimizer state; litgpt's ``first_k_dense_replace``, which the grown config carries), the
+            others upcycle; ``0 <= k < n_layer``. On MoE -> more experts it may only repeat the model's own value.
 
     ``rewarmup_scope='all'`` and ``decay_speedup`` redefine the schedule of the rest of the run, so only the last
     stage of a run may set them (:func:`check_stage_sequence`).
@@ -246,6 +249,7 @@ class GrowthStage:
     expert_init: str = "copy"
     expert_reinit_fraction: float = 0.5
     router_init: str = "random"
+    first_k_dense_replace: int | None = None
 
     def __post_init__(self) -> None:
         self._check_timing()
@@ -483,9 +487,10 @@ class GrowthStage:
 
     @property
     def grows_experts(self) -> bool:
-        """Whether the stage sets an experts key (``n_expert``, ``n_expert_per_token`` or ``mlp_class_name``):
-        :mod:`~lightning_sparkling.growth.axes.experts` plans it."""
-        return any(getattr(self, key) is not None for key in ("n_expert", "n_expert_per_token", "mlp_class_name"))
+        """Whether the stage sets an experts key (``n_expert``, ``n_expert_per_token``, ``mlp_class_name`` or
+        ``first_k_dense_replace``): :mod:`~lightning_sparkling.growth.axes.experts` plans it."""
+        return any(getattr(self, key) is not None
+                   for key in ("n_expert", "n_expert_per_token", "mlp_class_name", "first_k_dense_replace"))
 
     @property
     def changes_baseline(self) -> bool:

@@ -107,7 +107,7 @@ def _plan_stage(config: Any, stage: GrowthStage, k: int, seed: int, tie_embeddin
         return plan_growth(config, stage, seed=seed, stage_index=k, tied_embeddings=tie_embeddings)
     except GrowthError as err:
         names = (["depth_map"] if stage.depth_map is not None else []) + list(stage.sizes)
-        bad = next((name for name in names if re.search(rf"\b{name}\b", str(err))), None)
+        bad = getattr(err, "key", None) or next((name for name in names if re.search(rf"\b{name}\b", str(err))), None)
         raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
 
 

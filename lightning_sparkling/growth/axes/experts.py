@@ -11,6 +11,10 @@ stage keys                 what happens
 ``mlp_class_name=          on a ``LLaMAMLP`` model: every block's MLP becomes expert 0 of a ``LLaMAMoE`` (the same
 "LLaMAMoE"``, ``n_expert``, module and parameters), experts ``1..E-1`` copy it (``expert_init``), the router starts
 ``n_expert_per_token``     as ``router_init`` (``moe_intermediate_size`` = the MLP's ``intermediate_size``)
+``first_k_dense_replace=k`` dense -> MoE only: blocks ``0..k-1`` keep their ``LLaMAMLP`` (the same module,
+(with the above)           Parameters and optimizer state), blocks ``k..`` upcycle; the grown config carries
+                           litgpt's ``first_k_dense_replace=k`` (``0 <= k < n_layer``; on MoE -> more experts the
+                           key may only repeat the model's own value)
 =========================  ===================================================================================
 
 ``expert_init``: ``copy``; ``drop-upcycle`` (Drop-Upcycling, Nakamura et al., ICLR 2025: a copy whose
@@ -52,6 +56,7 @@ import torch.nn as nn
 from lightning_sparkling.growth.axes import AxisPlan
 from lightning_sparkling.growth.depth import litgpt_init_std
 from lightning_sparkling.growth.plan import AxisChange, DimGrowth, GrowthError, TensorPlan
+from lightning_sparkling.growth.stage import StageError
 
 MOE_CLASS = "LLaMAMoE"
 EXPERT_INITS: tuple[str, ...] = ("copy", "drop-upcycle", "random")
@@ -61,8 +66,24 @@ DEFAULT_REINIT_FRACTION = 0.5
 _EXPERT_TENSOR = re.compile(r"^transformer\.h\.(\d+)\.mlp\.experts\.(\d+)\.(fc_1|fc_2|proj)\.(weight|bias)$")
 
 
+DENSE_KEY = "first_k_dense_replace"
+
+
 def _positive_int(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and value > 0
+
+
+class ExpertsKeyError(StageError, GrowthError):
+    """An experts key the *model* refuses (e.g. ``first_k_dense_replace`` past the model's last block): a
+    :class:`~lightning_sparkling.growth.errors.GrowthError`, as every refusal of :func:`plan_growth`, that names its
+    key like a :class:`~lightning_sparkling.growth.stage.StageError` (``err.key``)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes, keeping both classes
+        return _experts_key_error, (self.key, str(self), self.stage)
+
+
+def _experts_key_error(key: str | None, message: str, stage: int | None) -> ExpertsKeyError:
+    return ExpertsKeyError(key, message, stage=stage)
 
 
 def check_expert_keys(stage) -> None:
@@ -79,8 +100,6 @@ def check_expert_keys(stage) -> None:
         ...
         StageError: GrowthStage(n_expert_per_token=8): more experts per token than experts (n_expert=4); ...
     """
-    from lightning_sparkling.growth.stage import StageError  # a ValueError that names its key
-
     grows = stage.grows_experts
     if stage.mlp_class_name is not None and stage.mlp_class_name != MOE_CLASS:
         raise StageError("mlp_class_name",
@@ -95,6 +114,7 @@ def check_expert_keys(stage) -> None:
         raise StageError("mlp_class_name",
                          f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): dense -> MoE needs the number of "
                          f"experts and of experts per token; give n_expert and n_expert_per_token (e.g. 4 and 2)")
+    _check_dense_key(stage)
     if grows and stage.n_expert is None:
         raise StageError("n_expert_per_token",
                          f"GrowthStage(n_expert_per_token={stage.n_expert_per_token}): adds no experts; give n_expert "
@@ -139,12 +159,28 @@ def check_expert_keys(stage) -> None:
                          "of their own (a stage at the next step for the other sizes)")
 
 
+def _check_dense_key(stage) -> None:
+    """Refuse a ``first_k_dense_replace`` that is not an integer >= 0, or that comes without experts to grow (what
+    the model allows, ``k < n_layer`` or its own value, :meth:`ExpertsAxis.config_values` checks)."""
+    k = stage.first_k_dense_replace
+    if k is None:
+        return
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise StageError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={k!r}): must be an integer >= 0, the number of first "
+                         "blocks that keep their dense MLP at dense -> MoE (e.g. 1)")
+    if stage.n_expert is None:
+        raise StageError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={k}): only used when the stage turns the MLPs into "
+                         "experts; give it with mlp_class_name='LLaMAMoE', n_expert and n_expert_per_token "
+                         "(dense -> MoE), or drop it")
+
+
 @dataclass(frozen=True)
 class ExpertsChange:
     """The experts of one stage.
 
     Attributes:
-        upcycle: dense -> MoE (every block's MLP becomes expert 0 of a new ``LLaMAMoE``).
+        upcycle: dense -> MoE (the MLP of every block in ``blocks`` becomes expert 0 of a new ``LLaMAMoE``; the
+            blocks before ``blocks[0]`` keep their ``LLaMAMLP``, ``first_k_dense_replace``).
         old / new: experts per MoE block before (``1`` for an upcycled MLP) and after.
         old_k / new_k: experts per token before (``1`` for an MLP) and after.
         blocks: the blocks whose experts grow.
@@ -174,9 +210,9 @@ class ExpertsChange:
         return self.new_k == self.old_k == 1 or self.new_k * self.old == self.old_k * self.new
 
 
-def _moe_blocks(config) -> tuple[int, ...]:
-    first_dense = config.first_k_dense_replace or 0
-    return tuple(range(first_dense, config.n_layer))
+def _moe_blocks(n_layer: int, first_k_dense_replace: int | None) -> tuple[int, ...]:
+    """The blocks whose MLP is (or becomes) a ``LLaMAMoE``: litgpt keeps the first ``first_k_dense_replace`` dense."""
+    return tuple(range(first_k_dense_replace or 0, n_layer))
 
 
 class ExpertsAxis:
@@ -202,7 +238,8 @@ class ExpertsAxis:
             GrowthError: naming the value and the fix: ``n_expert`` on a model without experts (and no
                 ``mlp_class_name='LLaMAMoE'``), dense -> MoE of an MLP that is not a ``LLaMAMLP`` or of a model that
                 already has experts, fewer experts or experts per token, ``K > E``, a grouped router whose groups
-                cannot keep their size.
+                cannot keep their size; an :class:`ExpertsKeyError` (also a ``StageError``) for a
+                ``first_k_dense_replace`` of ``n_layer`` or more, or, on MoE -> more experts, other than the model's.
         """
         is_moe = config.mlp_class_name == MOE_CLASS
         E, K = stage.n_expert, stage.n_expert_per_token
@@ -214,12 +251,23 @@ class ExpertsAxis:
                 raise GrowthError(f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): litgpt's {MOE_CLASS} "
                                   f"experts are LLaMAMLPs (gated SiLU), so a {config.mlp_class_name} cannot be copied "
                                   "into them; upcycle a model with mlp_class_name='LLaMAMLP'")
+            k = stage.first_k_dense_replace or 0
+            if k >= config.n_layer:
+                raise ExpertsKeyError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={k}): the model has n_layer="
+                                      f"{config.n_layer} blocks and at least one must get experts, so at most "
+                                      f"{config.n_layer - 1} keep their dense MLP; use {DENSE_KEY} <= "
+                                      f"{config.n_layer - 1}")
             return {"mlp_class_name": MOE_CLASS, "n_expert": E, "n_expert_per_token": K,
-                    "moe_intermediate_size": config.intermediate_size}
+                    "moe_intermediate_size": config.intermediate_size, DENSE_KEY: k or None}
         if not is_moe:
             raise GrowthError(f"GrowthStage(n_expert={E}): this model has no experts (mlp_class_name="
                               f"{config.mlp_class_name!r}); add mlp_class_name='LLaMAMoE' and n_expert_per_token to "
                               "turn every MLP into experts (dense -> MoE)")
+        own = config.first_k_dense_replace or 0
+        if stage.first_k_dense_replace is not None and stage.first_k_dense_replace != own:
+            raise ExpertsKeyError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={stage.first_k_dense_replace}): this MoE model "
+                                  f"has {DENSE_KEY}={own} (its experts start at block {own}) and a growth of the "
+                                  f"experts keeps which blocks are dense; drop {DENSE_KEY} or give {own}")
         E_old, K_old = config.n_expert, config.n_expert_per_token
         K = K_old if K is None else K
         if E <= E_old:
@@ -253,7 +301,7 @@ class ExpertsAxis:
         old_k = 1 if upcycle else config.n_expert_per_token
         new = values["n_expert"]
         return ExpertsChange(upcycle=upcycle, old=old, new=new, old_k=old_k, new_k=values["n_expert_per_token"],
-                             blocks=tuple(range(config.n_layer)) if upcycle else _moe_blocks(config),
+                             blocks=_moe_blocks(config.n_layer, values.get(DENSE_KEY, config.first_k_dense_replace)),
                              source=tuple(i % old for i in range(new - old)), init=stage.expert_init,
                              reinit_fraction=float(stage.expert_reinit_fraction), router_init=stage.router_init)
 
@@ -398,6 +446,9 @@ class ExpertsAxis:
         exact = change.exact and (plan.old_config.norm_topk_prob or not plan.old_config.n_expert_groups
                                   or change.new_k == change.old_k == 1)
         router = f", router {change.router_init}" if change.upcycle else ""
+        if change.upcycle and change.blocks[0]:
+            k = change.blocks[0]
+            router += ", block 0 kept dense" if k == 1 else f", blocks 0-{k - 1} kept dense"
         return (f"{old} -> {change.new} experts, top-{change.old_k} -> top-{change.new_k}, {init}{router} "
                 f"(new {copies}): " + ("function kept" if exact else "function changes"))
 
