@@ -290,9 +290,13 @@ def depth_config_values(config, change: DepthChange) -> dict:
         dense = [src < k for src in change.source]
         new_k = sum(dense)
         if any(dense[new_k:]) or not all(dense[:new_k]):
+            given = (f"depth_map={tuple(change.source)}" if change.order == "map"
+                     else f"depth_order={change.order!r}")
+            fix = (f"list the copies of blocks 0..{k - 1} before the first of block {k} in depth_map, or use "
+                   "depth_order='interleave' or 'middle'" if change.order == "map"
+                   else "use depth_order='interleave' or 'middle', which keep the dense blocks first")
             raise ValueError(
-                f"first_k_dense_replace={k}: litgpt builds dense MLPs in the first blocks only, but depth_order="
-                f"{change.order!r} puts a copy of a dense block at position {dense.index(True, new_k)} of "
-                f"{change.new}; use depth_order='interleave' or 'middle', which keep the dense blocks first")
+                f"first_k_dense_replace={k}: litgpt builds dense MLPs in the first blocks only, but {given} puts a "
+                f"copy of a dense block at position {dense.index(True, new_k)} of {change.new}; {fix}")
         values["first_k_dense_replace"] = new_k
     return values

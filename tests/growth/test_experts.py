@@ -4,6 +4,8 @@ copies, drop-upcycle and random inits, strict reloading, rollback and the optimi
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 from conftest import (
@@ -23,6 +25,7 @@ from litgpt import GPT
 from lightning_sparkling import GrowthError, GrowthStage, grow_model, plan_growth
 from lightning_sparkling.growth.depth import litgpt_init_std
 from lightning_sparkling.growth.optim_state import plan_optimizer_patch
+from lightning_sparkling.growth.stage import StageError
 
 
 def grouped_config(**overrides):
@@ -61,6 +64,12 @@ STAGE_REFUSALS = [
     (dict(n_expert_per_token=4), "n_expert_per_token=4.*give n_expert"),
     (dict(n_embd=64, expert_init="random"), "expert_init='random'.*only used"),
     (dict(n_expert=8, n_embd=64), "n_expert=8\\) with n_embd.*stage of their own"),
+    (dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, first_k_dense_replace=-1),
+     "first_k_dense_replace=-1\\): must be an integer >= 0"),
+    (dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, first_k_dense_replace=True),
+     "first_k_dense_replace=True\\): must be an integer >= 0"),
+    (dict(first_k_dense_replace=1), "first_k_dense_replace=1\\): only used when.*mlp_class_name='LLaMAMoE'"),
+    (dict(n_embd=64, first_k_dense_replace=1), "first_k_dense_replace=1\\): only used when.*or drop it"),
 ]
 
 
@@ -403,3 +412,182 @@ def test_bf16_model_stays_bf16(factory, keys):
     grow_model(model, GrowthStage(0, **keys))
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     model(make_tokens(model.config))  # runs
+
+
+# ------------------------------------------------------------------------- first_k_dense_replace (dense -> MoE)
+DENSE_KEY = "first_k_dense_replace"
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_upcycle_keeps_the_first_k_blocks_dense_and_the_function(k):
+    """Blocks ``0..k-1`` keep the very MLP module and Parameters, blocks ``k..`` upcycle; logits kept; the grown config
+    carries litgpt's ``first_k_dense_replace`` so ``GPT(grown config)`` loads the state dict strictly."""
+    model = make_gpt(llama_config(n_layer=4))
+    tokens = make_tokens(model.config, batch=3, length=16)
+    before = logits(model, tokens)
+    mlps = [block.mlp for block in model.transformer.h]
+    params = dict(model.named_parameters())
+    values = {n: p.detach().clone() for n, p in params.items()}
+    result = grow_model(model, upcycle(n_expert=4, k=2, **{DENSE_KEY: k}))
+    assert model.config.first_k_dense_replace == k and model.config.mlp_class_name == "LLaMAMoE"
+    assert [type(b.mlp).__name__ for b in model.transformer.h] == ["LLaMAMLP"] * k + ["LLaMAMoE"] * (4 - k)
+    for i in range(k):
+        mlp = model.transformer.h[i].mlp
+        assert mlp is mlps[i] and mlp.config is model.config
+        for rest, p in mlp.named_parameters():
+            name = f"transformer.h.{i}.mlp.{rest}"
+            assert p is params[name] and torch.equal(p, values[name])
+    for i in range(k, 4):
+        assert model.transformer.h[i].mlp.experts[0] is mlps[i]
+    torch.testing.assert_close(logits(model, tokens), before, atol=1e-5, rtol=0)
+    fresh = GPT(model.config)
+    assert [type(b.mlp).__name__ for b in fresh.transformer.h] == [type(b.mlp).__name__ for b in model.transformer.h]
+    fresh.load_state_dict(model.state_dict(), strict=True)
+    torch.testing.assert_close(logits(fresh, tokens), before, atol=1e-5, rtol=0)
+    blocks = {int(n.split(".")[2]) for n in list(result.plan.tensors) + list(result.added) + list(result.new_entries)}
+    assert blocks == set(range(k, 4))  # nothing planned, added or re-warmed in the dense blocks
+    assert len(result.added) == (4 - k) * (3 * 3 + 1) and not result.new_params
+    from lightning_sparkling.growth.axes.experts import EXPERTS
+
+    kept = "block 0 kept dense" if k == 1 else "blocks 0-1 kept dense"
+    assert kept in EXPERTS.describe(result.plan) and EXPERTS.describe(result.plan).endswith("function kept")
+
+
+@pytest.mark.parametrize("recipe", ["asymmetric", "copy"])
+def test_dense_blocks_keep_their_adamw_state_and_train_as_if_nothing_grew(recipe):
+    """After the patch the kept MLP's AdamW state is the very same (step, moments), it is listed once in its group, and
+    the next AdamW step moves it exactly as on an ungrown twin (copied experts keep the function, so its gradient is
+    the twin's): a reset or copied-over state would change that step."""
+    def trained():
+        model = make_gpt(llama_config(n_layer=3))
+        decay = [p for p in model.parameters() if p.ndim == 2]
+        no_decay = [p for p in model.parameters() if p.ndim < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                                lr=1e-2)
+        for seed in range(2):
+            opt.zero_grad()
+            model(make_tokens(model.config, seed=seed)).sum().backward()
+            opt.step()
+        return model, opt
+
+    model, opt = trained()
+    twin, twin_opt = trained()
+    kept = {n: p for n, p in model.named_parameters() if n.startswith("transformer.h.0.mlp.")}
+    state = {n: dict(opt.state[p]) for n, p in kept.items()}  # the state tensors themselves, not copies
+    values = {n: {k: v.clone() for k, v in s.items()} for n, s in state.items()}
+    result = grow_model(model, upcycle(n_expert=4, k=2, at=2, optimizer_state=recipe, **{DENSE_KEY: 1}))
+    plan_optimizer_patch(opt, result, recipe).apply()
+    listed = [p for group in opt.param_groups for p in group["params"]]
+    for name, p in kept.items():
+        assert sum(q is p for q in listed) == 1 and name not in result.new_entries
+        for key, value in opt.state[p].items():
+            assert value is state[name][key] and torch.equal(value, values[name][key]), (name, key)
+    start = {n: p.detach().clone() for n, p in kept.items()}
+    for o, m in ((opt, model), (twin_opt, twin)):
+        o.zero_grad()
+        m(make_tokens(m.config, seed=2)).sum().backward()
+        o.step()
+    twin_params = dict(twin.named_parameters())
+    for name, p in kept.items():
+        assert (p - start[name]).abs().mean() > 1e-3  # the step moved it (lr 1e-2), 1000x the tolerance
+        torch.testing.assert_close(p.detach(), twin_params[name].detach(), atol=1e-6, rtol=0)
+
+
+MODEL_DENSE_REFUSALS = [
+    ("k-is-n_layer", llama_config, upcycle(**{DENSE_KEY: 2}), "first_k_dense_replace=2\\): the model has n_layer=2 "
+                                                              "blocks.*use first_k_dense_replace <= 1"),
+    ("k-past-n_layer", llama_config, upcycle(**{DENSE_KEY: 5}), "first_k_dense_replace=5\\).*<= 1"),
+    ("differs-from-moe", moe_config, GrowthStage(0, n_expert=8, n_expert_per_token=4, **{DENSE_KEY: 0}),
+     "first_k_dense_replace=0\\): this MoE model has first_k_dense_replace=1.*drop first_k_dense_replace or give 1"),
+    ("moe-has-none", pure_moe_config, GrowthStage(0, n_expert=8, **{DENSE_KEY: 1}),
+     "first_k_dense_replace=1\\): this MoE model has first_k_dense_replace=0"),
+]
+
+
+@pytest.mark.parametrize("factory,stage,message", [r[1:] for r in MODEL_DENSE_REFUSALS],
+                         ids=[r[0] for r in MODEL_DENSE_REFUSALS])
+def test_a_first_k_the_model_cannot_take_is_refused_by_key_before_anything_changes(factory, stage, message):
+    model = make_gpt(factory())
+    snap = snapshot(model)
+    with pytest.raises(StageError, match=message) as info:
+        grow_model(model, stage)
+    assert info.value.key == DENSE_KEY and isinstance(info.value, GrowthError)  # plan_growth's callers catch both
+    assert_unchanged(model, snap)
+    copy = pickle.loads(pickle.dumps(info.value))  # raised on a rank, re-raised on another
+    assert (type(copy), copy.key, str(copy)) == (type(info.value), DENSE_KEY, str(info.value))
+
+
+def test_more_experts_may_repeat_the_models_own_first_k():
+    model = make_gpt(moe_config())
+    tokens = make_tokens(model.config)
+    before = logits(model, tokens)
+    grow_model(model, GrowthStage(0, n_expert=8, n_expert_per_token=4, **{DENSE_KEY: 1}))
+    assert model.config.first_k_dense_replace == 1 and type(model.transformer.h[0].mlp).__name__ == "LLaMAMLP"
+    torch.testing.assert_close(logits(model, tokens), before, atol=1e-5, rtol=0)
+
+
+def test_first_k_zero_is_every_block_upcycled():
+    model = make_gpt(llama_config())
+    grow_model(model, upcycle(**{DENSE_KEY: 0}))
+    assert model.config.first_k_dense_replace is None
+    assert all(type(b.mlp).__name__ == "LLaMAMoE" for b in model.transformer.h)
+
+
+def test_symmetry_and_rms_monitor_with_dense_first_blocks():
+    from lightning_sparkling.callbacks.rms_monitor import compute_rms
+    from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
+
+    model = make_gpt(llama_config(n_layer=3))
+    tokens = make_tokens(model.config, batch=3, length=16)
+    before = compute_rms(model, tokens, per_linear=True)
+    result = grow_model(model, upcycle(**{DENSE_KEY: 1}))
+    specs = copy_specs(result.plan)
+    names = [n for s in specs.values() for n in s.names()]
+    assert names and not any(n.startswith("transformer.h.0.") for n in names)
+    params = dict(model.named_parameters())
+    metrics = symmetry_metrics(specs, ((n, params[n]) for n in names), "symmetry/s0")
+    assert metrics == pytest.approx({"symmetry/s0/experts": 1.0})
+    with torch.no_grad():
+        for block in model.transformer.h[1:]:
+            block.mlp.experts[2].fc_1.weight.neg_()
+    assert symmetry_metrics(specs, ((n, params[n]) for n in names), "symmetry/s0")["symmetry/s0/experts"] < 0.95
+    with torch.no_grad():
+        for block in model.transformer.h[1:]:
+            block.mlp.experts[2].fc_1.weight.neg_()
+    after = compute_rms(model, tokens, per_linear=True)
+    dense = {t for t in before if t.endswith("block_00") or "block_00/" in t}
+    assert "rms/gain/block_00/mlp.fc_1" in dense and dense == {t for t in after if t.endswith("block_00") or
+                                                                 "block_00/" in t}  # the kept MLP watched as before
+    for tag, value in before.items():
+        if tag in after and ("/gain/" not in tag or tag in dense):
+            assert after[tag] == pytest.approx(value, rel=1e-5, abs=1e-7), tag
+    assert "rms/gain/block_01/mlp.experts.3.fc_1" in after and "rms/gain/block_01/mlp.fc_1" not in after
+
+
+@pytest.mark.parametrize("order,n_layer,k", [("interleave", 4, 2), ("middle", 3, 2), ("map", 3, 1)])
+def test_depth_after_upcycling_with_dense_first_blocks_keeps_them_first(order, n_layer, k):
+    model = make_gpt(llama_config())
+    tokens = make_tokens(model.config, batch=3, length=16)
+    grow_model(model, upcycle(**{DENSE_KEY: 1}))
+    before = logits(model, tokens)
+    keys = dict(depth_map=(0, 1, 1)) if order == "map" else dict(depth_order=order)
+    grow_model(model, GrowthStage(0, n_layer=n_layer, **keys))
+    assert model.config.first_k_dense_replace == k
+    assert [type(b.mlp).__name__ for b in model.transformer.h] == ["LLaMAMLP"] * k + ["LLaMAMoE"] * (n_layer - k)
+    torch.testing.assert_close(logits(model, tokens), before, atol=1e-5, rtol=0)  # copy-zero: new blocks add nothing
+    GPT(model.config).load_state_dict(model.state_dict(), strict=True)
+
+
+@pytest.mark.parametrize("keys,message", [
+    (dict(depth_order="stack"), "depth_order='stack' puts a copy of a dense block at position 2 of 4; use "
+                                "depth_order='interleave' or 'middle'"),
+    (dict(depth_map=(0, 1, 0, 1)), "depth_map=\\(0, 1, 0, 1\\) puts a copy of a dense block at position 2 of 4; list "
+                                   "the copies of blocks 0..0 before the first of block 1 in depth_map"),
+])
+def test_depth_that_would_put_a_dense_copy_after_the_experts_is_refused(keys, message):
+    model = make_gpt(llama_config())
+    grow_model(model, upcycle(**{DENSE_KEY: 1}))
+    snap = snapshot(model)
+    with pytest.raises(GrowthError, match=message):
+        grow_model(model, GrowthStage(0, n_layer=4, **keys))
+    assert_unchanged(model, snap)
