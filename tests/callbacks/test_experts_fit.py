@@ -1,6 +1,8 @@
 """Experts growth inside a Lightning fit (one process, CPU): dense -> MoE, then MoE -> 2x experts, then a depth
 growth; the new experts' and router rows' applied learning rate read from SGD updates (accumulation 1 and 2),
-bit-exact resume before, at and after each growth, and the checkpoint a plain litgpt state dict."""
+bit-exact resume before, at and after each growth, and the checkpoint a plain litgpt state dict. Each also with
+``first_k_dense_replace=1`` (block 0 keeps its dense MLP, which follows the module's schedule; the depth growth
+copies it to the first two positions)."""
 
 from __future__ import annotations
 
@@ -20,11 +22,13 @@ MAX_STEPS = 16
 UPCYCLE_AT, EXPERTS_AT, DEPTH_AT = 4, 8, 12
 
 
-def _stages() -> list[GrowthStage]:
+def _stages(first_k: int | None = None) -> list[GrowthStage]:
+    """``first_k``: stage 0 keeps that many blocks dense (``first_k_dense_replace``), and stage 1 repeats it."""
     return [GrowthStage(UPCYCLE_AT, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2,
-                        expert_init="drop-upcycle", rewarmup_ratio=2.0, rewarmup_steps=2),
+                        expert_init="drop-upcycle", rewarmup_ratio=2.0, rewarmup_steps=2,
+                        first_k_dense_replace=first_k),
             GrowthStage(EXPERTS_AT, n_expert=8, n_expert_per_token=4, optimizer_state="copy", rewarmup_ratio=1.5,
-                        rewarmup_steps=2),
+                        rewarmup_steps=2, first_k_dense_replace=first_k),
             GrowthStage(DEPTH_AT, n_layer=4, depth_order="interleave", rewarmup_steps=2)]
 
 
@@ -38,15 +42,16 @@ def _fit(module, stages, **kwargs):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("first_k", [None, 1])
 @pytest.mark.parametrize("accumulate", [1, 2])
-def test_new_experts_follow_their_rewarmup_and_old_entries_the_schedule(accumulate):
+def test_new_experts_follow_their_rewarmup_and_old_entries_the_schedule(accumulate, first_k):
     """SGD: every entry of an upcycled expert 1..3 and of the new router follows stage 0's re-warmup, expert 0 (the
     MLP itself) the module's schedule; after stage 1 the new experts 4..7 and router rows 4..7 follow stage 1's."""
     lr, steps = 0.05, 12
     module = TinyModule(optimizer="sgd", lr=lr, max_steps=steps, accumulate=accumulate)
     recorder = RecordSteps()
-    trainer = make_trainer([recorder, WidthGrowthCallback(_stages()[:2])], max_steps=steps, accumulate=accumulate,
-                           precision="64-true")
+    trainer = make_trainer([recorder, WidthGrowthCallback(_stages(first_k)[:2])], max_steps=steps,
+                           accumulate=accumulate, precision="64-true")
     trainer.fit(module)
     schedule = WarmupCosineLambda(5, steps, 0.1)
 
@@ -54,7 +59,7 @@ def test_new_experts_follow_their_rewarmup_and_old_entries_the_schedule(accumula
         return rewarmup_lr(s, growth_step=at, lr_at_growth=lr * schedule(at), ratio=ratio, warmup_steps=2,
                            total_steps=steps, min_lr=lr * 0.1)
 
-    checked = {"stage0": 0, "stage1": 0, "old": 0}
+    checked = {"stage0": 0, "stage1": 0, "old": 0, "dense": 0}
     for record in recorder.records:
         step = record["step"]
         for name, before in record["before"].items():
@@ -77,23 +82,28 @@ def test_new_experts_follow_their_rewarmup_and_old_entries_the_schedule(accumula
                 got = got[torch.isfinite(got)]  # entries of an expert no token picked this step have no update
                 assert torch.allclose(got, torch.full_like(got, want), rtol=1e-6, atol=0), (step, name, kind, want)
                 checked[kind] += got.numel()
+                checked["dense"] += got.numel() if ".h.0.mlp.fc_" in name and step >= UPCYCLE_AT else 0
+    assert (checked.pop("dense") > 500) == (first_k == 1)  # the kept MLP took the schedule's LR after the growth
     assert min(checked.values()) > 500, checked
     assert stage_lr(UPCYCLE_AT + 2, UPCYCLE_AT, 2.0) != pytest.approx(lr * schedule(UPCYCLE_AT + 2))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("accumulate", [1, 2])
-def test_resume_bit_exact_across_upcycling_more_experts_and_depth(tmp_path: Path, accumulate):
+@pytest.mark.parametrize("accumulate,first_k", [(1, None), (2, None), (1, 1), (2, 1)])
+def test_resume_bit_exact_across_upcycling_more_experts_and_depth(tmp_path: Path, accumulate, first_k):
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
     reference = TinyModule(max_steps=MAX_STEPS, accumulate=accumulate)
-    _, growth = _fit(reference, _stages(), max_steps=MAX_STEPS, accumulate=accumulate, callbacks=[ckpt],
+    _, growth = _fit(reference, _stages(first_k), max_steps=MAX_STEPS, accumulate=accumulate, callbacks=[ckpt],
                      enable_checkpointing=True)
     assert growth.grown_stages == 3
     assert (reference.model.config.n_expert, reference.model.config.n_layer) == (8, 4)
+    assert reference.model.config.first_k_dense_replace == (2 if first_k else None)  # block 0 and its copy
     expected = {n: t.detach().clone() for n, t in reference.model.state_dict().items()}
-    for step in (2, UPCYCLE_AT, 6, EXPERTS_AT, DEPTH_AT, 14):  # before, at, between and after the growths
+    # before, at, between and after the growths (with first_k: at each growth and after the last, to stay quick)
+    steps = (2, UPCYCLE_AT, 6, EXPERTS_AT, DEPTH_AT, 14) if first_k is None else (UPCYCLE_AT, EXPERTS_AT, 14)
+    for step in steps:
         resumed = TinyModule(max_steps=MAX_STEPS, accumulate=accumulate)
-        _fit(resumed, _stages(), max_steps=MAX_STEPS, accumulate=accumulate,
+        _fit(resumed, _stages(first_k), max_steps=MAX_STEPS, accumulate=accumulate,
              ckpt_path=str(tmp_path / f"step={step}.ckpt"))
         got = resumed.model.state_dict()
         assert got.keys() == expected.keys()
@@ -102,10 +112,12 @@ def test_resume_bit_exact_across_upcycling_more_experts_and_depth(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_checkpoint_after_upcycling_is_a_plain_litgpt_state_dict(tmp_path: Path):
+@pytest.mark.parametrize("first_k", [None, 1])
+def test_checkpoint_after_upcycling_is_a_plain_litgpt_state_dict(tmp_path: Path, first_k):
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=UPCYCLE_AT + 1, save_top_k=-1, filename="{step}")
     module = TinyModule(max_steps=6)
-    _fit(module, _stages()[:1], max_steps=6, callbacks=[ckpt], enable_checkpointing=True)
+    _fit(module, _stages(first_k)[:1], max_steps=6, callbacks=[ckpt], enable_checkpointing=True)
     state = torch.load(tmp_path / f"step={UPCYCLE_AT + 1}.ckpt", weights_only=False)["state_dict"]
-    gpt = GPT(tiny_config(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, moe_intermediate_size=64))
+    gpt = GPT(tiny_config(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, moe_intermediate_size=64,
+                          first_k_dense_replace=first_k))
     gpt.load_state_dict({k.removeprefix("model."): v for k, v in state.items()}, strict=True)
