@@ -134,3 +134,23 @@ def test_resolve_takes_stage_args_instances_with_every_key_given():
                                   recipe="recommended")
     run = resolve(ns)
     assert [(s.at_step, s.n_embd, s.symmetry_target) for s in run.stages] == [(100, 128, None), (200, 256, 0.5)]
+
+
+# ------------------------------------------------------------------------------- an experts key (first_k_dense_replace)
+UPCYCLE = "[{at_step: 120, mlp_class_name: LLaMAMoE, n_expert: 4, n_expert_per_token: 2, rewarmup_steps: 20, %s}]"
+
+
+@pytest.mark.parametrize("k, line", [
+    ("4", "error: growth.stages[0].first_k_dense_replace: GrowthStage(first_k_dense_replace=4): the model has "
+          "n_layer=4 blocks"),  # refused by the model (the plan), still named by its key
+    ("-1", "error: growth.stages[0].first_k_dense_replace: GrowthStage(first_k_dense_replace=-1): must be an integer"),
+])
+def test_plan_shows_first_k_dense_replace_and_refuses_a_bad_one_on_one_line(capsys, k, line):
+    assert main(["plan", "--config", QUICKSTART, "--growth.stages", UPCYCLE % "first_k_dense_replace: 1"]) == 0
+    out = capsys.readouterr().out
+    assert "experts: dense MLP -> 4 experts, top-1 -> top-2, copy, router random, block 0 kept dense" in out, out
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--config", QUICKSTART, "--growth.stages", UPCYCLE % f"first_k_dense_replace: {k}"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and line in err, err
+    assert sum(e.startswith("error: ") for e in err.splitlines()) == 1 and "Traceback" not in err
