@@ -2,15 +2,18 @@
 growth) under DDP, FSDP2 or FSDP1 on 2 CPU ranks (gloo), or its one-process twin.
 
     python tests/experts_dist_script.py OUT_DIR {single|ddp|fsdp2|fsdp1} [--accumulate N] [--resume CKPT] [--tag=TAG]
+                                        [--first-k=K]
 
 Stage 0 (step 4) turns every MLP of the tiny 2-block model into 3 experts, 2 per token (drop-upcycle: the copies
 differ); stage 1 (step 8) grows them to 6 experts, 4 per token (copy, optimizer state copied); stage 2 (step 12)
 deepens the model to 3 blocks (``middle``). 3 and 6 experts of 64 x 32 and a 3-row router shard unevenly over 2
 ranks. Each rank writes the final (gathered) weights, its optimizer's param-group layout and the symmetry metrics to
 OUT_DIR/<mode>-acc<N>/final<tag>-rank<r>.pt. Uninterrupted multi-process runs save checkpoints at step 6 and 10
-(between the growths): DDP a full file, FSDP2 and FSDP1 a sharded directory and a full file.
+(between the growths): DDP a full file, FSDP2 and FSDP1 a sharded directory and a full file. ``--first-k=K``:
+stage 0 keeps the first K blocks dense (``first_k_dense_replace``) and stage 1 repeats it.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -25,21 +28,37 @@ from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
 
 MAX_STEPS = 15
 SAVE_AT = (6, 10)  # between the growths
-STAGES = [
-    GrowthStage(4, mlp_class_name="LLaMAMoE", n_expert=3, n_expert_per_token=2, expert_init="drop-upcycle",
-                rewarmup_ratio=2.0, rewarmup_steps=2),
-    GrowthStage(8, n_expert=6, n_expert_per_token=4, optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2),
-    GrowthStage(12, n_layer=3, depth_order="middle", rewarmup_steps=2),
-]
+
+
+def stages(first_k: int | None = None) -> list[GrowthStage]:
+    return [
+        GrowthStage(4, mlp_class_name="LLaMAMoE", n_expert=3, n_expert_per_token=2, expert_init="drop-upcycle",
+                    rewarmup_ratio=2.0, rewarmup_steps=2, first_k_dense_replace=first_k),
+        GrowthStage(8, n_expert=6, n_expert_per_token=4, optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2,
+                    first_k_dense_replace=first_k),
+        GrowthStage(12, n_layer=3, depth_order="middle", rewarmup_steps=2),
+    ]
+
+
+def first_k_arg() -> int | None:
+    """``--first-k=K``, taken off the command line before :func:`script_args` reads it. Lightning starts rank 1 with
+    this process's (edited) command line, so the value travels to it in the environment."""
+    for arg in sys.argv[1:]:
+        if arg.startswith("--first-k="):
+            sys.argv.remove(arg)
+            os.environ["EXPERTS_DIST_FIRST_K"] = arg.split("=", 1)[1]
+    value = os.environ.get("EXPERTS_DIST_FIRST_K")
+    return int(value) if value else None
 
 
 if __name__ == "__main__":
+    first_k = first_k_arg()
     args = script_args()
     out = Path(args.out) / f"{args.mode}-acc{args.accumulate}"
     out.mkdir(parents=True, exist_ok=True)
     module = TinyModule(max_steps=MAX_STEPS, accumulate=args.accumulate,
                         emulate_ranks=2 if args.mode == "single" else 0, dtype=torch.float64)
-    callbacks = [WidthGrowthCallback(STAGES, symmetry_every_n_steps=3)]  # symmetry read through the backend
+    callbacks = [WidthGrowthCallback(stages(first_k), symmetry_every_n_steps=3)]  # symmetry read through the backend
     kwargs = backend_kwargs(args.mode)
     if args.mode != "single" and not args.resume:
         callbacks.append(SaveAt(out, SAVE_AT))
@@ -50,6 +69,7 @@ if __name__ == "__main__":
              for k, v in module.model.state_dict().items()}  # FSDP1: a full state dict with plain GPT names
     torch.save({"state": state, "losses": module.losses, "layout": layout(trainer.optimizers[0]),
                 "symmetry": callbacks[0].last_symmetry, "n_layer": module.model.config.n_layer,
-                "n_expert": module.model.config.n_expert},
+                "n_expert": module.model.config.n_expert,
+                "first_k_dense_replace": module.model.config.first_k_dense_replace},
                out / f"final{args.tag}-rank{trainer.global_rank}.pt")
     finish()
