@@ -95,7 +95,7 @@ def check_expert_keys(stage) -> None:
     Example::
 
         >>> from lightning_sparkling.growth.stage import GrowthStage
-        >>> GrowthStage(10, n_expert=4, n_expert_per_token=8)
+        >>> GrowthStage(10, n_expert=4, n_expert_per_token=8)  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         ...
         StageError: GrowthStage(n_expert_per_token=8): more experts per token than experts (n_expert=4); ...
