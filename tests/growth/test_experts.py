@@ -591,3 +591,15 @@ def test_depth_that_would_put_a_dense_copy_after_the_experts_is_refused(keys, me
     with pytest.raises(GrowthError, match=message):
         grow_model(model, GrowthStage(0, n_layer=4, **keys))
     assert_unchanged(model, snap)
+
+
+def test_estimate_compute_counts_only_the_upcycled_blocks_experts():
+    from lightning_sparkling import estimate_compute
+
+    config = llama_config(n_layer=3)
+    est = estimate_compute(config, [upcycle(n_expert=4, k=2, at=20, **{DENSE_KEY: 1})], total_steps=100,
+                           tokens_per_step=64)
+    mlp, router = 3 * 32 * 64, 4 * 32  # one LLaMAMLP's weights, one router
+    dense = sum(p.numel() for p in make_gpt(config).parameters())
+    assert est.total_params == (dense, dense + 2 * (3 * mlp + router))  # blocks 1 and 2 only
+    assert est.active_params == (dense, dense + 2 * (mlp + router))
