@@ -995,22 +995,22 @@ def row_of(spec: str, axis: str) -> str | None:
 
 def plan_scan(size_name: str, size: dict, cells: list[dict], seeds: list[int], out: Path,
               budgets: tuple[float, ...] = ()) -> tuple[list, list]:
-    """Plan every run of the scan: per ratio and schedule one :func:`plan_grid` of its axes, the cells' rows and the
-    iso-FLOPs scratch, in ``out/x<ratio>-<schedule>/`` (one subfolder per cell below it: ``<size>/<axis>/``), and the
-    grown shape from scratch at each of ``budgets`` times the iso-FLOPs scratch's steps (its own schedule; the curve
-    the speed-up at equal loss is read from). Returns the runs (each with its cell's ``sub``) and the refused rows."""
+    """Plan every run of the scan: per ratio and schedule one :func:`plan_grid` of its axes, the cells' rows and their
+    comparisons (:func:`comparisons`: the iso-FLOPs scratch; on the experts axes the others too), in
+    ``out/x<ratio>-<schedule>/`` (one subfolder per cell below it: ``<size>/<axis>/``), and the grown shape from
+    scratch at each of ``budgets`` times the iso-FLOPs scratch's steps (its own schedule; the curve the speed-up at
+    equal loss is read from). Returns the runs (each with its cell's ``sub``) and the refused rows."""
     runs, refused = [], []
     groups: dict[tuple[int, str], list[dict]] = {}
     for cell in cells:
         groups.setdefault((cell["ratio"], cell["schedule"]), []).append(cell)
     for (ratio, schedule), group in groups.items():
         axes = list(dict.fromkeys(c["axis"] for c in group))
-        versus = [v for c in group for v in comparisons(c["axis"], c["row"])]
-        rows = list(dict.fromkeys([*(c["row"] for c in group), ISO_FLOPS, *versus]))
+        versus = {(c["axis"], v) for c in group for v in comparisons(c["axis"], c["row"])}  # ISO_FLOPS, mostly
+        rows = list(dict.fromkeys([*(c["row"] for c in group), *(v for _, v in sorted(versus))]))
         planned, why = plan_grid(size_name, scan_size(size, ratio, schedule), axes, rows, seeds,
                                  out / group[0]["sub"])
-        wanted = {(c["axis"], c["row"]) for c in group} | {(a, ISO_FLOPS) for a in axes} \
-            | {(c["axis"], v) for c in group for v in comparisons(c["axis"], c["row"])}
+        wanted = {(c["axis"], c["row"]) for c in group} | versus
         runs += [{**r, "sub": group[0]["sub"]} for r in planned if (r["axis"], r["row"]) in wanted]
         refused += [{**r, "sub": group[0]["sub"]} for r in why]
         sized = scan_size(size, ratio, schedule)
