@@ -1,0 +1,64 @@
+"""The measured map and the experts axis (issue 30): a dense -> MoE stage is the ``upcycle`` axis and MoE -> more
+experts the ``experts`` axis; a run is advised from the cells of its own axis and ``expert_init`` only, never from
+a width or depth cell however near that one is, and a map without an experts cell says nothing was measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_sparkling import GrowthStage
+from lightning_sparkling.growth.measured import MeasuredCell, advise, classify_axis
+
+UPCYCLE = dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)
+
+
+def cell(**kw) -> MeasuredCell:
+    base = dict(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7,
+                delta=-0.05, sd=0.01, seeds=3, seeds_above=0, where="test", init="copy")
+    return MeasuredCell(**{**base, **kw})
+
+
+@pytest.mark.parametrize("stage, sizes, expected", [
+    (GrowthStage(5, **UPCYCLE), None, "upcycle"),
+    (GrowthStage(5, **UPCYCLE), [["n_expert", "n_expert_per_token"]], "upcycle"),  # sizes as `plan` passes them
+    (GrowthStage(5, n_expert=8), None, "experts"),
+    (GrowthStage(5, n_expert=8, n_expert_per_token=4), [["n_expert", "n_expert_per_token"]], "experts"),
+])
+def test_dense_to_moe_and_more_experts_are_two_axes(stage, sizes, expected):
+    assert classify_axis([stage], sizes) == expected
+
+
+# a width, a depth and a joint cell exactly at the run's ratio and timing: none may answer for an experts stage
+OTHERS = [cell(axis=axis, init=None, delta=-0.3) for axis in ("inner", "depth", "joint", "hidden")]
+
+
+@pytest.mark.parametrize("init", ["copy", "drop-upcycle", "random"])
+def test_an_upcycle_run_gets_the_cell_of_its_own_expert_init(init):
+    cells = [*OTHERS, cell(init="copy", delta=-0.05), cell(init="drop-upcycle", delta=-0.04),
+             cell(init="random", delta=0.02, seeds_above=3), cell(axis="experts", delta=-0.2)]
+    advice = advise([GrowthStage(250, **UPCYCLE, expert_init=init)], total_steps=1000, tokens_per_param=5.7,
+                    recipe="paper", cells=cells)
+    assert (advice.axis, advice.init) == ("upcycle", init)
+    assert advice.near and (advice.cell.axis, advice.cell.init) == ("upcycle", init)
+    assert advice.pays == (init != "random")
+    assert f"upcycle (expert_init {init})" in advice.message() and "upcycle, expert_init" in advice.message()
+
+
+def test_an_experts_run_never_gets_a_width_or_depth_cell():
+    grow = [GrowthStage(250, n_expert=8, expert_init="copy")]
+    advice = advise(grow, total_steps=1000, tokens_per_param=5.7, recipe="paper", cells=[*OTHERS, cell()])
+    assert advice.cell is None and not advice.pays  # the upcycle cell is another axis
+    assert advice.message().startswith("nothing was measured for this run (experts, expert_init copy")
+    advice = advise(grow, total_steps=1000, tokens_per_param=5.7, recipe="paper",
+                    cells=[*OTHERS, cell(axis="experts", delta=0.01, seeds_above=2)])
+    assert advice.cell.axis == "experts" and not advice.pays
+    # and a width run never gets an experts cell
+    width = advise([GrowthStage(250, intermediate_size=256)], total_steps=1000, tokens_per_param=5.7,
+                   recipe="paper", cells=[cell(axis="inner"), cell(axis="upcycle")])
+    assert width.init is None and width.cell is None  # the inner cell here carries an init, as no width cell does
+
+
+def test_a_cell_describes_its_expert_init():
+    assert cell(init="drop-upcycle").key() == "upcycle[drop-upcycle]/paper/cosine@25%/5.7"
+    assert cell(init="random").describe().startswith("upcycle (expert_init random), paper, cosine, growth at 25%")
+    assert cell(axis="joint", init=None).describe().startswith("joint, paper, cosine")
