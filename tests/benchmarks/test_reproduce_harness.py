@@ -706,3 +706,41 @@ def test_experts_scan_pairs_each_comparison_and_exports_the_init(repro, tmp_path
     assert measured[("upcycle", "copy")].recipe == "paper" and measured[("experts", "copy")].growth_at == 0.25
     for cell in exported:
         assert json.loads(repro.format_cell(cell)) == cell  # the export pastes into measured.json as it is
+
+
+def test_expert_load_counts_each_tokens_top_k_on_the_runs_validation_data(repro, tmp_path):
+    """A final checkpoint whose routers send a token to experts {0, 2} or {1, 3} by the sign of one projection
+    (rows u, -u, 2u, -2u): per block the fractions of tokens per expert pair up (0 with 2, 1 with 3), each pair's
+    sum is 1 and all sum to K = 2, whatever the data; a dense run has no load."""
+    import dataclasses
+
+    import torch
+    from litgpt import GPT, Config
+
+    size = repro.resolve_size("tiny")
+    config = repro.build_config(size, "experts-2x", repro.ROWS[repro.ISO_FLOPS], 1)
+    config["data"] = {"vocab_size": 512, "seq_len": 32, "max_files": 20, "max_bytes": 150_000, "val_percent": 20,
+                      "cache_dir": str(tmp_path / "cache")}
+    config["model_config"]["block_size"] = 32
+    config["train"].update(global_batch_size=4, micro_batch_size=4)
+    run_dir = tmp_path / "run"
+    (run_dir / "final").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**config, "out_dir": str(run_dir)}))
+    model_config = Config(**{k: v for k, v in config["model_config"].items() if k != "name"}, vocab_size=512,
+                          padded_vocab_size=512)
+    torch.manual_seed(0)
+    model = GPT(model_config)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            u = torch.randn(model_config.n_embd)
+            block.mlp.gate.weight.copy_(torch.stack([u, -u, 2 * u, -2 * u, 0 * u, 0 * u, 0 * u, 0 * u]) * 10)
+    torch.save(model.state_dict(), run_dir / "final" / "lit_model.pth")
+    (run_dir / "final" / "model_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(model_config)))
+    load = repro.expert_load(run_dir, batches=2)
+    assert sorted(load) == [f"block_{i}" for i in range(model_config.n_layer)]
+    for fractions in load.values():
+        assert len(fractions) == 8 and fractions[4:] == [0.0] * 4
+        assert fractions[0] == pytest.approx(fractions[2]) and fractions[1] == pytest.approx(fractions[3])
+        assert fractions[0] + fractions[1] == pytest.approx(1.0) and sum(fractions) == pytest.approx(2.0)
+        assert 0 < fractions[0] < 1  # both signs occur on real text
+    assert repro.expert_load(tmp_path / "no-run") == {}
