@@ -905,11 +905,14 @@ re-warmup) is the recipe ``wsd``, not the recipe ``random-zero`` (10x re-warmup:
 A stage that grows only n_layer gets no symmetry loop under ``recommended``, so the depth row is ``paper``."""
 
 
-def map_axis(axis: str) -> str:
+def map_axis(axis: str, row: str | None = None) -> str:
     """The map's axis of a reproduce.py axis: the timing suffix dropped (``joint-25`` -> ``joint``); the 4x depth
-    axes are ``depth`` (as the package classifies their stage)."""
+    axes are ``depth`` (as the package classifies their stage); the experts axes ``upcycle``, ``experts`` or, for a
+    ``row`` that grows ``n_expert_per_token`` too, ``experts+topk``."""
     if axis in EXPERT_AXES:  # as growth.measured.classify_axis names an experts stage
-        return "upcycle" if axis in UPCYCLE_AXES else "experts"
+        if axis in UPCYCLE_AXES:
+            return "upcycle"
+        return "experts+topk" if row and ROWS[row].get("stage", {}).get("n_expert_per_token") else "experts"
     return "depth" if axis in AXIS_TIMING else re.sub(r"-\d+$", "", axis)
 
 
@@ -1133,7 +1136,7 @@ def scan_lines(cells: list[dict], runs: list[dict]) -> list[dict]:
         versus = comparisons(cell["axis"], cell["row"])
         grown, scratch = rows.get(cell["row"]), rows.get(versus[0])
         line = {k: cell[k] for k in ("ratio", "schedule", "axis", "row", "steps", "growth_step", "growth_at", "sub")}
-        line.update(map_axis=map_axis(cell["axis"]), recipe=map_recipe(cell["row"]), versus=versus[0],
+        line.update(map_axis=map_axis(cell["axis"], cell["row"]), recipe=map_recipe(cell["row"]), versus=versus[0],
                     init=map_init(cell["axis"], cell["row"]))
         if grown is None:
             lines.append({**line, "status": "refused or not planned"})
@@ -1273,9 +1276,13 @@ def equal_loss(cell: dict, rows: dict, grown: dict, scratch: dict | None, dirs: 
     return out
 
 
-def scan_where(size_name: str, ratio: int) -> str:
-    """The ``where`` of a scan cell in the map: its section of docs/BENCHMARKS.md and run length."""
-    return f"Where growth pays: the scan ({size_name}{'' if ratio == 1 else f' x{ratio}'})"
+def scan_where(size_name: str, ratio: int, axis: str | None = None) -> str:
+    """The ``where`` of a scan cell in the map: its section of docs/BENCHMARKS.md and run length (the experts axes
+    have a section of their own)."""
+    run = f"{size_name}{'' if ratio == 1 else f' x{ratio}'}"
+    if axis in EXPERT_AXES:
+        return f"Experts: dense -> MoE and MoE -> more experts ({run})"
+    return f"Where growth pays: the scan ({run})"
 
 
 def export_cells(lines: list[dict], size_name: str) -> list[dict]:
@@ -1287,7 +1294,8 @@ def export_cells(lines: list[dict], size_name: str) -> list[dict]:
         out.append({"axis": line["map_axis"], "recipe": line["recipe"], "schedule": line["schedule"],
                     "growth_at": round(line["growth_at"], 3), "tokens_per_param": round(line["tokens_per_param"], 1),
                     "delta": round(line["delta"], 3), "sd": round(line["sd"], 3), "seeds": line["seeds"],
-                    "seeds_above": line["seeds_above"], "where": scan_where(size_name, line["ratio"])})
+                    "seeds_above": line["seeds_above"],
+                    "where": scan_where(size_name, line["ratio"], line["axis"])})
         if line.get("speedup") is not None and line.get("speedup_sd") is not None:
             out[-1].update(speedup=round(line["speedup"], 2), speedup_sd=round(line["speedup_sd"], 2))
         if line.get("init") is not None:  # an experts cell: its expert_init (the map matches a run's on it)

@@ -6,9 +6,9 @@ the recipe, the LR schedule, when the first growth came (share of the run), the 
 parameter, and the paired Δ of final validation loss against the grown shape trained from scratch on the same FLOPs
 (mean, sd, seeds, seeds above scratch) and, where measured, the speed-up at equal loss (``speedup``, ``speedup_sd``:
 scratch compute / growth compute at the growth run's final loss, mean and sd over the seeds; optional, a cell without
-them loads as before). An experts cell (axis ``upcycle``: dense -> MoE; ``experts``: MoE -> more experts) also names
-its ``init`` (the stage's ``expert_init``), and a run is matched only with cells of its own ``init``; every other
-cell has none. :func:`advise` finds the cell nearest to a run and says what it measured, or
+them loads as before). An experts cell (axis ``upcycle``: dense -> MoE; ``experts``: MoE -> more experts;
+``experts+topk``: with a larger top-K) also names its ``init`` (the stage's ``expert_init``), and a run is matched
+only with cells of its own ``init``; every other cell has none. :func:`advise` finds the cell nearest to a run and says what it measured, or
 that nothing near the run was measured; no ratio is typed into code.
 
 Example::
@@ -171,8 +171,8 @@ def load_map(path: Path = MAP_PATH) -> tuple[MeasuredCell, ...]:
 def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] | None = None) -> str:
     """The map's name for what ``stages`` grow: ``two-stage`` (several width stages), ``depth``, ``depth+width``,
     ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, ``upcycle`` (dense ->
-    MoE: a stage that sets ``mlp_class_name``), a plug-in axis' name (``experts``), or ``'+'.join`` of the sizes
-    otherwise. ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
+    MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``), a
+    plug-in axis' name (``experts``), or ``'+'.join`` of the sizes otherwise. ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
 
     Example::
 
@@ -197,6 +197,8 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
     if plugins and not (widths or heads or "n_layer" in keys):
         if plugins == {"experts"} and getattr(stages[0], "mlp_class_name", None) is not None:
             return "upcycle"  # dense -> MoE, measured apart from MoE -> more experts
+        if plugins == {"experts"} and getattr(stages[0], "n_expert_per_token", None) is not None:
+            return "experts+topk"  # more experts and a larger top-K: more active parameters, another cell
         return "+".join(sorted(plugins))
     if "n_layer" in keys:
         return "depth" if keys == {"n_layer"} else "depth+width"

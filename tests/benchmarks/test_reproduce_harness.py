@@ -701,9 +701,11 @@ def test_experts_scan_pairs_each_comparison_and_exports_the_init(repro, tmp_path
     assert f"{statistics.fmean(dense):+.3f} ± {statistics.stdev(dense):.3f}" in md
     exported = json.loads(export.read_text())
     measured = {(m.axis, m.init): m for m in (MeasuredCell(**cell) for cell in exported)}
-    assert set(measured) == {("upcycle", "copy"), ("upcycle", "random"), ("experts", "copy")}
+    assert set(measured) == {("upcycle", "copy"), ("upcycle", "random"), ("experts+topk", "copy")}
     assert measured[("upcycle", "copy")].delta == round(statistics.fmean(moe), 3)
-    assert measured[("upcycle", "copy")].recipe == "paper" and measured[("experts", "copy")].growth_at == 0.25
+    assert measured[("upcycle", "copy")].recipe == "paper" and measured[("experts+topk", "copy")].growth_at == 0.25
+    assert measured[("upcycle", "copy")].where == "Experts: dense -> MoE and MoE -> more experts (tiny)"
+    assert repro.map_axis("experts-2x", "experts 2x n_expert") == "experts"  # as classify_axis names the stages
     for cell in exported:
         assert json.loads(repro.format_cell(cell)) == cell  # the export pastes into measured.json as it is
 
@@ -744,3 +746,24 @@ def test_expert_load_counts_each_tokens_top_k_on_the_runs_validation_data(repro,
         assert fractions[0] + fractions[1] == pytest.approx(1.0) and sum(fractions) == pytest.approx(2.0)
         assert 0 < fractions[0] < 1  # both signs occur on real text
     assert repro.expert_load(tmp_path / "no-run") == {}
+
+
+def test_experts_cells_are_named_as_the_package_classifies_their_stages(repro):
+    """The axis and init a scan exports for an experts row are what ``measured.advise`` reads off that row's own
+    stage, so ``plan`` on the same run finds the cell."""
+    from lightning_sparkling import GrowthStage
+    from lightning_sparkling.growth.measured import classify_axis
+
+    size = repro.resolve_size("quick")
+    named = set()
+    for axis in repro.EXPERT_AXES:
+        for row in repro.axis_rows(axis, list(repro.ROWS)):
+            if "stage" not in repro.ROWS[row]:
+                continue
+            (stage,) = repro.build_config(size, axis, repro.ROWS[row], 1)["growth"]["stages"]
+            stage = GrowthStage(**stage)
+            assert classify_axis([stage]) == repro.map_axis(axis, row)
+            assert stage.expert_init == repro.map_init(axis, row)
+            named.add((repro.map_axis(axis, row), repro.map_init(axis, row)))
+    assert named == {("upcycle", "copy"), ("upcycle", "drop-upcycle"), ("upcycle", "random"), ("experts", "copy"),
+                     ("experts+topk", "copy")}

@@ -22,7 +22,7 @@ def cell(**kw) -> MeasuredCell:
     (GrowthStage(5, **UPCYCLE), None, "upcycle"),
     (GrowthStage(5, **UPCYCLE), [["n_expert", "n_expert_per_token"]], "upcycle"),  # sizes as `plan` passes them
     (GrowthStage(5, n_expert=8), None, "experts"),
-    (GrowthStage(5, n_expert=8, n_expert_per_token=4), [["n_expert", "n_expert_per_token"]], "experts"),
+    (GrowthStage(5, n_expert=8, n_expert_per_token=4), [["n_expert", "n_expert_per_token"]], "experts+topk"),
 ])
 def test_dense_to_moe_and_more_experts_are_two_axes(stage, sizes, expected):
     assert classify_axis([stage], sizes) == expected
