@@ -1294,8 +1294,11 @@ def export_cells(lines: list[dict], size_name: str) -> list[dict]:
         out.append({"axis": line["map_axis"], "recipe": line["recipe"], "schedule": line["schedule"],
                     "growth_at": round(line["growth_at"], 3), "tokens_per_param": round(line["tokens_per_param"], 1),
                     "delta": round(line["delta"], 3), "sd": round(line["sd"], 3), "seeds": line["seeds"],
-                    "seeds_above": line["seeds_above"],
-                    "where": scan_where(size_name, line["ratio"], line["axis"])})
+                    "seeds_above": line["seeds_above"], "where": scan_where(size_name, line["ratio"], line["axis"])})
+        dense = (line.get("comparisons") or {}).get(DENSE_ISO, {})
+        if dense.get("n", 0) >= 2 and dense.get("sd") is not None:  # an upcycle: what staying dense would have given
+            out[-1]["where"] = (f"{out[-1]['where'][:-1]}; vs the dense model continued on the same FLOPs "
+                                f"Δ {dense['mean']:+.3f} ± {dense['sd']:.3f}, above it in {dense['wins']}/{dense['n']})")
         if line.get("speedup") is not None and line.get("speedup_sd") is not None:
             out[-1].update(speedup=round(line["speedup"], 2), speedup_sd=round(line["speedup_sd"], 2))
         if line.get("init") is not None:  # an experts cell: its expert_init (the map matches a run's on it)

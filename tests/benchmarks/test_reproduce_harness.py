@@ -704,7 +704,10 @@ def test_experts_scan_pairs_each_comparison_and_exports_the_init(repro, tmp_path
     assert set(measured) == {("upcycle", "copy"), ("upcycle", "random"), ("experts+topk", "copy")}
     assert measured[("upcycle", "copy")].delta == round(statistics.fmean(moe), 3)
     assert measured[("upcycle", "copy")].recipe == "paper" and measured[("experts+topk", "copy")].growth_at == 0.25
-    assert measured[("upcycle", "copy")].where == "Experts: dense -> MoE and MoE -> more experts (tiny)"
+    assert measured[("upcycle", "copy")].where == (
+        "Experts: dense -> MoE and MoE -> more experts (tiny; vs the dense model continued on the same FLOPs "
+        f"Δ {statistics.fmean(dense):+.3f} ± {statistics.stdev(dense):.3f}, above it in 2/3)")
+    assert measured[("experts+topk", "copy")].where == "Experts: dense -> MoE and MoE -> more experts (tiny)"
     assert repro.map_axis("experts-2x", "experts 2x n_expert") == "experts"  # as classify_axis names the stages
     for cell in exported:
         assert json.loads(repro.format_cell(cell)) == cell  # the export pastes into measured.json as it is
