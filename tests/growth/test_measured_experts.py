@@ -62,3 +62,36 @@ def test_a_cell_describes_its_expert_init():
     assert cell(init="drop-upcycle").key() == "upcycle[drop-upcycle]/paper/cosine@25%/5.7"
     assert cell(init="random").describe().startswith("upcycle (expert_init random), paper, cosine, growth at 25%")
     assert cell(axis="joint", init=None).describe().startswith("joint, paper, cosine")
+
+
+QUICK = {  # benchmarks/reproduce.py's --size quick, the setting the experts cells were measured at
+    "model_config": {"name": "repro", "mlp_class_name": "LLaMAMLP", "norm_class_name": "RMSNorm", "bias": False,
+                     "parallel_residual": False, "rotary_percentage": 1.0, "n_layer": 4, "n_head": 2,
+                     "n_query_groups": 2, "head_size": 16, "n_embd": 32, "intermediate_size": 128, "block_size": 128},
+    "precision": "32-true", "accelerator": "cpu", "devices": 1,
+    "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 128},
+    "train": {"global_batch_size": 8, "micro_batch_size": 8, "max_steps": 1000},
+    "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.003}},
+}
+
+
+@pytest.mark.parametrize("init", ["copy", "drop-upcycle", "random"])
+def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init):
+    """The path users take: ``sparkling plan`` on the measured setting (the CLI's default growth.recipe) reports the
+    upcycle cell of the run's ``expert_init`` from the package's own map, with what the dense model continued gave."""
+    import yaml
+
+    from lightning_sparkling.growth.measured import load_map
+    from lightning_sparkling.pretrain.cli import parse, plan
+
+    path = tmp_path / "upcycle.yaml"
+    stage = {"at_step": 250, **UPCYCLE, "expert_init": init, "rewarmup_steps": 50}
+    path.write_text(yaml.safe_dump({**QUICK, "growth": {"stages": [stage]}}))
+    _, run, _ = parse(["--config", str(path)])
+    report = plan(run, print_report=False)
+    (cell,) = [c for c in load_map() if (c.axis, c.init) == ("upcycle", init)]
+    advice = report["regime_advice"]
+    assert f"upcycle (expert_init {init}), paper, cosine, growth at 25%, 5.7 tokens per parameter: " \
+           f"Δ {cell.delta:+.3f} ± {cell.sd:.3f}" in advice
+    assert "vs the dense model continued on the same FLOPs" in advice
+    assert (report["regime_warning"] is None) == (cell.delta <= 0)
