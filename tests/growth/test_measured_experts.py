@@ -95,3 +95,27 @@ def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init
            f"Δ {cell.delta:+.3f} ± {cell.sd:.3f}" in advice
     assert "vs the dense model continued on the same FLOPs" in advice
     assert (report["regime_warning"] is None) == (cell.delta <= 0)
+
+
+@pytest.mark.parametrize("stage, axis", [({"n_expert": 8}, "experts"),
+                                         ({"n_expert": 8, "n_expert_per_token": 4}, "experts+topk")])
+def test_sparkling_plan_of_a_more_experts_run_names_its_measured_cell(tmp_path, stage, axis):
+    """MoE -> 2x experts on the measured MoE (E=4, K=2): ``n_expert`` alone gets its own cell (it ended above the E=8
+    MoE from scratch: a warning), with K doubled the ``experts+topk`` cell; never the upcycle ones."""
+    import yaml
+
+    from lightning_sparkling.growth.measured import load_map
+    from lightning_sparkling.pretrain.cli import parse, plan
+
+    moe = {**QUICK["model_config"], "mlp_class_name": "LLaMAMoE", "n_expert": 4, "n_expert_per_token": 2,
+           "moe_intermediate_size": 128}
+    path = tmp_path / "experts.yaml"
+    path.write_text(yaml.safe_dump({**QUICK, "model_config": moe,
+                                    "growth": {"stages": [{"at_step": 250, **stage, "rewarmup_steps": 50}]}}))
+    _, run, _ = parse(["--config", str(path)])
+    report = plan(run, print_report=False)
+    (cell,) = [c for c in load_map() if c.axis == axis]
+    text = report["regime_warning"] or report["regime_advice"]
+    assert f"{axis} (expert_init copy), paper, cosine, growth at 25%" in text
+    assert f"Δ {cell.delta:+.3f} ± {cell.sd:.3f}" in text and "upcycle" not in text
+    assert (report["regime_warning"] is not None) == (cell.delta > 0)
