@@ -75,8 +75,8 @@ QUICK = {  # benchmarks/reproduce.py's --size quick, the setting the experts cel
 }
 
 
-@pytest.mark.parametrize("init", ["copy", "drop-upcycle", "random"])
-def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init):
+@pytest.mark.parametrize("init, at_step", [("copy", 250), ("drop-upcycle", 250), ("random", 250), ("copy", 50)])
+def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init, at_step):
     """The path users take: ``sparkling plan`` on the measured setting (the CLI's default growth.recipe) reports the
     upcycle cell of the run's ``expert_init`` from the package's own map, with what the dense model continued gave."""
     import yaml
@@ -85,13 +85,13 @@ def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init
     from lightning_sparkling.pretrain.cli import parse, plan
 
     path = tmp_path / "upcycle.yaml"
-    stage = {"at_step": 250, **UPCYCLE, "expert_init": init, "rewarmup_steps": 50}
+    stage = {"at_step": at_step, **UPCYCLE, "expert_init": init, "rewarmup_steps": 50}
     path.write_text(yaml.safe_dump({**QUICK, "growth": {"stages": [stage]}}))
     _, run, _ = parse(["--config", str(path)])
     report = plan(run, print_report=False)
-    (cell,) = [c for c in load_map() if (c.axis, c.init) == ("upcycle", init)]
+    (cell,) = [c for c in load_map() if (c.axis, c.init, c.growth_at) == ("upcycle", init, at_step / 1000)]
     advice = report["regime_advice"]
-    assert f"upcycle (expert_init {init}), paper, cosine, growth at 25%, 5.7 tokens per parameter: " \
+    assert f"upcycle (expert_init {init}), paper, cosine, growth at {at_step / 10:.0f}%, 5.7 tokens per parameter: " \
            f"Δ {cell.delta:+.3f} ± {cell.sd:.3f}" in advice
     assert "vs the dense model continued on the same FLOPs" in advice
     assert (report["regime_warning"] is None) == (cell.delta <= 0)
