@@ -22,7 +22,16 @@ written relative to it (``benchmarks/results/...``).
 Axes: ``inner`` / ``hidden`` / ``joint`` (MLP, n_embd, both 2x at half the run), ``two-stage``, ``joint-5`` /
 ``joint-25`` / ``joint-75``, the depth axes (``depth``, ``depth-5``, ``depth-50``, ``depth+width``) and ``hidden+heads`` (the
 ``hidden`` axis' stage with ``n_head`` and ``n_query_groups`` grown by the same ratio at the same ``head_size``, so
-the attention is as wide as the new hidden size; its scratch rows train that shape).
+the attention is as wide as the new hidden size; its scratch rows train that shape). The experts axes (issue 30):
+``upcycle-25`` / ``upcycle-5`` (the dense small model becomes an ``LLaMAMoE`` of 4 experts, top-2, each the MLP's
+inner size, at 25% / 5%; rows ``upcycle copy`` / ``upcycle drop-upcycle`` / ``upcycle random``, each compared with
+the MoE from scratch and the dense model continued, both on its FLOPs) and ``experts-2x`` (an E=4, K=2 MoE small
+model to E=8 at 25%; rows ``experts 2x n_expert`` and ``experts 2x n_expert + K`` (K=4), each compared with the E=8
+MoE of its K from scratch on its FLOPs). In the scan they report, per row, the Δ against each comparison, the
+experts' load from the final checkpoint, the copies' cosine and the growth's seconds and peak memory:
+
+    python benchmarks/reproduce.py --quick --scan --scan-ratios 1 --scan-schedules cosine --scan-axes upcycle-25 \
+        --scan-rows "upcycle copy,upcycle drop-upcycle,upcycle random" --tag upcycle-25
 
 A row is a plain dict, so a row for an option the installed package does not have yet is a one-line change:
 
@@ -212,6 +221,27 @@ for _order in ("stack", "interleave", "middle"):
                 "note": f"{_order} {_init} under growth.recipe: recommended (the symmetry loop)"}
 DEPTH_ROWS += [r for r in ROWS if r.startswith("depth ") and r not in DEPTH_ROWS]
 SCRATCH_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)"]
+# issue 30: the experts axis. "upcycle-*": the size's dense (LLaMAMLP) small model becomes an LLaMAMoE of E=4
+# experts, top-2, each expert the MLP's inner size, at 25% / 5% of the run (sparse upcycling); "experts-2x": an
+# E=4, K=2 MoE small model grows to E=8 experts (K kept, or K=4 in the same stage) at 25%. The rows set
+# expert_init; the comparisons are the grown MoE from scratch and (upcycle) the dense small model continued, each
+# on the growth row's FLOPs (6 x active parameters x tokens).
+UPCYCLE_ROWS = ["upcycle copy", "upcycle drop-upcycle", "upcycle random"]
+for _init in ("copy", "drop-upcycle", "random"):
+    ROWS[f"upcycle {_init}"] = {"stage": {"expert_init": _init},
+                                "note": f"dense MLP -> LLaMAMoE, experts started as {_init!r}"}
+EXPERTS_2X_ROWS = ["experts 2x n_expert", "experts 2x n_expert + K"]
+ROWS["experts 2x n_expert"] = {"stage": {}, "note": "n_expert 4 -> 8, top-2 kept, new experts copy the old"}
+ROWS["experts 2x n_expert + K"] = {"stage": {"n_expert_per_token": 4},
+                                   "note": "n_expert 4 -> 8 and top-2 -> top-4 (function kept), new experts copy"}
+DENSE_ISO = "scratch small (iso-FLOPs)"
+ROWS[DENSE_ISO] = {"model": "small", "iso_compute": "SPARKLING",
+                   "note": "the dense small model continued on the growth row's FLOPs, its own schedule"}
+MOE_K4_ISO = "scratch large K=4 (iso-FLOPs)"
+ROWS[MOE_K4_ISO] = {"model": "large", "model_config": {"n_expert_per_token": 4},
+                    "iso_compute": "experts 2x n_expert + K",
+                    "note": "the E=8, K=4 MoE from scratch on that row's FLOPs, its own schedule"}
+EXPERT_ROWS = [*UPCYCLE_ROWS, *EXPERTS_2X_ROWS, DENSE_ISO, MOE_K4_ISO]
 
 REFERENCE = "SPARKLING"
 DEPTH_REFERENCE = "depth stack copy-zero"
@@ -229,12 +259,35 @@ AXIS_TIMING = {"depth-4x-5": 5, "late-shallow": 80}
 # issue 22: the hidden axis' growth with the attention heads grown by the same ratio (same head_size), so the
 # attention is as wide as the new hidden size; a width axis (SPARKLING is its reference)
 HEADS_AXES = ["hidden+heads"]
-AXES = ["inner", "hidden", "joint", "two-stage", "joint-5", "joint-25", "joint-75", *DEPTH_AXES, *HEADS_AXES]
+MOE_SIZE = {"n_expert": 4, "n_expert_per_token": 2}
+"""The MoE of the experts axes: E=4 experts, top-2, each of the size's MLP inner size (``moe_intermediate_size``)."""
+UPCYCLE_AXES = {"upcycle-25": 25, "upcycle-5": 5}
+"""Dense -> MoE (:data:`MOE_SIZE`) at this share (%) of the run."""
+EXPERTS_AXES = {"experts-2x": 25}
+"""An MoE small model (:data:`MOE_SIZE`) to twice the experts at this share (%) of the run."""
+EXPERT_AXES = [*UPCYCLE_AXES, *EXPERTS_AXES]
+AXES = ["inner", "hidden", "joint", "two-stage", "joint-5", "joint-25", "joint-75", *DEPTH_AXES, *HEADS_AXES,
+        *EXPERT_AXES]
 
 
 def reference(axis: str) -> str:
     """The row an axis' differences (and its iso-FLOPs scratch row) are taken against."""
+    if axis in UPCYCLE_AXES:
+        return UPCYCLE_ROWS[0]
+    if axis in EXPERTS_AXES:
+        return EXPERTS_2X_ROWS[0]
     return DEPTH_REFERENCE if axis in DEPTH_AXES else REFERENCE
+
+
+def comparisons(axis: str, row: str) -> list[str]:
+    """The from-scratch rows a growth row of ``axis`` is compared with, each on that row's FLOPs, first the one the
+    map's cells are taken against (the grown shape): on the upcycle axes the MoE from scratch and the dense small
+    model continued; ``experts 2x n_expert + K`` against the E=8, K=4 MoE; every other row the iso-FLOPs scratch."""
+    if axis in UPCYCLE_AXES:
+        return [ISO_FLOPS, DENSE_ISO]
+    if axis in EXPERTS_AXES and ROWS[row].get("stage", {}).get("n_expert_per_token"):
+        return [MOE_K4_ISO]
+    return [ISO_FLOPS]
 
 
 def axis_rows(axis: str, rows: list[str]) -> list[str]:
@@ -243,7 +296,11 @@ def axis_rows(axis: str, rows: list[str]) -> list[str]:
         return [r for r in rows if r in TWO_STAGE_ROWS]
     if axis in DEPTH_AXES:
         return [r for r in rows if r in DEPTH_ROWS or r in SCRATCH_ROWS]
-    return [r for r in rows if r not in DEPTH_ROWS]
+    if axis in UPCYCLE_AXES:
+        return [r for r in rows if r in UPCYCLE_ROWS or r in SCRATCH_ROWS or r == DENSE_ISO]
+    if axis in EXPERTS_AXES:
+        return [r for r in rows if r in EXPERTS_2X_ROWS or r in SCRATCH_ROWS or r == MOE_K4_ISO]
+    return [r for r in rows if r not in DEPTH_ROWS and r not in EXPERT_ROWS]
 
 
 def depth_target(size: dict, axis: str = "depth") -> int:
@@ -299,7 +356,21 @@ def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
     if axis == "depth+width":  # n_layer 2x and the joint width 2x in one stage, at 25%
         return [{"at_step": steps // 4, "n_layer": depth_target(size), "n_embd": large["n_embd"],
                  "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
+    if axis in UPCYCLE_AXES:  # dense -> MoE (moe_intermediate_size: the MLP's inner size, the stage's default)
+        return [{"at_step": steps * UPCYCLE_AXES[axis] // 100, "mlp_class_name": "LLaMAMoE", **MOE_SIZE,
+                 "rewarmup_steps": rw}]
+    if axis in EXPERTS_AXES:  # E -> 2E (a row may grow n_expert_per_token with it)
+        return [{"at_step": steps * EXPERTS_AXES[axis] // 100, "n_expert": 2 * MOE_SIZE["n_expert"],
+                 "rewarmup_steps": rw}]
     raise ValueError(f"unknown axis {axis!r}")
+
+
+def axis_small(axis: str, size: dict) -> dict[str, Any]:
+    """The model keys an axis changes in the size's small model (:data:`AXIS_SMALL`; the experts-2x axis starts
+    from an MoE of :data:`MOE_SIZE`, experts of the size's MLP inner size)."""
+    if axis in EXPERTS_AXES:
+        return {"mlp_class_name": "LLaMAMoE", **MOE_SIZE, "moe_intermediate_size": size["small"]["intermediate_size"]}
+    return dict(AXIS_SMALL.get(axis, {}))
 
 
 def large_model(axis: str, size: dict) -> dict[str, Any]:
@@ -312,6 +383,10 @@ def large_model(axis: str, size: dict) -> dict[str, Any]:
         return {"n_embd": size["large"]["n_embd"], **heads_target(size)}
     if axis in ("depth", "depth-5", "depth-50", *AXIS_TIMING):
         return {"n_layer": depth_target(size, axis)}
+    if axis in UPCYCLE_AXES:
+        return {"mlp_class_name": "LLaMAMoE", **MOE_SIZE, "moe_intermediate_size": size["small"]["intermediate_size"]}
+    if axis in EXPERTS_AXES:
+        return {**axis_small(axis, size), "n_expert": 2 * MOE_SIZE["n_expert"]}
     widths = {k: v for k, v in size["large"].items() if k not in ("n_layer", "n_head", "n_query_groups")}
     if axis == "depth+width":
         return {**widths, "n_layer": depth_target(size)}
@@ -350,9 +425,10 @@ def slug(text: str) -> str:
 def build_config(size: dict, axis: str, row: dict, seed: int, steps: int | None = None) -> dict:
     """The full ``sparkling pretrain`` configuration of one row of one axis for one seed (no ``out_dir``)."""
     config = copy.deepcopy(size["config"])
-    model = {"name": "repro", **_MODEL, **size["small"], **AXIS_SMALL.get(axis, {})}
+    model = {"name": "repro", **_MODEL, **size["small"], **axis_small(axis, size)}
     if row.get("model") == "large":
         model.update(large_model(axis, size))
+    model.update(row.get("model_config", {}))
     config["model_config"] = model
     config["seed"] = seed
     total = config["train"]["max_steps"]
@@ -612,6 +688,18 @@ def mean_sd(values: list[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+def paired_diff(seeds: dict, ref: dict) -> dict | None:
+    """The per-seed differences ``seeds[s] - ref[s]`` over the seeds both have: ``{n, mean, sd, ci95 (half-width of
+    the 95% t-interval), per_seed, wins (seeds where the row ended above ref)}``, or ``None`` with no common seed."""
+    paired = [seeds[s] - ref[s] for s in seeds if s in ref]
+    if not paired:
+        return None
+    m, sd = mean_sd(paired)
+    half = _T975.get(len(paired) - 1, 1.96) * sd / math.sqrt(len(paired)) if sd is not None else None
+    return {"n": len(paired), "mean": m, "sd": sd, "ci95": half, "per_seed": paired,
+            "wins": sum(d > 0 for d in paired)}
+
+
 def collect(cells: list[dict]) -> dict:
     """Per axis and row: per-seed final val loss, curves, mean/sd, and the paired difference to SPARKLING."""
     table: dict[str, dict[str, dict]] = {}
@@ -639,12 +727,10 @@ def collect(cells: list[dict]) -> dict:
                 entry["mean"], entry["sd"] = mean_sd(vals)
             for key, name in (("diff", reference(axis)), ("diff_iso_flops", ISO_FLOPS)):
                 ref = rows.get(name, {}).get("seeds", {})
-                paired = [entry["seeds"][s] - ref[s] for s in entry["seeds"] if s in ref]
-                if paired and entry["seeds"] is not ref:
-                    m, sd = mean_sd(paired)
-                    half = _T975.get(len(paired) - 1, 1.96) * sd / math.sqrt(len(paired)) if sd is not None else None
-                    entry[key] = {"n": len(paired), "mean": m, "sd": sd, "ci95": half,
-                                  "per_seed": paired, "wins": sum(d > 0 for d in paired)}
+                if entry["seeds"] is not ref:
+                    diff = paired_diff(entry["seeds"], ref)
+                    if diff:
+                        entry[key] = diff
             sym = [v for per_seed in entry.get("symmetry", {}).values() for v in per_seed.values()]
             by_axis: dict[str, list[float]] = {}
             for per_seed in entry.get("symmetry", {}).values():
@@ -808,20 +894,34 @@ SCAN_SCHEDULES = ["cosine", "wsd"]
 SCAN_RATIOS = [1, 4, 8]
 SCAN_AXES = {"joint-25": "recommended recipe", "joint": "recommended recipe", "joint-75": "recommended recipe",
              "depth-5": DEPTH_REFERENCE, "depth": DEPTH_REFERENCE, "depth-50": DEPTH_REFERENCE,
-             "depth-4x-5": DEPTH_REFERENCE, "late-shallow": DEPTH_REFERENCE}
+             "depth-4x-5": DEPTH_REFERENCE, "late-shallow": DEPTH_REFERENCE,
+             **{axis: reference(axis) for axis in EXPERT_AXES}}
 """The scan's timings of each axis and the row each is measured with (``--scan-rows`` replaces it)."""
 SCAN_DEFAULT_AXES = ["joint-25", "joint", "joint-75", "depth-5", "depth", "depth-50"]
 SCAN_RECIPES = {"SPARKLING": "paper", "recommended recipe": "recommended", "random-zero + ratio 10": "random-zero",
-                "random-zero": "wsd", DEPTH_REFERENCE: "paper"}
+                "random-zero": "wsd", DEPTH_REFERENCE: "paper", **{r: "paper" for r in UPCYCLE_ROWS + EXPERTS_2X_ROWS}}
 """The map's ``recipe`` (a ``growth.recipe``) of a row. The row "random-zero" (random-zero init, the paper's 1.3x
 re-warmup) is the recipe ``wsd``, not the recipe ``random-zero`` (10x re-warmup: the row "random-zero + ratio 10").
 A stage that grows only n_layer gets no symmetry loop under ``recommended``, so the depth row is ``paper``."""
 
 
-def map_axis(axis: str) -> str:
+def map_axis(axis: str, row: str | None = None) -> str:
     """The map's axis of a reproduce.py axis: the timing suffix dropped (``joint-25`` -> ``joint``); the 4x depth
-    axes are ``depth`` (as the package classifies their stage)."""
+    axes are ``depth`` (as the package classifies their stage); the experts axes ``upcycle``, ``experts`` or, for a
+    ``row`` that grows ``n_expert_per_token`` too, ``experts+topk``."""
+    if axis in EXPERT_AXES:  # as growth.measured.classify_axis names an experts stage
+        if axis in UPCYCLE_AXES:
+            return "upcycle"
+        return "experts+topk" if row and ROWS[row].get("stage", {}).get("n_expert_per_token") else "experts"
     return "depth" if axis in AXIS_TIMING else re.sub(r"-\d+$", "", axis)
+
+
+def map_init(axis: str, row: str) -> str | None:
+    """The ``init`` of a map cell: the row's ``expert_init`` on the experts axes (``copy`` unless it sets one),
+    ``None`` on the others (their cells have no ``init``)."""
+    if axis not in EXPERT_AXES:
+        return None
+    return ROWS[row].get("stage", {}).get("expert_init", "copy")
 
 
 def map_recipe(row: str) -> str | None:
@@ -907,20 +1007,22 @@ def row_of(spec: str, axis: str) -> str | None:
 
 def plan_scan(size_name: str, size: dict, cells: list[dict], seeds: list[int], out: Path,
               budgets: tuple[float, ...] = ()) -> tuple[list, list]:
-    """Plan every run of the scan: per ratio and schedule one :func:`plan_grid` of its axes, the cells' rows and the
-    iso-FLOPs scratch, in ``out/x<ratio>-<schedule>/`` (one subfolder per cell below it: ``<size>/<axis>/``), and the
-    grown shape from scratch at each of ``budgets`` times the iso-FLOPs scratch's steps (its own schedule; the curve
-    the speed-up at equal loss is read from). Returns the runs (each with its cell's ``sub``) and the refused rows."""
+    """Plan every run of the scan: per ratio and schedule one :func:`plan_grid` of its axes, the cells' rows and their
+    comparisons (:func:`comparisons`: the iso-FLOPs scratch; on the experts axes the others too), in
+    ``out/x<ratio>-<schedule>/`` (one subfolder per cell below it: ``<size>/<axis>/``), and the grown shape from
+    scratch at each of ``budgets`` times the iso-FLOPs scratch's steps (its own schedule; the curve the speed-up at
+    equal loss is read from). Returns the runs (each with its cell's ``sub``) and the refused rows."""
     runs, refused = [], []
     groups: dict[tuple[int, str], list[dict]] = {}
     for cell in cells:
         groups.setdefault((cell["ratio"], cell["schedule"]), []).append(cell)
     for (ratio, schedule), group in groups.items():
         axes = list(dict.fromkeys(c["axis"] for c in group))
-        rows = list(dict.fromkeys([*(c["row"] for c in group), ISO_FLOPS]))
+        versus = {(c["axis"], v) for c in group for v in comparisons(c["axis"], c["row"])}  # ISO_FLOPS, mostly
+        rows = list(dict.fromkeys([*(c["row"] for c in group), *(v for _, v in sorted(versus))]))
         planned, why = plan_grid(size_name, scan_size(size, ratio, schedule), axes, rows, seeds,
                                  out / group[0]["sub"])
-        wanted = {(c["axis"], c["row"]) for c in group} | {(a, ISO_FLOPS) for a in axes}
+        wanted = {(c["axis"], c["row"]) for c in group} | versus
         runs += [{**r, "sub": group[0]["sub"]} for r in planned if (r["axis"], r["row"]) in wanted]
         refused += [{**r, "sub": group[0]["sub"]} for r in why]
         sized = scan_size(size, ratio, schedule)
@@ -1031,15 +1133,26 @@ def scan_lines(cells: list[dict], runs: list[dict]) -> list[dict]:
     dirs = {(r["sub"], r["axis"], r["row"], r["seed"]): r["run_dir"] for r in runs}
     for cell in cells:
         rows = tables.get(cell["sub"], {}).get(cell["axis"], {})
-        grown, scratch = rows.get(cell["row"]), rows.get(ISO_FLOPS)
+        versus = comparisons(cell["axis"], cell["row"])
+        grown, scratch = rows.get(cell["row"]), rows.get(versus[0])
         line = {k: cell[k] for k in ("ratio", "schedule", "axis", "row", "steps", "growth_step", "growth_at", "sub")}
-        line.update(map_axis=map_axis(cell["axis"]), recipe=map_recipe(cell["row"]))
+        line.update(map_axis=map_axis(cell["axis"], cell["row"]), recipe=map_recipe(cell["row"]), versus=versus[0],
+                    init=map_init(cell["axis"], cell["row"]))
         if grown is None:
             lines.append({**line, "status": "refused or not planned"})
             continue
         c = grown["compute"]
         tokens = c["steps"] * c["tokens_per_step"]
-        d = grown.get("diff_iso_flops")
+        d = paired_diff(grown["seeds"], scratch["seeds"]) if scratch else None
+        line["comparisons"] = {
+            name: {**(paired_diff(grown["seeds"], rows[name]["seeds"]) or {}), "steps": rows[name]["compute"]["steps"],
+                   "mean_loss": rows[name].get("mean"), "seeds_loss": rows[name]["seeds"]}
+            for name in versus if name in rows}
+        if cell["axis"] in EXPERT_AXES:
+            line["experts"] = {seed: expert_diagnostics(Path(dirs[(cell["sub"], cell["axis"], cell["row"], seed)]))
+                               for seed in grown["seeds"]}
+            line["scratch_load"] = {seed: expert_load(Path(dirs[(cell["sub"], cell["axis"], versus[0], seed)]))
+                                    for seed in (scratch["seeds"] if scratch else {})}
         line.update(tokens=tokens, grown_active_params=c["active_params"][-1],
                     tokens_per_param=tokens / c["active_params"][-1], scratch_steps=scratch["compute"]["steps"]
                     if scratch else None, growth_mean=grown.get("mean"), growth_seeds=grown["seeds"],
@@ -1055,6 +1168,67 @@ def scan_lines(cells: list[dict], runs: list[dict]) -> list[dict]:
     return lines
 
 
+def expert_load(run_dir: Path, batches: int = 4) -> dict[str, list[float]]:
+    """The routing of a finished MoE run: per MoE block (``"block_<i>"``), the fraction of tokens each expert got
+    among its top-K (sums to K; uniform is ``K / n_expert``, at most 1) on the first ``batches`` validation batches of
+    the run's own data, from its ``final/`` checkpoint. ``{}`` for a run without ``final/`` or MoE blocks."""
+    import torch
+    from litgpt import GPT, Config
+
+    from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.run import build_datamodule
+
+    final = Path(run_dir) / "final"
+    if not (final / "lit_model.pth").is_file():
+        return {}
+    config = Config(**yaml.safe_load((final / "model_config.yaml").read_text()))
+    model = GPT(config)
+    model.load_state_dict(torch.load(final / "lit_model.pth", map_location="cpu", weights_only=True))
+    model.eval()
+    counts: dict[str, torch.Tensor] = {}
+    tokens: dict[str, int] = {}
+    hooks = []
+    for i, block in enumerate(model.transformer.h):
+        gate = getattr(block.mlp, "gate", None)
+        if gate is None or not isinstance(gate, torch.nn.Linear):  # dense blocks; the grouped router is not read
+            continue
+
+        def count(module, inputs, logits, name=f"block_{i}"):  # logits: (B*T, n_expert)
+            picked = torch.topk(logits, config.n_expert_per_token).indices.flatten()  # (B*T*K,)
+            counts[name] = counts.get(name, 0) + torch.bincount(picked, minlength=config.n_expert)
+            tokens[name] = tokens.get(name, 0) + logits.shape[0]
+
+        hooks.append(gate.register_forward_hook(count))
+    if not hooks:
+        return {}
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        _, run, _ = parse(["--config", str(Path(run_dir) / "config.yaml")])
+        data = build_datamodule(run)
+        data.setup("validate")
+    with torch.no_grad():
+        for k, batch in enumerate(data.val_dataloader()):
+            if k == batches:
+                break
+            model(batch[:, :-1])
+    for h in hooks:
+        h.remove()
+    return {name: [float(x) for x in (c / tokens[name])] for name, c in counts.items()}
+
+
+def expert_diagnostics(run_dir: Path) -> dict[str, Any]:
+    """What an experts growth run recorded: the copies' last ``symmetry/stage_k/experts`` cosine, the growth's
+    seconds, peak memory and loss right after it (``summary.json``'s ``growth_events``), and the experts' load after
+    training (:func:`expert_load`: per block the fraction of tokens per expert, its min and max over blocks)."""
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    event = (summary.get("growth_events") or [{}])[0]
+    load = expert_load(run_dir)
+    shares = [v for per_block in load.values() for v in per_block]
+    return {"symmetry": {k: v for k, v in read_symmetry(run_dir).items() if k.endswith("/experts")},
+            "growth_seconds": event.get("seconds"), "peak_memory_mb": event.get("peak_memory_mb"),
+            "loss_after": event.get("loss_after"), "load": load,
+            "load_min": min(shares) if shares else None, "load_max": max(shares) if shares else None}
+
+
 def equal_loss(cell: dict, rows: dict, grown: dict, scratch: dict | None, dirs: dict) -> dict:
     """The cell's savings counted as compute to reach the same loss, per seed and as mean ± sd.
 
@@ -1067,7 +1241,7 @@ def equal_loss(cell: dict, rows: dict, grown: dict, scratch: dict | None, dirs: 
     - ``health``: :func:`rms_health` per seed (runs logged with ``rms_monitor``), and the worst over seeds.
     """
     budget_rows = {n: e for n, e in rows.items() if n == ISO_FLOPS or n.startswith("scratch large (x")}
-    if len(budget_rows) < 2:
+    if len(budget_rows) < 2 or comparisons(cell["axis"], cell["row"])[0] != ISO_FLOPS:  # budgets: ISO_FLOPS' shape
         return {}
     g_flops = grown["compute"]["flops"]
     per_seed, labels, fractions, health = {}, {}, {}, {}
@@ -1102,9 +1276,13 @@ def equal_loss(cell: dict, rows: dict, grown: dict, scratch: dict | None, dirs: 
     return out
 
 
-def scan_where(size_name: str, ratio: int) -> str:
-    """The ``where`` of a scan cell in the map: its section of docs/BENCHMARKS.md and run length."""
-    return f"Where growth pays: the scan ({size_name}{'' if ratio == 1 else f' x{ratio}'})"
+def scan_where(size_name: str, ratio: int, axis: str | None = None) -> str:
+    """The ``where`` of a scan cell in the map: its section of docs/BENCHMARKS.md and run length (the experts axes
+    have a section of their own)."""
+    run = f"{size_name}{'' if ratio == 1 else f' x{ratio}'}"
+    if axis in EXPERT_AXES:
+        return f"Experts: dense -> MoE and MoE -> more experts ({run})"
+    return f"Where growth pays: the scan ({run})"
 
 
 def export_cells(lines: list[dict], size_name: str) -> list[dict]:
@@ -1116,9 +1294,15 @@ def export_cells(lines: list[dict], size_name: str) -> list[dict]:
         out.append({"axis": line["map_axis"], "recipe": line["recipe"], "schedule": line["schedule"],
                     "growth_at": round(line["growth_at"], 3), "tokens_per_param": round(line["tokens_per_param"], 1),
                     "delta": round(line["delta"], 3), "sd": round(line["sd"], 3), "seeds": line["seeds"],
-                    "seeds_above": line["seeds_above"], "where": scan_where(size_name, line["ratio"])})
+                    "seeds_above": line["seeds_above"], "where": scan_where(size_name, line["ratio"], line["axis"])})
+        dense = (line.get("comparisons") or {}).get(DENSE_ISO, {})
+        if dense.get("n", 0) >= 2 and dense.get("sd") is not None:  # an upcycle: what staying dense would have given
+            out[-1]["where"] = (f"{out[-1]['where'][:-1]}; vs the dense model continued on the same FLOPs "
+                                f"Δ {dense['mean']:+.3f} ± {dense['sd']:.3f}, above it in {dense['wins']}/{dense['n']})")
         if line.get("speedup") is not None and line.get("speedup_sd") is not None:
             out[-1].update(speedup=round(line["speedup"], 2), speedup_sd=round(line["speedup_sd"], 2))
+        if line.get("init") is not None:  # an experts cell: its expert_init (the map matches a run's on it)
+            out[-1]["init"] = line["init"]
     return out
 
 
@@ -1130,6 +1314,7 @@ def format_cell(cell: dict) -> str:
             f'"sd": {cell["sd"]:.3f}, "seeds": {cell["seeds"]}, "seeds_above": {cell["seeds_above"]}, '
             + (f'"speedup": {cell["speedup"]:.2f}, "speedup_sd": {cell["speedup_sd"]:.2f}, ' if "speedup" in cell
                else "")
+            + (f'"init": {json.dumps(cell["init"])}, ' if cell.get("init") is not None else "")
             + f'"where": {json.dumps(cell["where"], ensure_ascii=False)}' + "}")
 
 
@@ -1138,6 +1323,50 @@ def format_export(cells: list[dict]) -> str:
     if not cells:
         return "[]\n"
     return "[\n" + ",\n".join(f"    {format_cell(c)}" for c in cells) + "\n]\n"
+
+
+def _min_max(per_seed: dict[Any, dict]) -> str:
+    """``'0.08-0.96'``: the smallest and largest expert fraction over every block and seed of ``{seed: load}``."""
+    shares = [v for load in per_seed.values() for block in load.values() for v in block]
+    return f"{min(shares):.2f}-{max(shares):.2f}" if shares else "-"
+
+
+def experts_markdown(lines: list[dict]) -> list[str]:
+    """The experts axes' table: per row the paired Δ against each comparison (mean ± sd and per seed), the experts'
+    load after training (min-max fraction of tokens per expert over blocks and seeds; uniform ``K / n_expert``), the
+    copies' last cosine, and the growth's seconds, peak memory and loss right after it (mean over seeds)."""
+    rows = [ln for ln in lines if ln.get("experts") is not None]
+    if not rows:
+        return []
+    out = ["Experts axes (issue 30): Δ = final validation loss of the growth row minus the comparison's, each "
+           "comparison trained from scratch on the growth row's FLOPs (6 x active parameters x tokens) with its own "
+           "schedule, paired by seed. Load: the smallest and largest fraction of tokens one expert got among their "
+           "top-K (every MoE block, every seed; the final checkpoint on 4 validation batches; uniform = K/E), the "
+           "growth row's and the comparison MoE's. Cosine: the copies' last `symmetry/stage_0/experts`.", "",
+           "| axis | row | growth at | tokens / active param | comparison (steps) | Δ (paired mean ± sd) | seeds above | "
+           "per-seed Δ | load after (growth) | load (MoE scratch) | copies' cosine | growth s | growth peak MB | "
+           "loss after growth |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for ln in rows:
+        diag = list(ln["experts"].values())
+
+        def avg(key: str, p: int) -> str:
+            vals = [d[key] for d in diag if d.get(key) is not None]
+            return fmt(statistics.fmean(vals), p) if vals else "-"
+
+        cos = [v for d in diag for v in d.get("symmetry", {}).values()]
+        cosine = f"{statistics.fmean(cos):.2f}" if cos else "- (no copies)"
+        for k, (name, d) in enumerate(ln["comparisons"].items()):
+            delta = f"{d['mean']:+.3f} ± {fmt(d.get('sd'))}" if d.get("n") else "not run"
+            per = ", ".join(f"{v:+.3f}" for v in d.get("per_seed", [])) or "-"
+            above = f"{d['wins']}/{d['n']}" if d.get("n") else "-"
+            head = (f"| {ln['axis']} | {ln['row']} | {ln['growth_at']:.0%} | {ln['tokens_per_param']:.1f} "
+                    if k == 0 else "| | | | ")
+            tail = (f"| {_min_max({s: e['load'] for s, e in ln['experts'].items()})} | "
+                    f"{_min_max(ln.get('scratch_load', {}))} | {cosine} | {avg('growth_seconds', 2)} | "
+                    f"{avg('peak_memory_mb', 0)} | {avg('loss_after', 3)} |" if k == 0 else "| | | | | | |")
+            out.append(f"{head}| {name} ({d['steps']}) | {delta} | {above} | {per} {tail}")
+    return out + [""]
 
 
 def scan_markdown(size_name: str, lines: list[dict], skipped: list[dict], refused: list[dict], seeds: list[int],
@@ -1166,6 +1395,7 @@ def scan_markdown(size_name: str, lines: list[dict], skipped: list[dict], refuse
                    f"{ln['growth_at']:.0%} | {delta} | {above} | "
                    f"{fmt(ln['growth_mean'])} | {fmt(ln['scratch_mean'])} ({ln['scratch_steps']}) | {per} |")
     out.append("")
+    out += experts_markdown(lines)
     eq = [ln for ln in lines if ln.get("speedup_per_seed")]
     if eq:
         out += ["Compute to reach the same loss: the grown shape trained from scratch at several budgets (x the growth "
@@ -1239,10 +1469,11 @@ def run_scan(args, parser, size_name: str, size: dict, seeds: list[int], out: Pa
           f"{len(distinct)} distinct runs ({done} already done, {len(distinct) - done} to train) in {out}")
     for ln in lines:
         ratio = f"{ln['tokens_per_param']:.1f} tokens per grown parameter" if "tokens_per_param" in ln else "refused"
+        versus = comparisons(ln["axis"], ln["row"])
         n_runs = len({r["run_dir"] for r in runs if r["sub"] == ln["sub"]
-                      and r["axis"] == ln["axis"] and r["row"] in (ln["row"], ISO_FLOPS)})
+                      and r["axis"] == ln["axis"] and r["row"] in (ln["row"], *versus)})
         print(f"  x{ln['ratio']} ({ln['steps']} steps, {ratio}) | {ln['schedule']:<6} | {ln['axis']:<8} | "
-              f"{ln['row']} vs {ISO_FLOPS} | growth at {ln['growth_at']:.0%} | {n_runs} runs")
+              f"{ln['row']} vs {' and '.join(versus)} | growth at {ln['growth_at']:.0%} | {n_runs} runs")
     for sk in skipped:
         print(f"  skipped: x{sk['ratio']} {sk['schedule']} {sk['axis']}: {sk['why']}")
     for r in refused:

@@ -6,7 +6,9 @@ the recipe, the LR schedule, when the first growth came (share of the run), the 
 parameter, and the paired Δ of final validation loss against the grown shape trained from scratch on the same FLOPs
 (mean, sd, seeds, seeds above scratch) and, where measured, the speed-up at equal loss (``speedup``, ``speedup_sd``:
 scratch compute / growth compute at the growth run's final loss, mean and sd over the seeds; optional, a cell without
-them loads as before). :func:`advise` finds the cell nearest to a run and says what it measured, or
+them loads as before). An experts cell (axis ``upcycle``: dense -> MoE; ``experts``: MoE -> more experts;
+``experts+topk``: with a larger top-K) also names its ``init`` (the stage's ``expert_init``), and a run is matched
+only with cells of its own ``init``; every other cell has none. :func:`advise` finds the cell nearest to a run and says what it measured, or
 that nothing near the run was measured; no ratio is typed into code.
 
 Example::
@@ -41,7 +43,8 @@ NEAR_TIMING = 0.15
 class MeasuredCell:
     """One seeded comparison: ``delta`` (mean ± ``sd`` over ``seeds``, ``seeds_above`` of them above scratch) of the
     final validation loss of ``recipe`` growing ``axis`` at ``growth_at`` of a ``schedule`` run of
-    ``tokens_per_param``, against same-FLOPs scratch. ``where``: its section of docs/BENCHMARKS.md."""
+    ``tokens_per_param``, against same-FLOPs scratch. ``where``: its section of docs/BENCHMARKS.md. ``init``: an
+    experts cell's ``expert_init`` (``copy``, ``drop-upcycle``, ``random``), ``None`` on the other axes."""
 
     axis: str
     recipe: str
@@ -55,6 +58,7 @@ class MeasuredCell:
     where: str
     speedup: float | None = None
     speedup_sd: float | None = None
+    init: str | None = None
 
     def __post_init__(self) -> None:
         if (self.speedup is None) != (self.speedup_sd is None):
@@ -71,8 +75,10 @@ class MeasuredCell:
                 raise ValueError(f"measured cell {self.key()}: {name}={value!r}: must be a finite number {what}")
 
     def key(self) -> str:
-        """The cell's setting, ``'depth/paper/cosine@5%/31'``, for messages."""
-        return f"{self.axis}/{self.recipe}/{self.schedule}@{self.growth_at:.0%}/{self.tokens_per_param:g}"
+        """The cell's setting, ``'depth/paper/cosine@5%/31'`` (``'upcycle[copy]/paper/...'`` for an experts cell), for
+        messages."""
+        axis = self.axis if self.init is None else f"{self.axis}[{self.init}]"
+        return f"{axis}/{self.recipe}/{self.schedule}@{self.growth_at:.0%}/{self.tokens_per_param:g}"
 
     def describe_speedup(self) -> str | None:
         """``'speed-up at equal loss 1.35x ± 0.08 (3 seeds)'`` (scratch compute / growth compute at the growth run's
@@ -86,7 +92,8 @@ class MeasuredCell:
         scratch in 0/3 seeds)'``, led by the speed-up at equal loss where the cell has one (``'...: speed-up at
         equal loss 1.35x ± 0.08 (3 seeds), Δ ...'``)."""
         speedup = self.describe_speedup()
-        return (f"{self.axis}, {self.recipe}, {self.schedule}, growth at {self.growth_at:.0%}, "
+        axis = self.axis if self.init is None else f"{self.axis} (expert_init {self.init})"
+        return (f"{axis}, {self.recipe}, {self.schedule}, growth at {self.growth_at:.0%}, "
                 f"{self.tokens_per_param:g} tokens per parameter: {speedup + ', ' if speedup else ''}"
                 f"Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
                 f"(above scratch in {self.seeds_above}/{self.seeds} seeds; docs/BENCHMARKS.md, {self.where})")
@@ -102,7 +109,7 @@ class Advice:
     schedule (``None``: none of them measured), ``near`` whether it is within :data:`NEAR_RATIO` and
     :data:`NEAR_TIMING` of the run, ``pays`` whether it is near and ended at or below scratch on average, ``better``
     the comparison of another recipe near the run (same axis and schedule) that paid and ended lower than ``cell``
-    (``None``: none did)."""
+    (``None``: none did); ``init`` the run's ``expert_init`` on an experts axis (``None`` elsewhere)."""
 
     axis: str
     recipe: str
@@ -112,6 +119,7 @@ class Advice:
     cell: MeasuredCell | None
     near: bool
     better: MeasuredCell | None = None
+    init: str | None = None
 
     @property
     def pays(self) -> bool:
@@ -136,7 +144,8 @@ class Advice:
             return (f"this run is a demo ({self.tokens_per_param:.2f} training tokens per final active parameter, "
                     f"below the {DEMO_TOKENS_PER_PARAM:g} of every measured setting): its FLOPs saved are arithmetic, "
                     "not a measured saving")
-        run = (f"this run ({self.axis}, growth.recipe {self.recipe}, {self.schedule} schedule, first growth at "
+        axis = self.axis if self.init is None else f"{self.axis}, expert_init {self.init}"
+        run = (f"this run ({axis}, growth.recipe {self.recipe}, {self.schedule} schedule, first growth at "
                f"{self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active parameter)")
         if self.cell is None:
             return (f"nothing was measured for {run}: no seeded comparison of this axis, recipe and schedule "
@@ -161,8 +170,9 @@ def load_map(path: Path = MAP_PATH) -> tuple[MeasuredCell, ...]:
 
 def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] | None = None) -> str:
     """The map's name for what ``stages`` grow: ``two-stage`` (several width stages), ``depth``, ``depth+width``,
-    ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, or ``'+'.join`` of the
-    sizes otherwise. ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
+    ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, ``upcycle`` (dense ->
+    MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``), a
+    plug-in axis' name (``experts``), or ``'+'.join`` of the sizes otherwise. ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
 
     Example::
 
@@ -172,6 +182,8 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
         'depth'
         >>> classify_axis([GrowthStage(10, n_expert=8)])
         'experts'
+        >>> classify_axis([GrowthStage(10, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)])
+        'upcycle'
     """
     grown = [set(s) for s in sizes] if sizes is not None else [
         set(stage.sizes) | {k for k in plugin_sizes() if getattr(stage, k, None) is not None} for stage in stages]
@@ -183,6 +195,10 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
     widths, heads = keys & set(WIDTH_AXES), keys & set(HEAD_AXES)
     plugins = {plugin_sizes()[k] for k in keys if k in plugin_sizes()}  # growth/axes plug-ins, e.g. "experts"
     if plugins and not (widths or heads or "n_layer" in keys):
+        if plugins == {"experts"} and getattr(stages[0], "mlp_class_name", None) is not None:
+            return "upcycle"  # dense -> MoE, measured apart from MoE -> more experts
+        if plugins == {"experts"} and getattr(stages[0], "n_expert_per_token", None) is not None:
+            return "experts+topk"  # more experts and a larger top-K: more active parameters, another cell
         return "+".join(sorted(plugins))
     if "n_layer" in keys:
         return "depth" if keys == {"n_layer"} else "depth+width"
@@ -194,10 +210,11 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
 
 
 def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,
-            tokens_per_param: float) -> tuple[MeasuredCell | None, bool]:
-    """The cell of ``axis``, ``recipe`` and ``schedule`` nearest in token ratio (log scale), then timing, and
-    whether it is near (:data:`NEAR_RATIO`, :data:`NEAR_TIMING`)."""
-    same = [c for c in cells if (c.axis, c.recipe, c.schedule) == (axis, recipe, schedule)]
+            tokens_per_param: float, init: str | None = None) -> tuple[MeasuredCell | None, bool]:
+    """The cell of ``axis``, ``recipe``, ``schedule`` and ``init`` (an experts stage's ``expert_init``; ``None``
+    elsewhere) nearest in token ratio (log scale), then timing, and whether it is near (:data:`NEAR_RATIO`,
+    :data:`NEAR_TIMING`)."""
+    same = [c for c in cells if (c.axis, c.recipe, c.schedule, c.init) == (axis, recipe, schedule, init)]
     if not same or tokens_per_param <= 0:
         return None, False
 
@@ -210,7 +227,7 @@ def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: 
 
 
 def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,
-                  tokens_per_param: float, than: MeasuredCell | None) -> MeasuredCell | None:
+                  tokens_per_param: float, than: MeasuredCell | None, init: str | None = None) -> MeasuredCell | None:
     """The lowest-Δ cell of a recipe other than ``recipe``, of ``axis`` and ``schedule``, near the run, that ended
     below scratch on average and in most seeds, and below ``than`` (the run's own nearest cell, if near) by more than
     the larger of the two sds (a gap inside the seeds' spread is no reason to switch), or ``None``.
@@ -225,7 +242,7 @@ def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, sche
     best = None
     for other in {c.recipe for c in cells} - {recipe}:
         cell, near = nearest(cells, axis=axis, recipe=other, schedule=schedule, growth_at=growth_at,
-                             tokens_per_param=tokens_per_param)
+                             tokens_per_param=tokens_per_param, init=init)
         if (not near or cell is None or cell.delta >= 0 or 2 * cell.seeds_above >= cell.seeds
                 or (than is not None and than.delta - cell.delta <= max(cell.sd, than.sd))):
             continue
@@ -238,11 +255,13 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
            schedule: str = "cosine", sizes: Sequence[Sequence[str]] | None = None,
            cells: Sequence[MeasuredCell] | None = None) -> Advice:
     """What the map says about a run growing by ``stages`` over ``total_steps``, with ``tokens_per_param`` training
-    tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`)."""
+    tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`). A
+    one-stage experts run is matched with the cells of its ``expert_init`` only."""
     axis = classify_axis(stages, sizes)
     growth_at = stages[0].resolved(total_steps).at_step / total_steps if stages else 0.0
     cells = load_map() if cells is None else cells
-    where = dict(axis=axis, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param)
+    init = stages[0].expert_init if len(stages) == 1 and stages[0].grows_experts else None
+    where = dict(axis=axis, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param, init=init)
     cell, near = nearest(cells, recipe=recipe, **where)
     better = better_recipe(cells, recipe=recipe, than=cell if near else None, **where)
     return Advice(recipe=recipe, cell=cell, near=near, better=better, **where)

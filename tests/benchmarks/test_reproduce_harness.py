@@ -565,3 +565,208 @@ def test_4x_depth_axes_grow_2_to_8_layers_early_and_late(repro):
     assert skipped == [] and cells[0]["growth_at"] == 0.8
     assert repro.map_recipe("random-zero + ratio 3") == "random-zero-3x"
     assert repro.map_axis("late-shallow") == repro.map_axis("depth-4x-5") == "depth"  # as the package classifies
+
+
+# ------------------------------------------------------------------------------------------------------------ experts
+def _moe_active_by_hand(run_config: dict) -> tuple[int, int]:
+    """``(active, total)`` parameters of the litgpt GPT of a run's ``model_config`` (its data's vocabulary): every
+    parameter, less the routed experts a token skips (``n_expert - n_expert_per_token`` per MoE block), counted from
+    the modules here."""
+    import torch
+    from litgpt import GPT, Config
+
+    config = run_config["model_config"]
+    vocab = run_config["data"]["vocab_size"]
+    with torch.device("meta"):
+        model = GPT(Config(**{k: v for k, v in config.items() if k != "name"}, vocab_size=vocab,
+                           padded_vocab_size=vocab))
+    total = sum(p.numel() for p in model.parameters())
+    skipped = 0
+    for block in model.transformer.h:
+        experts = getattr(block.mlp, "experts", None)
+        if experts is not None:
+            per_expert = sum(p.numel() for p in experts[0].parameters())
+            skipped += per_expert * (len(experts) - config["n_expert_per_token"])
+    return total - skipped, total
+
+
+def test_experts_axes_grow_what_and_when_they_say(repro):
+    size = repro.resolve_size("quick")
+    inner = size["small"]["intermediate_size"]
+    assert repro.axis_stages("upcycle-25", size, 1000) == [
+        {"at_step": 250, "mlp_class_name": "LLaMAMoE", "n_expert": 4, "n_expert_per_token": 2, "rewarmup_steps": 50}]
+    assert repro.axis_stages("upcycle-5", size, 1000)[0]["at_step"] == 50
+    assert repro.axis_stages("experts-2x", size, 1000) == [{"at_step": 250, "n_expert": 8, "rewarmup_steps": 50}]
+    dense = repro.build_config(size, "upcycle-25", repro.ROWS["upcycle drop-upcycle"], 1)
+    assert dense["model_config"]["mlp_class_name"] == "LLaMAMLP" and "n_expert" not in dense["model_config"]
+    assert dense["growth"]["stages"][0]["expert_init"] == "drop-upcycle"
+    moe = repro.build_config(size, "experts-2x", repro.ROWS["experts 2x n_expert + K"], 1)
+    assert {k: moe["model_config"][k] for k in ("mlp_class_name", "n_expert", "n_expert_per_token",
+                                                 "moe_intermediate_size")} == {
+        "mlp_class_name": "LLaMAMoE", "n_expert": 4, "n_expert_per_token": 2, "moe_intermediate_size": inner}
+    assert moe["growth"]["stages"][0] == {"at_step": 250, "n_expert": 8, "rewarmup_steps": 50,
+                                          "n_expert_per_token": 4}
+    k4 = repro.build_config(size, "experts-2x", repro.ROWS[repro.MOE_K4_ISO], 1)["model_config"]
+    assert (k4["n_expert"], k4["n_expert_per_token"]) == (8, 4)
+    upcycled = repro.build_config(size, "upcycle-5", repro.ROWS[repro.ISO_FLOPS], 1)["model_config"]
+    assert (upcycled["mlp_class_name"], upcycled["n_expert"], upcycled["n_expert_per_token"],
+            upcycled["moe_intermediate_size"]) == ("LLaMAMoE", 4, 2, inner)
+    # the experts rows apply to their own axes only, the width rows never to them
+    assert repro.axis_rows("joint", ["SPARKLING", "upcycle copy", repro.DENSE_ISO]) == ["SPARKLING"]
+    assert repro.axis_rows("upcycle-25", ["SPARKLING", "upcycle copy", "experts 2x n_expert", repro.DENSE_ISO]) \
+        == ["upcycle copy", repro.DENSE_ISO]
+    assert repro.axis_rows("experts-2x", ["upcycle copy", "experts 2x n_expert", repro.MOE_K4_ISO]) \
+        == ["experts 2x n_expert", repro.MOE_K4_ISO]
+
+
+@pytest.mark.parametrize("axis, row, versus", [
+    ("upcycle-25", "upcycle copy", [repro_iso := "scratch large (iso-FLOPs)", "scratch small (iso-FLOPs)"]),
+    ("experts-2x", "experts 2x n_expert", [repro_iso]),
+    ("experts-2x", "experts 2x n_expert + K", ["scratch large K=4 (iso-FLOPs)"]),
+])
+def test_experts_iso_flops_count_active_parameters(repro, tmp_path, axis, row, versus):
+    """Each comparison of an experts row trains the step count whose 6 x active parameters x tokens is nearest the
+    growth row's FLOPs, active parameters counted here from the modules (the routed experts a token skips left
+    out): an MoE's total parameters would give it far fewer steps."""
+    size = repro.resolve_size("tiny")
+    assert repro.comparisons(axis, row) == versus
+    cells, refused = repro.plan_grid("tiny", size, [axis], [row, *versus], [1], tmp_path)
+    assert refused == []
+    by_row = {c["row"]: c for c in cells}
+    grown = by_row[row]
+    tps = grown["compute"]["tokens_per_step"]
+    phases = [_moe_active_by_hand(grown["config"])[0]]
+    assert grown["compute"]["active_params"][0] == phases[0]
+    by_hand = 6.0 * tps * sum(n * k for n, k in zip(grown["compute"]["active_params"], grown["compute"]["phase_steps"]))
+    assert grown["compute"]["flops"] == pytest.approx(by_hand, rel=1e-12)
+    for name in versus:
+        iso = by_row[name]
+        active, total = _moe_active_by_hand(iso["config"])
+        assert iso["compute"]["active_params"] == [active]
+        per_step = 6.0 * active * tps
+        assert abs(iso["compute"]["steps"] * per_step - by_hand) <= per_step / 2
+        if "n_expert" in iso["config"]["model_config"]:
+            assert total > active  # a count of every expert would have trained fewer steps
+            assert round(by_hand / (6.0 * total * tps)) < iso["compute"]["steps"]
+    if row == "experts 2x n_expert":  # E=4 -> 8 at K=2: the same active parameters, the same steps as the growth
+        assert by_row[repro.ISO_FLOPS]["compute"]["steps"] == grown["compute"]["steps"]
+
+
+def test_experts_scan_pairs_each_comparison_and_exports_the_init(repro, tmp_path):
+    """Hand-made finished runs of the upcycle and experts-2x cells: each row's Δ against each of its comparisons,
+    paired by seed (the K=4 row against the K=4 MoE, not the K=2 one); the exported cells name the map's axis
+    (``upcycle`` / ``experts``) and the row's ``expert_init``, and load as measured cells."""
+    from lightning_sparkling.growth.measured import MeasuredCell
+
+    size = repro.resolve_size("tiny")
+    out, results, export = tmp_path / "runs", tmp_path / "results", tmp_path / "cells.json"
+    rows = ["upcycle-25:upcycle copy", "upcycle-25:upcycle random", "experts-2x:experts 2x n_expert + K"]
+    cells, _ = repro.scan_cells(size, [1], ["cosine"], ["upcycle-25", "experts-2x"], rows)
+    runs, refused = repro.plan_scan("tiny", size, cells, [1, 2, 3], out)
+    assert refused == []
+    losses = {("upcycle-25", "upcycle copy"): [3.40, 3.50, 3.45], ("upcycle-25", "upcycle random"): [3.6, 3.7, 3.5],
+              ("upcycle-25", repro.ISO_FLOPS): [3.45, 3.48, 3.50], ("upcycle-25", repro.DENSE_ISO): [3.3, 3.4, 3.5],
+              ("experts-2x", "experts 2x n_expert + K"): [3.1, 3.2, 3.3], ("experts-2x", repro.MOE_K4_ISO): [3.2, 3.1, 3.5],
+              ("experts-2x", repro.ISO_FLOPS): [9.0, 9.0, 9.0]}
+    assert {(r["axis"], r["row"]) for r in runs} == set(losses) - {("experts-2x", repro.ISO_FLOPS)}
+    for run in runs:
+        _fake_run(Path(run["run_dir"]), losses[(run["axis"], run["row"])][run["seed"] - 1],
+                  symmetry={"symmetry/stage_0/experts": 0.9} if "copy" in run["row"] else None)
+        (Path(run["run_dir"]) / "config.yaml").write_text(yaml.safe_dump({**run["config"],
+                                                                          "out_dir": run["run_dir"]}))
+    assert repro.main(["--size", "tiny", "--scan", "--scan-ratios", "1", "--scan-schedules", "cosine", "--scan-axes",
+                       "upcycle-25,experts-2x", "--scan-rows", ",".join(rows), "--out", str(out), "--results",
+                       str(results), "--scan-export", str(export), "--tag", "moe"]) == 0
+    payload = json.loads((results / "reproduce_tiny_scan_moe.json").read_text())
+    lines = {ln["row"]: ln for ln in payload["lines"]}
+
+    def paired(a, b):
+        return [x - y for x, y in zip(losses[a], losses[b])]
+
+    copy = lines["upcycle copy"]
+    moe, dense = paired(("upcycle-25", "upcycle copy"), ("upcycle-25", repro.ISO_FLOPS)), \
+        paired(("upcycle-25", "upcycle copy"), ("upcycle-25", repro.DENSE_ISO))
+    assert copy["delta"] == pytest.approx(statistics.fmean(moe)) and copy["versus"] == repro.ISO_FLOPS
+    assert copy["comparisons"][repro.ISO_FLOPS]["per_seed"] == pytest.approx(moe)
+    assert copy["comparisons"][repro.DENSE_ISO]["per_seed"] == pytest.approx(dense)
+    assert copy["comparisons"][repro.DENSE_ISO]["sd"] == pytest.approx(statistics.stdev(dense))
+    assert copy["comparisons"][repro.DENSE_ISO]["wins"] == sum(d > 0 for d in dense) == 2
+    assert {s: d["symmetry"] for s, d in copy["experts"].items()} == {str(s): {"stage_0/experts": pytest.approx(0.9)}
+                                                                      for s in (1, 2, 3)}
+    assert lines["upcycle random"]["experts"]["1"]["symmetry"] == {}  # no copies, no cosine
+    k4 = lines["experts 2x n_expert + K"]
+    k4_d = paired(("experts-2x", "experts 2x n_expert + K"), ("experts-2x", repro.MOE_K4_ISO))
+    assert k4["versus"] == repro.MOE_K4_ISO and k4["per_seed"] == pytest.approx(k4_d)
+    md = (results / "reproduce_tiny_scan_moe.md").read_text()
+    assert f"{statistics.fmean(dense):+.3f} ± {statistics.stdev(dense):.3f}" in md
+    exported = json.loads(export.read_text())
+    measured = {(m.axis, m.init): m for m in (MeasuredCell(**cell) for cell in exported)}
+    assert set(measured) == {("upcycle", "copy"), ("upcycle", "random"), ("experts+topk", "copy")}
+    assert measured[("upcycle", "copy")].delta == round(statistics.fmean(moe), 3)
+    assert measured[("upcycle", "copy")].recipe == "paper" and measured[("experts+topk", "copy")].growth_at == 0.25
+    assert measured[("upcycle", "copy")].where == (
+        "Experts: dense -> MoE and MoE -> more experts (tiny; vs the dense model continued on the same FLOPs "
+        f"Δ {statistics.fmean(dense):+.3f} ± {statistics.stdev(dense):.3f}, above it in 2/3)")
+    assert measured[("experts+topk", "copy")].where == "Experts: dense -> MoE and MoE -> more experts (tiny)"
+    assert repro.map_axis("experts-2x", "experts 2x n_expert") == "experts"  # as classify_axis names the stages
+    for cell in exported:
+        assert json.loads(repro.format_cell(cell)) == cell  # the export pastes into measured.json as it is
+
+
+def test_expert_load_counts_each_tokens_top_k_on_the_runs_validation_data(repro, tmp_path):
+    """A final checkpoint whose routers send a token to experts {0, 2} or {1, 3} by the sign of one projection
+    (rows u, -u, 2u, -2u): per block the fractions of tokens per expert pair up (0 with 2, 1 with 3), each pair's
+    sum is 1 and all sum to K = 2, whatever the data; a dense run has no load."""
+    import dataclasses
+
+    import torch
+    from litgpt import GPT, Config
+
+    size = repro.resolve_size("tiny")
+    config = repro.build_config(size, "experts-2x", repro.ROWS[repro.ISO_FLOPS], 1)
+    config["data"] = {"vocab_size": 512, "seq_len": 32, "max_files": 20, "max_bytes": 150_000, "val_percent": 20,
+                      "cache_dir": str(tmp_path / "cache")}
+    config["model_config"]["block_size"] = 32
+    config["train"].update(global_batch_size=4, micro_batch_size=4)
+    run_dir = tmp_path / "run"
+    (run_dir / "final").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**config, "out_dir": str(run_dir)}))
+    model_config = Config(**{k: v for k, v in config["model_config"].items() if k != "name"}, vocab_size=512,
+                          padded_vocab_size=512)
+    torch.manual_seed(0)
+    model = GPT(model_config)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            u = torch.randn(model_config.n_embd)
+            block.mlp.gate.weight.copy_(torch.stack([u, -u, 2 * u, -2 * u, 0 * u, 0 * u, 0 * u, 0 * u]) * 10)
+    torch.save(model.state_dict(), run_dir / "final" / "lit_model.pth")
+    (run_dir / "final" / "model_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(model_config)))
+    load = repro.expert_load(run_dir, batches=2)
+    assert sorted(load) == [f"block_{i}" for i in range(model_config.n_layer)]
+    for fractions in load.values():
+        assert len(fractions) == 8 and fractions[4:] == [0.0] * 4
+        assert fractions[0] == pytest.approx(fractions[2]) and fractions[1] == pytest.approx(fractions[3])
+        assert fractions[0] + fractions[1] == pytest.approx(1.0) and sum(fractions) == pytest.approx(2.0)
+        assert 0 < fractions[0] < 1  # both signs occur on real text
+    assert repro.expert_load(tmp_path / "no-run") == {}
+
+
+def test_experts_cells_are_named_as_the_package_classifies_their_stages(repro):
+    """The axis and init a scan exports for an experts row are what ``measured.advise`` reads off that row's own
+    stage, so ``plan`` on the same run finds the cell."""
+    from lightning_sparkling import GrowthStage
+    from lightning_sparkling.growth.measured import classify_axis
+
+    size = repro.resolve_size("quick")
+    named = set()
+    for axis in repro.EXPERT_AXES:
+        for row in repro.axis_rows(axis, list(repro.ROWS)):
+            if "stage" not in repro.ROWS[row]:
+                continue
+            (stage,) = repro.build_config(size, axis, repro.ROWS[row], 1)["growth"]["stages"]
+            stage = GrowthStage(**stage)
+            assert classify_axis([stage]) == repro.map_axis(axis, row)
+            assert stage.expert_init == repro.map_init(axis, row)
+            named.add((repro.map_axis(axis, row), repro.map_init(axis, row)))
+    assert named == {("upcycle", "copy"), ("upcycle", "drop-upcycle"), ("upcycle", "random"), ("experts", "copy"),
+                     ("experts+topk", "copy")}
