@@ -1297,8 +1297,8 @@ def export_cells(lines: list[dict], size_name: str) -> list[dict]:
                     "seeds_above": line["seeds_above"], "where": scan_where(size_name, line["ratio"], line["axis"])})
         dense = (line.get("comparisons") or {}).get(DENSE_ISO, {})
         if dense.get("n", 0) >= 2 and dense.get("sd") is not None:  # an upcycle: what staying dense would have given
-            out[-1]["where"] = (f"{out[-1]['where'][:-1]}; vs the dense model continued on the same FLOPs "
-                                f"Δ {dense['mean']:+.3f} ± {dense['sd']:.3f}, above it in {dense['wins']}/{dense['n']})")
+            out[-1].update(start_delta=round(dense["mean"], 3), start_sd=round(dense["sd"], 3),
+                           start_seeds_above=dense["wins"])
         if line.get("speedup") is not None and line.get("speedup_sd") is not None:
             out[-1].update(speedup=round(line["speedup"], 2), speedup_sd=round(line["speedup_sd"], 2))
         if line.get("init") is not None:  # an experts cell: its expert_init (the map matches a run's on it)
@@ -1315,7 +1315,10 @@ def format_cell(cell: dict) -> str:
             + (f'"speedup": {cell["speedup"]:.2f}, "speedup_sd": {cell["speedup_sd"]:.2f}, ' if "speedup" in cell
                else "")
             + (f'"init": {json.dumps(cell["init"])}, ' if cell.get("init") is not None else "")
-            + f'"where": {json.dumps(cell["where"], ensure_ascii=False)}' + "}")
+            + f'"where": {json.dumps(cell["where"], ensure_ascii=False)}'
+            + (f', "start_delta": {cell["start_delta"]:.3f}, "start_sd": {cell["start_sd"]:.3f}, '
+               f'"start_seeds_above": {cell["start_seeds_above"]}' if cell.get("start_delta") is not None else "")
+            + "}")
 
 
 def format_export(cells: list[dict]) -> str:

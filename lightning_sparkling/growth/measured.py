@@ -44,7 +44,11 @@ class MeasuredCell:
     """One seeded comparison: ``delta`` (mean ± ``sd`` over ``seeds``, ``seeds_above`` of them above scratch) of the
     final validation loss of ``recipe`` growing ``axis`` at ``growth_at`` of a ``schedule`` run of
     ``tokens_per_param``, against same-FLOPs scratch. ``where``: its section of docs/BENCHMARKS.md. ``init``: an
-    experts cell's ``expert_init`` (``copy``, ``drop-upcycle``, ``random``), ``None`` on the other axes."""
+    experts cell's ``expert_init`` (``copy``, ``drop-upcycle``, ``random``), ``None`` on the other axes.
+    ``start_delta`` (± ``start_sd``, ``start_seeds_above`` seeds above): where measured, the same run against the
+    model it grew *from* continued on the same FLOPs (an ``upcycle`` cell: the dense model). Growth pays only where
+    it ends at or below both: a dense -> MoE run that beats the MoE from scratch but not the dense model it started
+    from does not save the user compute."""
 
     axis: str
     recipe: str
@@ -59,8 +63,16 @@ class MeasuredCell:
     speedup: float | None = None
     speedup_sd: float | None = None
     init: str | None = None
+    start_delta: float | None = None
+    start_sd: float | None = None
+    start_seeds_above: int | None = None
 
     def __post_init__(self) -> None:
+        start = (self.start_delta, self.start_sd, self.start_seeds_above)
+        if any(v is None for v in start) and any(v is not None for v in start):
+            raise ValueError(f"measured cell {self.key()}: start_delta={self.start_delta!r}, "
+                             f"start_sd={self.start_sd!r}, start_seeds_above={self.start_seeds_above!r}: give all three "
+                             "(the comparison with the model it grew from continued on the same FLOPs) or none")
         if (self.speedup is None) != (self.speedup_sd is None):
             raise ValueError(f"measured cell {self.key()}: speedup={self.speedup!r}, speedup_sd={self.speedup_sd!r}: "
                              "give both (mean and sd over the seeds) or neither")
@@ -87,6 +99,20 @@ class MeasuredCell:
             return None
         return f"speed-up at equal loss {self.speedup:.2f}x ± {self.speedup_sd:.2f} ({self.seeds} seeds)"
 
+    @property
+    def pays(self) -> bool:
+        """Whether growth ended at or below scratch on average, and at or below the model it grew from continued on
+        the same FLOPs where that was measured."""
+        return self.delta <= 0 and (self.start_delta is None or self.start_delta <= 0)
+
+    def describe_start(self) -> str | None:
+        """``'Δ +0.058 ± 0.012 against the model it grew from continued on the same FLOPs, above it in 3/3 seeds'``,
+        or ``None`` when that was not measured."""
+        if self.start_delta is None:
+            return None
+        return (f"Δ {self.start_delta:+.3f} ± {self.start_sd:.3f} against the model it grew from continued on the "
+                f"same FLOPs, above it in {self.start_seeds_above}/{self.seeds} seeds")
+
     def describe(self) -> str:
         """``'joint, recommended, cosine, growth at 50%, 2.8 tokens per parameter: Δ -0.020 ± 0.018 (above
         scratch in 0/3 seeds)'``, led by the speed-up at equal loss where the cell has one (``'...: speed-up at
@@ -96,7 +122,9 @@ class MeasuredCell:
         return (f"{axis}, {self.recipe}, {self.schedule}, growth at {self.growth_at:.0%}, "
                 f"{self.tokens_per_param:g} tokens per parameter: {speedup + ', ' if speedup else ''}"
                 f"Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
-                f"(above scratch in {self.seeds_above}/{self.seeds} seeds; docs/BENCHMARKS.md, {self.where})")
+                f"(above scratch in {self.seeds_above}/{self.seeds} seeds"
+                f"{'; ' + self.describe_start() if self.start_delta is not None else ''}"
+                f"; docs/BENCHMARKS.md, {self.where})")
 
 
 DEMO_TOKENS_PER_PARAM = 1.0
@@ -123,7 +151,7 @@ class Advice:
 
     @property
     def pays(self) -> bool:
-        return self.near and self.cell is not None and self.cell.delta <= 0
+        return self.near and self.cell is not None and self.cell.pays
 
     def message(self) -> str:
         """One sentence for ``sparkling plan`` / ``pretrain``: the run, what was measured nearest, and a recipe that
@@ -156,8 +184,9 @@ class Advice:
                     "from it to say. Check with benchmarks/reproduce.py before counting on the FLOPs saved")
         if self.pays:
             return f"measured nearest to {run}: {self.cell.describe()}: growth paid there"
-        return (f"growth has not been found to pay near {run}: {self.cell.describe()}, above the grown shape trained "
-                "from scratch on the same FLOPs. Check with benchmarks/reproduce.py before counting on the FLOPs "
+        above = ("above the grown shape trained from scratch on the same FLOPs" if self.cell.delta > 0 else
+                 "above the model it grew from continued on the same FLOPs")
+        return (f"growth has not been found to pay near {run}: {self.cell.describe()}, {above}. Check with benchmarks/reproduce.py before counting on the FLOPs "
                 "saved")
 
 
@@ -243,7 +272,7 @@ def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, sche
     for other in {c.recipe for c in cells} - {recipe}:
         cell, near = nearest(cells, axis=axis, recipe=other, schedule=schedule, growth_at=growth_at,
                              tokens_per_param=tokens_per_param, init=init)
-        if (not near or cell is None or cell.delta >= 0 or 2 * cell.seeds_above >= cell.seeds
+        if (not near or cell is None or cell.delta >= 0 or not cell.pays or 2 * cell.seeds_above >= cell.seeds
                 or (than is not None and than.delta - cell.delta <= max(cell.sd, than.sd))):
             continue
         if best is None or cell.delta < best.delta:

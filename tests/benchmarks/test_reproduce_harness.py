@@ -704,9 +704,11 @@ def test_experts_scan_pairs_each_comparison_and_exports_the_init(repro, tmp_path
     assert set(measured) == {("upcycle", "copy"), ("upcycle", "random"), ("experts+topk", "copy")}
     assert measured[("upcycle", "copy")].delta == round(statistics.fmean(moe), 3)
     assert measured[("upcycle", "copy")].recipe == "paper" and measured[("experts+topk", "copy")].growth_at == 0.25
-    assert measured[("upcycle", "copy")].where == (
-        "Experts: dense -> MoE and MoE -> more experts (tiny; vs the dense model continued on the same FLOPs "
-        f"Δ {statistics.fmean(dense):+.3f} ± {statistics.stdev(dense):.3f}, above it in 2/3)")
+    assert measured[("upcycle", "copy")].where == "Experts: dense -> MoE and MoE -> more experts (tiny)"
+    upcycled = measured[("upcycle", "copy")]  # what staying dense gave: the cell's own comparison with its start
+    assert (upcycled.start_delta, upcycled.start_sd, upcycled.start_seeds_above) == (
+        round(statistics.fmean(dense), 3), round(statistics.stdev(dense), 3), 2)
+    assert measured[("experts+topk", "copy")].start_delta is None
     assert measured[("experts+topk", "copy")].where == "Experts: dense -> MoE and MoE -> more experts (tiny)"
     assert repro.map_axis("experts-2x", "experts 2x n_expert") == "experts"  # as classify_axis names the stages
     for cell in exported:

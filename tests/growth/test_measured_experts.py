@@ -93,8 +93,31 @@ def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init
     advice = report["regime_advice"]
     assert f"upcycle (expert_init {init}), paper, cosine, growth at {at_step / 10:.0f}%, 5.7 tokens per parameter: " \
            f"Δ {cell.delta:+.3f} ± {cell.sd:.3f}" in advice
-    assert "vs the dense model continued on the same FLOPs" in advice
-    assert (report["regime_warning"] is None) == (cell.delta <= 0)
+    assert f"Δ {cell.start_delta:+.3f} ± {cell.start_sd:.3f} against the model it grew from continued on the same " \
+           f"FLOPs, above it in {cell.start_seeds_above}/{cell.seeds} seeds" in advice
+    # every measured upcycle beat the MoE from scratch and lost to staying dense: the advice says it did not pay
+    assert cell.delta <= 0 < cell.start_delta
+    assert "growth paid" not in advice and "above the model it grew from continued on the same FLOPs" in advice
+    assert report["regime_warning"] is not None
+
+
+def test_a_cell_pays_only_at_or_below_both_scratch_and_the_model_it_grew_from():
+    """An upcycle that beats the MoE from scratch but not the dense model it started from does not pay; the three
+    start fields come together or not at all."""
+    from lightning_sparkling.growth.measured import Advice, MeasuredCell
+
+    base = dict(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7, delta=-0.03,
+                sd=0.01, seeds=3, seeds_above=0, where="w", init="copy")
+    assert MeasuredCell(**base).pays
+    assert MeasuredCell(**base, start_delta=-0.01, start_sd=0.01, start_seeds_above=0).pays
+    assert MeasuredCell(**base, start_delta=0.0, start_sd=0.01, start_seeds_above=1).pays
+    lost = MeasuredCell(**base, start_delta=0.05, start_sd=0.01, start_seeds_above=3)
+    assert not lost.pays and not MeasuredCell(**{**base, "delta": 0.01}).pays
+    advice = Advice(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7,
+                    cell=lost, near=True, init="copy")
+    assert not advice.pays and "above the model it grew from continued on the same FLOPs" in advice.message()
+    with pytest.raises(ValueError, match="give all three"):
+        MeasuredCell(**base, start_delta=0.05)
 
 
 @pytest.mark.parametrize("stage, axis", [({"n_expert": 8}, "experts"),
