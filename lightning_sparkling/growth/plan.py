@@ -346,7 +346,13 @@ def _with_sizes(stage: GrowthStage, sizes: dict[str, int]) -> GrowthStage:
     try:
         out = GrowthStage(**keys)
     except ValueError as err:  # e.g. a depth_map whose length is not the target's n_layer
-        raise GrowthError(f"{err} (the target sets {', '.join(f'{k}={v}' for k, v in sizes.items())})") from err
+        # the key is the stage's own (a size the target sets is not a stage key): its depth_map against the target's
+        # n_layer, or a key the stage sets besides its target
+        key = getattr(err, "key", None)
+        if key in sizes:
+            key = "depth_map" if key == DEPTH_AXIS and stage.depth_map is not None else None
+        raise GrowthError(f"{err} (the target sets {', '.join(f'{k}={v}' for k, v in sizes.items())})",
+                          key=key) from err
     object.__setattr__(out, "model_name", stage.model_name)
     object.__setattr__(out, "model_config", stage.model_config)
     return out
@@ -400,8 +406,8 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
         try:
             values.update(depth_config_values(config, depth_change(config.n_layer, widths[DEPTH_AXIS], depth_order,
                                                                    depth_init, depth_map)))
-        except ValueError as err:
-            raise GrowthError(str(err)) from err
+        except ValueError as err:  # a StageError names its key (depth_map, depth_order, n_layer)
+            raise GrowthError(str(err), key=getattr(err, "key", None)) from err
     return Config(**values)
 
 
@@ -464,12 +470,12 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
     if stage.moe_intermediate_size is not None and not is_moe:
         raise GrowthError(
             f"moe_intermediate_size={stage.moe_intermediate_size}: this model has no experts "
-            f"(mlp_class_name={config.mlp_class_name!r}); grow intermediate_size instead"
+            f"(mlp_class_name={config.mlp_class_name!r}); grow intermediate_size instead", key="moe_intermediate_size"
         )
     if stage.intermediate_size is not None and not has_dense:
         raise GrowthError(
             f"intermediate_size={stage.intermediate_size}: every MLP of this model is a LLaMAMoE of experts "
-            "(no dense blocks); grow moe_intermediate_size instead"
+            "(no dense blocks); grow moe_intermediate_size instead", key="intermediate_size"
         )
     current = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
                "moe_intermediate_size": config.moe_intermediate_size, DEPTH_AXIS: config.n_layer,
@@ -482,7 +488,7 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
             what = "shrinks" if new < old else "does not change"
             raise GrowthError(
                 f"GrowthStage(at_step={stage.at_step}) {axis}={new} {what} the model ({axis} is {old}): "
-                "a stage must make every size it names larger"
+                "a stage must make every size it names larger", key=axis
             )
 
 
@@ -503,7 +509,8 @@ def _head_axes(config, stage: GrowthStage, *, seed: int, stage_index: int) -> tu
     try:
         layout = head_layout(H, G, new_head, new_groups, make_generator(seed, "stage", stage_index, "axis", "heads"))
     except ValueError as err:
-        raise GrowthError(f"GrowthStage(at_step={stage.at_step}): {err}") from err
+        raise GrowthError(f"GrowthStage(at_step={stage.at_step}): {err}",
+                          key="n_head" if stage.n_head is not None else "n_query_groups") from err
     q, q_fresh = qkv_layout(layout, H, G, hs)
     q_channels, kv_channels = new_head * hs, new_groups * hs
 
@@ -752,3 +759,4 @@ def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes:
                 f"cannot grow tensor {name!r}: GPT(grown config) has shape {new_shape} but the growth rules give "
                 f"{planned}; this module kind is not supported"
             )
+
