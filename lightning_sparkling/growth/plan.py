@@ -207,6 +207,13 @@ class GrowthPlan:
     heads: HeadLayout | None = None
     changes: dict[str, object] = field(default_factory=dict)
 
+    def fits(self, config, stage: GrowthStage, *, seed: int, stage_index: int, tied_embeddings: bool) -> bool:
+        """Whether this is the plan :func:`plan_growth` gives for these arguments: the same stage, position, seed
+        and tying, on a model of a config equal to :attr:`old_config` (a plan computed once, e.g. by a dry run over
+        the stages, is used at growth time only where it fits)."""
+        return (self.stage == stage and self.stage_index == stage_index and self.seed == seed
+                and self.tied_embeddings == tied_embeddings and self.old_config == config)
+
     def carry_region(self, name: str, pieces: list[tuple[slice, ...]]) -> tuple[str | None, list[tuple[slice, ...]]]:
         """An earlier stage's new-entry ``pieces`` of pre-growth tensor ``name`` in the grown model: its new name
         (:meth:`carry`) and the pieces re-indexed where this growth moves old entries (heads in the fused ``qkv``
@@ -760,3 +767,22 @@ def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes:
                 f"{planned}; this module kind is not supported"
             )
 
+
+def checked_plan(plan: GrowthPlan | None, config, stage: GrowthStage, *, seed: int, stage_index: int,
+                 tied_embeddings: bool) -> GrowthPlan:
+    """The plan of ``stage`` on a model of ``config``: ``plan`` (computed earlier, e.g. by a dry run over the
+    stages) when given, else :func:`plan_growth`'s.
+
+    Raises:
+        GrowthError: for a ``plan`` that is not the plan of these arguments (another model config, stage, seed,
+            position or tying): a stale plan is never applied.
+    """
+    if plan is None:
+        return plan_growth(config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings)
+    if not plan.fits(config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings):
+        raise GrowthError(f"the given plan (stage {plan.stage_index}, seed {plan.seed}, tied_embeddings="
+                          f"{plan.tied_embeddings}) is not the plan of GrowthStage(at_step={stage.at_step}) at position "
+                          f"{stage_index} with seed {seed} on this model (tied_embeddings={tied_embeddings}"
+                          f"{', another config' if plan.old_config != config else ''}); plan it on the model as it is "
+                          "now (plan_growth(model.config, stage, ...)) or leave plan=None")
+    return plan

@@ -16,7 +16,14 @@ import torch.nn as nn
 
 from lightning_sparkling.growth.axes import registered_axes
 from lightning_sparkling.growth.operators import TensorStats, expand_dim, relayout_dim
-from lightning_sparkling.growth.plan import AxisChange, GrowthError, GrowthPlan, TensorPlan, build_meta_gpt, plan_growth
+from lightning_sparkling.growth.plan import (
+    AxisChange,
+    GrowthError,
+    GrowthPlan,
+    TensorPlan,
+    build_meta_gpt,
+    checked_plan,
+)
 from lightning_sparkling.growth.stage import GrowthStage
 
 
@@ -340,8 +347,11 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
             touched.add(module_name.rsplit(".", 1)[0] if "." in module_name else "")
         for module_name in touched:
             _sync_module_attributes(swap, modules[module_name])
+        # the model's own config object: equal to plan.old_config, not always the same object (a plan computed
+        # once, on an equal config: a dry run, or another process' model)
+        old_config = model.config
         for module in modules.values():
-            if module.__dict__.get("config") is plan.old_config:
+            if module.__dict__.get("config") is old_config:
                 swap.set(module, "config", plan.new_config)
         if plan.depth is not None:
             _place_blocks(swap, model, plan, fresh)
@@ -409,7 +419,8 @@ def _result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_
     return old_params, new_params, added
 
 
-def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0) -> GrowthResult:
+def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
+               plan: GrowthPlan | None = None) -> GrowthResult:
     """Grow a litgpt ``GPT`` in place by ``stage``: widen it (hidden, MLP inner and/or MoE expert inner size)
     and/or deepen it (``n_layer``).
 
@@ -424,12 +435,15 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
         stage: what to grow and how.
         seed: growth seed; with ``stage_index`` it fixes every copy map and random draw (rank-independent).
         stage_index: the stage's position in a multi-stage schedule.
+        plan: the plan of these arguments on this model, computed earlier (a dry run over the stages); ``None``
+            plans here (:func:`~lightning_sparkling.growth.plan.plan_growth`).
 
     Returns:
         A :class:`GrowthResult` (plan, replaced/new parameters, new-entry slices, copy maps, alpha).
 
     Raises:
-        GrowthError: before touching the model, for a model or stage that cannot be grown.
+        GrowthError: before touching the model, for a model or stage that cannot be grown, or a ``plan`` that is
+            not the plan of these arguments on this model.
 
     Example::
 
@@ -446,7 +460,7 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
     start = time.perf_counter()
     check_plain_gpt(model)
     tied = _is_tied(model)
-    plan = plan_growth(model.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
+    plan = checked_plan(plan, model.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     current = dict(model.named_parameters(remove_duplicate=False))
     sources = {spec.source_name: current[spec.source_name] for spec in plan.tensors.values()
                if spec.source_name in current}

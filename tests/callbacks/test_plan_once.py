@@ -1,0 +1,90 @@
+"""Each stage is planned once: ``GrowthCallback.setup``'s dry run over the stages keeps its plans and the growth
+applies them (``plan_growth`` runs once per stage in a fit, not again at growth time), with the weights and
+optimizer state of re-planning; a plan that does not fit the model is re-planned by the callback, refused by
+``grow_model``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_sparkling import GrowthCallback, GrowthStage, grow_model
+from lightning_sparkling.callbacks import growth as callback_module
+from lightning_sparkling.growth import plan as plan_module
+from lightning_sparkling.growth.errors import GrowthError
+from tests._tiny import TinyModule, make_trainer, tiny_config
+
+STAGES = (GrowthStage(3, n_embd=48, intermediate_size=96, rewarmup_steps=2),  # width, then depth + heads
+          GrowthStage(6, n_layer=3, n_head=8, rewarmup_steps=2))
+
+
+def _count_plans(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    original = plan_module.plan_growth
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["stage_index"])
+        return original(*args, **kwargs)
+
+    for module in (plan_module, callback_module):  # plan.checked_plan and the callback's dry run
+        monkeypatch.setattr(module, "plan_growth", counting)
+    return calls
+
+
+def _fit(replan: bool = False, monkeypatch=None, accumulate: int = 1) -> tuple[TinyModule, torch.optim.Optimizer]:
+    if replan:  # the behaviour before plans were kept: plan again at growth time
+        monkeypatch.setattr(GrowthCallback, "_plan", lambda self, k, config, *, seed, tied: plan_module.plan_growth(
+            config, self.stages[k], seed=seed, stage_index=k, tied_embeddings=tied))
+    module = TinyModule(tiny_config(), max_steps=9, accumulate=accumulate)
+    trainer = make_trainer([GrowthCallback(STAGES, min_lr=1e-3)], max_steps=9, accumulate=accumulate)
+    trainer.fit(module)
+    assert module.model.config.n_layer == 3 and module.model.config.n_embd == 48
+    return module, trainer.optimizers[0]
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_two_stage_fit_plans_each_stage_once_with_the_weights_of_planning_again(monkeypatch, accumulate):
+    calls = _count_plans(monkeypatch)
+    kept, kept_opt = _fit(accumulate=accumulate)
+    assert calls == [0, 1]  # setup's dry run; the growths applied its plans
+    calls.clear()
+    with monkeypatch.context() as m:
+        again, again_opt = _fit(replan=True, monkeypatch=m, accumulate=accumulate)
+    assert calls == [0, 1, 0, 1]  # the dry run, then each growth planning again
+    for (name, a), b in zip(kept.model.state_dict().items(), again.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    for a, b in zip(kept_opt.state.values(), again_opt.state.values()):
+        assert torch.equal(a["exp_avg"], b["exp_avg"]) and torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+
+
+def test_a_model_changed_after_setup_is_planned_again_not_grown_by_the_stale_plan(monkeypatch):
+    calls = _count_plans(monkeypatch)
+    callback = GrowthCallback(STAGES[0], min_lr=1e-3)
+    module = TinyModule(tiny_config(), max_steps=6)
+    trainer = make_trainer([callback], max_steps=6)
+    original = callback.setup
+
+    def setup_then_widen(trainer, pl_module, stage):
+        original(trainer, pl_module, stage)
+        grow_model(pl_module.model, GrowthStage(0, intermediate_size=80))  # after the dry run, before the growth
+
+    monkeypatch.setattr(callback, "setup", setup_then_widen)
+    trainer.fit(module)
+    assert calls == [0, 0, 0]  # the dry run, the widening above, the growth planned again on the changed model
+    assert (module.model.config.n_embd, module.model.config.intermediate_size) == (48, 96)
+
+
+def test_grow_model_refuses_a_plan_of_another_model_or_seed():
+    from litgpt import GPT
+
+    torch.manual_seed(0)
+    model = GPT(tiny_config())
+    before = {n: p.clone() for n, p in model.state_dict().items()}
+    plan = plan_module.plan_growth(model.config, STAGES[0], seed=0)
+    for kwargs in (dict(seed=1), dict(stage_index=1)):
+        with pytest.raises(GrowthError, match="is not the plan of"):
+            grow_model(model, STAGES[0], plan=plan, **kwargs)
+    with pytest.raises(GrowthError, match="another config"):
+        grow_model(model, STAGES[0], plan=plan_module.plan_growth(tiny_config(n_layer=3), STAGES[0]))
+    assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())  # untouched
+    assert grow_model(model, STAGES[0], plan=plan).plan is plan
