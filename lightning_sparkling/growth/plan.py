@@ -206,6 +206,14 @@ class GrowthPlan:
     depth: DepthChange | None = None
     heads: HeadLayout | None = None
     changes: dict[str, object] = field(default_factory=dict)
+    #: ``{state_dict name: shape}`` of ``GPT(old_config)``, read by plan_growth and kept for the growth's check
+    _old_shapes: dict[str, tuple[int, ...]] | None = field(default=None, repr=False, compare=False)
+
+    def old_shapes(self) -> dict[str, tuple[int, ...]]:
+        """``{state_dict name: shape}`` of ``GPT(old_config)``: what the model to grow must hold."""
+        if self._old_shapes is None:
+            self._old_shapes = _shapes(build_meta_gpt(self.old_config))
+        return self._old_shapes
 
     def fits(self, config, stage: GrowthStage, *, seed: int, stage_index: int, tied_embeddings: bool) -> bool:
         """Whether this is the plan :func:`plan_growth` gives for these arguments: the same stage, position, seed
@@ -597,7 +605,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     old_model = build_meta_gpt(config)
     fan_out, fan_in = stage.fan_out_init, stage.fan_in_init
     tensors: dict[str, TensorPlan] = {}
-    old_shapes = {name: tuple(p.shape) for name, p in old_model.state_dict(keep_vars=True).items()}
+    old_shapes = _shapes(old_model)
     E = axes.get("n_embd")
 
     def add(name: str, dims: list[DimGrowth], scale: float = 1.0, unit_offset: bool = False) -> None:
@@ -718,7 +726,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     _check_against_grown(new_config, tensors, old_shapes, depth)
     return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
                       tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth, heads=heads,
-                      changes=changes)
+                      changes=changes, _old_shapes=old_shapes)
 
 
 def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]], depth: DepthChange,
@@ -747,10 +755,15 @@ def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int,
     return tensors
 
 
+def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """``{state_dict name: shape}`` of a (meta) model."""
+    return {name: tuple(t.shape) for name, t in model.state_dict(keep_vars=True).items()}
+
+
 def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]],
                          depth: DepthChange | None) -> None:
     """Every tensor of ``GPT(new_config)`` must be either planned with its exact shape or unchanged."""
-    new_shapes = {name: tuple(t.shape) for name, t in build_meta_gpt(new_config).state_dict(keep_vars=True).items()}
+    new_shapes = _shapes(build_meta_gpt(new_config))
     moved = _moved_names(tensors) if depth is None else {}
     known = set(tensors) | {name for name in old_shapes
                             if (depth is None or split_block_name(name) is None) and name not in moved}

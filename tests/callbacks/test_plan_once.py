@@ -12,7 +12,7 @@ from lightning_sparkling import GrowthCallback, GrowthStage, grow_model
 from lightning_sparkling.callbacks import growth as callback_module
 from lightning_sparkling.growth import plan as plan_module
 from lightning_sparkling.growth.errors import GrowthError
-from tests._tiny import TinyModule, make_trainer, tiny_config
+from _tiny import TinyModule, make_trainer, tiny_config
 
 STAGES = (GrowthStage(3, n_embd=48, intermediate_size=96, rewarmup_steps=2),  # width, then depth + heads
           GrowthStage(6, n_layer=3, n_head=8, rewarmup_steps=2))
@@ -72,6 +72,23 @@ def test_a_model_changed_after_setup_is_planned_again_not_grown_by_the_stale_pla
     trainer.fit(module)
     assert calls == [0, 0, 0]  # the dry run, the widening above, the growth planned again on the changed model
     assert (module.model.config.n_embd, module.model.config.intermediate_size) == (48, 96)
+
+
+@pytest.mark.parametrize("seed, planned", [(0, [0, 1]), (1, [0, 1, 0])])
+def test_a_resume_regrows_by_the_dry_run_plans_and_plans_again_for_a_checkpoint_of_another_seed(monkeypatch, tmp_path,
+                                                                                                  seed, planned):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_top_k=-1)
+    make_trainer([GrowthCallback(STAGES, min_lr=1e-3), saver], max_steps=9, enable_checkpointing=True).fit(
+        TinyModule(tiny_config(), max_steps=9))
+    calls = _count_plans(monkeypatch)
+    callback = GrowthCallback(STAGES, min_lr=1e-3, seed=seed)
+    module = TinyModule(tiny_config(), max_steps=9)
+    make_trainer([callback], max_steps=9).fit(module, ckpt_path=tmp_path / "epoch=0-step=5.ckpt")
+    assert calls == planned  # setup's dry run (this callback's seed); stage 0 again only for the checkpoint's seed 0
+    assert callback._plans[0].seed == 0 and callback._plans[1].seed == seed  # regrown as written, grown by its own
+    assert module.model.config.n_layer == 3
 
 
 def test_grow_model_refuses_a_plan_of_another_model_or_seed():
