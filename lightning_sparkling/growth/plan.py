@@ -208,6 +208,8 @@ class GrowthPlan:
     changes: dict[str, object] = field(default_factory=dict)
     #: ``{state_dict name: shape}`` of ``GPT(old_config)``, read by plan_growth and kept for the growth's check
     _old_shapes: dict[str, tuple[int, ...]] | None = field(default=None, repr=False, compare=False)
+    #: the stage as given to plan_growth (``stage`` is it resolved: a ``model_name`` target's sizes set)
+    _given_stage: GrowthStage | None = field(default=None, repr=False, compare=False)
 
     def old_shapes(self) -> dict[str, tuple[int, ...]]:
         """``{state_dict name: shape}`` of ``GPT(old_config)``: what the model to grow must hold."""
@@ -219,7 +221,7 @@ class GrowthPlan:
         """Whether this is the plan :func:`plan_growth` gives for these arguments: the same stage, position, seed
         and tying, on a model of a config equal to :attr:`old_config` (a plan computed once, e.g. by a dry run over
         the stages, is used at growth time only where it fits)."""
-        return (self.stage == stage and self.stage_index == stage_index and self.seed == seed
+        return (stage in (self.stage, self._given_stage) and self.stage_index == stage_index and self.seed == seed
                 and self.tied_embeddings == tied_embeddings and self.old_config == config)
 
     def carry_region(self, name: str, pieces: list[tuple[slice, ...]]) -> tuple[str | None, list[tuple[slice, ...]]]:
@@ -586,7 +588,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         >>> plan.tensors["transformer.h.0.mlp.proj.weight"].new_shape
         (64, 256)
     """
-    stage = resolve_stage(config, stage)
+    given, stage = stage, resolve_stage(config, stage)
     _check_model_kind(config, stage)
     plugins = active_axes(stage)
     for plugin in plugins:
@@ -726,7 +728,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     _check_against_grown(new_config, tensors, old_shapes, depth)
     return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
                       tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth, heads=heads,
-                      changes=changes, _old_shapes=old_shapes)
+                      changes=changes, _old_shapes=old_shapes, _given_stage=given)
 
 
 def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]], depth: DepthChange,

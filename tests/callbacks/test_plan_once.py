@@ -105,3 +105,13 @@ def test_grow_model_refuses_a_plan_of_another_model_or_seed():
         grow_model(model, STAGES[0], plan=plan_module.plan_growth(tiny_config(n_layer=3), STAGES[0]))
     assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())  # untouched
     assert grow_model(model, STAGES[0], plan=plan).plan is plan
+
+
+def test_the_plan_of_a_named_target_fits_the_stage_as_given():
+    """``plan.stage`` is the resolved stage (the target's sizes set); the plan still fits the stage the user gave."""
+    config = tiny_config()
+    stage = GrowthStage(1, model_config={**{k: getattr(config, k) for k in config.__dataclass_fields__
+                                            if k not in ("rope_n_elem", "hf_config")}, "n_embd": 64})
+    plan = plan_module.plan_growth(config, stage)
+    assert plan.stage != stage and plan.stage.n_embd == 64
+    assert plan.fits(config, stage, seed=0, stage_index=0, tied_embeddings=False)
