@@ -8,8 +8,9 @@ For each size (a litgpt LLaMA-style GPT grown hidden 2x + MLP inner 2x, the larg
 fresh subprocess so that resident memory starts clean:
 
 1. build the small model and AdamW, train ``--steps`` steps (batch ``--batch`` x ``--seq`` tokens);
-2. grow it the way ``GrowthCallback`` does (``grow_model`` + the asymmetric AdamW state patch + the new-entry
-   LR regions), timed;
+2. grow it the way ``GrowthCallback`` does: the stage planned first, untimed (the callback plans every stage once,
+   in ``setup``; the planning time is reported as ``plan_s``), then ``grow_model(plan=...)`` + the asymmetric AdamW
+   state patch + the new-entry LR regions, timed;
 3. train ``--steps`` steps of the grown model (median step time: the post-growth training step);
 4. the floor, measured in the same process: copying the same bytes once, i.e. allocating and filling a copy of
    every grown parameter and every grown AdamW state tensor (``torch.empty_like(t).copy_(t)``; median of 3).
@@ -129,7 +130,7 @@ def worker(args) -> dict:
     from lightning_sparkling import GrowthStage, grow_model
     from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, plan_optimizer_patch
-    from lightning_sparkling.growth.plan import grown_config
+    from lightning_sparkling.growth.plan import grown_config, plan_growth
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -166,9 +167,13 @@ def worker(args) -> dict:
     time.sleep(0.05)
     sampler.enter("before_growth")
     rss_before = sampler.rss()
+    stage = GrowthStage(1, **widths)
+    t0 = time.perf_counter()
+    plan = plan_growth(model.config, stage)  # in GrowthCallback.setup, before the run: not part of the growth
+    t_plan = time.perf_counter() - t0
     sampler.enter("growth")
     t0 = time.perf_counter()
-    result = grow_model(model, GrowthStage(1, **widths))
+    result = grow_model(model, stage, plan=plan)
     t_model = time.perf_counter() - t0
     patch = plan_optimizer_patch(opt, result, "asymmetric")
     patch.apply()
@@ -178,7 +183,7 @@ def worker(args) -> dict:
                                   lambda: 1.3e-3) for n, pieces in result.new_entries.items()]}
     hook = NewEntryLR(opt, regions)
     t_growth = time.perf_counter() - t0
-    del result, patch
+    del result, patch, plan
     time.sleep(0.05)
     sampler.enter("after_growth")
     rss_after = sampler.rss()
@@ -201,7 +206,7 @@ def worker(args) -> dict:
     pk = sampler.peaks
     out.update({
         "small_step_s": statistics.median(small_times[1:] or small_times),
-        "grow_model_s": t_model, "growth_with_optimizer_s": t_optim, "growth_s": t_growth,
+        "plan_s": t_plan, "grow_model_s": t_model, "growth_with_optimizer_s": t_optim, "growth_s": t_growth,
         "grown_step_s": step, "grown_first_step_s": grown_times[0],
         "growth_over_step": t_growth / step,
         "floor_copy_s": statistics.median(floors), "growth_over_floor": t_growth / statistics.median(floors),
@@ -251,7 +256,8 @@ def main() -> int:
         row["ok_time"] = row["growth_s"] < 2 * row["grown_step_s"]
         row["ok_memory"] = row["growth_peak_mib"] <= 1.10 * row["grown_train_peak_mib"]
         rows.append(row)
-        print(f"{size}: growth {row['growth_s']:.3f} s (floor {row['floor_copy_s']:.3f} s), grown step "
+        print(f"{size}: growth / floor = {row['growth_over_floor']:.2f}x (growth {row['growth_s']:.3f} s, floor "
+              f"{row['floor_copy_s']:.3f} s; planned before, in setup: {row['plan_s']:.3f} s), grown step "
               f"{row['grown_step_s']:.3f} s; peaks: growth {row['growth_peak_mib']:.0f} MiB, grown training "
               f"{row['grown_train_peak_mib']:.0f} MiB, from-scratch training {row['scratch_train_peak_mib']:.0f} MiB",
               flush=True)
@@ -266,12 +272,14 @@ def main() -> int:
         lines.append(
             f"| {r['params_before'] / 1e6:.1f}M -> {r['params_after'] / 1e6:.1f}M | {r['growth_s']:.3f} | "
             f"{r['grow_model_s']:.3f} / {r['growth_with_optimizer_s']:.3f} | {r['floor_copy_s']:.3f} | "
-            f"{r['growth_over_floor']:.1f}x | {r['grown_step_s']:.3f} | {r['growth_over_step']:.2f} | "
+            f"{r['growth_over_floor']:.2f}x | {r['grown_step_s']:.3f} | {r['growth_over_step']:.2f} | "
             f"{r['rss_before_growth_mib']:.0f} | {r['growth_peak_mib']:.0f} | {r['grown_train_peak_mib']:.0f} | "
             f"{r['scratch_train_peak_mib']:.0f} | {r['growth_peak_over_train_peak']:.2f} "
             f"(vs scratch {r['growth_peak_over_scratch_peak']:.2f}) |")
     table = "\n".join(lines)
     print(table)
+    print("growth / floor (goal: at most 3x at every size): "
+          + ", ".join(f"{r['size']} {r['growth_over_floor']:.2f}x" for r in rows))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"torch": torch.__version__, "growth": args.growth, "threads": args.threads, "batch": args.batch,

@@ -10,7 +10,8 @@ or gather-grow-reshard, re-wrap, new-entry slices of a shard, resume) in the str
 
 Timeline of one stage with ``at_step=N`` (single device and DDP):
 
-1. ``setup``: stages are checked against ``trainer.max_steps`` and dry-run on the model's config (shapes only).
+1. ``setup``: stages are checked against ``trainer.max_steps`` and dry-run on the model's config (shapes only); the
+   dry run's plans, each stage's on the config the stages before it grow, are kept: the growth applies them.
 2. ``on_fit_start``: optimizers are checked, ``min_lr`` is resolved, and (after a resume) the re-warmup
    schedulers of stages already applied are re-registered so Lightning restores their state by position.
 3. ``on_train_batch_end`` after the optimizer step that made ``global_step == N`` (and after the step-interval
@@ -168,6 +169,7 @@ class GrowthCallback(Callback):
         self._records: list[StageRecord] = []  # one per applied stage (checkpointed)
         self._regions: list[dict[str, list[tuple[slice, ...]]]] = []  # new-entry slices per applied stage
         self._backend: GrowthBackend | None = None  # chosen in setup from the trainer's strategy
+        self._plans: dict[int, GrowthPlan] = {}  # each stage's plan, by index: setup's dry run (see _plan)
         self._remove_resume_hook_fn: Callable[[], None] | None = None
         self.summaries: list[dict[str, Any]] = []
         # the records are looked up through self at each use, never captured: load_state_dict replaces them
@@ -256,9 +258,24 @@ class GrowthCallback(Callback):
                 rank_zero_warn(f"GrowthCallback: {err}", category=UserWarning)
         config = gpt.config
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
-        for k in range(self._grown, len(self.stages)):
-            config = plan_growth(config, self.stages[k], seed=self.seed, stage_index=k, tied_embeddings=tied).new_config
+        self._plans = {}
+        for k in range(self._grown, len(self.stages)):  # the dry run: each stage planned once, on its chained config
+            self._plans[k] = plan_growth(config, self.stages[k], seed=self.seed, stage_index=k, tied_embeddings=tied)
+            config = self._plans[k].new_config
         self._install_resume_hook(trainer, pl_module)
+
+    def _plan(self, k: int, config: Any, *, seed: int, tied: bool) -> GrowthPlan:
+        """The plan of stage ``k`` on a model of ``config``: the setup dry run's, computed once, where it fits
+        (:meth:`GrowthPlan.fits`: the same stage, seed and tying on a model of the config the dry run chained to).
+
+        Re-planned only where the dry run's plan is not this growth's: a model whose config differs from the dry
+        run's (changed between setup and the growth), a resume whose checkpoint was grown with another seed than
+        this callback's, or a stage with no dry-run plan (a ``setup`` that did not run for ``"fit"``). A stale plan
+        is never applied."""
+        plan = self._plans.get(k)
+        if plan is None or not plan.fits(config, self.stages[k], seed=seed, stage_index=k, tied_embeddings=tied):
+            plan = self._plans[k] = plan_growth(config, self.stages[k], seed=seed, stage_index=k, tied_embeddings=tied)
+        return plan
 
     def _install_resume_hook(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Checkpoints of grown models: grow the fresh model before the checkpoint's weights are loaded. A
@@ -287,7 +304,7 @@ class GrowthCallback(Callback):
         config = gpt.config
         plans: list[GrowthPlan] = []
         for k in range(len(self._regions), grown):
-            plan = plan_growth(config, self.stages[k], seed=int(state["seed"]), stage_index=k, tied_embeddings=tied)
+            plan = self._plan(k, config, seed=int(state["seed"]), tied=tied)  # the dry run's: the same config
             self._carry_forward(plan)
             self._regions.append({n: r for n, t in plan.tensors.items() if (r := t.new_region())})
             self.symmetry.copies.append(copy_specs(plan))
@@ -351,7 +368,8 @@ class GrowthCallback(Callback):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
-        result = self.backend.grow(trainer, pl_module, gpt, stage, seed=self.seed, stage_index=k)
+        result = self.backend.grow(trainer, pl_module, gpt, stage, seed=self.seed, stage_index=k,
+                                   plan=self._plan(k, gpt.config, seed=self.seed, tied=tied))
         gpt = find_gpt(pl_module)
         patches = []
         try:

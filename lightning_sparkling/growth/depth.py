@@ -38,7 +38,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from lightning_sparkling.growth.stage import DEPTH_ORDERS
+from lightning_sparkling.growth.stage import DEPTH_ORDERS, StageError
 
 DEPTH_AXIS = "n_layer"
 _BLOCK = re.compile(r"^transformer\.h\.(\d+)\.(.+)$")
@@ -136,9 +136,9 @@ def named_depth_map(old: int, new: int, order: str) -> tuple[int, ...]:
         (0, 1, 0, 1, 0, 1, 0, 1)
     """
     if order not in DEPTH_ORDERS:
-        raise ValueError(f"depth_order={order!r}: choose one of {', '.join(DEPTH_ORDERS)}")
+        raise StageError("depth_order", f"depth_order={order!r}: choose one of {', '.join(DEPTH_ORDERS)}")
     if not 0 < old < new:
-        raise ValueError(f"depth growth needs 0 < old ({old}) < new ({new}) blocks")
+        raise StageError("n_layer", f"depth growth needs 0 < old ({old}) < new ({new}) blocks")
     added = new - old
     if order == "stack":
         return tuple(range(old)) + tuple(i % old for i in range(added))
@@ -177,7 +177,8 @@ def check_depth_map(depth_map: tuple[int, ...], old: int, new: int | None = None
     grown ``n_layer``.
 
     Raises:
-        ValueError: naming the map, the offending entry and the fix.
+        StageError: a ``ValueError`` whose ``key`` is ``"depth_map"``, naming the map, the offending entry and the
+            fix.
 
     Example::
 
@@ -185,24 +186,29 @@ def check_depth_map(depth_map: tuple[int, ...], old: int, new: int | None = None
         >>> check_depth_map((0, 1, 2, 0), 2)
         Traceback (most recent call last):
         ...
-        ValueError: GrowthStage(depth_map=[0, 1, 2, 0]): names old block 2, but the model has 2 blocks ...
+        lightning_sparkling.growth.stage.StageError: GrowthStage(depth_map=[0, 1, 2, 0]): names old block 2, but ...
     """
     shown = f"GrowthStage(depth_map={list(depth_map)})"
     if max(depth_map) >= old:
-        raise ValueError(f"{shown}: names old block {max(depth_map)}, but the model has {old} blocks (indices 0.."
+        raise StageError("depth_map",
+                         f"{shown}: names old block {max(depth_map)}, but the model has {old} blocks (indices 0.."
                          f"{old - 1}); use indices below {old}")
     if any(i > len(set(depth_map[:j])) for j, i in enumerate(depth_map)):
-        raise ValueError(f"{shown}: the first occurrence of each old block must come in order 0, 1, 2, ... (old "
+        raise StageError("depth_map",
+                         f"{shown}: the first occurrence of each old block must come in order 0, 1, 2, ... (old "
                          "blocks keep their order; later occurrences are copies)")
     if len(set(depth_map)) < old:
         missing = sorted(set(range(old)) - set(depth_map))
-        raise ValueError(f"{shown}: leaves out old block(s) {missing} of the model's {old}; every old block must "
+        raise StageError("depth_map",
+                         f"{shown}: leaves out old block(s) {missing} of the model's {old}; every old block must "
                          "appear (first as itself), a growth drops nothing")
     if len(depth_map) <= old:
-        raise ValueError(f"{shown}: has {len(depth_map)} entries for a model of {old} blocks; a depth growth adds "
+        raise StageError("depth_map",
+                         f"{shown}: has {len(depth_map)} entries for a model of {old} blocks; a depth growth adds "
                          "blocks, so give more entries than the model has blocks (copies of old blocks)")
     if new is not None and len(depth_map) != new:
-        raise ValueError(f"{shown}: has {len(depth_map)} entries, but the grown model has n_layer={new}; give one "
+        raise StageError("depth_map",
+                         f"{shown}: has {len(depth_map)} entries, but the grown model has n_layer={new}; give one "
                          "old-block index per grown block")
 
 

@@ -206,6 +206,23 @@ class GrowthPlan:
     depth: DepthChange | None = None
     heads: HeadLayout | None = None
     changes: dict[str, object] = field(default_factory=dict)
+    #: ``{state_dict name: shape}`` of ``GPT(old_config)``, read by plan_growth and kept for the growth's check
+    _old_shapes: dict[str, tuple[int, ...]] | None = field(default=None, repr=False, compare=False)
+    #: the stage as given to plan_growth (``stage`` is it resolved: a ``model_name`` target's sizes set)
+    _given_stage: GrowthStage | None = field(default=None, repr=False, compare=False)
+
+    def old_shapes(self) -> dict[str, tuple[int, ...]]:
+        """``{state_dict name: shape}`` of ``GPT(old_config)``: what the model to grow must hold."""
+        if self._old_shapes is None:
+            self._old_shapes = _shapes(build_meta_gpt(self.old_config))
+        return self._old_shapes
+
+    def fits(self, config, stage: GrowthStage, *, seed: int, stage_index: int, tied_embeddings: bool) -> bool:
+        """Whether this is the plan :func:`plan_growth` gives for these arguments: the same stage, position, seed
+        and tying, on a model of a config equal to :attr:`old_config` (a plan computed once, e.g. by a dry run over
+        the stages, is used at growth time only where it fits)."""
+        return (stage in (self.stage, self._given_stage) and self.stage_index == stage_index and self.seed == seed
+                and self.tied_embeddings == tied_embeddings and self.old_config == config)
 
     def carry_region(self, name: str, pieces: list[tuple[slice, ...]]) -> tuple[str | None, list[tuple[slice, ...]]]:
         """An earlier stage's new-entry ``pieces`` of pre-growth tensor ``name`` in the grown model: its new name
@@ -346,7 +363,13 @@ def _with_sizes(stage: GrowthStage, sizes: dict[str, int]) -> GrowthStage:
     try:
         out = GrowthStage(**keys)
     except ValueError as err:  # e.g. a depth_map whose length is not the target's n_layer
-        raise GrowthError(f"{err} (the target sets {', '.join(f'{k}={v}' for k, v in sizes.items())})") from err
+        # the key is the stage's own (a size the target sets is not a stage key): its depth_map against the target's
+        # n_layer, or a key the stage sets besides its target
+        key = getattr(err, "key", None)
+        if key in sizes:
+            key = "depth_map" if key == DEPTH_AXIS and stage.depth_map is not None else None
+        raise GrowthError(f"{err} (the target sets {', '.join(f'{k}={v}' for k, v in sizes.items())})",
+                          key=key) from err
     object.__setattr__(out, "model_name", stage.model_name)
     object.__setattr__(out, "model_config", stage.model_config)
     return out
@@ -400,8 +423,8 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
         try:
             values.update(depth_config_values(config, depth_change(config.n_layer, widths[DEPTH_AXIS], depth_order,
                                                                    depth_init, depth_map)))
-        except ValueError as err:
-            raise GrowthError(str(err)) from err
+        except ValueError as err:  # a StageError names its key (depth_map, depth_order, n_layer)
+            raise GrowthError(str(err), key=getattr(err, "key", None)) from err
     return Config(**values)
 
 
@@ -464,12 +487,12 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
     if stage.moe_intermediate_size is not None and not is_moe:
         raise GrowthError(
             f"moe_intermediate_size={stage.moe_intermediate_size}: this model has no experts "
-            f"(mlp_class_name={config.mlp_class_name!r}); grow intermediate_size instead"
+            f"(mlp_class_name={config.mlp_class_name!r}); grow intermediate_size instead", key="moe_intermediate_size"
         )
     if stage.intermediate_size is not None and not has_dense:
         raise GrowthError(
             f"intermediate_size={stage.intermediate_size}: every MLP of this model is a LLaMAMoE of experts "
-            "(no dense blocks); grow moe_intermediate_size instead"
+            "(no dense blocks); grow moe_intermediate_size instead", key="intermediate_size"
         )
     current = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
                "moe_intermediate_size": config.moe_intermediate_size, DEPTH_AXIS: config.n_layer,
@@ -482,7 +505,7 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
             what = "shrinks" if new < old else "does not change"
             raise GrowthError(
                 f"GrowthStage(at_step={stage.at_step}) {axis}={new} {what} the model ({axis} is {old}): "
-                "a stage must make every size it names larger"
+                "a stage must make every size it names larger", key=axis
             )
 
 
@@ -503,7 +526,8 @@ def _head_axes(config, stage: GrowthStage, *, seed: int, stage_index: int) -> tu
     try:
         layout = head_layout(H, G, new_head, new_groups, make_generator(seed, "stage", stage_index, "axis", "heads"))
     except ValueError as err:
-        raise GrowthError(f"GrowthStage(at_step={stage.at_step}): {err}") from err
+        raise GrowthError(f"GrowthStage(at_step={stage.at_step}): {err}",
+                          key="n_head" if stage.n_head is not None else "n_query_groups") from err
     q, q_fresh = qkv_layout(layout, H, G, hs)
     q_channels, kv_channels = new_head * hs, new_groups * hs
 
@@ -564,7 +588,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         >>> plan.tensors["transformer.h.0.mlp.proj.weight"].new_shape
         (64, 256)
     """
-    stage = resolve_stage(config, stage)
+    given, stage = stage, resolve_stage(config, stage)
     _check_model_kind(config, stage)
     plugins = active_axes(stage)
     for plugin in plugins:
@@ -583,7 +607,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     old_model = build_meta_gpt(config)
     fan_out, fan_in = stage.fan_out_init, stage.fan_in_init
     tensors: dict[str, TensorPlan] = {}
-    old_shapes = {name: tuple(p.shape) for name, p in old_model.state_dict(keep_vars=True).items()}
+    old_shapes = _shapes(old_model)
     E = axes.get("n_embd")
 
     def add(name: str, dims: list[DimGrowth], scale: float = 1.0, unit_offset: bool = False) -> None:
@@ -704,7 +728,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     _check_against_grown(new_config, tensors, old_shapes, depth)
     return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
                       tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth, heads=heads,
-                      changes=changes)
+                      changes=changes, _old_shapes=old_shapes, _given_stage=given)
 
 
 def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]], depth: DepthChange,
@@ -733,10 +757,15 @@ def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int,
     return tensors
 
 
+def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """``{state_dict name: shape}`` of a (meta) model."""
+    return {name: tuple(t.shape) for name, t in model.state_dict(keep_vars=True).items()}
+
+
 def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]],
                          depth: DepthChange | None) -> None:
     """Every tensor of ``GPT(new_config)`` must be either planned with its exact shape or unchanged."""
-    new_shapes = {name: tuple(t.shape) for name, t in build_meta_gpt(new_config).state_dict(keep_vars=True).items()}
+    new_shapes = _shapes(build_meta_gpt(new_config))
     moved = _moved_names(tensors) if depth is None else {}
     known = set(tensors) | {name for name in old_shapes
                             if (depth is None or split_block_name(name) is None) and name not in moved}
@@ -752,3 +781,23 @@ def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes:
                 f"cannot grow tensor {name!r}: GPT(grown config) has shape {new_shape} but the growth rules give "
                 f"{planned}; this module kind is not supported"
             )
+
+
+def checked_plan(plan: GrowthPlan | None, config, stage: GrowthStage, *, seed: int, stage_index: int,
+                 tied_embeddings: bool) -> GrowthPlan:
+    """The plan of ``stage`` on a model of ``config``: ``plan`` (computed earlier, e.g. by a dry run over the
+    stages) when given, else :func:`plan_growth`'s.
+
+    Raises:
+        GrowthError: for a ``plan`` that is not the plan of these arguments (another model config, stage, seed,
+            position or tying): a stale plan is never applied.
+    """
+    if plan is None:
+        return plan_growth(config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings)
+    if not plan.fits(config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings):
+        raise GrowthError(f"the given plan (stage {plan.stage_index}, seed {plan.seed}, tied_embeddings="
+                          f"{plan.tied_embeddings}) is not the plan of GrowthStage(at_step={stage.at_step}) at position "
+                          f"{stage_index} with seed {seed} on this model (tied_embeddings={tied_embeddings}"
+                          f"{', another config' if plan.old_config != config else ''}); plan it on the model as it is "
+                          "now (plan_growth(model.config, stage, ...)) or leave plan=None")
+    return plan

@@ -16,7 +16,14 @@ import torch.nn as nn
 
 from lightning_sparkling.growth.axes import registered_axes
 from lightning_sparkling.growth.operators import TensorStats, expand_dim, relayout_dim
-from lightning_sparkling.growth.plan import AxisChange, GrowthError, GrowthPlan, TensorPlan, build_meta_gpt, plan_growth
+from lightning_sparkling.growth.plan import (
+    AxisChange,
+    GrowthError,
+    GrowthPlan,
+    TensorPlan,
+    build_meta_gpt,
+    checked_plan,
+)
 from lightning_sparkling.growth.stage import GrowthStage
 
 
@@ -134,12 +141,8 @@ def grow_tensor(
     if spec.fresh and (mode == "zero" or (mode is None and spec.block_init != "copy") or (sourceless and mode)):
         return _fresh_tensor(t, spec, spec.block_init if mode is None else "zero", generator)
     factor = spec.scale if scale is None else scale
-    if mode == "zero" and factor == 1.0 and all(axes[d.axis].layout is None for d in spec.dims):
-        # every new slice zero (optimizer state): one zero tensor of the new shape and one copy of the old block,
-        # which expand_dim's append puts first along every dim, instead of a cat per grown dim
-        out = torch.zeros(spec.new_shape, dtype=t.dtype, device=t.device)  # (*new_shape)
-        out[tuple(slice(0, n) for n in spec.old_shape)] = t.detach()
-        return out
+    if _fills_in_place(t, spec, axes, mode, factor, scale, perturb):
+        return _grow_in_place(t, spec, axes, mode, factor)
     stats = stats or (TensorStats.of(t) if any(d.mode == "random" for d in spec.dims) and mode is None else None)
     out = t.detach()
     for d in spec.dims:
@@ -165,6 +168,49 @@ def grow_tensor(
             out = (out.to(compute) * factor).to(t.dtype)
     if out is t or out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
         out = out.detach().clone()  # never share storage with the pre-growth tensor (a new block's plain copy)
+    return out
+
+
+def _fills_in_place(t: torch.Tensor, spec: TensorPlan, axes: Mapping[str, AxisChange], mode: str | None,
+                    factor: float, scale: float | None, perturb: float) -> bool:
+    """Whether :func:`_grow_in_place` gives ``grow_tensor``'s tensor bit for bit: every grown dim appended (no
+    layout), by copy or zeros (no random draw), no uneven ``split`` or ``perturb`` on copied fan-in columns, and a
+    scale that is 1 or applied in the tensor's own dtype (float32 / float64: ``x * factor`` computes there)."""
+    modes = [mode or d.mode for d in spec.dims]
+    if any(m not in ("copy", "zero") for m in modes) or any(axes[d.axis].layout is not None for d in spec.dims):
+        return False
+    copied_fan_in = mode is None and any(d.role == "fan_in" and d.mode == "copy" for d in spec.dims)
+    if copied_fan_in and (perturb or fan_in_shares(spec, axes) is not None):
+        return False
+    if factor == 1.0:
+        return True
+    return t.dtype in (torch.float32, torch.float64) and not (spec.unit_offset and scale is None)
+
+
+def _grow_in_place(t: torch.Tensor, spec: TensorPlan, axes: Mapping[str, AxisChange], mode: str | None,
+                   factor: float) -> torch.Tensor:
+    """``grow_tensor`` of appended copy / zero dims, written once into one tensor of the new shape: the old block
+    (times ``factor``) first, then each grown dim's new slices gathered from the part already filled (last dim
+    first, so that dim 0's new rows are one contiguous block, gathered in place). No concatenation and no
+    intermediate tensor of a grown shape (only the new slices of a strided block, gathered then copied): an entry is ``factor * t`` at its copy map's source index along every dim (0 where a dim's new
+    slice is zero), whatever the order the dims are filled in, as with ``expand_dim`` one dim after the other."""
+    out = torch.empty(spec.new_shape, dtype=t.dtype, device=t.device)  # (*new_shape)
+    filled = [slice(0, n) for n in spec.old_shape]  # the part of `out` written so far
+    old = out[tuple(filled)]
+    if factor == 1.0:
+        old.copy_(t.detach())
+    else:
+        torch.mul(t.detach(), factor, out=old)  # the same kernel as (t * factor): bit-identical
+    for d in sorted(spec.dims, key=lambda d: d.dim, reverse=True):
+        axis = axes[d.axis]
+        new = out[tuple(filled[:d.dim] + [slice(axis.old, axis.new)] + filled[d.dim + 1:])]
+        if (mode or d.mode) == "zero":
+            new.zero_()
+        elif new.is_contiguous():  # whole rows: gathered in place
+            torch.index_select(out[tuple(filled)], d.dim, axis.src.to(t.device), out=new)
+        else:  # a strided block: gathering into it is slower than gathering the new slices and copying them in
+            new.copy_(out[tuple(filled)].index_select(d.dim, axis.src.to(t.device)))
+        filled[d.dim] = slice(0, axis.new)
     return out
 
 
@@ -246,13 +292,17 @@ def _is_tied(model: nn.Module) -> bool:
     return model.lm_head.weight is model.transformer.wte.weight
 
 
-def check_plain_gpt(model: nn.Module) -> None:
-    """Refuse anything that is not a plain litgpt ``GPT`` of its own ``config`` (same modules and shapes)."""
+def check_plain_gpt(model: nn.Module, plan: GrowthPlan | None = None) -> None:
+    """Refuse anything that is not a plain litgpt ``GPT`` of its own ``config`` (same modules and shapes); the
+    expected shapes are ``plan``'s (built once when planned) where it is a plan for a model of that config."""
     from litgpt.model import GPT
 
     if not isinstance(model, GPT):
         raise GrowthError(f"grow_model needs a litgpt.GPT, got {type(model).__name__}")
-    expected = {n: tuple(t.shape) for n, t in build_meta_gpt(model.config).state_dict(keep_vars=True).items()}
+    if plan is not None and plan.old_config == model.config:
+        expected = plan.old_shapes()
+    else:
+        expected = {n: tuple(t.shape) for n, t in build_meta_gpt(model.config).state_dict(keep_vars=True).items()}
     actual = {n: tuple(t.shape) for n, t in model.state_dict(keep_vars=True).items()}
     if expected != actual:
         diff = sorted(set(expected.items()) ^ set(actual.items()))[:5]
@@ -340,8 +390,11 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
             touched.add(module_name.rsplit(".", 1)[0] if "." in module_name else "")
         for module_name in touched:
             _sync_module_attributes(swap, modules[module_name])
+        # the model's own config object: equal to plan.old_config, not always the same object (a plan computed
+        # once, on an equal config: a dry run, or another process' model)
+        old_config = model.config
         for module in modules.values():
-            if module.__dict__.get("config") is plan.old_config:
+            if module.__dict__.get("config") is old_config:
                 swap.set(module, "config", plan.new_config)
         if plan.depth is not None:
             _place_blocks(swap, model, plan, fresh)
@@ -409,7 +462,8 @@ def _result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_
     return old_params, new_params, added
 
 
-def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0) -> GrowthResult:
+def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
+               plan: GrowthPlan | None = None) -> GrowthResult:
     """Grow a litgpt ``GPT`` in place by ``stage``: widen it (hidden, MLP inner and/or MoE expert inner size)
     and/or deepen it (``n_layer``).
 
@@ -424,12 +478,15 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
         stage: what to grow and how.
         seed: growth seed; with ``stage_index`` it fixes every copy map and random draw (rank-independent).
         stage_index: the stage's position in a multi-stage schedule.
+        plan: the plan of these arguments on this model, computed earlier (a dry run over the stages); ``None``
+            plans here (:func:`~lightning_sparkling.growth.plan.plan_growth`).
 
     Returns:
         A :class:`GrowthResult` (plan, replaced/new parameters, new-entry slices, copy maps, alpha).
 
     Raises:
-        GrowthError: before touching the model, for a model or stage that cannot be grown.
+        GrowthError: before touching the model, for a model or stage that cannot be grown, or a ``plan`` that is
+            not the plan of these arguments on this model.
 
     Example::
 
@@ -444,9 +501,9 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
         (64, True)
     """
     start = time.perf_counter()
-    check_plain_gpt(model)
+    check_plain_gpt(model, plan)
     tied = _is_tied(model)
-    plan = plan_growth(model.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
+    plan = checked_plan(plan, model.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     current = dict(model.named_parameters(remove_duplicate=False))
     sources = {spec.source_name: current[spec.source_name] for spec in plan.tensors.values()
                if spec.source_name in current}

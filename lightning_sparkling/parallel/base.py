@@ -68,10 +68,11 @@ class GrowthBackend(Protocol):
         ...
 
     def grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *,
-             seed: int, stage_index: int) -> GrowthResult:
+             seed: int, stage_index: int, plan: GrowthPlan | None = None) -> GrowthResult:
         """Grow ``gpt`` by ``stage`` and put the grown model where the strategy trains it (in place for a plain
         model; sharded models are rebuilt unit by unit: gather, grow, reshard). ``GrowthResult.rollback()`` must
-        undo it completely."""
+        undo it completely. ``plan``: the stage's plan on ``gpt``, computed once by the callback's dry run (applied
+        only where it fits: :func:`~lightning_sparkling.growth.plan.checked_plan`); ``None`` plans here."""
         ...
 
     def plan_optimizer_patch(self, optimizer: torch.optim.Optimizer, result: GrowthResult,

@@ -43,7 +43,7 @@ import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
 from lightning_sparkling.growth.optim_state import OptimizerPatch, check_optimizer_supported, grow_state, moves_only
-from lightning_sparkling.growth.plan import GrowthError, plan_growth
+from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import GrowthResult, _result_params, _Swap, clean_name
 from lightning_sparkling.parallel.fsdp2 import (
@@ -270,14 +270,14 @@ def named_params(wrapper: FSDP) -> dict[str, nn.Parameter]:
 
 @torch.no_grad()
 def grow_fsdp1(pl_module: Any, strategy: Any, gpt: nn.Module, stage: GrowthStage, *, seed: int,
-               stage_index: int) -> FSDP1GrowthResult:
+               stage_index: int, plan: GrowthPlan | None = None) -> FSDP1GrowthResult:
     """FSDP1 growth: build the grown GPT wrapped by the module's ``configure_model`` and fill it one unit at a
     time from gathered old units (see the module docstring). ``rollback()`` puts the old wrapped GPT back."""
     old_wrapper = fsdp1_wrapper(pl_module, gpt)
     check_fsdp1_layout(pl_module, gpt)
     reshard_units(old_wrapper)  # a forward without backward before (validation, a growth due at once) leaves units full
     tied = gpt.lm_head.weight is gpt.transformer.wte.weight
-    plan = plan_growth(gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
+    plan = checked_plan(plan, gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     swap = _Swap()
     start = time.perf_counter()
     try:
@@ -545,8 +545,8 @@ class FSDP1Backend:
         check_fsdp1_layout(pl_module, gpt)
 
     def grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: nn.Module, stage: GrowthStage, *,
-             seed: int, stage_index: int) -> GrowthResult:
-        return grow_fsdp1(pl_module, trainer.strategy, gpt, stage, seed=seed, stage_index=stage_index)
+             seed: int, stage_index: int, plan: GrowthPlan | None = None) -> GrowthResult:
+        return grow_fsdp1(pl_module, trainer.strategy, gpt, stage, seed=seed, stage_index=stage_index, plan=plan)
 
     def plan_optimizer_patch(self, optimizer: torch.optim.Optimizer, result: GrowthResult,
                              recipe: str) -> OptimizerPatch:

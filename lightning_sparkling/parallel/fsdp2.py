@@ -24,7 +24,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from lightning_sparkling.growth.depth import split_block_name
 from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
-from lightning_sparkling.growth.plan import GrowthError, plan_growth
+from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import (
     GrowthResult,
@@ -211,7 +211,7 @@ def grown_values(plan: GrowthPlan, full: dict[str, torch.Tensor]) -> dict[str, t
 
 @torch.no_grad()
 def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *, seed: int,
-                 stage_index: int) -> GrowthResult:
+                 stage_index: int, plan: GrowthPlan | None = None) -> GrowthResult:
     """FSDP2 growth: build the grown GPT sharded by the module's ``configure_model`` and fill it one old block at a
     time from gathered full tensors (peak memory: both sharded models plus one full old block and what grows from
     it: its grown self and, under a depth growth, its new copies).
@@ -222,7 +222,7 @@ def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: Gro
     """
     reshard(gpt)
     tied = gpt.lm_head.weight is gpt.transformer.wte.weight
-    plan = plan_growth(gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
+    plan = checked_plan(plan, gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     swap = _Swap()
     start = time.perf_counter()
     try:
@@ -326,10 +326,10 @@ class FSDP2Backend:
         check_sharding_supported(gpt)
 
     def grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *,
-             seed: int, stage_index: int) -> GrowthResult:
+             seed: int, stage_index: int, plan: GrowthPlan | None = None) -> GrowthResult:
         if not is_sharded(gpt):
-            return grow_model(gpt, stage, seed=seed, stage_index=stage_index)
-        return grow_sharded(pl_module, gpt, stage, seed=seed, stage_index=stage_index)
+            return grow_model(gpt, stage, seed=seed, stage_index=stage_index, plan=plan)
+        return grow_sharded(pl_module, gpt, stage, seed=seed, stage_index=stage_index, plan=plan)
 
     def plan_optimizer_patch(self, optimizer: torch.optim.Optimizer, result: GrowthResult,
                              recipe: str) -> OptimizerPatch:

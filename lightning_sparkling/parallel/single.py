@@ -55,8 +55,8 @@ class SingleBackend:
         pass  # grow_model checks the GPT itself
 
     def grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *,
-             seed: int, stage_index: int) -> GrowthResult:
-        return grow_model(gpt, stage, seed=seed, stage_index=stage_index)
+             seed: int, stage_index: int, plan: GrowthPlan | None = None) -> GrowthResult:
+        return grow_model(gpt, stage, seed=seed, stage_index=stage_index, plan=plan)
 
     def plan_optimizer_patch(self, optimizer: torch.optim.Optimizer, result: GrowthResult,
                              recipe: str) -> OptimizerPatch:
@@ -97,7 +97,7 @@ class SingleBackend:
     def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
                plans: Sequence[GrowthPlan]) -> None:
         for plan in plans:  # values are overwritten by the checkpoint's
-            grow_model(gpt, plan.stage, seed=plan.seed, stage_index=plan.stage_index)
+            grow_model(gpt, plan.stage, seed=plan.seed, stage_index=plan.stage_index, plan=plan)
 
 
 class DDPBackend(SingleBackend):

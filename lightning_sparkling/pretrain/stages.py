@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Any, Optional
 
 from lightning_sparkling.growth.schedules import build_schedule, check_growth_before_decay, schedule_kind
@@ -100,15 +99,14 @@ def _growth_stage(s: dict[str, Any], at_step: int, key: str, recipe: str) -> Gro
 
 def _plan_stage(config: Any, stage: GrowthStage, k: int, seed: int, tie_embeddings: bool, key: str) -> Any:
     """The ``GrowthPlan`` of ``stage`` on a model of ``config`` (a dry run: meta only); a refused growth names the
-    size key it is about."""
+    stage key it is about (:attr:`GrowthError.key <lightning_sparkling.growth.errors.GrowthError>`), or the stage
+    when it is about the model or the stage's target as a whole."""
     from lightning_sparkling.growth.plan import GrowthError, plan_growth
 
     try:
         return plan_growth(config, stage, seed=seed, stage_index=k, tied_embeddings=tie_embeddings)
     except GrowthError as err:
-        names = (["depth_map"] if stage.depth_map is not None else []) + list(stage.sizes)
-        bad = getattr(err, "key", None) or next((name for name in names if re.search(rf"\b{name}\b", str(err))), None)
-        raise ConfigError(f"{key}.{bad}" if bad else key, str(err)) from err
+        raise ConfigError(f"{key}.{err.key}" if err.key else key, str(err)) from err
 
 
 def _check_target_name(stage: GrowthStage, key: str) -> None:

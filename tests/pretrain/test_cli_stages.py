@@ -81,6 +81,25 @@ def test_each_stage_is_planned_once_for_plan(monkeypatch, capsys):
     assert "stage 1 at step 200" in capsys.readouterr().out
 
 
+
+@pytest.mark.parametrize("key, named", [("n_head", "growth.stages[0].n_head: "), (None, "growth.stages[0]: ")])
+def test_a_plan_time_refusal_names_the_key_the_error_carries_not_one_its_text_mentions(monkeypatch, capsys, key,
+                                                                                        named):
+    """The key comes from ``GrowthError.key``: a message that mentions the stage's ``n_embd`` (and none of
+    ``n_head``) names ``n_head`` when the error says so, and the stage alone when it carries no key."""
+    from lightning_sparkling.growth import plan as growth_plan
+    from lightning_sparkling.growth.errors import GrowthError
+
+    def refuse(*args, **kwargs):
+        raise GrowthError("GrowthStage(n_embd=128): refused for this test", key=key)
+
+    monkeypatch.setattr(growth_plan, "plan_growth", refuse)
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--config", QUICKSTART])  # its stage sets n_embd: 128
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.startswith(f"error: {named}GrowthStage(n_embd=128): refused"), err
+
+
 # ------------------------------------------------------------------------------------------------------------ one key
 def test_one_stage_key_from_the_command_line_keeps_the_stages_other_keys(capsys):
     assert main(["plan", "--config", QUICKSTART, "--growth.stages.0.at_step", "50"]) == 0

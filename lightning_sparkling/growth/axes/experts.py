@@ -246,11 +246,12 @@ class ExpertsAxis:
         if stage.mlp_class_name is not None:
             if is_moe:
                 raise GrowthError(f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): the model is already a "
-                                  f"{MOE_CLASS} with n_expert={config.n_expert}; drop mlp_class_name to add experts")
+                                  f"{MOE_CLASS} with n_expert={config.n_expert}; drop mlp_class_name to add experts",
+                                  key="mlp_class_name")
             if config.mlp_class_name != "LLaMAMLP":
                 raise GrowthError(f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): litgpt's {MOE_CLASS} "
                                   f"experts are LLaMAMLPs (gated SiLU), so a {config.mlp_class_name} cannot be copied "
-                                  "into them; upcycle a model with mlp_class_name='LLaMAMLP'")
+                                  "into them; upcycle a model with mlp_class_name='LLaMAMLP'", key="mlp_class_name")
             k = stage.first_k_dense_replace or 0
             if k >= config.n_layer:
                 raise ExpertsKeyError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={k}): the model has n_layer="
@@ -262,7 +263,7 @@ class ExpertsAxis:
         if not is_moe:
             raise GrowthError(f"GrowthStage(n_expert={E}): this model has no experts (mlp_class_name="
                               f"{config.mlp_class_name!r}); add mlp_class_name='LLaMAMoE' and n_expert_per_token to "
-                              "turn every MLP into experts (dense -> MoE)")
+                              "turn every MLP into experts (dense -> MoE)", key="n_expert")
         own = config.first_k_dense_replace or 0
         if stage.first_k_dense_replace is not None and stage.first_k_dense_replace != own:
             raise ExpertsKeyError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={stage.first_k_dense_replace}): this MoE model "
@@ -273,19 +274,21 @@ class ExpertsAxis:
         if E <= E_old:
             what = "fewer experts than" if E < E_old else "as many experts as"
             raise GrowthError(f"GrowthStage(n_expert={E}): {what} the model (n_expert={E_old}); a growth adds "
-                              f"experts: use n_expert > {E_old} (e.g. {2 * E_old})")
+                              f"experts: use n_expert > {E_old} (e.g. {2 * E_old})", key="n_expert")
         if K < K_old:
             raise GrowthError(f"GrowthStage(n_expert_per_token={K}): fewer than the model's {K_old}; keep "
-                              f"n_expert_per_token >= {K_old} (doubling it with n_expert keeps the function)")
+                              f"n_expert_per_token >= {K_old} (doubling it with n_expert keeps the function)",
+                              key="n_expert_per_token")
         if K > E:
-            raise GrowthError(f"GrowthStage(n_expert_per_token={K}): more than n_expert={E}; use at most {E}")
+            raise GrowthError(f"GrowthStage(n_expert_per_token={K}): more than n_expert={E}; use at most {E}",
+            key="n_expert_per_token")
         values: dict[str, Any] = {"n_expert": E, "n_expert_per_token": K}
         if config.n_expert_groups:
             per_group = E_old // config.n_expert_groups
             if E % per_group:
                 raise GrowthError(f"GrowthStage(n_expert={E}): the GroupedTopkRouter keeps {per_group} experts per "
                                   f"group (n_expert_groups={config.n_expert_groups}), so n_expert must be a multiple of "
-                                  f"{per_group}; use e.g. {2 * E_old}")
+                                  f"{per_group}; use e.g. {2 * E_old}", key="n_expert")
             values["n_expert_groups"] = E // per_group
             top = config.n_topk_groups
             if K % K_old == 0 and top * (K // K_old) <= values["n_expert_groups"]:
