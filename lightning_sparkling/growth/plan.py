@@ -351,6 +351,12 @@ def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
             raise GrowthError(f"GrowthStage({what}): the target's {key}={new} is smaller than the model's {key}={old}; "
                               "a growth can only make sizes larger")
         sizes[key] = new
+    old_k, new_k = config.first_k_dense_replace or 0, target.first_k_dense_replace or 0
+    if old_k != new_k and "n_layer" not in sizes:  # only a depth growth re-derives which blocks are dense
+        raise GrowthError(f"GrowthStage({what}): the target's first_k_dense_replace={new_k} differs from the model's "
+                          f"first_k_dense_replace={old_k}; a growth of this model keeps which blocks are dense, so the "
+                          f"checkpoint would not be the target's config; grow into a config with "
+                          f"first_k_dense_replace={old_k}")
     if not sizes:
         raise GrowthError(f"GrowthStage({what}): the target has the model's shape; there is nothing to grow")
     return _with_sizes(stage, sizes)

@@ -603,3 +603,22 @@ def test_estimate_compute_counts_only_the_upcycled_blocks_experts():
     dense = sum(p.numel() for p in make_gpt(config).parameters())
     assert est.total_params == (dense, dense + 2 * (3 * mlp + router))  # blocks 1 and 2 only
     assert est.active_params == (dense, dense + 2 * (mlp + router))
+
+
+def test_a_named_moe_target_with_other_dense_blocks_is_refused_not_ignored():
+    """A ``model_config`` MoE target whose ``first_k_dense_replace`` differs from the MoE model's: a growth of the
+    experts keeps which blocks are dense, so the grown checkpoint would not be the target's config: refused, naming
+    both values and the fix, before anything changes (was: silently grown with the model's value)."""
+    from litgpt import Config
+
+    from lightning_sparkling.growth.errors import GrowthError
+    from lightning_sparkling.growth.plan import resolve_stage
+
+    common = dict(n_layer=3, n_embd=32, n_head=2, vocab_size=64, padded_vocab_size=64, mlp_class_name="LLaMAMoE",
+                  intermediate_size=64, moe_intermediate_size=64, n_expert_per_token=2)
+    model = Config(**common, n_expert=4, first_k_dense_replace=1)
+    with pytest.raises(GrowthError, match=r"target's first_k_dense_replace=2 differs from the model's "
+                                          r"first_k_dense_replace=1.*grow into a config with first_k_dense_replace=1"):
+        resolve_stage(model, GrowthStage(10, model_config={**common, "n_expert": 8, "first_k_dense_replace": 2}))
+    same = resolve_stage(model, GrowthStage(10, model_config={**common, "n_expert": 8, "first_k_dense_replace": 1}))
+    assert same.sizes == {"n_expert": 8} or same.n_expert == 8
