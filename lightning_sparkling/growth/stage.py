@@ -48,6 +48,20 @@ class StageError(ValueError):
         return _stage_error, (self.key, str(self), self.stage)
 
 
+def check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
+    """Refuse a :class:`GrowthStage` setting ``key`` whose ``value`` is not one of ``choices``, listing them.
+
+    Example::
+
+        >>> check_choice("depth_order", "zigzag", ("stack", "interleave"))
+        Traceback (most recent call last):
+        ...
+        lightning_sparkling.growth.stage.StageError: GrowthStage(depth_order='zigzag'): choose one of stack, interleave
+    """
+    if value not in choices:
+        raise StageError(key, f"GrowthStage({key}={value!r}): choose one of {', '.join(choices)}")
+
+
 def _stage_error(key: str | None, message: str, stage: int | None) -> StageError:
     return StageError(key, message, stage=stage)
 
@@ -268,12 +282,8 @@ class GrowthStage:
                 what = "a layer count" if axis == "n_layer" else "a width"
                 raise StageError(axis,
                                  f"GrowthStage({axis}={size!r}): {what} must be a positive integer")
-        if self.depth_init not in DEPTH_INITS:
-            raise StageError("depth_init",
-                             f"GrowthStage(depth_init={self.depth_init!r}): choose one of {', '.join(DEPTH_INITS)}")
-        if self.depth_order not in DEPTH_ORDERS:
-            raise StageError("depth_order",
-                             f"GrowthStage(depth_order={self.depth_order!r}): choose one of {', '.join(DEPTH_ORDERS)}")
+        check_choice("depth_init", self.depth_init, DEPTH_INITS)
+        check_choice("depth_order", self.depth_order, DEPTH_ORDERS)
         try:
             fan_out, fan_in = parse_init(self.init)
         except ValueError as err:
@@ -287,11 +297,7 @@ class GrowthStage:
         if not isinstance(self.rms_preserving, bool):
             raise StageError("rms_preserving",
                              f"GrowthStage(rms_preserving={self.rms_preserving!r}): must be True or False")
-        if self.optimizer_state not in OPTIMIZER_STATES:
-            raise StageError(
-                "optimizer_state",
-                f"GrowthStage(optimizer_state={self.optimizer_state!r}): choose one of {', '.join(OPTIMIZER_STATES)}"
-            )
+        check_choice("optimizer_state", self.optimizer_state, OPTIMIZER_STATES)
         if self.rewarmup_ratio is not None:
             if isinstance(self.rewarmup_ratio, bool) or not isinstance(self.rewarmup_ratio, (int, float)):
                 raise StageError("rewarmup_ratio",
@@ -395,9 +401,7 @@ class GrowthStage:
         def number(value: object) -> bool:
             return not isinstance(value, bool) and isinstance(value, (int, float))
 
-        if self.split not in SPLITS:
-            raise StageError("split",
-                             f"GrowthStage(split={self.split!r}): choose one of {', '.join(SPLITS)}")
+        check_choice("split", self.split, SPLITS)
         if not number(self.split_ratio) or not 0 < self.split_ratio < 1:
             raise StageError("split_ratio",
                              f"GrowthStage(split_ratio={self.split_ratio!r}): must be a number in (0, 1), the "
@@ -424,10 +428,7 @@ class GrowthStage:
                         f"GrowthStage({key}={getattr(self, key)!r}): divides or perturbs the fan-in shares of a "
                         f"copied channel, but the init pair {self.init!r} does not copy the fan-in side; use a pair "
                         "ending in '-copy' (copy-copy, random-copy, zero-copy)")
-        if self.rewarmup_scope not in REWARMUP_SCOPES:
-            raise StageError("rewarmup_scope",
-                             f"GrowthStage(rewarmup_scope={self.rewarmup_scope!r}): choose one of "
-                             f"{', '.join(REWARMUP_SCOPES)}")
+        check_choice("rewarmup_scope", self.rewarmup_scope, REWARMUP_SCOPES)
         if self.rewarmup_scope == "all" and self.rewarmup_ratio is None:
             raise StageError("rewarmup_scope",
                              "GrowthStage(rewarmup_scope='all'): every parameter follows this stage's re-warmup, "
@@ -438,10 +439,7 @@ class GrowthStage:
                              "fraction by which the remaining decay is shortened; the paper uses 0.25 and 0.5)")
 
     def _check_lock_breakers(self, fan_out: str, fan_in: str) -> None:
-        if self.bias_correction not in BIAS_CORRECTIONS:
-            raise StageError("bias_correction",
-                             f"GrowthStage(bias_correction={self.bias_correction!r}): choose one of "
-                             f"{', '.join(BIAS_CORRECTIONS)}")
+        check_choice("bias_correction", self.bias_correction, BIAS_CORRECTIONS)
         if self.bias_correction == "fresh" and self.rewarmup_ratio is None:
             raise StageError("bias_correction",
                              "GrowthStage(bias_correction='fresh'): the correction scales the new entries' LR, but "
@@ -457,10 +455,7 @@ class GrowthStage:
             raise StageError("symmetry_max_boost",
                              f"GrowthStage(symmetry_max_boost={boost!r}): must be a finite number >= 1 (the largest "
                              "multiplier of the new entries' LR)")
-        if self.symmetry_release not in SYMMETRY_RELEASES:
-            raise StageError("symmetry_release",
-                             f"GrowthStage(symmetry_release={self.symmetry_release!r}): choose one of "
-                             f"{', '.join(SYMMETRY_RELEASES)}")
+        check_choice("symmetry_release", self.symmetry_release, SYMMETRY_RELEASES)
         target = self.symmetry_target
         if target is None:
             return

@@ -56,7 +56,7 @@ import torch.nn as nn
 from lightning_sparkling.growth.axes import AxisPlan
 from lightning_sparkling.growth.depth import litgpt_init_std
 from lightning_sparkling.growth.plan import AxisChange, DimGrowth, GrowthError, TensorPlan
-from lightning_sparkling.growth.stage import StageError
+from lightning_sparkling.growth.stage import StageError, check_choice
 
 MOE_CLASS = "LLaMAMoE"
 EXPERT_INITS: tuple[str, ...] = ("copy", "drop-upcycle", "random")
@@ -124,12 +124,8 @@ def check_expert_keys(stage) -> None:
         raise StageError("n_expert_per_token",
                          f"GrowthStage(n_expert_per_token={stage.n_expert_per_token}): more experts per token than "
                          f"experts (n_expert={stage.n_expert}); use at most {stage.n_expert}")
-    if stage.expert_init not in EXPERT_INITS:
-        raise StageError("expert_init",
-                         f"GrowthStage(expert_init={stage.expert_init!r}): choose one of {', '.join(EXPERT_INITS)}")
-    if stage.router_init not in ROUTER_INITS:
-        raise StageError("router_init",
-                         f"GrowthStage(router_init={stage.router_init!r}): choose one of {', '.join(ROUTER_INITS)}")
+    check_choice("expert_init", stage.expert_init, EXPERT_INITS)
+    check_choice("router_init", stage.router_init, ROUTER_INITS)
     fraction = stage.expert_reinit_fraction
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
         raise StageError("expert_reinit_fraction",
