@@ -121,3 +121,28 @@ def test_checkpoint_after_upcycling_is_a_plain_litgpt_state_dict(tmp_path: Path,
     gpt = GPT(tiny_config(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, moe_intermediate_size=64,
                           first_k_dense_replace=first_k))
     gpt.load_state_dict({k.removeprefix("model."): v for k, v in state.items()}, strict=True)
+
+
+def test_sparkling_plot_draws_an_experts_run(tmp_path: Path):
+    """The dashboards of an experts run (upcycling with a dense first block, more experts, then depth), as users read
+    them: the RMS monitor logs the upcycled and copied blocks from the growth on, the experts' copies' cosine is a
+    symmetry tag, and ``sparkling plot`` draws them with every growth step marked."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from lightning_sparkling import ActivationRMSMonitor
+    from lightning_sparkling.dashboards.plotting import (GROWTH_GID, TAG_GID_PREFIX, dashboard_figure, load_run,
+                                                         main_plot)
+
+    logger = TensorBoardLogger(str(tmp_path), name="run", version=0)
+    _fit(TinyModule(max_steps=MAX_STEPS), _stages(first_k=1), max_steps=MAX_STEPS, logger=logger,
+         log_every_n_steps=1, callbacks=[ActivationRMSMonitor(every_n_steps=2)])
+    run = load_run(logger.log_dir)
+    assert "symmetry/stage_1/experts" in run.scalars  # the copied experts of stage 1 (n_expert 4 -> 8)
+    steps, _ = run.scalars["rms/residual/block_03"]  # a block the depth growth added
+    assert min(steps) >= DEPTH_AT
+    fig = dashboard_figure([logger.log_dir])
+    growth_steps = {line.get_xdata()[0] for ax in fig.axes for line in ax.lines if line.get_gid() == GROWTH_GID}
+    assert growth_steps == {UPCYCLE_AT, EXPERTS_AT, DEPTH_AT}
+    assert any(line.get_gid() == TAG_GID_PREFIX + "symmetry/stage_1/experts" for ax in fig.axes for line in ax.lines)
+    assert main_plot([logger.log_dir, "--out", str(tmp_path / "experts.png"), "--dpi", "40"]) == 0
+    assert (tmp_path / "experts.png").stat().st_size > 0
