@@ -120,6 +120,17 @@ SIZES: dict[str, dict[str, Any]] = {
         "rows": ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)", "naive growth",
                  "SPARKLING", "SPARKLING random-random"],
     },
+    # The quick regime at half the width (issue 32's size trend): 2 heads of 8, n_embd 16 -> 32, MLP 64 -> 128, the
+    # same vocabulary, data and batch; 336 steps of 8 x 128 tokens keep quick's ~2.8 tokens per grown parameter
+    # (the grown model has 0.36x quick's parameters), growth at half the run, re-warmup 5% of the run as quick's.
+    "mini": {
+        "base": "quick",
+        "small": {"n_layer": 4, "n_head": 2, "n_query_groups": 2, "head_size": 8, "n_embd": 16,
+                  "intermediate_size": 64, "block_size": 128},
+        "large": {"n_embd": 32, "intermediate_size": 128},
+        "config": {"train": {"max_steps": 336}, "eval": {"interval": 84}},
+        "rewarmup_steps": 17,
+    },
     # A smoke test of the harness itself (minutes): meaningless losses.
     "tiny": {
         "base": "cpu",
