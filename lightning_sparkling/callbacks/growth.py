@@ -44,11 +44,9 @@ from lightning_sparkling.callbacks.new_entry_lr import (
     resolve_min_lrs,
 )
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
-from lightning_sparkling.growth.axes import describe_changes
+from lightning_sparkling.growth.axes import describe_changes, size_details
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.depth import describe_depth
 from lightning_sparkling.growth.errors import GrowthError
-from lightning_sparkling.growth.heads import describe_heads
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
 from lightning_sparkling.growth.record import StageRecord
@@ -416,8 +414,9 @@ class GrowthCallback(Callback):
     def _carry_forward(self, plan: GrowthPlan) -> None:
         """Earlier stages' new entries and copies under the names and indices of ``plan``'s grown model: a depth
         growth moves kept blocks (``interleave``, ``middle``), a heads growth moves old heads in the fused ``qkv``
-        rows and ``attn.proj`` columns; a new block's entries belong to ``plan``'s stage alone."""
-        if plan.depth is None and plan.heads is None:
+        rows and ``attn.proj`` columns, dense -> MoE moves every MLP to expert 0; a new block's entries belong to
+        ``plan``'s stage alone."""
+        if not plan.moves_entries:
             return
         carried = [[plan.carry_region(n, pieces) for n, pieces in regions.items()] for regions in self._regions]
         self._regions = [{n: pieces for n, pieces in regions if n is not None} for regions in carried]
@@ -466,16 +465,10 @@ class GrowthCallback(Callback):
         }
         self.summaries.append(summary)
         lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
+        details = size_details(result.plan)
         for axis, (a, b) in widths.items():
-            if axis == "n_layer":
-                detail = f"{result.plan.depth.order}, {result.plan.depth.init}: {describe_depth(result.plan.depth)}"
-            elif axis in ("n_head", "n_query_groups"):
-                detail = f"alpha={result.plan.axes['attn_q'].alpha:.4f}: {describe_heads(result.plan.heads)}"
-            elif axis in result.plan.axes:
-                detail = f"alpha={result.plan.axes[axis].alpha:.4f}"
-            else:
-                continue  # a size a plug-in axis sets: described on its own line below
-            lines.append(f"  {axis:<22} {a:>8} -> {b:<8} {detail}")
+            if axis in details:  # a size an axis describes on its own line (e.g. the experts') is left out
+                lines.append(f"  {axis:<22} {a:>8} -> {b:<8} {details[axis]}")
         lines += [f"  {name:<22} {line}" for name, line in describe_changes(result.plan).items()]
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lightning_sparkling.growth.axes import plugin_sizes
-from lightning_sparkling.growth.stage import HEAD_AXES, WIDTH_AXES, GrowthStage
+from lightning_sparkling.growth.axes import axis_of_size, label_order, plugin_sizes, structural_sizes
+from lightning_sparkling.growth.stage import GrowthStage
 
 MAP_PATH = Path(__file__).with_name("measured.json")
 NEAR_RATIO = 1.6
@@ -216,26 +216,16 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
     """
     grown = [set(s) for s in sizes] if sizes is not None else [
         set(stage.sizes) | {k for k in plugin_sizes() if getattr(stage, k, None) is not None} for stage in stages]
-    if len(grown) > 1:
-        if any(k in plugin_sizes() for g in grown for k in g):
-            return "several stages"
-        return "two-stage" if all(g and "n_layer" not in g for g in grown) else "several stages"
+    if len(grown) > 1:  # several stages: "two-stage" when none adds modules (depth, experts)
+        return "two-stage" if all(g and not g & structural_sizes() for g in grown) else "several stages"
     (keys,) = grown
-    widths, heads = keys & set(WIDTH_AXES), keys & set(HEAD_AXES)
-    plugins = {plugin_sizes()[k] for k in keys if k in plugin_sizes()}  # growth/axes plug-ins, e.g. "experts"
-    if plugins and not (widths or heads or "n_layer" in keys):
-        if plugins == {"experts"} and getattr(stages[0], "mlp_class_name", None) is not None:
-            return "upcycle"  # dense -> MoE, measured apart from MoE -> more experts
-        if plugins == {"experts"} and getattr(stages[0], "n_expert_per_token", None) is not None:
-            return "experts+topk"  # more experts and a larger top-K: more active parameters, another cell
-        return "+".join(sorted(plugins))
-    if "n_layer" in keys:
-        return "depth" if keys == {"n_layer"} else "depth+width"
-    if heads:
-        return "hidden+heads" if widths == {"n_embd"} else ("heads" if not widths else "width+heads")
-    if "n_embd" in widths:
-        return "joint" if len(widths) > 1 else "hidden"
-    return "inner" if widths else "none"
+    owners = axis_of_size()
+    axes = {owners[k].name for k in keys if k in owners}
+    for axis in label_order():  # experts alone, depth, heads, width: the first axis that names the cell
+        label = axis.cell_label(keys, stages[0], axes)
+        if label is not None:
+            return label
+    return "none"
 
 
 def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,

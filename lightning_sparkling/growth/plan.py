@@ -1,53 +1,36 @@
 """From a litgpt ``Config`` and a :class:`GrowthStage` to a :class:`GrowthPlan`: the grown ``Config`` and, for every
-tensor of the ``GPT`` that changes, which dimension grows, on which width axis, fan-in or fan-out, with which init
-and which scale. No model tensors are touched here (the structure comes from a ``GPT`` built on the meta device).
+tensor of the ``GPT`` that changes, which dimension grows, on which channel axis, fan-in or fan-out, with which init
+and which scale, or which new module it belongs to and what it starts from. No model tensors are touched here (the
+structure comes from a ``GPT`` built on the meta device).
 
-Width axes and who reads or writes them (DESIGN.md section 1):
-
-=========================  ==========================================  ===========================================
-axis                       fan-out (writers: new rows / coords)        fan-in (readers: new columns, scaled alpha)
-=========================  ==========================================  ===========================================
-``n_embd``                 ``wte`` columns, ``attn.proj``, MLP/expert  ``attn.qkv``, MLP ``fc*``, expert ``fc_*``,
-                           ``proj``; norms (``norm_1/2``, post-norms,   router ``gate``, ``lm_head``
-                           ``ln_f``) copy or draw new coordinates
-``intermediate_size``      dense ``mlp.fc_1``/``fc_2``/``fc``           dense ``mlp.proj``
-``moe_intermediate_size``  every expert's ``fc_1``/``fc_2``             every expert's ``proj``
-``shared_expert_size``     shared experts' ``fc_1``/``fc_2``            shared experts' ``proj``
-=========================  ==========================================  ===========================================
-
-``shared_expert_size`` is ``moe_intermediate_size * n_shared_expert``: it grows with the expert size.
+The sizes a stage grows are the registered axes' (:mod:`~lightning_sparkling.growth.axes`: width, heads, depth,
+experts). :func:`plan_growth` runs them in three phases: each active axis' channel dimensions
+(:class:`AxisChange`), the tensors on those dimensions (litgpt's channel layout,
+:func:`~lightning_sparkling.growth.axes.channels.channel_tensors`), then each axis' own tensor plans (depth re-keys
+every block tensor to its new position, experts add new experts). Nothing here names an axis.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.axes import active_axes, plugin_sizes
-from lightning_sparkling.growth.depth import (
-    DEPTH_AXIS,
-    DepthChange,
-    block_name,
-    depth_change,
-    depth_config_values,
-    fresh_block_init,
-    litgpt_init_std,
-    split_block_name,
-)
+from lightning_sparkling.growth.axes import PlanContext, active_axes, axis_of_size, plan_axes, plugin_sizes
+from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_AXIS, SUPPORTED_MLPS, channel_tensors
 from lightning_sparkling.growth.errors import GrowthError  # defined there; importable from here as before
-from lightning_sparkling.growth.heads import HeadLayout, head_layout, qkv_layout
 from lightning_sparkling.growth.operators import runs
-from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
+from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.stage import SIZE_AXES, GrowthStage
 
-SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
+__all__ = ["SHARED_EXPERT_AXIS", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "AxisChange", "DimGrowth", "GrowthError",
+           "GrowthPlan", "TensorPlan", "build_meta_gpt", "checked_plan", "grown_config", "plan_growth",
+           "resolve_stage", "size_changes", "stage_config", "target_config"]
+
 SUPPORTED_NORMS = ("RMSNorm", "LayerNorm")
-SHARED_EXPERT_AXIS = "shared_expert_size"
 
 
 @dataclass(frozen=True)
@@ -191,8 +174,8 @@ class GrowthPlan:
             appears under both names. Under a depth growth every tensor of a block that moves or is new is listed.
         tied_embeddings: the plan is for a model whose ``lm_head`` and ``wte`` share one weight.
         seed: the growth seed.
-        depth: the depth change, or ``None`` when the stage keeps ``n_layer``.
-        changes: the plug-in axes' changes (:mod:`~lightning_sparkling.growth.axes`), by axis name.
+        changes: each axis' record of its change (:mod:`~lightning_sparkling.growth.axes`), by axis name: the
+            widths' ``{name: AxisChange}``, the heads' ``HeadLayout``, the ``DepthChange``, the ``ExpertsChange``.
     """
 
     stage: GrowthStage
@@ -203,13 +186,13 @@ class GrowthPlan:
     tensors: dict[str, TensorPlan]
     tied_embeddings: bool
     seed: int
-    depth: DepthChange | None = None
-    heads: HeadLayout | None = None
     changes: dict[str, object] = field(default_factory=dict)
     #: ``{state_dict name: shape}`` of ``GPT(old_config)``, read by plan_growth and kept for the growth's check
     _old_shapes: dict[str, tuple[int, ...]] | None = field(default=None, repr=False, compare=False)
     #: the stage as given to plan_growth (``stage`` is it resolved: a ``model_name`` target's sizes set)
     _given_stage: GrowthStage | None = field(default=None, repr=False, compare=False)
+    #: ``{pre-growth name: grown name}`` of tensors moved outside a renaming axis (:func:`_moved_names`), cached
+    _moved: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def old_shapes(self) -> dict[str, tuple[int, ...]]:
         """``{state_dict name: shape}`` of ``GPT(old_config)``: what the model to grow must hold."""
@@ -243,8 +226,8 @@ class GrowthPlan:
         return new, out
 
     def carry(self, name: str) -> str | None:
-        """The grown model's name of a pre-growth tensor ``name`` (a kept block may move); ``None`` for names that
-        are not in the model.
+        """The grown model's name of a pre-growth tensor ``name`` (a kept block may move; a dense MLP that becomes
+        expert 0 moves); ``None`` for names that are not in the model.
 
         Example::
 
@@ -254,12 +237,32 @@ class GrowthPlan:
             >>> plan.carry("transformer.h.1.attn.qkv.weight")
             'transformer.h.2.attn.qkv.weight'
         """
-        found = split_block_name(name)
-        if self.depth is None or found is None:
-            return _moved_names(self.tensors).get(name, name)
-        index, rest = found
-        position = self.depth.kept_position.get(index)
-        return None if position is None else block_name(position, rest)
+        for axis in plan_axes(self):
+            moved = axis.carry(self, name)
+            if moved is not NotImplemented:
+                return moved
+        if self._moved is None:
+            self._moved = _moved_names(self.tensors)
+        return self._moved.get(name, name)
+
+    @property
+    def moves_entries(self) -> bool:
+        """Whether pre-growth entries change name or position (a structural axis, or channels laid out anew), so
+        that what an earlier stage recorded by name and index must be carried forward (:meth:`carry_region`)."""
+        return (any(axis.structural for axis in plan_axes(self))
+                or any(change.layout is not None for change in self.axes.values()))
+
+    @property
+    def depth(self):
+        """The :class:`~lightning_sparkling.growth.depth.DepthChange` of the stage, or ``None`` when it keeps
+        ``n_layer`` (``changes["depth"]``)."""
+        return self.changes.get("depth")
+
+    @property
+    def heads(self):
+        """The :class:`~lightning_sparkling.growth.heads.HeadLayout` of the stage, or ``None`` when it keeps the
+        heads (``changes["heads"]``)."""
+        return self.changes.get("heads")
 
     def alphas(self) -> dict[str, float]:
         """Fan-in scale per growing axis, e.g. ``{"n_embd": 0.5, "intermediate_size": 0.5}``."""
@@ -352,7 +355,8 @@ def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
                               "a growth can only make sizes larger")
         sizes[key] = new
     old_k, new_k = config.first_k_dense_replace or 0, target.first_k_dense_replace or 0
-    if old_k != new_k and "n_layer" not in sizes:  # only a depth growth re-derives which blocks are dense
+    rederived = {f for key in sizes if key in axis_of_size() for f in axis_of_size()[key].derives}
+    if old_k != new_k and "first_k_dense_replace" not in rederived:  # only a depth growth re-derives it
         raise GrowthError(f"GrowthStage({what}): the target's first_k_dense_replace={new_k} differs from the model's "
                           f"first_k_dense_replace={old_k}; a growth of this model keeps which blocks are dense, so the "
                           f"checkpoint would not be the target's config; grow into a config with "
@@ -373,7 +377,7 @@ def _with_sizes(stage: GrowthStage, sizes: dict[str, int]) -> GrowthStage:
         # n_layer, or a key the stage sets besides its target
         key = getattr(err, "key", None)
         if key in sizes:
-            key = "depth_map" if key == DEPTH_AXIS and stage.depth_map is not None else None
+            key = axis_of_size()[key].target_key(key, stage) if key in axis_of_size() else None
         raise GrowthError(f"{err} (the target sets {', '.join(f'{k}={v}' for k, v in sizes.items())})",
                           key=key) from err
     object.__setattr__(out, "model_name", stage.model_name)
@@ -395,12 +399,11 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
 
     ``head_size``, ``n_head``, ``n_query_groups`` and ``intermediate_size`` are passed explicitly so that growing
     ``n_embd`` leaves heads, head size and RoPE (``rope_n_elem = rotary_percentage * head_size``) unchanged.
-    ``widths`` may hold ``n_layer``: the per-block lists then follow each block's source under ``depth_order``, or
-    ``depth_map`` (:func:`~lightning_sparkling.growth.depth.depth_config_values`), and ``n_head`` /
-    ``n_query_groups`` (an MHA
-    model grown by ``n_head`` alone stays MHA). ``target``: a litgpt ``Config`` whose ``name``, ``hf_config`` and
-    ``block_size`` the grown config takes (a ``model_name`` stage). ``extra``: further fields, set as given (the
-    plug-in axes' :func:`axis_config_values`).
+    ``widths`` may hold any stage size (``n_layer``, ``n_head``, ...): each axis sets its fields
+    (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.config_values`: the per-block lists follow each block's source
+    under ``depth_order`` or ``depth_map``; an MHA model grown by ``n_head`` alone stays MHA). ``target``: a litgpt
+    ``Config`` whose ``name``, ``hf_config`` and ``block_size`` the grown config takes (a ``model_name`` stage).
+    ``extra``: further fields, set as given.
 
     Example::
 
@@ -410,28 +413,23 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
         >>> (big.n_embd, big.head_size, big.n_head, big.intermediate_size)
         (128, 16, 4, 128)
     """
+    values = {} if not widths else axis_config_values(
+        config, GrowthStage(0, **widths, depth_order=depth_order, depth_init=depth_init, depth_map=depth_map))
+    return _config_with(config, {**values, **(extra or {})}, target)
+
+
+def _config_with(config, values: dict, target=None):
+    """A new litgpt ``Config``: ``config`` with the head layout and MLP size pinned, ``target``'s free fields and
+    ``values`` set."""
     from litgpt import Config
 
-    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    values.update(
-        head_size=config.head_size,
-        n_head=config.n_head,
-        n_query_groups=config.n_query_groups,
-        intermediate_size=config.intermediate_size,
-    )
-    values.update({k: v for k, v in widths.items() if k != DEPTH_AXIS})
-    if "n_head" in widths and "n_query_groups" not in widths and config.n_query_groups == config.n_head:
-        values["n_query_groups"] = widths["n_head"]  # an MHA model grown by n_head stays MHA
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    fields.update(head_size=config.head_size, n_head=config.n_head, n_query_groups=config.n_query_groups,
+                  intermediate_size=config.intermediate_size)
     if target is not None:
-        values.update({key: getattr(target, key) for key in _FREE_FIELDS})
-    values.update(extra or {})
-    if widths.get(DEPTH_AXIS) is not None:
-        try:
-            values.update(depth_config_values(config, depth_change(config.n_layer, widths[DEPTH_AXIS], depth_order,
-                                                                   depth_init, depth_map)))
-        except ValueError as err:  # a StageError names its key (depth_map, depth_order, n_layer)
-            raise GrowthError(str(err), key=getattr(err, "key", None)) from err
-    return Config(**values)
+        fields.update({key: getattr(target, key) for key in _FREE_FIELDS})
+    fields.update(values)
+    return Config(**fields)
 
 
 def stage_config(config, stage: GrowthStage):
@@ -445,13 +443,12 @@ def stage_config(config, stage: GrowthStage):
         'pythia-31m'
     """
     stage = resolve_stage(config, stage)
-    return grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init,
-                        target=target_config(stage), depth_map=stage.depth_map,
-                        extra=axis_config_values(config, stage))
+    return _config_with(config, axis_config_values(config, stage), target_config(stage))
 
 
 def axis_config_values(config, stage: GrowthStage) -> dict:
-    """The ``litgpt.Config`` fields the stage's plug-in axes set (:mod:`~lightning_sparkling.growth.axes`)."""
+    """The ``litgpt.Config`` fields the stage's axes set (:mod:`~lightning_sparkling.growth.axes`), in registry
+    order."""
     values: dict = {}
     for axis in active_axes(stage):
         values.update(axis.config_values(config, stage))
@@ -477,6 +474,7 @@ def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
 
 
 def _check_model_kind(config, stage: GrowthStage) -> None:
+    """Refuse a model kind no growth handles exactly, then what each of the stage's axes refuses of this model."""
     if getattr(config, "latent_attention", None):
         raise GrowthError(
             "multi-head latent attention (config.latent_attention) is not supported: its low-rank projections "
@@ -488,85 +486,8 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
         raise GrowthError(
             f"config.norm_class_name={config.norm_class_name!r} is not supported: use one of {SUPPORTED_NORMS}"
         )
-    is_moe = config.mlp_class_name == "LLaMAMoE"
-    has_dense = not is_moe or bool(config.first_k_dense_replace)
-    if stage.moe_intermediate_size is not None and not is_moe:
-        raise GrowthError(
-            f"moe_intermediate_size={stage.moe_intermediate_size}: this model has no experts "
-            f"(mlp_class_name={config.mlp_class_name!r}); grow intermediate_size instead", key="moe_intermediate_size"
-        )
-    if stage.intermediate_size is not None and not has_dense:
-        raise GrowthError(
-            f"intermediate_size={stage.intermediate_size}: every MLP of this model is a LLaMAMoE of experts "
-            "(no dense blocks); grow moe_intermediate_size instead", key="intermediate_size"
-        )
-    current = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
-               "moe_intermediate_size": config.moe_intermediate_size, DEPTH_AXIS: config.n_layer,
-               "n_head": config.n_head, "n_query_groups": config.n_query_groups}
-    for axis, new in stage.sizes.items():
-        if axis == "n_query_groups" and new == current[axis] and stage.n_head is not None:
-            continue  # pinned to the model's own value: new heads join the existing groups
-        old = current[axis]
-        if new <= old:
-            what = "shrinks" if new < old else "does not change"
-            raise GrowthError(
-                f"GrowthStage(at_step={stage.at_step}) {axis}={new} {what} the model ({axis} is {old}): "
-                "a stage must make every size it names larger", key=axis
-            )
-
-
-def _head_counts(config, stage: GrowthStage) -> tuple[int, int] | None:
-    """``(n_head, n_query_groups)`` after the stage, or ``None`` when it keeps the heads."""
-    if stage.n_head is None and stage.n_query_groups is None:
-        return None
-    new_head = stage.n_head or config.n_head
-    default_groups = new_head if config.n_query_groups == config.n_head else config.n_query_groups
-    return new_head, stage.n_query_groups or default_groups
-
-
-def _head_axes(config, stage: GrowthStage, *, seed: int, stage_index: int) -> tuple[HeadLayout, dict[str, AxisChange]]:
-    """The layout of a heads growth and its axes: ``attn_q`` (the query channels: ``attn.proj`` fan-in, OLMo-2's
-    ``norm_q``), ``attn_kv`` (key/value channels: OLMo-2's ``norm_k``) and ``attn_qkv`` (the fused ``qkv`` rows)."""
-    new_head, new_groups = _head_counts(config, stage)
-    H, G, hs = config.n_head, config.n_query_groups, config.head_size
-    try:
-        layout = head_layout(H, G, new_head, new_groups, make_generator(seed, "stage", stage_index, "axis", "heads"))
-    except ValueError as err:
-        raise GrowthError(f"GrowthStage(at_step={stage.at_step}): {err}",
-                          key="n_head" if stage.n_head is not None else "n_query_groups") from err
-    q, q_fresh = qkv_layout(layout, H, G, hs)
-    q_channels, kv_channels = new_head * hs, new_groups * hs
-
-    def axis(name: str, old: int, layout_: torch.Tensor, fresh: torch.Tensor, alpha: float = 1.0) -> AxisChange:
-        return AxisChange(name=name, old=old, new=int(layout_.numel()), alpha=alpha, src=layout_[fresh],
-                          layout=layout_, fresh=fresh)
-
-    alpha = fan_in_scale(H * hs, q_channels, init=stage.init, rms_preserving=stage.rms_preserving) \
-        if q_channels > H * hs else 1.0
-    axes = {"attn_q": axis("attn_q", H * hs, q[:q_channels], q_fresh[:q_channels], alpha),
-            "attn_qkv": axis("attn_qkv", (H + 2 * G) * hs, q, q_fresh)}
-    if new_groups > G:
-        axes["attn_kv"] = axis("attn_kv", G * hs, q[q_channels:q_channels + kv_channels] - H * hs,
-                               q_fresh[q_channels:q_channels + kv_channels])
-    return layout, axes
-
-
-def _axis_changes(config, stage: GrowthStage, *, seed: int, stage_index: int) -> dict[str, AxisChange]:
-    old_widths = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
-                  "moe_intermediate_size": config.moe_intermediate_size}
-    changes = {}
-    targets = dict(stage.widths)
-    if "moe_intermediate_size" in targets and config.n_shared_expert:
-        old_widths[SHARED_EXPERT_AXIS] = config.moe_intermediate_size * config.n_shared_expert
-        targets[SHARED_EXPERT_AXIS] = stage.moe_intermediate_size * config.n_shared_expert
-    for name, new in targets.items():
-        old = old_widths[name]
-        src = copy_source_index(old, new, make_generator(seed, "stage", stage_index, "axis", name))
-        alpha = fan_in_scale(old, new, init=stage.init, rms_preserving=stage.rms_preserving)
-        split = split_shares(old, new, src, stage.split, ratio=stage.split_ratio,
-                             generator=make_generator(seed, "stage", stage_index, "axis", name, "split"))
-        changes[name] = AxisChange(name=name, old=old, new=new, alpha=alpha, src=src, split=split)
-    return changes
+    for axis in active_axes(stage):
+        axis.check_model(config, stage)
 
 
 def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
@@ -596,171 +517,35 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     """
     given, stage = stage, resolve_stage(config, stage)
     _check_model_kind(config, stage)
-    plugins = active_axes(stage)
-    for plugin in plugins:
-        plugin.check_model(config, stage)
-    axes = _axis_changes(config, stage, seed=seed, stage_index=stage_index)
-    heads = None
-    if _head_counts(config, stage) is not None:
-        heads, head_axes = _head_axes(config, stage, seed=seed, stage_index=stage_index)
-        axes.update(head_axes)
+    axes_of_stage = active_axes(stage)
+    axes: dict[str, AxisChange] = {}
+    changes: dict[str, object] = {}
+    for axis in axes_of_stage:  # phase 1: the channel dimensions each axis grows
+        change, dims = axis.dimensions(config, stage, seed=seed, stage_index=stage_index)
+        axes.update(dims)
+        if change is not None:
+            changes[axis.name] = change
     try:
-        new_config = grown_config(config, stage.sizes, depth_order=stage.depth_order, depth_init=stage.depth_init,
-                                  target=target_config(stage), depth_map=stage.depth_map,
-                                  extra=axis_config_values(config, stage))
+        new_config = _config_with(config, axis_config_values(config, stage), target_config(stage))
     except AssertionError as err:  # litgpt's Config checks its fields with asserts
         raise GrowthError(f"GrowthStage(at_step={stage.at_step}): litgpt refuses the grown config ({err!r})") from err
     old_model = build_meta_gpt(config)
-    fan_out, fan_in = stage.fan_out_init, stage.fan_in_init
-    tensors: dict[str, TensorPlan] = {}
     old_shapes = _shapes(old_model)
-    E = axes.get("n_embd")
-
-    def add(name: str, dims: list[DimGrowth], scale: float = 1.0, unit_offset: bool = False) -> None:
-        dims = [d if axes[d.axis].layout is None else dataclasses.replace(
-            d, new_runs=runs(axes[d.axis].fresh), old_runs=runs(~axes[d.axis].fresh)) for d in dims if d.axis in axes]
-        if not dims and scale == 1.0:
-            return
-        shape = list(old_shapes[name])
-        for d in dims:
-            shape[d.dim] = axes[d.axis].new
-        tensors[name] = TensorPlan(name, old_shapes[name], tuple(shape), tuple(sorted(dims, key=lambda d: d.dim)),
-                                   scale, unit_offset)
-
-    def norm_mode() -> str:
-        # A zero norm weight on coordinates whose input is also zero blocks every gradient path into them, so a
-        # zero fan-out copies norm weights (paper 3.2.4: copy or random both keep RMS(z)).
-        return "random" if fan_out == "random" else "copy"
-
-    def add_norm(prefix: str, module: nn.Module, scale: float = 1.0) -> None:
-        unit_offset = bool(getattr(module, "add_unit_offset", False))
-        if getattr(module, "weight", None) is not None:
-            add(f"{prefix}.weight", [DimGrowth(0, "n_embd", "fan_out", norm_mode())], scale, unit_offset)
-        if getattr(module, "bias", None) is not None:
-            add(f"{prefix}.bias", [DimGrowth(0, "n_embd", "fan_out", fan_out)], scale)
-
-    def alpha_of(axis: str) -> float:
-        return axes[axis].alpha if axis in axes else 1.0
-
-    def add_linear_fan_in(prefix: str, axis: str) -> None:  # readers of `axis`: new columns, bias unchanged
-        add(f"{prefix}.weight", [DimGrowth(1, axis, "fan_in", fan_in)], alpha_of(axis))
-
-    def add_mlp(prefix: str, mlp: nn.Module, inner: str) -> None:
-        cls = type(mlp).__name__
-        if cls == "GptNeoxMLP":
-            writers = {"fc": fan_out}
-        elif cls in ("LLaMAMLP", "GemmaMLP"):
-            # zero on a gated MLP zeroes the up projection (fc_2) and copies the gate (fc_1): act(gate) * 0 keeps
-            # the new channels silent at growth, while zeroing both would leave them with a zero gradient forever.
-            writers = {"fc_1": "copy" if fan_out == "zero" else fan_out, "fc_2": fan_out}
-        else:
-            raise GrowthError(f"{prefix} is a {cls}; supported MLPs are {SUPPORTED_MLPS}")
-        for fc, mode in writers.items():
-            add(f"{prefix}.{fc}.weight",
-                [DimGrowth(0, inner, "fan_out", mode), DimGrowth(1, "n_embd", "fan_in", fan_in)], alpha_of("n_embd"))
-            if getattr(mlp, fc).bias is not None:
-                add(f"{prefix}.{fc}.bias", [DimGrowth(0, inner, "fan_out", mode)])
-        add(f"{prefix}.proj.weight",
-            [DimGrowth(0, "n_embd", "fan_out", fan_out), DimGrowth(1, inner, "fan_in", fan_in)], alpha_of(inner))
-        if mlp.proj.bias is not None:
-            add(f"{prefix}.proj.bias", [DimGrowth(0, "n_embd", "fan_out", fan_out)])
-
-    # embeddings, final norm, output head
-    embed_scale = math.sqrt(E.old / E.new) if (E and config.scale_embeddings) else 1.0
-    add("transformer.wte.weight", [DimGrowth(1, "n_embd", "fan_out", fan_out)], embed_scale)
-    if tied_embeddings:
-        if E:
-            ln_f = old_model.transformer.ln_f
-            if getattr(ln_f, "weight", None) is None:
-                raise GrowthError(
-                    "tied embeddings with a parameter-free final norm (ln_f) cannot be grown exactly: the lm_head "
-                    "fan-in scale is folded into ln_f's weight; untie the embeddings"
-                )
-            # One tensor is both the embedding (fan-out, its new columns follow the fan-out side) and lm_head
-            # (fan-in). lm_head therefore reads copies of its own copied columns: its alpha is that of the pair
-            # (fan_out, fan_out), and it is folded into ln_f, whose output only lm_head reads (the paper
-            # multiplies the logits by it).
-            lm_alpha = fan_in_scale(E.old, E.new, init=f"{fan_out}-{fan_out}", rms_preserving=stage.rms_preserving)
-            add_norm("transformer.ln_f", ln_f, scale=lm_alpha / embed_scale)
-        tensors_alias = tensors.get("transformer.wte.weight")
-        if tensors_alias is not None:
-            tensors["lm_head.weight"] = dataclasses.replace(tensors_alias, name="lm_head.weight")
-    else:
-        add_norm("transformer.ln_f", old_model.transformer.ln_f)
-        add_linear_fan_in("lm_head", "n_embd")
-
-    for i, block in enumerate(old_model.transformer.h):
-        p = f"transformer.h.{i}"
-        for norm in ("norm_1", "norm_2", "post_attention_norm", "post_mlp_norm"):
-            module = getattr(block, norm)
-            if module is not None and not isinstance(module, nn.Identity):
-                add_norm(f"{p}.{norm}", module)
-        # the fused qkv rows (laid out anew when heads grow) read n_embd; attn.proj reads the query channels
-        add(f"{p}.attn.qkv.weight", [DimGrowth(0, "attn_qkv", "fan_out", fan_out),
-                                     DimGrowth(1, "n_embd", "fan_in", fan_in)], alpha_of("n_embd"))
-        if block.attn.qkv.bias is not None:
-            add(f"{p}.attn.qkv.bias", [DimGrowth(0, "attn_qkv", "fan_out", fan_out)])
-        add(f"{p}.attn.proj.weight", [DimGrowth(0, "n_embd", "fan_out", fan_out),
-                                      DimGrowth(1, "attn_q", "fan_in", fan_in)], alpha_of("attn_q"))
-        if config.norm_qk and config.norm_qk_type == "olmo2":  # norms over the whole query / key projection
-            for norm, axis in (("norm_q", "attn_q"), ("norm_k", "attn_kv")):
-                module = getattr(block.attn, norm)
-                if getattr(module, "weight", None) is not None:
-                    add(f"{p}.attn.{norm}.weight", [DimGrowth(0, axis, "fan_out", norm_mode())])
-                if getattr(module, "bias", None) is not None:
-                    add(f"{p}.attn.{norm}.bias", [DimGrowth(0, axis, "fan_out", fan_out)])
-        if block.attn.proj.bias is not None:
-            add(f"{p}.attn.proj.bias", [DimGrowth(0, "n_embd", "fan_out", fan_out)])
-        mlp = block.mlp
-        if type(mlp).__name__ == "LLaMAMoE":
-            add_linear_fan_in(f"{p}.mlp.gate", "n_embd")  # nn.Linear or GroupedTopkRouter: (n_expert, n_embd)
-            for e in range(len(mlp.experts)):
-                add_mlp(f"{p}.mlp.experts.{e}", mlp.experts[e], "moe_intermediate_size")
-            if getattr(mlp, "shared_experts", None) is not None:
-                add_mlp(f"{p}.mlp.shared_experts", mlp.shared_experts, SHARED_EXPERT_AXIS)
-        else:
-            add_mlp(f"{p}.mlp", mlp, "intermediate_size")
-
-    depth = None
-    if stage.n_layer is not None:
-        depth = depth_change(config.n_layer, stage.n_layer, stage.depth_order, stage.depth_init, stage.depth_map)
-        tensors = _place_blocks(tensors, old_shapes, depth, litgpt_init_std(new_config.n_embd))
-    changes = {}
-    for plugin in plugins:  # plug-in axes (growth/axes): their tensors, dimensions and own record of the change
-        contribution = plugin.plan(config, new_config, stage, old_model, seed=seed, stage_index=stage_index)
-        tensors.update(contribution.tensors)
+    ctx = PlanContext(config=config, new_config=new_config, stage=stage, old_model=old_model, old_shapes=old_shapes,
+                      axes=axes, tensors={}, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings)
+    ctx.tensors = channel_tensors(ctx)  # phase 2: every tensor on a growing channel dimension
+    for axis in axes_of_stage:  # phase 3: each axis' own tensors (new blocks, new experts)
+        contribution = axis.plan(ctx)
+        if contribution is None:
+            continue
+        ctx.tensors = contribution.tensors if contribution.replace else {**ctx.tensors, **contribution.tensors}
         axes.update(contribution.axes)
-        changes[plugin.name] = contribution.change
-    _check_against_grown(new_config, tensors, old_shapes, depth)
-    return GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
-                      tensors=tensors, tied_embeddings=tied_embeddings, seed=seed, depth=depth, heads=heads,
-                      changes=changes, _old_shapes=old_shapes, _given_stage=given)
-
-
-def _place_blocks(width: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]], depth: DepthChange,
-                  init_std: float) -> dict[str, TensorPlan]:
-    """The per-tensor plans of a stage with a depth change: ``width`` (the width plans, by pre-growth name) for
-    tensors outside the blocks; for every block tensor of the grown model, its source's width plan (or an unchanged
-    one) under its new name, with ``block_init`` set for a new block's tensors. Blocks that neither move nor grow
-    are left out, as for a width growth."""
-    tensors = {name: spec for name, spec in width.items() if split_block_name(name) is None}
-    by_block: dict[int, list[str]] = {}
-    for name in old_shapes:
-        found = split_block_name(name)
-        if found is not None:
-            by_block.setdefault(found[0], []).append(found[1])
-    for position, (index, fresh) in enumerate(zip(depth.source, depth.fresh)):
-        for rest in by_block[index]:
-            old = block_name(index, rest)
-            new = block_name(position, rest)
-            spec = width.get(old) or TensorPlan(old, old_shapes[old], old_shapes[old], ())
-            if fresh:
-                how = fresh_block_init(rest, len(spec.new_shape), depth.init)
-                tensors[new] = dataclasses.replace(spec, name=new, source=old, block_init=how,
-                                                   init_std=init_std if how == "normal" else 0.0)
-            elif new != old or old in width:
-                tensors[new] = dataclasses.replace(spec, name=new, source=old if new != old else "")
-    return tensors
+        changes[axis.name] = contribution.change
+    plan = GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
+                      tensors=ctx.tensors, tied_embeddings=tied_embeddings, seed=seed, changes=changes,
+                      _old_shapes=old_shapes, _given_stage=given)
+    _check_against_grown(plan)
+    return plan
 
 
 def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
@@ -768,16 +553,12 @@ def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
     return {name: tuple(t.shape) for name, t in model.state_dict(keep_vars=True).items()}
 
 
-def _check_against_grown(new_config, tensors: dict[str, TensorPlan], old_shapes: dict[str, tuple[int, ...]],
-                         depth: DepthChange | None) -> None:
-    """Every tensor of ``GPT(new_config)`` must be either planned with its exact shape or unchanged."""
-    new_shapes = _shapes(build_meta_gpt(new_config))
-    moved = _moved_names(tensors) if depth is None else {}
-    known = set(tensors) | {name for name in old_shapes
-                            if (depth is None or split_block_name(name) is None) and name not in moved}
-    if depth is not None:  # a block kept in place and not grown is not planned
-        known |= {name for name in old_shapes if (found := split_block_name(name)) is not None
-                  and found[0] < depth.new and depth.source[found[0]] == found[0] and not depth.fresh[found[0]]}
+def _check_against_grown(plan: GrowthPlan) -> None:
+    """Every tensor of ``GPT(new_config)`` must be either planned with its exact shape or an old tensor that keeps its
+    name (:meth:`GrowthPlan.carry`) and shape."""
+    new_shapes = _shapes(build_meta_gpt(plan.new_config))
+    tensors, old_shapes = plan.tensors, plan.old_shapes()
+    known = set(tensors) | {name for name in old_shapes if plan.carry(name) == name}
     if set(new_shapes) != known:
         raise GrowthError(f"growth would change the set of tensors: {sorted(set(new_shapes) ^ known)[:8]}")
     for name, new_shape in new_shapes.items():

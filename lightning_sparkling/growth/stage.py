@@ -313,9 +313,10 @@ class GrowthStage:
                              f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
         self._check_baselines(fan_in)
         self._check_lock_breakers(fan_out, fan_in)
-        from lightning_sparkling.growth.axes.experts import check_expert_keys  # the experts axis' own keys
+        from lightning_sparkling.growth.axes import registered_axes
 
-        check_expert_keys(self)
+        for axis in registered_axes():  # each axis' own keys (e.g. the experts')
+            axis.check_stage(self)
 
     def _check_timing(self) -> None:
         if (self.at_step is None) == (self.at_fraction is None):

@@ -396,9 +396,7 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
         for module in modules.values():
             if module.__dict__.get("config") is old_config:
                 swap.set(module, "config", plan.new_config)
-        if plan.depth is not None:
-            _place_blocks(swap, model, plan, fresh)
-        for axis in registered_axes():  # plug-in axes that add or replace modules (growth/axes)
+        for axis in registered_axes():  # axes that add or replace modules (growth/axes: new blocks, new experts)
             if axis.name in plan.changes:
                 axis.restructure(swap, model, plan, fresh)
         reference = build_meta_gpt(plan.new_config)
@@ -413,38 +411,6 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
     except BaseException:
         swap.undo()
         raise
-
-
-def _place_blocks(swap: _Swap, model: nn.Module, plan: GrowthPlan, fresh: Mapping[str, torch.Tensor]) -> None:
-    """Depth growth: a new ``transformer.h`` holding the kept blocks (same module objects, ``block_idx`` set to their
-    new position) and new ``Block(grown config, j)`` modules filled with ``fresh`` (new ``Parameter``\ s; buffers
-    copied from the source block)."""
-    from litgpt.model import Block
-
-    depth = plan.depth
-    old_blocks = list(model.transformer.h)
-    blocks = []
-    for j, (index, is_new) in enumerate(zip(depth.source, depth.fresh)):
-        source = old_blocks[index]
-        if not is_new:
-            for module in source.modules():
-                if "block_idx" in module.__dict__ and module.block_idx != j:
-                    swap.set(module, "block_idx", j)
-            blocks.append(source)
-            continue
-        with torch.device("meta"):
-            block = Block(plan.new_config, j)
-        source_params = dict(source.named_parameters())
-        for name, param in list(block.named_parameters()):
-            owner, _, attr = name.rpartition(".")
-            value = fresh[f"transformer.h.{j}.{name}"]
-            block.get_submodule(owner)._parameters[attr] = nn.Parameter(
-                value, requires_grad=source_params[name].requires_grad)
-        for name, buffer in source.named_buffers():
-            owner, _, attr = name.rpartition(".")
-            block.get_submodule(owner)._buffers[attr] = buffer.clone()
-        blocks.append(block)
-    swap.set(model.transformer, "h", nn.ModuleList(blocks))
 
 
 def _result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_named: Mapping[str, nn.Parameter]

@@ -4,8 +4,9 @@ Under copy-copy growth with a symmetric optimizer state and no re-warmup, each c
 source forever (the *symmetry lock*); SPARKLING's asymmetric state and re-warmup must break it. The measure here is,
 per width axis, the mean cosine similarity between each new channel and the channel it was copied from, over every
 tensor in which that axis was initialized by copy: 1 at growth, falling under SPARKLING, staying 1 when locked.
-For a depth growth (axis ``n_layer``) it is the mean cosine of each copied new block's weight matrices to its source
-block's (the kept block, at its position in the grown model).
+For an axis that adds modules (depth: tag ``n_layer``; experts: ``experts``) it is the mean cosine of each copied new
+module's weight matrices to its source's (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.copy_pairs`; for depth,
+the kept block at its position in the grown model).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from lightning_sparkling.growth.axes import plan_axes
-from lightning_sparkling.growth.depth import DEPTH_AXIS, block_name, split_block_name
 from lightning_sparkling.growth.plan import GrowthPlan
 
 
@@ -69,20 +69,11 @@ def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
         if tensors:
             positions = change.copy_positions() if change.layout is not None else None
             specs[axis] = CopySpec(axis, change.old, change.src, tensors, positions=positions)
-    if plan.depth is not None:
-        copies = plan.depth.copies()
-        pairs = []
-        for name, spec in plan.tensors.items():
-            found = split_block_name(name)
-            if spec.block_init == "copy" and len(spec.new_shape) >= 2 and found is not None:
-                pairs.append((block_name(copies[found[0]], found[1]), name))
-        if pairs:
-            specs[DEPTH_AXIS] = CopySpec(DEPTH_AXIS, plan.depth.old, torch.empty(0, dtype=torch.long), (),
-                                         tuple(pairs))
-    for axis in plan_axes(plan):  # plug-in axes whose new modules copy old ones (e.g. new experts)
+    for axis in plan_axes(plan):  # axes whose new modules copy old ones (new blocks, new experts)
         pairs = axis.copy_pairs(plan)
-        if pairs:
-            specs[axis.name] = CopySpec(axis.name, 0, torch.empty(0, dtype=torch.long), (), tuple(pairs))
+        if pairs:  # compared as whole tensors: no channel map
+            specs[axis.symmetry_key] = CopySpec(axis.symmetry_key, 0, torch.empty(0, dtype=torch.long), (),
+                                                tuple(pairs))
     return specs
 
 

@@ -87,8 +87,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
     """What stage ``k`` of ``run`` does to the model of ``config`` (its plan ``gp``): one entry of
     ``plan()["stages"]``."""
     from lightning_sparkling.growth.compute import count_params
-    from lightning_sparkling.growth.heads import describe_heads
-    from lightning_sparkling.growth.axes import describe_changes
+    from lightning_sparkling.growth.axes import describe_changes, registered_axes
     from lightning_sparkling.growth.plan import size_changes
     from lightning_sparkling.growth.stage import grows_channels
 
@@ -100,7 +99,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
         "widths": {axis: [ax.old, ax.new] for axis, ax in gp.axes.items()},
         "sizes": {axis: list(pair) for axis, pair in size_changes(config, gp.new_config).items()},
         "into": gp.new_config.name if stage.model_name or stage.model_config else None,
-        "depth": _depth_report(gp, stage), "heads": describe_heads(gp.heads) if gp.heads is not None else None,
+        **{key: value for axis in registered_axes() for key, value in axis.report(gp, stage).items()},  # depth, heads
         "alpha": gp.alphas(), "grows_channels": grows_channels(stage.to_dict()), "init": stage.init,
         "rms_preserving": stage.rms_preserving,
         "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
@@ -162,16 +161,6 @@ def _describe_baselines(s: dict[str, Any]) -> str:
                 if s["symmetry_target"] is not None else "symmetry_target off")
     return (f"baselines (paper appendix): split {split}, perturb {s['perturb']:g}, rewarmup_scope "
             f"{s['rewarmup_scope']}, {decay}; lock breakers: bias_correction {s['bias_correction']}, {symmetry}")
-
-
-def _depth_report(gp, stage) -> dict[str, Any] | None:
-    """The depth change of a stage's plan: order, init, and which old block each new block copies."""
-    from lightning_sparkling.growth.depth import describe_depth
-
-    if gp.depth is None:
-        return None
-    return {"order": gp.depth.order, "init": stage.depth_init, "map": describe_depth(gp.depth),
-            "source": list(gp.depth.source)}
 
 
 def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:

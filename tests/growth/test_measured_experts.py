@@ -91,8 +91,9 @@ def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init
     report = plan(run, print_report=False)
     (cell,) = [c for c in load_map() if (c.axis, c.init, c.growth_at) == ("upcycle", init, at_step / 1000)]
     advice = report["regime_advice"]
+    speedup = f"{cell.describe_speedup()}, " if cell.speedup is not None else ""  # measured at 25% (vs MoE scratch)
     assert f"upcycle (expert_init {init}), paper, cosine, growth at {at_step / 10:.0f}%, 5.7 tokens per parameter: " \
-           f"Δ {cell.delta:+.3f} ± {cell.sd:.3f}" in advice
+           f"{speedup}Δ {cell.delta:+.3f} ± {cell.sd:.3f}" in advice
     assert f"Δ {cell.start_delta:+.3f} ± {cell.start_sd:.3f} against the model it grew from continued on the same " \
            f"FLOPs, above it in {cell.start_seeds_above}/{cell.seeds} seeds" in advice
     # every measured upcycle beat the MoE from scratch and lost to staying dense: the advice says it did not pay

@@ -53,7 +53,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.axes import AxisPlan
+from lightning_sparkling.growth.axes import AxisPlan, BaseAxis, PlanContext
 from lightning_sparkling.growth.depth import litgpt_init_std
 from lightning_sparkling.growth.plan import AxisChange, DimGrowth, GrowthError, TensorPlan
 from lightning_sparkling.growth.stage import StageError, check_choice
@@ -211,11 +211,13 @@ def _moe_blocks(n_layer: int, first_k_dense_replace: int | None) -> tuple[int, .
     return tuple(range(first_k_dense_replace or 0, n_layer))
 
 
-class ExpertsAxis:
+class ExpertsAxis(BaseAxis):
     """The experts plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "experts"
     sizes = ("n_expert", "n_expert_per_token")
+    structural = True
+    label_rank = 0
 
     def active(self, stage) -> bool:
         return stage.grows_experts
@@ -304,17 +306,18 @@ class ExpertsAxis:
                              source=tuple(i % old for i in range(new - old)), init=stage.expert_init,
                              reinit_fraction=float(stage.expert_reinit_fraction), router_init=stage.router_init)
 
-    def plan(self, config, new_config, stage, old_model: nn.Module, *, seed: int, stage_index: int) -> AxisPlan:
+    def plan(self, ctx: PlanContext) -> AxisPlan:
         """Per-tensor plans: new experts are new modules (``block_init`` ``copy`` or ``normal``, ``source`` the expert
         they start from), like a new block's tensors; the router grows rows on the ``n_expert`` axis (MoE -> more
         experts) or is new (dense -> MoE: planned against the MLP's ``fc_1``, which only lends dtype and device);
         dense -> MoE moves the MLP's tensors to expert 0."""
-        change = self.change(config, stage)
+        config, old_model = ctx.config, ctx.old_model
+        change = self.change(config, ctx.stage)
         std = litgpt_init_std(config.n_embd)
         new_init = "normal" if change.init == "random" else "copy"
         tensors: dict[str, TensorPlan] = {}
         axes: dict[str, AxisChange] = {}
-        shapes = {name: tuple(t.shape) for name, t in old_model.state_dict(keep_vars=True).items()}
+        shapes = ctx.old_shapes
 
         def expert_tensors(p: str, source_prefix: str, rests: list[str], first_new: int) -> None:
             for i, src in enumerate(change.source):
@@ -450,6 +453,17 @@ class ExpertsAxis:
             router += ", block 0 kept dense" if k == 1 else f", blocks 0-{k - 1} kept dense"
         return (f"{old} -> {change.new} experts, top-{change.old_k} -> top-{change.new_k}, {init}{router} "
                 f"(new {copies}): " + ("function kept" if exact else "function changes"))
+
+    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
+        """``upcycle`` (dense -> MoE), ``experts+topk`` (more experts and a new ``n_expert_per_token``: more active
+        parameters), ``experts``; only for a stage that grows the experts alone."""
+        if grown != {self.name}:
+            return None
+        if getattr(stage, "mlp_class_name", None) is not None:
+            return "upcycle"  # dense -> MoE, measured apart from MoE -> more experts
+        if getattr(stage, "n_expert_per_token", None) is not None:
+            return "experts+topk"
+        return self.name
 
 
 def plan_generator(plan, *keys: object) -> torch.Generator:

@@ -1,0 +1,167 @@
+"""The depth axis: ``n_layer`` (G_stack, MIDAS; prts's layer maps). Which old block each block of the grown model
+comes from, and how a new block starts, is :mod:`~lightning_sparkling.growth.depth` (pure functions of integers and
+names); this plug-in turns it into tensor plans (every block tensor under its new position, a new block's with
+``block_init``), new ``Block`` modules, and the names of kept blocks that move.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from lightning_sparkling.growth.axes import AxisPlan, BaseAxis, PlanContext
+from lightning_sparkling.growth.axes.width import check_larger
+from lightning_sparkling.growth.depth import (
+    DEPTH_AXIS,
+    DepthChange,
+    block_name,
+    depth_change,
+    depth_config_values,
+    describe_depth,
+    fresh_block_init,
+    litgpt_init_std,
+    split_block_name,
+)
+from lightning_sparkling.growth.errors import GrowthError
+
+
+def place_blocks(width: dict, old_shapes: dict[str, tuple[int, ...]], depth: DepthChange, init_std: float) -> dict:
+    """The per-tensor plans of a stage with a depth change: ``width`` (the channel plans, by pre-growth name) for
+    tensors outside the blocks; for every block tensor of the grown model, its source's channel plan (or an unchanged
+    one) under its new name, with ``block_init`` set for a new block's tensors. Blocks that neither move nor grow
+    are left out, as for a width growth."""
+    from lightning_sparkling.growth.plan import TensorPlan
+
+    tensors = {name: spec for name, spec in width.items() if split_block_name(name) is None}
+    by_block: dict[int, list[str]] = {}
+    for name in old_shapes:
+        found = split_block_name(name)
+        if found is not None:
+            by_block.setdefault(found[0], []).append(found[1])
+    for position, (index, fresh) in enumerate(zip(depth.source, depth.fresh)):
+        for rest in by_block[index]:
+            old = block_name(index, rest)
+            new = block_name(position, rest)
+            spec = width.get(old) or TensorPlan(old, old_shapes[old], old_shapes[old], ())
+            if fresh:
+                how = fresh_block_init(rest, len(spec.new_shape), depth.init)
+                tensors[new] = dataclasses.replace(spec, name=new, source=old, block_init=how,
+                                                   init_std=init_std if how == "normal" else 0.0)
+            elif new != old or old in width:
+                tensors[new] = dataclasses.replace(spec, name=new, source=old if new != old else "")
+    return tensors
+
+
+class DepthAxis(BaseAxis):
+    """The depth plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
+
+    name = "depth"
+    sizes = (DEPTH_AXIS,)
+    structural = True
+    symmetry_key = DEPTH_AXIS
+    label_rank = 1
+    derives = ("sliding_window_indices", "rope_indices", "first_k_dense_replace")
+
+    def target_key(self, size: str, stage) -> str | None:
+        return "depth_map" if stage.depth_map is not None else None
+
+    def check_model(self, config, stage) -> None:
+        check_larger(config, stage, self.sizes)
+
+    def change(self, config, stage) -> DepthChange:
+        return depth_change(config.n_layer, stage.n_layer, stage.depth_order, stage.depth_init, stage.depth_map)
+
+    def config_values(self, config, stage) -> dict[str, Any]:
+        """``n_layer`` and the per-block lists, each block taking its source's
+        (:func:`~lightning_sparkling.growth.depth.depth_config_values`).
+
+        Raises:
+            GrowthError: keyed by ``depth_map`` / ``depth_order`` / ``n_layer`` where the order does not fit.
+        """
+        try:
+            return depth_config_values(config, self.change(config, stage))
+        except ValueError as err:  # a StageError names its key (depth_map, depth_order, n_layer)
+            raise GrowthError(str(err), key=getattr(err, "key", None)) from err
+
+    def plan(self, ctx: PlanContext) -> AxisPlan:
+        """Every block tensor under its new position; a new block's tensors start from their source by
+        ``depth_init`` (``normal`` draws with litgpt's init std of the grown width)."""
+        depth = self.change(ctx.config, ctx.stage)
+        tensors = place_blocks(ctx.tensors, ctx.old_shapes, depth, litgpt_init_std(ctx.new_config.n_embd))
+        return AxisPlan(change=depth, tensors=tensors, replace=True)
+
+    def restructure(self, swap, model: nn.Module, plan, fresh: Mapping[str, torch.Tensor]) -> None:
+        """A new ``transformer.h`` holding the kept blocks (same module objects, ``block_idx`` set to their new
+        position) and new ``Block(grown config, j)`` modules filled with ``fresh`` (new ``Parameter``\\ s; buffers
+        copied from the source block)."""
+        from litgpt.model import Block
+
+        depth: DepthChange = plan.changes[self.name]
+        old_blocks = list(model.transformer.h)
+        blocks = []
+        for j, (index, is_new) in enumerate(zip(depth.source, depth.fresh)):
+            source = old_blocks[index]
+            if not is_new:
+                for module in source.modules():
+                    if "block_idx" in module.__dict__ and module.block_idx != j:
+                        swap.set(module, "block_idx", j)
+                blocks.append(source)
+                continue
+            with torch.device("meta"):
+                block = Block(plan.new_config, j)
+            source_params = dict(source.named_parameters())
+            for name, param in list(block.named_parameters()):
+                owner, _, attr = name.rpartition(".")
+                value = fresh[f"transformer.h.{j}.{name}"]
+                block.get_submodule(owner)._parameters[attr] = nn.Parameter(
+                    value, requires_grad=source_params[name].requires_grad)
+            for name, buffer in source.named_buffers():
+                owner, _, attr = name.rpartition(".")
+                block.get_submodule(owner)._buffers[attr] = buffer.clone()
+            blocks.append(block)
+        swap.set(model.transformer, "h", nn.ModuleList(blocks))
+
+    def carry(self, plan, name: str):
+        """A kept block's tensor under its new position (``None`` for a block index the model lacks)."""
+        found = split_block_name(name)
+        if found is None:
+            return NotImplemented
+        position = plan.changes[self.name].kept_position.get(found[0])
+        return None if position is None else block_name(position, found[1])
+
+    def copy_pairs(self, plan) -> tuple[tuple[str, str], ...]:
+        """``(source block's tensor, new block's copy)`` of every weight matrix of a copied new block (by grown
+        name: the source is the kept block at its new position)."""
+        copies = plan.changes[self.name].copies()
+        pairs = []
+        for name, spec in plan.tensors.items():
+            found = split_block_name(name)
+            if spec.block_init == "copy" and len(spec.new_shape) >= 2 and found is not None:
+                pairs.append((block_name(copies[found[0]], found[1]), name))
+        return tuple(pairs)
+
+    def details(self, plan) -> dict[str, str]:
+        """E.g. ``{"n_layer": "stack, copy-zero: new 4<-0, 5<-1, 6<-2, 7<-3"}``."""
+        depth: DepthChange = plan.changes[self.name]
+        return {DEPTH_AXIS: f"{depth.order}, {depth.init}: {describe_depth(depth)}"}
+
+    def report(self, plan, stage) -> dict[str, Any]:
+        depth = plan.changes.get(self.name)
+        if depth is None:
+            return {"depth": None}
+        return {"depth": {"order": depth.order, "init": stage.depth_init, "map": describe_depth(depth),
+                          "source": list(depth.source)}}
+
+    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
+        """``depth`` (alone), ``depth+width`` (with other sizes)."""
+        if DEPTH_AXIS not in keys:
+            return None
+        return "depth" if keys == {DEPTH_AXIS} else "depth+width"
+
+
+DEPTH = DepthAxis()
+"""The registered depth axis."""

@@ -1,0 +1,98 @@
+"""The heads axis: ``n_head`` and ``n_query_groups`` at a fixed ``head_size`` (new query heads and key/value
+groups copy old ones, laid out anew in litgpt's fused ``qkv``; the layout itself is
+:mod:`~lightning_sparkling.growth.heads`).
+
+Its channel dimensions: ``attn_q`` (the query channels: ``attn.proj``'s fan-in, OLMo-2's ``norm_q``), ``attn_kv``
+(key/value channels: OLMo-2's ``norm_k``) and ``attn_qkv`` (the fused ``qkv`` rows), each an
+:class:`~lightning_sparkling.growth.plan.AxisChange` whose old channels move (``layout`` / ``fresh``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_sparkling.growth.axes import BaseAxis
+from lightning_sparkling.growth.axes.width import check_larger
+from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.heads import describe_heads, head_layout, qkv_layout
+from lightning_sparkling.growth.scaling import fan_in_scale, make_generator
+from lightning_sparkling.growth.stage import HEAD_AXES, WIDTH_AXES
+
+
+def head_counts(config, stage) -> tuple[int, int] | None:
+    """``(n_head, n_query_groups)`` after the stage, or ``None`` when it keeps the heads (an MHA model grown by
+    ``n_head`` alone stays MHA)."""
+    if stage.n_head is None and stage.n_query_groups is None:
+        return None
+    new_head = stage.n_head or config.n_head
+    default_groups = new_head if config.n_query_groups == config.n_head else config.n_query_groups
+    return new_head, stage.n_query_groups or default_groups
+
+
+class HeadsAxis(BaseAxis):
+    """The heads plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
+
+    name = "heads"
+    sizes = HEAD_AXES
+    label_rank = 2
+
+    def check_model(self, config, stage) -> None:
+        """Refuse head counts that do not grow (``n_query_groups`` may repeat the model's own with ``n_head``: new
+        heads join the existing groups)."""
+        pinned = stage.n_head is not None and stage.n_query_groups == config.n_query_groups
+        check_larger(config, stage, tuple(s for s in self.sizes if not (pinned and s == "n_query_groups")))
+
+    def config_values(self, config, stage) -> dict[str, Any]:
+        new_head, new_groups = head_counts(config, stage)
+        return {"n_head": new_head, "n_query_groups": new_groups}
+
+    def dimensions(self, config, stage, *, seed: int, stage_index: int):
+        """The :class:`~lightning_sparkling.growth.heads.HeadLayout` (the change recorded) and the ``attn_q``,
+        ``attn_qkv`` (and, with new groups, ``attn_kv``) dimensions."""
+        from lightning_sparkling.growth.plan import AxisChange
+
+        new_head, new_groups = head_counts(config, stage)
+        H, G, hs = config.n_head, config.n_query_groups, config.head_size
+        try:
+            layout = head_layout(H, G, new_head, new_groups,
+                                 make_generator(seed, "stage", stage_index, "axis", "heads"))
+        except ValueError as err:
+            raise GrowthError(f"GrowthStage(at_step={stage.at_step}): {err}",
+                              key="n_head" if stage.n_head is not None else "n_query_groups") from err
+        q, q_fresh = qkv_layout(layout, H, G, hs)
+        q_channels, kv_channels = new_head * hs, new_groups * hs
+
+        def axis(name: str, old: int, layout_: torch.Tensor, fresh: torch.Tensor, alpha: float = 1.0) -> AxisChange:
+            return AxisChange(name=name, old=old, new=int(layout_.numel()), alpha=alpha, src=layout_[fresh],
+                              layout=layout_, fresh=fresh)
+
+        alpha = fan_in_scale(H * hs, q_channels, init=stage.init, rms_preserving=stage.rms_preserving) \
+            if q_channels > H * hs else 1.0
+        axes = {"attn_q": axis("attn_q", H * hs, q[:q_channels], q_fresh[:q_channels], alpha),
+                "attn_qkv": axis("attn_qkv", (H + 2 * G) * hs, q, q_fresh)}
+        if new_groups > G:
+            axes["attn_kv"] = axis("attn_kv", G * hs, q[q_channels:q_channels + kv_channels] - H * hs,
+                                   q_fresh[q_channels:q_channels + kv_channels])
+        return layout, axes
+
+    def details(self, plan) -> dict[str, str]:
+        """E.g. ``{"n_head": "alpha=0.7071: new q 2<-0, 3<-1"}`` for each head count that changed."""
+        detail = f"alpha={plan.axes['attn_q'].alpha:.4f}: {describe_heads(plan.changes[self.name])}"
+        return {size: detail for size in self.sizes}
+
+    def report(self, plan, stage) -> dict[str, Any]:
+        layout = plan.changes.get(self.name)
+        return {"heads": describe_heads(layout) if layout is not None else None}
+
+    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
+        """``hidden+heads`` (with ``n_embd`` alone), ``heads`` (alone), ``width+heads`` otherwise."""
+        if not keys & set(self.sizes):
+            return None
+        widths = keys & set(WIDTH_AXES)
+        return "hidden+heads" if widths == {"n_embd"} else ("heads" if not widths else "width+heads")
+
+
+HEADS = HeadsAxis()
+"""The registered heads axis."""

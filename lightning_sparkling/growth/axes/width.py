@@ -1,0 +1,107 @@
+"""The width axis: ``n_embd`` (the hidden size), ``intermediate_size`` (dense MLPs) and ``moe_intermediate_size``
+(every expert, and the shared experts with it), the paper's width growth (sections 3-4).
+
+Each width that grows is one :class:`~lightning_sparkling.growth.plan.AxisChange`: new channel ``old + j`` copies
+channel ``src[j]`` (a seeded random map), the readers of the width take the fan-in scale ``alpha`` (RMS-preserving,
+:func:`~lightning_sparkling.growth.scaling.fan_in_scale`), and an uneven ``split`` puts per-channel shares on the
+copied fan-in columns. Which tensors read or write each width is litgpt's channel layout
+(:func:`~lightning_sparkling.growth.axes.channels.channel_tensors`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_sparkling.growth.axes import BaseAxis
+from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_AXIS
+from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
+from lightning_sparkling.growth.stage import WIDTH_AXES
+
+
+def check_larger(config, stage, sizes: tuple[str, ...]) -> None:
+    """Refuse a stage whose ``sizes`` (of this model) do not all grow.
+
+    Raises:
+        GrowthError: naming the size, both values and the rule, keyed by the size.
+    """
+    for axis in sizes:
+        new = getattr(stage, axis)
+        if new is None:
+            continue
+        old = getattr(config, axis)
+        if new <= old:
+            what = "shrinks" if new < old else "does not change"
+            raise GrowthError(
+                f"GrowthStage(at_step={stage.at_step}) {axis}={new} {what} the model ({axis} is {old}): "
+                "a stage must make every size it names larger", key=axis
+            )
+
+
+class WidthAxis(BaseAxis):
+    """The width plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
+
+    name = "width"
+    sizes = WIDTH_AXES
+    label_rank = 3
+
+    def active(self, stage) -> bool:
+        return bool(stage.widths)
+
+    def check_model(self, config, stage) -> None:
+        """Refuse an MLP width the model lacks, or a width that does not grow."""
+        is_moe = config.mlp_class_name == "LLaMAMoE"
+        has_dense = not is_moe or bool(config.first_k_dense_replace)
+        if stage.moe_intermediate_size is not None and not is_moe:
+            raise GrowthError(
+                f"moe_intermediate_size={stage.moe_intermediate_size}: this model has no experts "
+                f"(mlp_class_name={config.mlp_class_name!r}); grow intermediate_size instead",
+                key="moe_intermediate_size"
+            )
+        if stage.intermediate_size is not None and not has_dense:
+            raise GrowthError(
+                f"intermediate_size={stage.intermediate_size}: every MLP of this model is a LLaMAMoE of experts "
+                "(no dense blocks); grow moe_intermediate_size instead", key="intermediate_size"
+            )
+        check_larger(config, stage, self.sizes)
+
+    def config_values(self, config, stage) -> dict[str, Any]:
+        return dict(stage.widths)
+
+    def dimensions(self, config, stage, *, seed: int, stage_index: int):
+        """One :class:`~lightning_sparkling.growth.plan.AxisChange` per width that grows (the shared experts' inner
+        size with the experts'); the change recorded is that dict."""
+        from lightning_sparkling.growth.plan import AxisChange
+
+        old_widths = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
+                      "moe_intermediate_size": config.moe_intermediate_size}
+        changes = {}
+        targets = dict(stage.widths)
+        if "moe_intermediate_size" in targets and config.n_shared_expert:
+            old_widths[SHARED_EXPERT_AXIS] = config.moe_intermediate_size * config.n_shared_expert
+            targets[SHARED_EXPERT_AXIS] = stage.moe_intermediate_size * config.n_shared_expert
+        for name, new in targets.items():
+            old = old_widths[name]
+            src = copy_source_index(old, new, make_generator(seed, "stage", stage_index, "axis", name))
+            alpha = fan_in_scale(old, new, init=stage.init, rms_preserving=stage.rms_preserving)
+            split = split_shares(old, new, src, stage.split, ratio=stage.split_ratio,
+                                 generator=make_generator(seed, "stage", stage_index, "axis", name, "split"))
+            changes[name] = AxisChange(name=name, old=old, new=new, alpha=alpha, src=src, split=split)
+        return changes, changes
+
+    def details(self, plan) -> dict[str, str]:
+        """E.g. ``{"n_embd": "alpha=0.7071"}``."""
+        return {name: f"alpha={plan.axes[name].alpha:.4f}" for name in plan.changes[self.name] if name in self.sizes}
+
+    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
+        """``joint`` (``n_embd`` and an MLP width), ``hidden`` (``n_embd``), ``inner`` (MLP widths)."""
+        widths = keys & set(self.sizes)
+        if not widths:
+            return None
+        if "n_embd" in widths:
+            return "joint" if len(widths) > 1 else "hidden"
+        return "inner"
+
+
+WIDTH = WidthAxis()
+"""The registered width axis."""

@@ -1,0 +1,182 @@
+"""Growth axes as plug-ins (issue 30): the registry and its protocol, an axis added by its module and one
+registration, no axis named outside its own module, and what a structural axis moves carried forward (a width
+stage's copies and new entries after a dense -> MoE stage)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from conftest import llama_config, make_gpt
+
+import lightning_sparkling
+from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, plan_growth
+from lightning_sparkling.growth.axes import (
+    AxisPlan,
+    BaseAxis,
+    GrowthAxis,
+    active_axes,
+    describe_changes,
+    register_axis,
+    registered_axes,
+    unregister_axis,
+)
+from lightning_sparkling.growth.measured import classify_axis
+from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
+
+PACKAGE = Path(lightning_sparkling.__file__).parent
+
+
+def test_registry_holds_the_four_axes_with_disjoint_sizes():
+    axes = registered_axes()
+    assert [a.name for a in axes] == ["width", "heads", "depth", "experts"]
+    assert all(isinstance(a, GrowthAxis) for a in axes)
+    sizes = [s for a in axes for s in a.sizes]
+    assert len(sizes) == len(set(sizes))
+    assert {a.name for a in axes if a.structural} == {"depth", "experts"}
+    assert [a.name for a in active_axes(GrowthStage(1, n_embd=64, n_head=8, n_layer=8))] == ["width", "heads", "depth"]
+    assert [a.name for a in active_axes(GrowthStage(1, n_expert=8))] == ["experts"]
+
+
+def test_plan_records_each_axis_change_and_keeps_the_old_attributes():
+    config = llama_config()
+    plan = plan_growth(config, GrowthStage(0, n_embd=2 * config.n_embd, n_head=2 * config.n_head,
+                                           n_query_groups=2 * config.n_query_groups, n_layer=2 * config.n_layer))
+    assert list(plan.changes) == ["width", "heads", "depth"]
+    assert plan.depth is plan.changes["depth"] and plan.heads is plan.changes["heads"]
+    assert set(plan.changes["width"]) == {"n_embd"} and plan.depth.new == 2 * config.n_layer
+    assert plan.moves_entries  # heads laid out anew, blocks added
+    assert not plan_growth(config, GrowthStage(0, n_embd=2 * config.n_embd)).moves_entries
+
+
+class _Recorder(BaseAxis):
+    """A toy axis: grows nothing itself, records every call, names the grown config, describes itself."""
+
+    name = "toy"
+    label_rank = -1
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def active(self, stage) -> bool:
+        return stage.n_embd is not None
+
+    def check_model(self, config, stage) -> None:
+        self.calls.append("check_model")
+
+    def config_values(self, config, stage):
+        self.calls.append("config_values")
+        return {"name": "toyed"}
+
+    def plan(self, ctx):
+        self.calls.append("plan")
+        assert "transformer.wte.weight" in ctx.tensors  # the channel tensors come first
+        return AxisPlan(change=("toy", ctx.config.n_embd, ctx.new_config.n_embd))
+
+    def restructure(self, swap, model, plan, fresh) -> None:
+        self.calls.append("restructure")
+
+    def copy_pairs(self, plan):
+        return (("transformer.h.0.attn.qkv.weight", "transformer.h.1.attn.qkv.weight"),)
+
+    def describe(self, plan) -> str:
+        return f"toy {plan.changes[self.name]}"
+
+    def cell_label(self, keys, stage, grown):
+        return "toy" if "toy" in grown or keys else None
+
+
+def test_an_axis_is_its_module_and_one_registration():
+    """Every layer reads a registered axis without naming it: the plan, the grown config, the surgery, the
+    symmetry diagnostics, the description and the measured map's cell name."""
+    toy = register_axis(_Recorder())
+    try:
+        with pytest.raises(ValueError, match="clashes with the registered axis 'toy'"):
+            register_axis(_Recorder())
+        model = make_gpt(llama_config())
+        n = model.config.n_embd
+        result = grow_model(model, GrowthStage(0, n_embd=2 * n))
+        plan = result.plan
+        assert toy.calls[:3] == ["check_model", "config_values", "plan"] and "restructure" in toy.calls
+        assert plan.changes["toy"] == ("toy", n, 2 * n) and model.config.name == "toyed"
+        assert describe_changes(plan) == {"toy": f"toy ('toy', {n}, {2 * n})"}
+        assert "toy" in copy_specs(plan)
+        assert classify_axis([GrowthStage(0, n_embd=2 * n)]) == "toy"
+    finally:
+        unregister_axis(toy)
+    assert classify_axis([GrowthStage(0, n_embd=64)]) == "hidden"
+    assert "toy" not in plan_growth(llama_config(), GrowthStage(0, n_embd=64)).changes
+
+
+# modules that orchestrate (plan, surgery, optimizer patch, backends, callbacks, app, dashboards): they read the
+# registry, never one axis
+_ORCHESTRATION = ["growth/plan.py", "growth/surgery.py", "growth/symmetry.py", "growth/measured.py",
+                  "growth/optim_state.py", "growth/compute.py", "callbacks", "parallel", "pretrain", "dashboards"]
+_AXIS_MODULES = {"lightning_sparkling.growth.axes.width", "lightning_sparkling.growth.axes.heads",
+                 "lightning_sparkling.growth.axes.depth", "lightning_sparkling.growth.axes.experts",
+                 "lightning_sparkling.growth.heads"}
+
+
+def _sources() -> list[Path]:
+    out = []
+    for entry in _ORCHESTRATION:
+        path = PACKAGE / entry
+        out += sorted(path.glob("*.py")) if path.is_dir() else [path]
+    return out
+
+
+def test_no_orchestration_module_names_an_axis():
+    """No import of an axis' module, no ``plan.depth`` / ``plan.heads`` and no ``changes["<axis>"]`` outside the
+    axes: the plan keeps ``depth`` / ``heads`` only as properties for callers of the public API."""
+    offenders = []
+    for path in _sources():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(PACKAGE)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.ImportFrom) and node.module in _AXIS_MODULES:
+                offenders.append(f"{where} imports {node.module}")
+            elif isinstance(node, ast.Attribute) and node.attr in ("depth", "heads") and not (
+                    path.name == "plan.py"):
+                offenders.append(f"{where} reads .{node.attr}")
+            elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == "changes":
+                offenders.append(f"{where} indexes .changes")
+    assert not offenders, offenders
+
+
+def _width_then_upcycle(n_embd: int) -> list[GrowthStage]:
+    return [GrowthStage(2, n_embd=2 * n_embd, intermediate_size=128, init="copy-copy", rewarmup_steps=2),
+            GrowthStage(4, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, rewarmup_steps=2)]
+
+
+def test_width_copies_and_new_entries_follow_the_mlp_into_expert_zero():
+    """Dense -> MoE moves every MLP to ``mlp.experts.0``: an earlier width stage's copies (symmetry) and new-entry
+    regions (re-warmup) are carried there (they were left under the MLP's old names, and the symmetry metric of
+    the next step failed with a KeyError)."""
+    model = make_gpt(llama_config())
+    first = grow_model(model, GrowthStage(0, n_embd=2 * model.config.n_embd, intermediate_size=128, init="copy-copy"))
+    specs = copy_specs(first.plan)
+    second = grow_model(model, GrowthStage(1, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2))
+    assert second.plan.moves_entries
+    carried = {axis: spec.carried(second.plan) for axis, spec in specs.items()}
+    params = dict(model.named_parameters())
+    names = [n for spec in carried.values() for n in spec.names()]
+    assert "transformer.h.0.mlp.experts.0.fc_1.weight" in names and set(names) <= set(params)
+    metrics = symmetry_metrics(carried, ((n, params[n]) for n in names), "symmetry/s0")
+    assert metrics["symmetry/s0/intermediate_size"] == pytest.approx(1.0)  # copies untouched by the upcycle
+    region = first.new_entries["transformer.h.0.mlp.fc_1.weight"]
+    name, pieces = second.plan.carry_region("transformer.h.0.mlp.fc_1.weight", region)
+    assert name == "transformer.h.0.mlp.experts.0.fc_1.weight" and pieces == region
+
+
+def test_a_fit_grows_width_then_upcycles_and_logs_both_stages_symmetry():
+    from _tiny import TinyModule, make_trainer, tiny_config
+
+    module = TinyModule(config=tiny_config(), max_steps=8)
+    growth = WidthGrowthCallback(_width_then_upcycle(32), symmetry_every_n_steps=1)
+    make_trainer([growth], max_steps=8).fit(module)
+    assert module.model.config.n_expert == 4 and module.model.config.n_embd == 64
+    last = growth.symmetry.last  # the metrics of the last step, both stages' copies read from the parameters
+    assert {"symmetry/stage_0/n_embd", "symmetry/stage_0/intermediate_size", "symmetry/stage_1/experts"} <= set(last)
+    assert all(0.0 < value <= 1.0 + 1e-6 for value in last.values())
