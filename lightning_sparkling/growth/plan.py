@@ -432,6 +432,30 @@ def _config_with(config, values: dict, target=None):
     return Config(**fields)
 
 
+def _check_target_blocks(config, new_config, stage: GrowthStage) -> None:
+    """Refuse a named target whose per-block fields (which blocks use a sliding window or the local RoPE base, how
+    many first blocks are dense) are not what the growth gives the grown config: the model's own lists, or, when the
+    block count grows, each block its source's. Grown silently, the checkpoint would not be the target's config.
+
+    Raises:
+        GrowthError: naming the field, both values and the fix.
+    """
+    target = target_config(stage)
+    if target is None:
+        return
+    what = f"model_name={stage.model_name!r}" if stage.model_name else "model_config"
+    for key in _PER_BLOCK_FIELDS:
+        grown, wanted = getattr(new_config, key, None), getattr(target, key, None)
+        if key == "first_k_dense_replace":
+            grown, wanted = grown or 0, wanted or 0
+        if grown != wanted:
+            how = ("each new block takes its source block's" if new_config.n_layer != config.n_layer
+                   else "the model's own, kept")
+            raise GrowthError(f"GrowthStage({what}): the target's {key}={wanted!r} is not what this growth gives the "
+                              f"grown model ({key}={grown!r}: {how}); grow into a config with {key}={grown!r} "
+                              "(model_config), or change the model's before growing")
+
+
 def stage_config(config, stage: GrowthStage):
     """The litgpt ``Config`` after ``stage`` grows a model of ``config`` (a ``model_name`` / ``model_config`` stage
     resolved first), without planning any tensor.
@@ -443,7 +467,9 @@ def stage_config(config, stage: GrowthStage):
         'pythia-31m'
     """
     stage = resolve_stage(config, stage)
-    return _config_with(config, axis_config_values(config, stage), target_config(stage))
+    new_config = _config_with(config, axis_config_values(config, stage), target_config(stage))
+    _check_target_blocks(config, new_config, stage)
+    return new_config
 
 
 def axis_config_values(config, stage: GrowthStage) -> dict:
@@ -529,6 +555,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         new_config = _config_with(config, axis_config_values(config, stage), target_config(stage))
     except AssertionError as err:  # litgpt's Config checks its fields with asserts
         raise GrowthError(f"GrowthStage(at_step={stage.at_step}): litgpt refuses the grown config ({err!r})") from err
+    _check_target_blocks(config, new_config, stage)
     old_model = build_meta_gpt(config)
     old_shapes = _shapes(old_model)
     ctx = PlanContext(config=config, new_config=new_config, stage=stage, old_model=old_model, old_shapes=old_shapes,

@@ -180,3 +180,32 @@ def test_a_fit_grows_width_then_upcycles_and_logs_both_stages_symmetry():
     last = growth.symmetry.last  # the metrics of the last step, both stages' copies read from the parameters
     assert {"symmetry/stage_0/n_embd", "symmetry/stage_0/intermediate_size", "symmetry/stage_1/experts"} <= set(last)
     assert all(0.0 < value <= 1.0 + 1e-6 for value in last.values())
+
+
+# ------------------------------------------------------------------------ named targets' per-block fields
+_WINDOWED = dict(n_embd=32, n_head=2, head_size=16, n_layer=2, vocab_size=64, block_size=16, intermediate_size=64,
+                 mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", sliding_window_size=4,
+                 sliding_window_indices=[1, 0], rope_local_base_freq=100.0, rope_indices=[0, 1])
+
+
+@pytest.mark.parametrize("target, key, grown", [
+    (dict(n_embd=64, sliding_window_indices=[0, 1]), "sliding_window_indices", [1, 0]),
+    (dict(n_embd=64, rope_indices=[1, 1]), "rope_indices", [0, 1]),
+    (dict(n_layer=4, sliding_window_indices=[1, 1, 0, 0], rope_indices=[0, 1, 0, 1]), "sliding_window_indices",
+     [1, 0, 1, 0]),  # stack: block 2 copies 0, block 3 copies 1
+])
+def test_a_named_target_with_other_per_block_fields_is_refused_not_ignored(target, key, grown):
+    """Without a depth growth the grown model keeps the model's lists, with one each new block takes its source's:
+    a target that says otherwise is refused (it used to be grown silently, its checkpoint not the target's config)."""
+    from litgpt import Config
+
+    from lightning_sparkling import GrowthError
+    from lightning_sparkling.growth.plan import stage_config
+
+    config = Config(**_WINDOWED)
+    stage = GrowthStage(0, model_config={**_WINDOWED, **target})
+    for call in (lambda: plan_growth(config, stage), lambda: stage_config(config, stage)):
+        with pytest.raises(GrowthError, match=f"the target's {key}=.*grown model \\({key}={grown!r}".replace("[", "\\[")):
+            call()
+    agreed = {**_WINDOWED, **target, key: grown}
+    assert getattr(plan_growth(config, GrowthStage(0, model_config=agreed)).new_config, key) == grown
