@@ -66,27 +66,3 @@ def test_resume_across_experts_growth_matches_uninterrupted(multi):
         for name in reference:
             assert torch.equal(resumed[0]["state"][name], resumed[1]["state"][name]), (kind, name)
         assert rel_diff(resumed[0]["state"], reference) < 1e-12, f"{run} resumed from the {kind} checkpoint"
-
-
-def test_fsdp2_with_dense_first_blocks_matches_single_process_and_resumes(tmp_path: Path):
-    """One case (not a matrix, the runs are slow): ``first_k_dense_replace=1`` on FSDP2, accumulation 2. Block 0's
-    MLP stays the sharded dense module through the upcycling; the depth growth (``middle``) copies it, so the run ends
-    with 2 dense blocks and one MoE block, where one process ends, and resumes from a sharded checkpoint."""
-    from _dist import run_script
-
-    for mode in ("single", "fsdp2"):
-        run_script(SCRIPT, str(tmp_path), mode, "--accumulate=2", "--first-k=1")
-    run = "fsdp2-acc2"
-    run_script(SCRIPT, str(tmp_path), "fsdp2", "--accumulate=2", "--first-k=1", "--resume",
-               str(tmp_path / run / "sharded6.ckpt"), "--tag=-sharded6")
-    single = torch.load(tmp_path / "single-acc2" / "final-rank0.pt")
-    ranks = final_states(tmp_path, run)
-    state = ranks[0]["state"]
-    assert ranks[0]["first_k_dense_replace"] == single["first_k_dense_replace"] == 2
-    assert {n.split(".mlp.")[0] for n in state if ".mlp.gate." in n} == {"transformer.h.2"}
-    assert "transformer.h.1.mlp.fc_1.weight" in state and state.keys() == single["state"].keys()
-    for name in state:
-        assert torch.equal(state[name], ranks[1]["state"][name]), name
-    assert rel_diff(state, single["state"]) < 1e-4
-    resumed = final_states(tmp_path, run, "-sharded6")
-    assert rel_diff(resumed[0]["state"], state) < 1e-12
