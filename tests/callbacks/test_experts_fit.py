@@ -146,3 +146,73 @@ def test_sparkling_plot_draws_an_experts_run(tmp_path: Path):
     assert any(line.get_gid() == TAG_GID_PREFIX + "symmetry/stage_1/experts" for ax in fig.axes for line in ax.lines)
     assert main_plot([logger.log_dir, "--out", str(tmp_path / "experts.png"), "--dpi", "40"]) == 0
     assert (tmp_path / "experts.png").stat().st_size > 0
+
+
+# ------------------------------------------------------------------ experts and widths grown in one stage
+def _with_widths() -> list[GrowthStage]:
+    """Dense -> MoE with the hidden size and MLP widened in the same stage, then 2x experts with the experts' inner
+    size widened in the same stage."""
+    return [GrowthStage(UPCYCLE_AT, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, n_embd=48,
+                        intermediate_size=96, rewarmup_ratio=2.0, rewarmup_steps=2),
+            GrowthStage(EXPERTS_AT, n_expert=8, n_expert_per_token=4, moe_intermediate_size=128,
+                        optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_upcycled_expert_zero_trains_its_old_entries_on_the_schedule_and_its_new_ones_rewarmed(accumulate):
+    """SGD, dense -> MoE with widths in the same stage: expert 0 is the MLP widened, so its old 64 x 32 block follows
+    the module's schedule and its new rows and columns stage 0's re-warmup; experts 1..3 and the router follow the
+    re-warmup in every entry."""
+    lr, steps = 0.05, 8
+    module = TinyModule(optimizer="sgd", lr=lr, max_steps=steps, accumulate=accumulate)
+    recorder = RecordSteps()
+    make_trainer([recorder, WidthGrowthCallback(_with_widths()[:1])], max_steps=steps, accumulate=accumulate,
+                 precision="64-true").fit(module)
+    assert (module.model.config.n_embd, module.model.config.moe_intermediate_size) == (48, 96)
+    schedule = WarmupCosineLambda(5, steps, 0.1)
+    rewarmed = {s: rewarmup_lr(s, growth_step=UPCYCLE_AT, lr_at_growth=lr * schedule(UPCYCLE_AT), ratio=2.0,
+                               warmup_steps=2, total_steps=steps, min_lr=lr * 0.1) for s in range(UPCYCLE_AT, steps)}
+    checked = {"old": 0, "new": 0}
+    for record in recorder.records:
+        step = record["step"]
+        if step < UPCYCLE_AT:
+            continue
+        for name, before in record["before"].items():
+            if name not in record["grad"] or before.ndim < 2 or not (".experts." in name or "gate" in name):
+                continue
+            old = torch.zeros_like(before, dtype=torch.bool)
+            if ".experts.0." in name:  # fc_1 / fc_2: (inner, n_embd) from (64, 32); proj: (n_embd, inner)
+                rows, cols = (32, 64) if name.endswith("proj.weight") else (64, 32)
+                old[:rows, :cols] = True
+            sizable = record["grad"][name].abs() > 1e-9  # the router's near-zero gradients round off the ratio
+            for kind, mask in (("old", old & sizable), ("new", ~old & sizable)):
+                got = applied_lr(before, record["grad"][name], record["after"][name], mask)
+                got = got[torch.isfinite(got)]  # an expert no token picked this step has no update
+                want = lr * schedule(step) if kind == "old" else rewarmed[step]
+                assert torch.allclose(got, torch.full_like(got, want), rtol=1e-6, atol=0), (step, name, kind, want)
+                checked[kind] += got.numel()
+    assert min(checked.values()) > 500, checked
+    assert rewarmed[UPCYCLE_AT + 2] != pytest.approx(lr * schedule(UPCYCLE_AT + 2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_resume_bit_exact_across_experts_grown_with_widths(tmp_path: Path, accumulate):
+    steps = 12
+    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
+    reference = TinyModule(max_steps=steps, accumulate=accumulate)
+    _fit(reference, _with_widths(), max_steps=steps, accumulate=accumulate, callbacks=[ckpt],
+         enable_checkpointing=True)
+    config = reference.model.config
+    assert (config.n_expert, config.n_embd, config.moe_intermediate_size) == (8, 48, 128)
+    expected = {n: t.detach().clone() for n, t in reference.model.state_dict().items()}
+    GPT(config).load_state_dict(expected, strict=True)  # a plain litgpt state dict of the grown config
+    for step in (UPCYCLE_AT, EXPERTS_AT, 10):
+        resumed = TinyModule(max_steps=steps, accumulate=accumulate)
+        _fit(resumed, _with_widths(), max_steps=steps, accumulate=accumulate,
+             ckpt_path=str(tmp_path / f"step={step}.ckpt"))
+        got = resumed.model.state_dict()
+        assert got.keys() == expected.keys()
+        for name, value in expected.items():
+            assert torch.equal(got[name], value), f"resume from step {step}: {name} differs"

@@ -209,3 +209,12 @@ def test_a_named_target_with_other_per_block_fields_is_refused_not_ignored(targe
             call()
     agreed = {**_WINDOWED, **target, key: grown}
     assert getattr(plan_growth(config, GrowthStage(0, model_config=agreed)).new_config, key) == grown
+
+
+def test_experts_with_widths_is_a_cell_of_its_own():
+    """No measured cell holds experts grown with widths: the map names it apart instead of advising from the
+    width or upcycle cells."""
+    upcycle = dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)
+    assert classify_axis([GrowthStage(0, **upcycle)]) == "upcycle"
+    assert classify_axis([GrowthStage(0, **upcycle, n_embd=64, intermediate_size=256)]) == "upcycle+width"
+    assert classify_axis([GrowthStage(0, n_expert=8, n_head=8)]) == "experts+width"

@@ -63,7 +63,7 @@ STAGE_REFUSALS = [
     (dict(n_expert=8, n_expert_per_token=True), "n_expert_per_token=True"),
     (dict(n_expert_per_token=4), "n_expert_per_token=4.*give n_expert"),
     (dict(n_embd=64, expert_init="random"), "expert_init='random'.*only used"),
-    (dict(n_expert=8, n_embd=64), "n_expert=8\\) with n_embd.*stage of their own"),
+    (dict(n_expert=8, n_layer=4), "n_expert=8\\) with n_layer.*stages of their own"),
     (dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, first_k_dense_replace=-1),
      "first_k_dense_replace=-1\\): must be an integer >= 0"),
     (dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, first_k_dense_replace=True),
@@ -132,6 +132,57 @@ def test_exact_expert_growth_keeps_logits_and_reloads_strictly(factory, keys):
     fresh = GPT(model.config)
     fresh.load_state_dict(model.state_dict(), strict=True)
     torch.testing.assert_close(logits(fresh, tokens), before, atol=1e-5, rtol=0)
+
+
+# experts with widths (and heads) in one stage: function-preserving widths (copy-copy, fan-in alpha = 1/2 at 2x)
+_NAIVE_WIDTH = dict(init="copy-copy", rms_preserving=True)
+WITH_WIDTH = [
+    ("upcycle+hidden+mlp", llama_config,
+     lambda c: dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, n_embd=2 * c.n_embd,
+                    intermediate_size=2 * c.intermediate_size)),
+    ("upcycle-dense-first+mlp", lambda: llama_config(n_layer=3),
+     lambda c: dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, first_k_dense_replace=1,
+                    intermediate_size=2 * c.intermediate_size)),
+    ("more-experts-x2+hidden+expert-inner", pure_moe_config,
+     lambda c: dict(n_expert=2 * c.n_expert, n_expert_per_token=2 * c.n_expert_per_token, n_embd=2 * c.n_embd,
+                    moe_intermediate_size=2 * c.moe_intermediate_size)),
+    ("more-experts-x2+hidden+heads-shared", moe_config,
+     lambda c: dict(n_expert=2 * c.n_expert, n_expert_per_token=2 * c.n_expert_per_token, n_embd=2 * c.n_embd,
+                    n_head=2 * c.n_head, n_query_groups=2 * c.n_query_groups)),
+    ("grouped-x2+hidden", grouped_config,
+     lambda c: dict(n_expert=2 * c.n_expert, n_expert_per_token=2 * c.n_expert_per_token, n_embd=2 * c.n_embd)),
+]
+
+
+@pytest.mark.parametrize("factory,keys", [c[1:] for c in WITH_WIDTH], ids=[c[0] for c in WITH_WIDTH])
+def test_experts_and_widths_in_one_stage_keep_logits_and_copy_the_widened_source(factory, keys):
+    """The width's channel plans come first, so a moved MLP is widened into expert 0 and every new expert copies its
+    source widened (bit for bit), the router keeps its widened columns beside its new rows; the grown model loads
+    strictly into GPT(grown config)."""
+    config = factory()
+    keys = keys(config)
+    model = make_gpt(config)
+    tokens = make_tokens(config, batch=3, length=16)
+    before = logits(model, tokens)
+    result = grow_model(model, GrowthStage(0, **keys, **_NAIVE_WIDTH))
+    assert {"width", "experts"} <= set(result.plan.changes)
+    assert (model.config.n_expert, model.config.n_embd) == (keys["n_expert"], keys.get("n_embd", config.n_embd))
+    torch.testing.assert_close(logits(model, tokens), before, atol=1e-5, rtol=0)
+    fresh = GPT(model.config)
+    fresh.load_state_dict(model.state_dict(), strict=True)
+    change = result.plan.changes["experts"]
+    for i in change.blocks:
+        experts = model.transformer.h[i].mlp.experts
+        assert experts[0].fc_1.weight.shape[1] == model.config.n_embd
+        assert experts[0].fc_1.weight.shape[0] == model.config.moe_intermediate_size
+        for j, source in enumerate(change.source):
+            assert torch.equal(experts[change.old + j].fc_1.weight, experts[source].fc_1.weight)
+            assert torch.equal(experts[change.old + j].proj.weight, experts[source].proj.weight)
+
+
+def test_experts_with_depth_in_one_stage_is_refused_naming_the_fix():
+    with pytest.raises(StageError, match="n_expert=8\\) with n_layer.*stages of their own.*widths and heads may"):
+        GrowthStage(0, n_expert=8, n_layer=4, n_embd=64)
 
 
 def test_upcycled_model_is_not_trivially_equal_when_experts_differ():

@@ -45,6 +45,7 @@ copies would never part (their router gradient is zero while the experts are equ
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -148,11 +149,13 @@ def check_expert_keys(stage) -> None:
                          "GrowthStage(router_init='zero', expert_init='copy'): every token would go to the first "
                          "n_expert_per_token experts and the copies would never part (their router gradient is zero "
                          "while they are equal); use router_init='random' or expert_init='drop-upcycle'")
-    others = [key for key in stage.sizes] + [k for k in ("model_name", "model_config") if getattr(stage, k)]
+    others = [key for key in stage.sizes if key == "n_layer"] + [k for k in ("model_name", "model_config")
+                                                                    if getattr(stage, k)]
     if others:
         raise StageError("n_expert",
-                         f"GrowthStage(n_expert={stage.n_expert}) with {', '.join(others)}: grow the experts in a stage "
-                         "of their own (a stage at the next step for the other sizes)")
+                         f"GrowthStage(n_expert={stage.n_expert}) with {', '.join(others)}: grow the experts and the "
+                         "depth in stages of their own (a stage at the next step for the other sizes); widths and "
+                         "heads may grow with the experts")
 
 
 def _check_dense_key(stage) -> None:
@@ -256,8 +259,9 @@ class ExpertsAxis(BaseAxis):
                                       f"{config.n_layer} blocks and at least one must get experts, so at most "
                                       f"{config.n_layer - 1} keep their dense MLP; use {DENSE_KEY} <= "
                                       f"{config.n_layer - 1}")
+            inner = stage.intermediate_size or config.intermediate_size  # the MLP's, grown in the same stage
             return {"mlp_class_name": MOE_CLASS, "n_expert": E, "n_expert_per_token": K,
-                    "moe_intermediate_size": config.intermediate_size, DENSE_KEY: k or None}
+                    "moe_intermediate_size": inner, DENSE_KEY: k or None}
         if not is_moe:
             raise GrowthError(f"GrowthStage(n_expert={E}): this model has no experts (mlp_class_name="
                               f"{config.mlp_class_name!r}); add mlp_class_name='LLaMAMoE' and n_expert_per_token to "
@@ -310,14 +314,19 @@ class ExpertsAxis(BaseAxis):
         """Per-tensor plans: new experts are new modules (``block_init`` ``copy`` or ``normal``, ``source`` the expert
         they start from), like a new block's tensors; the router grows rows on the ``n_expert`` axis (MoE -> more
         experts) or is new (dense -> MoE: planned against the MLP's ``fc_1``, which only lends dtype and device);
-        dense -> MoE moves the MLP's tensors to expert 0."""
+        dense -> MoE moves the MLP's tensors to expert 0. A width grown in the same stage composes: a moved or copied
+        tensor takes its source's channel plan (``ctx.tensors``), so a new expert copies its source *widened*, and
+        the router keeps its ``n_embd`` columns' growth beside its new rows."""
         config, old_model = ctx.config, ctx.old_model
         change = self.change(config, ctx.stage)
-        std = litgpt_init_std(config.n_embd)
+        std = litgpt_init_std(ctx.new_config.n_embd)
         new_init = "normal" if change.init == "random" else "copy"
-        tensors: dict[str, TensorPlan] = {}
+        tensors: dict[str, TensorPlan] = dict(ctx.tensors)
         axes: dict[str, AxisChange] = {}
         shapes = ctx.old_shapes
+
+        def channels(source: str) -> TensorPlan:  # the tensor's channel plan, or an unchanged one
+            return ctx.tensors.get(source) or TensorPlan(source, shapes[source], shapes[source], ())
 
         def expert_tensors(p: str, source_prefix: str, rests: list[str], first_new: int) -> None:
             for i, src in enumerate(change.source):
@@ -325,22 +334,22 @@ class ExpertsAxis(BaseAxis):
                     source = f"{source_prefix.format(src)}.{rest}"
                     name = f"{p}.mlp.experts.{first_new + i}.{rest}"
                     how = new_init if rest.endswith("weight") or new_init == "copy" else "zero"
-                    tensors[name] = TensorPlan(name, shapes[source], shapes[source], (), source=source,
-                                               block_init=how, init_std=std if how == "normal" else 0.0)
+                    tensors[name] = dataclasses.replace(channels(source), name=name, source=source, block_init=how,
+                                                        init_std=std if how == "normal" else 0.0)
 
         for i in change.blocks:
             p = f"transformer.h.{i}"
             block = old_model.transformer.h[i]
             if change.upcycle:
                 rests = [n for n, _ in block.mlp.named_parameters()]
-                for rest in rests:  # the MLP itself becomes expert 0
-                    tensors[f"{p}.mlp.experts.0.{rest}"] = TensorPlan(
-                        f"{p}.mlp.experts.0.{rest}", shapes[f"{p}.mlp.{rest}"], shapes[f"{p}.mlp.{rest}"], (),
-                        source=f"{p}.mlp.{rest}")
+                for rest in rests:  # the MLP itself becomes expert 0 (widened first where a width grows)
+                    tensors.pop(f"{p}.mlp.{rest}", None)
+                    tensors[f"{p}.mlp.experts.0.{rest}"] = dataclasses.replace(
+                        channels(f"{p}.mlp.{rest}"), name=f"{p}.mlp.experts.0.{rest}", source=f"{p}.mlp.{rest}")
                 expert_tensors(p, p + ".mlp", rests, 1)
                 fc_1 = f"{p}.mlp.fc_1.weight"
                 tensors[f"{p}.mlp.gate.weight"] = TensorPlan(
-                    f"{p}.mlp.gate.weight", shapes[fc_1], (change.new, config.n_embd), (), source=fc_1,
+                    f"{p}.mlp.gate.weight", shapes[fc_1], (change.new, ctx.new_config.n_embd), (), source=fc_1,
                     block_init="normal" if change.router_init == "random" else "zero",
                     init_std=std if change.router_init == "random" else 0.0)
             else:
@@ -348,8 +357,10 @@ class ExpertsAxis(BaseAxis):
                 expert_tensors(p, p + ".mlp.experts.{}", rests, change.old)
                 gate = f"{p}.mlp.gate.weight"
                 mode = "random" if change.init == "random" else "copy"
-                tensors[gate] = TensorPlan(gate, shapes[gate], (change.new, shapes[gate][1]),
-                                           (DimGrowth(0, EXPERT_AXIS, "fan_out", mode),))
+                grown = channels(gate)  # its n_embd columns, where the hidden size grows too
+                tensors[gate] = dataclasses.replace(
+                    grown, new_shape=(change.new, *grown.new_shape[1:]),
+                    dims=tuple(sorted((DimGrowth(0, EXPERT_AXIS, "fan_out", mode), *grown.dims), key=lambda d: d.dim)))
                 bias = f"{p}.mlp.gate.e_score_correction_bias"  # a buffer: restructure() copies its entries
                 if bias in shapes:
                     tensors[bias] = TensorPlan(bias, shapes[bias], (change.new,),
@@ -357,7 +368,7 @@ class ExpertsAxis(BaseAxis):
         if not change.upcycle:
             axes[EXPERT_AXIS] = AxisChange(name=EXPERT_AXIS, old=change.old, new=change.new, alpha=1.0,
                                            src=torch.tensor(change.source, dtype=torch.long))
-        return AxisPlan(change=change, tensors=tensors, axes=axes)
+        return AxisPlan(change=change, tensors=tensors, axes=axes, replace=True)
 
     def finish_tensors(self, plan, grown: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Drop-upcycle: in each new expert, re-draw ``expert_reinit_fraction`` of the inner channels (the same
@@ -456,14 +467,16 @@ class ExpertsAxis(BaseAxis):
 
     def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
         """``upcycle`` (dense -> MoE), ``experts+topk`` (more experts and a new ``n_expert_per_token``: more active
-        parameters), ``experts``; only for a stage that grows the experts alone."""
-        if grown != {self.name}:
+        parameters), ``experts``; ``...+width`` when widths or heads grow in the same stage (no cell measured)."""
+        if self.name not in grown:
             return None
         if getattr(stage, "mlp_class_name", None) is not None:
-            return "upcycle"  # dense -> MoE, measured apart from MoE -> more experts
-        if getattr(stage, "n_expert_per_token", None) is not None:
-            return "experts+topk"
-        return self.name
+            label = "upcycle"  # dense -> MoE, measured apart from MoE -> more experts
+        elif getattr(stage, "n_expert_per_token", None) is not None:
+            label = "experts+topk"
+        else:
+            label = self.name
+        return label if grown == {self.name} else f"{label}+width"  # with widths / heads: a cell of its own
 
 
 def plan_generator(plan, *keys: object) -> torch.Generator:
