@@ -230,6 +230,11 @@ for _order in ("stack", "interleave", "middle"):
             ROWS[f"depth {_order} {_init} recommended"] = {
                 "stage": {"depth_order": _order, "depth_init": _init}, "set": {"growth.recipe": "recommended"},
                 "note": f"{_order} {_init} under growth.recipe: recommended (the symmetry loop)"}
+# the cosine default (growth.recipe: auto = random-zero-3x) on a stage that also grows widths (depth+width): its
+# width keys (random-zero channels, re-warmed to 3x); the depth keys are the stage's own
+ROWS["depth stack copy-zero random-zero-3x"] = {
+    "stage": {"depth_order": "stack", "depth_init": "copy-zero"}, "set": {"growth.recipe": "random-zero-3x"},
+    "note": "stack copy-zero under growth.recipe: random-zero-3x (the cosine default since issue 32)"}
 DEPTH_ROWS += [r for r in ROWS if r.startswith("depth ") and r not in DEPTH_ROWS]
 SCRATCH_ROWS = ["scratch small", "scratch large (iso-token)", "scratch large (iso-FLOPs)"]
 # issue 30: the experts axis. "upcycle-*": the size's dense (LLaMAMLP) small model becomes an LLaMAMoE of E=4
