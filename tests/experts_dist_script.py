@@ -12,7 +12,8 @@ OUT_DIR/<mode>-acc<N>/final<tag>-rank<r>.pt. Uninterrupted multi-process runs sa
 (between the growths): DDP a full file, FSDP2 and FSDP1 a sharded directory and a full file. ``--first-k=K``:
 stage 0 keeps the first K blocks dense (``first_k_dense_replace``) and stage 1 repeats it. ``--with-widths``: stage 0
 also widens the hidden size to 48 and the MLP to 96 (so expert 0 is the MLP widened and the new experts copy it
-widened), stage 1 also widens the experts' inner size to 112 (uneven over 2 ranks).
+widened), stage 1 also widens the experts' inner size to 112 (uneven over 2 ranks) and deepens the model to 3 blocks
+(the new block's experts copies of its source's), stage 2 deepens it to 4.
 """
 
 import os
@@ -33,12 +34,19 @@ SAVE_AT = (6, 10)  # between the growths
 
 
 def stages(first_k: int | None = None, with_widths: bool = False) -> list[GrowthStage]:
-    widths = ({"n_embd": 48, "intermediate_size": 96}, {"moe_intermediate_size": 112}) if with_widths else ({}, {})
+    if with_widths:  # experts with widths, then with widths and depth, in one stage each; then depth alone
+        return [
+            GrowthStage(4, mlp_class_name="LLaMAMoE", n_expert=3, n_expert_per_token=2, expert_init="drop-upcycle",
+                        n_embd=48, intermediate_size=96, rewarmup_ratio=2.0, rewarmup_steps=2),
+            GrowthStage(8, n_expert=6, n_expert_per_token=4, moe_intermediate_size=112, n_layer=3,
+                        depth_order="middle", optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2),
+            GrowthStage(12, n_layer=4, depth_order="interleave", rewarmup_steps=2),
+        ]
     return [
         GrowthStage(4, mlp_class_name="LLaMAMoE", n_expert=3, n_expert_per_token=2, expert_init="drop-upcycle",
-                    rewarmup_ratio=2.0, rewarmup_steps=2, first_k_dense_replace=first_k, **widths[0]),
+                    rewarmup_ratio=2.0, rewarmup_steps=2, first_k_dense_replace=first_k),
         GrowthStage(8, n_expert=6, n_expert_per_token=4, optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2,
-                    first_k_dense_replace=first_k, **widths[1]),
+                    first_k_dense_replace=first_k),
         GrowthStage(12, n_layer=3, depth_order="middle", rewarmup_steps=2),
     ]
 

@@ -237,13 +237,15 @@ class GrowthPlan:
             >>> plan.carry("transformer.h.1.attn.qkv.weight")
             'transformer.h.2.attn.qkv.weight'
         """
+        if self._moved is None:
+            self._moved = _moved_names(self.tensors)
+        if name in self._moved:  # an explicit move (a dense MLP to expert 0, wherever its block went)
+            return self._moved[name]
         for axis in plan_axes(self):
             moved = axis.carry(self, name)
             if moved is not NotImplemented:
                 return moved
-        if self._moved is None:
-            self._moved = _moved_names(self.tensors)
-        return self._moved.get(name, name)
+        return name
 
     @property
     def moves_entries(self) -> bool:

@@ -192,8 +192,8 @@ class GrowthStage:
 
     The keys below grow the experts (:mod:`~lightning_sparkling.growth.axes.experts`: what keeps the function and
     what changes it); a new expert's tensors and a router's new rows are new entries like new width, so the re-warmup
-    and ``optimizer_state`` apply to them. Widths and heads may grow in the same stage (a new expert then copies its
-    source widened; dense -> MoE widens the MLP into expert 0); grow the depth in a stage of its own.
+    and ``optimizer_state`` apply to them. Widths, heads and depth may grow in the same stage (a new expert then copies
+    its source widened; dense -> MoE widens the MLP into expert 0; a new block gets its experts as its MLP starts).
 
     Args:
         n_expert: new number of routed experts per MoE block. On a ``LLaMAMoE`` model new expert ``E_old + i`` starts

@@ -151,11 +151,11 @@ def test_sparkling_plot_draws_an_experts_run(tmp_path: Path):
 # ------------------------------------------------------------------ experts and widths grown in one stage
 def _with_widths() -> list[GrowthStage]:
     """Dense -> MoE with the hidden size and MLP widened in the same stage, then 2x experts with the experts' inner
-    size widened in the same stage."""
+    size widened and a third block in the same stage."""
     return [GrowthStage(UPCYCLE_AT, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, n_embd=48,
                         intermediate_size=96, rewarmup_ratio=2.0, rewarmup_steps=2),
-            GrowthStage(EXPERTS_AT, n_expert=8, n_expert_per_token=4, moe_intermediate_size=128,
-                        optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2)]
+            GrowthStage(EXPERTS_AT, n_expert=8, n_expert_per_token=4, moe_intermediate_size=128, n_layer=3,
+                        depth_order="middle", optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2)]
 
 
 @pytest.mark.slow
@@ -198,14 +198,14 @@ def test_upcycled_expert_zero_trains_its_old_entries_on_the_schedule_and_its_new
 
 @pytest.mark.slow
 @pytest.mark.parametrize("accumulate", [1, 2])
-def test_resume_bit_exact_across_experts_grown_with_widths(tmp_path: Path, accumulate):
+def test_resume_bit_exact_across_experts_grown_with_widths_and_depth(tmp_path: Path, accumulate):
     steps = 12
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
     reference = TinyModule(max_steps=steps, accumulate=accumulate)
     _fit(reference, _with_widths(), max_steps=steps, accumulate=accumulate, callbacks=[ckpt],
          enable_checkpointing=True)
     config = reference.model.config
-    assert (config.n_expert, config.n_embd, config.moe_intermediate_size) == (8, 48, 128)
+    assert (config.n_expert, config.n_embd, config.moe_intermediate_size, config.n_layer) == (8, 48, 128, 3)
     expected = {n: t.detach().clone() for n, t in reference.model.state_dict().items()}
     GPT(config).load_state_dict(expected, strict=True)  # a plain litgpt state dict of the grown config
     for step in (UPCYCLE_AT, EXPERTS_AT, 10):

@@ -1,7 +1,7 @@
-"""Experts grown with widths in the same stage on every parallel backend (2 CPU ranks, gloo; experts_dist_script.py
-with ``--with-widths``): dense -> MoE with the hidden size 32 -> 48 and the MLP 64 -> 96 (expert 0 is the MLP
-widened, the new experts copy it widened), then 2x experts with their inner size 96 -> 112 (uneven over 2 ranks),
-then a depth growth; ends where one process with the same global batch ends (float64, relative < 1e-4), ranks
+"""Experts grown with widths and depth in the same stage on every parallel backend (2 CPU ranks, gloo;
+experts_dist_script.py with ``--with-widths``): dense -> MoE with the hidden size 32 -> 48 and the MLP 64 -> 96 (expert
+0 is the MLP widened, the new experts copy it widened), then 2x experts with their inner size 96 -> 112 (uneven over
+2 ranks) and 2 -> 3 blocks in one stage, then 3 -> 4 blocks; ends where one process with the same global batch ends (float64, relative < 1e-4), ranks
 agreeing exactly, and resumes from a checkpoint saved between the growths to where the uninterrupted run ends. One
 case per backend, accumulation 2."""
 
@@ -35,8 +35,8 @@ def test_experts_with_widths_match_single_process_and_resume(tmp_path: Path, sin
     state = ranks[0]["state"]
     grown = (ranks[0]["n_expert"], ranks[0]["n_layer"], ranks[0]["n_embd"], ranks[0]["moe_intermediate_size"])
     assert grown == (single["n_expert"], single["n_layer"], single["n_embd"], single["moe_intermediate_size"]) \
-        == (6, 3, 48, 112)
-    assert state["transformer.h.2.mlp.experts.5.fc_1.weight"].shape == (112, 48)
+        == (6, 4, 48, 112)
+    assert state["transformer.h.3.mlp.experts.5.fc_1.weight"].shape == (112, 48)
     assert state.keys() == single["state"].keys()
     for name in state:
         assert torch.equal(state[name], ranks[1]["state"][name]), name

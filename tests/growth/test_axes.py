@@ -217,4 +217,5 @@ def test_experts_with_widths_is_a_cell_of_its_own():
     upcycle = dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)
     assert classify_axis([GrowthStage(0, **upcycle)]) == "upcycle"
     assert classify_axis([GrowthStage(0, **upcycle, n_embd=64, intermediate_size=256)]) == "upcycle+width"
-    assert classify_axis([GrowthStage(0, n_expert=8, n_head=8)]) == "experts+width"
+    assert classify_axis([GrowthStage(0, n_expert=8, n_head=8)]) == "experts+heads"
+    assert classify_axis([GrowthStage(0, **upcycle, n_layer=8, n_embd=64)]) == "upcycle+depth+width"

@@ -63,7 +63,7 @@ STAGE_REFUSALS = [
     (dict(n_expert=8, n_expert_per_token=True), "n_expert_per_token=True"),
     (dict(n_expert_per_token=4), "n_expert_per_token=4.*give n_expert"),
     (dict(n_embd=64, expert_init="random"), "expert_init='random'.*only used"),
-    (dict(n_expert=8, n_layer=4), "n_expert=8\\) with n_layer.*stages of their own"),
+    (dict(n_expert=8, model_name="pythia-14m"), "n_expert=8\\) with model_name.*named target sets the experts"),
     (dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, first_k_dense_replace=-1),
      "first_k_dense_replace=-1\\): must be an integer >= 0"),
     (dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, first_k_dense_replace=True),
@@ -180,9 +180,51 @@ def test_experts_and_widths_in_one_stage_keep_logits_and_copy_the_widened_source
             assert torch.equal(experts[change.old + j].proj.weight, experts[source].proj.weight)
 
 
-def test_experts_with_depth_in_one_stage_is_refused_naming_the_fix():
-    with pytest.raises(StageError, match="n_expert=8\\) with n_layer.*stages of their own.*widths and heads may"):
-        GrowthStage(0, n_expert=8, n_layer=4, n_embd=64)
+WITH_DEPTH = [
+    ("upcycle+depth-stack", llama_config, dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2,
+                                               n_layer=4)),
+    ("upcycle+depth-interleave-dense-first", llama_config,
+     dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, n_layer=4, depth_order="interleave",
+          first_k_dense_replace=1)),
+    ("upcycle+depth-middle+widths", llama_config,
+     dict(mlp_class_name="LLaMAMoE", n_expert=3, n_expert_per_token=3, n_layer=3, depth_order="middle", n_embd=64,
+          intermediate_size=128, **_NAIVE_WIDTH)),
+    ("more-experts-x2+depth", pure_moe_config, dict(n_expert=8, n_expert_per_token=4, n_layer=4)),
+    ("more-experts-x2+depth-shared-dense-first+hidden", moe_config,
+     dict(n_expert=8, n_expert_per_token=4, n_layer=4, depth_order="interleave", n_embd=64, **_NAIVE_WIDTH)),
+]
+
+
+@pytest.mark.parametrize("keys_factory,keys", [c[1:] for c in WITH_DEPTH], ids=[c[0] for c in WITH_DEPTH])
+def test_experts_and_depth_in_one_stage_keep_logits_and_new_blocks_start_as_their_source(keys_factory, keys):
+    """Depth re-keys the blocks first, then the experts are planned per block of the grown model: a kept block's MLP
+    becomes expert 0 with copies beside it, a new block is built with its experts, each starting as the new block's
+    own MLP does (``copy-zero``: its source's, output projection zeroed), so the function is kept."""
+    config = keys_factory()
+    model = make_gpt(config)
+    tokens = make_tokens(config, batch=3, length=16)
+    before = logits(model, tokens)
+    result = grow_model(model, GrowthStage(0, **keys))
+    assert {"depth", "experts"} <= set(result.plan.changes)
+    grown = model.config
+    assert (grown.n_layer, grown.n_expert) == (keys["n_layer"], keys["n_expert"])
+    torch.testing.assert_close(logits(model, tokens), before, atol=1e-5, rtol=0)
+    GPT(grown).load_state_dict(model.state_dict(), strict=True)
+    depth, change = result.plan.changes["depth"], result.plan.changes["experts"]
+    for j in change.blocks:
+        experts = model.transformer.h[j].mlp.experts
+        assert len(experts) == keys["n_expert"]
+        if depth.fresh[j]:  # a new block: every expert's output projection zero (copy-zero), its inputs copied
+            assert all(not e.proj.weight.any() for e in experts)
+            source = model.transformer.h[depth.copies()[j]].mlp  # a kept block: dense when first_k keeps it so
+            source = source.experts[change.source[-1]] if hasattr(source, "experts") else source
+            assert torch.equal(experts[-1].fc_1.weight, source.fc_1.weight)
+
+
+def test_more_grouped_experts_with_depth_in_one_stage_is_refused_naming_the_fix():
+    config = grouped_config()
+    with pytest.raises(GrowthError, match="GroupedTopkRouter.*stages of their own"):
+        plan_growth(config, GrowthStage(0, n_expert=2 * config.n_expert, n_layer=2 * config.n_layer))
 
 
 def test_upcycled_model_is_not_trivially_equal_when_experts_differ():

@@ -117,8 +117,8 @@ class DepthAxis(BaseAxis):
             for name, param in list(block.named_parameters()):
                 owner, _, attr = name.rpartition(".")
                 value = fresh[f"transformer.h.{j}.{name}"]
-                block.get_submodule(owner)._parameters[attr] = nn.Parameter(
-                    value, requires_grad=source_params[name].requires_grad)
+                like = source_params.get(name, param)  # a module the source lacks (e.g. experts): its own flag
+                block.get_submodule(owner)._parameters[attr] = nn.Parameter(value, requires_grad=like.requires_grad)
             for name, buffer in source.named_buffers():
                 owner, _, attr = name.rpartition(".")
                 block.get_submodule(owner)._buffers[attr] = buffer.clone()
@@ -135,12 +135,13 @@ class DepthAxis(BaseAxis):
 
     def copy_pairs(self, plan) -> tuple[tuple[str, str], ...]:
         """``(source block's tensor, new block's copy)`` of every weight matrix of a copied new block (by grown
-        name: the source is the kept block at its new position)."""
+        name: the source is the kept block at its new position; new modules of kept blocks, e.g. experts added in the
+        same stage, are another axis' copies)."""
         copies = plan.changes[self.name].copies()
         pairs = []
         for name, spec in plan.tensors.items():
             found = split_block_name(name)
-            if spec.block_init == "copy" and len(spec.new_shape) >= 2 and found is not None:
+            if spec.block_init == "copy" and len(spec.new_shape) >= 2 and found is not None and found[0] in copies:
                 pairs.append((block_name(copies[found[0]], found[1]), name))
         return tuple(pairs)
 

@@ -149,13 +149,11 @@ def check_expert_keys(stage) -> None:
                          "GrowthStage(router_init='zero', expert_init='copy'): every token would go to the first "
                          "n_expert_per_token experts and the copies would never part (their router gradient is zero "
                          "while they are equal); use router_init='random' or expert_init='drop-upcycle'")
-    others = [key for key in stage.sizes if key == "n_layer"] + [k for k in ("model_name", "model_config")
-                                                                    if getattr(stage, k)]
+    others = [k for k in ("model_name", "model_config") if getattr(stage, k)]
     if others:
         raise StageError("n_expert",
-                         f"GrowthStage(n_expert={stage.n_expert}) with {', '.join(others)}: grow the experts and the "
-                         "depth in stages of their own (a stage at the next step for the other sizes); widths and "
-                         "heads may grow with the experts")
+                         f"GrowthStage(n_expert={stage.n_expert}) with {', '.join(others)}: a named target sets the "
+                         "experts itself (an MoE target with more experts); drop n_expert, or the target")
 
 
 def _check_dense_key(stage) -> None:
@@ -254,11 +252,11 @@ class ExpertsAxis(BaseAxis):
                                   f"experts are LLaMAMLPs (gated SiLU), so a {config.mlp_class_name} cannot be copied "
                                   "into them; upcycle a model with mlp_class_name='LLaMAMLP'", key="mlp_class_name")
             k = stage.first_k_dense_replace or 0
-            if k >= config.n_layer:
+            n_layer = stage.n_layer or config.n_layer  # the grown model's blocks
+            if k >= n_layer:
                 raise ExpertsKeyError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={k}): the model has n_layer="
-                                      f"{config.n_layer} blocks and at least one must get experts, so at most "
-                                      f"{config.n_layer - 1} keep their dense MLP; use {DENSE_KEY} <= "
-                                      f"{config.n_layer - 1}")
+                                      f"{n_layer} blocks and at least one must get experts, so at most "
+                                      f"{n_layer - 1} keep their dense MLP; use {DENSE_KEY} <= {n_layer - 1}")
             inner = stage.intermediate_size or config.intermediate_size  # the MLP's, grown in the same stage
             return {"mlp_class_name": MOE_CLASS, "n_expert": E, "n_expert_per_token": K,
                     "moe_intermediate_size": inner, DENSE_KEY: k or None}
@@ -285,6 +283,10 @@ class ExpertsAxis(BaseAxis):
             raise GrowthError(f"GrowthStage(n_expert_per_token={K}): more than n_expert={E}; use at most {E}",
             key="n_expert_per_token")
         values: dict[str, Any] = {"n_expert": E, "n_expert_per_token": K}
+        if config.n_expert_groups and stage.n_layer is not None:
+            raise GrowthError(f"GrowthStage(n_expert={E}, n_layer={stage.n_layer}): a GroupedTopkRouter's score "
+                              "corrections (a buffer) cannot be both copied to new blocks and grown to more experts in "
+                              "one stage; grow the experts and the depth in stages of their own", key="n_expert")
         if config.n_expert_groups:
             per_group = E_old // config.n_expert_groups
             if E % per_group:
@@ -298,15 +300,19 @@ class ExpertsAxis(BaseAxis):
             values["n_topk_groups"] = top
         return values
 
-    def change(self, config, stage) -> ExpertsChange:
-        """The :class:`ExpertsChange` of ``stage`` on a model of ``config`` (checked first)."""
+    def change(self, config, stage, new_config=None) -> ExpertsChange:
+        """The :class:`ExpertsChange` of ``stage`` on a model of ``config`` (checked first); ``blocks`` are positions
+        in the grown model (``new_config``: its block count and dense first blocks, where a depth growth in the same
+        stage changes them)."""
         values = self.config_values(config, stage)
         upcycle = stage.mlp_class_name is not None
         old = 1 if upcycle else config.n_expert
         old_k = 1 if upcycle else config.n_expert_per_token
         new = values["n_expert"]
         return ExpertsChange(upcycle=upcycle, old=old, new=new, old_k=old_k, new_k=values["n_expert_per_token"],
-                             blocks=_moe_blocks(config.n_layer, values.get(DENSE_KEY, config.first_k_dense_replace)),
+                             blocks=_moe_blocks(new_config.n_layer, new_config.first_k_dense_replace)
+                             if new_config is not None else
+                             _moe_blocks(config.n_layer, values.get(DENSE_KEY, config.first_k_dense_replace)),
                              source=tuple(i % old for i in range(new - old)), init=stage.expert_init,
                              reinit_fraction=float(stage.expert_reinit_fraction), router_init=stage.router_init)
 
@@ -314,50 +320,57 @@ class ExpertsAxis(BaseAxis):
         """Per-tensor plans: new experts are new modules (``block_init`` ``copy`` or ``normal``, ``source`` the expert
         they start from), like a new block's tensors; the router grows rows on the ``n_expert`` axis (MoE -> more
         experts) or is new (dense -> MoE: planned against the MLP's ``fc_1``, which only lends dtype and device);
-        dense -> MoE moves the MLP's tensors to expert 0. A width grown in the same stage composes: a moved or copied
-        tensor takes its source's channel plan (``ctx.tensors``), so a new expert copies its source *widened*, and
-        the router keeps its ``n_embd`` columns' growth beside its new rows."""
+        dense -> MoE moves the MLP's tensors to expert 0.
+
+        Axes planned before compose: a moved or copied tensor takes the plan ``ctx.tensors`` holds for it, so a new
+        expert copies its source *widened* and the router keeps its widened columns; under a depth growth in the same
+        stage the experts are planned per block of the grown model, and a new block's experts start as its own MLP
+        does (``depth_init``: e.g. copied with the output projection zeroed), whatever ``expert_init``."""
         config, old_model = ctx.config, ctx.old_model
-        change = self.change(config, ctx.stage)
+        change = self.change(config, ctx.stage, ctx.new_config)
         std = litgpt_init_std(ctx.new_config.n_embd)
         new_init = "normal" if change.init == "random" else "copy"
         tensors: dict[str, TensorPlan] = dict(ctx.tensors)
         axes: dict[str, AxisChange] = {}
         shapes = ctx.old_shapes
 
-        def channels(source: str) -> TensorPlan:  # the tensor's channel plan, or an unchanged one
-            return ctx.tensors.get(source) or TensorPlan(source, shapes[source], shapes[source], ())
+        def planned(name: str) -> TensorPlan:  # the plan so far of a grown-model tensor, or an unchanged one
+            return ctx.tensors.get(name) or TensorPlan(name, shapes[name], shapes[name], ())
 
-        def expert_tensors(p: str, source_prefix: str, rests: list[str], first_new: int) -> None:
-            for i, src in enumerate(change.source):
-                for rest in rests:
-                    source = f"{source_prefix.format(src)}.{rest}"
-                    name = f"{p}.mlp.experts.{first_new + i}.{rest}"
-                    how = new_init if rest.endswith("weight") or new_init == "copy" else "zero"
-                    tensors[name] = dataclasses.replace(channels(source), name=name, source=source, block_init=how,
-                                                        init_std=std if how == "normal" else 0.0)
+        def new_expert(p: str, rest: str, e: int, base: TensorPlan) -> None:
+            name = f"{p}.mlp.experts.{e}.{rest}"
+            if base.fresh:  # in a new block: as that block's own tensor starts (depth_init)
+                tensors[name] = dataclasses.replace(base, name=name)
+                return
+            how = new_init if rest.endswith("weight") or new_init == "copy" else "zero"
+            tensors[name] = dataclasses.replace(base, name=name, source=base.source_name, block_init=how,
+                                                init_std=std if how == "normal" else 0.0)
 
-        for i in change.blocks:
-            p = f"transformer.h.{i}"
-            block = old_model.transformer.h[i]
+        template = old_model.transformer.h[-1].mlp  # an MLP (dense -> MoE) or a mixture of experts, as every block's
+        for j in change.blocks:
+            p = f"transformer.h.{j}"
             if change.upcycle:
-                rests = [n for n, _ in block.mlp.named_parameters()]
-                for rest in rests:  # the MLP itself becomes expert 0 (widened first where a width grows)
-                    tensors.pop(f"{p}.mlp.{rest}", None)
+                rests = [n for n, _ in template.named_parameters()]
+                for rest in rests:  # the MLP itself becomes expert 0 (as planned so far: widened, moved, new)
+                    base = tensors.pop(f"{p}.mlp.{rest}", None) or planned(f"{p}.mlp.{rest}")
                     tensors[f"{p}.mlp.experts.0.{rest}"] = dataclasses.replace(
-                        channels(f"{p}.mlp.{rest}"), name=f"{p}.mlp.experts.0.{rest}", source=f"{p}.mlp.{rest}")
-                expert_tensors(p, p + ".mlp", rests, 1)
-                fc_1 = f"{p}.mlp.fc_1.weight"
+                        base, name=f"{p}.mlp.experts.0.{rest}", source=base.source_name)
+                for e in range(1, change.new):
+                    for rest in rests:
+                        new_expert(p, rest, e, tensors[f"{p}.mlp.experts.0.{rest}"])
+                fc_1 = tensors[f"{p}.mlp.experts.0.fc_1.weight"].source_name
                 tensors[f"{p}.mlp.gate.weight"] = TensorPlan(
                     f"{p}.mlp.gate.weight", shapes[fc_1], (change.new, ctx.new_config.n_embd), (), source=fc_1,
                     block_init="normal" if change.router_init == "random" else "zero",
                     init_std=std if change.router_init == "random" else 0.0)
             else:
-                rests = [n for n, _ in block.mlp.experts[0].named_parameters()]
-                expert_tensors(p, p + ".mlp.experts.{}", rests, change.old)
+                rests = [n for n, _ in template.experts[0].named_parameters()]
+                for i, src in enumerate(change.source):
+                    for rest in rests:
+                        new_expert(p, rest, change.old + i, planned(f"{p}.mlp.experts.{src}.{rest}"))
                 gate = f"{p}.mlp.gate.weight"
                 mode = "random" if change.init == "random" else "copy"
-                grown = channels(gate)  # its n_embd columns, where the hidden size grows too
+                grown = planned(gate)  # its n_embd columns, where the hidden size grows too
                 tensors[gate] = dataclasses.replace(
                     grown, new_shape=(change.new, *grown.new_shape[1:]),
                     dims=tuple(sorted((DimGrowth(0, EXPERT_AXIS, "fan_out", mode), *grown.dims), key=lambda d: d.dim)))
@@ -384,7 +397,7 @@ class ExpertsAxis(BaseAxis):
             if spec is None or not spec.fresh or found is None:
                 continue
             block, expert, layer, kind = int(found[1]), int(found[2]), found[3], found[4]
-            if layer == "proj" and kind == "bias":
+            if expert < change.old or layer == "proj" and kind == "bias":  # expert 0 of a new block is its MLP
                 continue
             dim = 1 if layer == "proj" else 0
             inner = t.shape[dim]
@@ -421,6 +434,8 @@ class ExpertsAxis(BaseAxis):
         for i in change.blocks:
             p = f"transformer.h.{i}"
             block = model.transformer.h[i]
+            if isinstance(block.mlp, LLaMAMoE) and len(block.mlp.experts) == change.new:
+                continue  # a new block of a depth growth in this stage: built with its experts
             if change.upcycle:
                 with torch.device("meta"):
                     moe = LLaMAMoE(config)
@@ -467,7 +482,8 @@ class ExpertsAxis(BaseAxis):
 
     def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
         """``upcycle`` (dense -> MoE), ``experts+topk`` (more experts and a new ``n_expert_per_token``: more active
-        parameters), ``experts``; ``...+width`` when widths or heads grow in the same stage (no cell measured)."""
+        parameters), ``experts``; ``...+<axis>`` for each other axis the stage grows (``upcycle+depth+width``: no cell
+        measured)."""
         if self.name not in grown:
             return None
         if getattr(stage, "mlp_class_name", None) is not None:
@@ -476,7 +492,8 @@ class ExpertsAxis(BaseAxis):
             label = "experts+topk"
         else:
             label = self.name
-        return label if grown == {self.name} else f"{label}+width"  # with widths / heads: a cell of its own
+        others = sorted(grown - {self.name})  # with widths, heads or depth in the stage: a cell of its own
+        return "+".join([label, *others])
 
 
 def plan_generator(plan, *keys: object) -> torch.Generator:
