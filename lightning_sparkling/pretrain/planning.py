@@ -133,7 +133,15 @@ def _group_name(name: str) -> str:
 
 
 def _describe_dims(tensor_plan) -> str:
+    """How a tensor grows: ``fan-out n_embd (copy), fan-in n_embd (zero)``; a new module's tensor (a new block,
+    expert or router) says so first, with how it starts: ``new (copy of ...), fan-out n_embd (copy)`` /
+    ``new (normal)``."""
     parts = []
+    if tensor_plan.fresh:
+        shaped = tensor_plan.old_shape == tensor_plan.new_shape or tensor_plan.dims
+        start = (f"copy of {_group_name(tensor_plan.source_name)}" if tensor_plan.block_init == "copy" and shaped
+                 else tensor_plan.block_init)
+        parts.append(f"new ({start})")
     for d in tensor_plan.dims:
         parts.append(f"{d.role.replace('_', '-')} {d.axis} ({d.mode})")
     return ", ".join(parts)
@@ -320,8 +328,10 @@ def _tensor_table(s: dict[str, Any]) -> Any:
         table.add_column(col, justify="right" if col == "count" else "left")
     for name, g in s["tensor_groups"].items():
         scale = ", ".join(f"{v:g}" for v in g["scale"])
-        table.add_row(name, str(g["count"]), f"{tuple(g['old_shape'])} -> {tuple(g['new_shape'])}", g["growth"],
-                      scale)
+        new_module = g["growth"].startswith("new (") and not g["growth"].startswith("new (copy")
+        shape = (f"new {tuple(g['new_shape'])}" if new_module and tuple(g["old_shape"]) != tuple(g["new_shape"])
+                 else f"{tuple(g['old_shape'])} -> {tuple(g['new_shape'])}")
+        table.add_row(name, str(g["count"]), shape, g["growth"], scale)
     return table
 
 

@@ -409,7 +409,8 @@ def test_plan_advises_from_the_measured_map(config_file, capsys):
     _, auto, _ = parse(wsd_args)
     got = plan(auto, print_report=False)
     assert auto.growth.recipe == "wsd" and got["regime_warning"] is None
-    assert "joint, wsd, wsd, growth at 50%, 2.8 tokens per parameter: Δ -0.089 ± 0.011" in got["regime_advice"]
+    assert ("joint, wsd, wsd, growth at 50%, 2.8 tokens per parameter: speed-up at equal loss 1.24x ± 0.05 (3 seeds), "
+            "Δ -0.089 ± 0.011") in got["regime_advice"]  # the speed-up first where it was measured
     _, pinned, _ = parse([*wsd_args, "--growth.recipe", "recommended"])
     warning = plan(pinned, print_report=False)["regime_warning"]
     assert warning.startswith("growth has not been found to pay near") and "Δ +0.053 ± 0.007" in warning
