@@ -34,19 +34,20 @@ def final_states(out: Path, run: str, tag: str = "") -> list[dict]:
     return [torch.load(out / run / f"final{tag}-rank{r}.pt") for r in (0, 1)]
 
 
-def backend_fixtures(script: Path, runs: Sequence[tuple[str, int, tuple[str, ...]]]
+def backend_fixtures(script: Path, runs: Sequence[tuple[str, int, tuple[str, ...]]], flags: Sequence[str] = ()
                      ) -> tuple[Callable, Callable]:
     """``(singles, multi)`` module fixtures for ``script``: ``singles`` trains the one-process twin (the global batch
     of 2 ranks) per accumulation and gives its rank-0 final state by accumulation; ``multi`` trains each
     ``(backend, accumulation, checkpoints to resume from)`` of ``runs`` and resumes from each checkpoint (tagged
-    ``-<kind>``), giving ``(mode, accumulation, out, resumes)``."""
+    ``-<kind>``), giving ``(mode, accumulation, out, resumes)``. ``flags``: passed to every run (a variant of the
+    script, e.g. ``--first-k=1``)."""
 
     @pytest.fixture(scope="module")
     def singles(tmp_path_factory) -> dict[int, dict]:
         out = tmp_path_factory.mktemp("single")
         found = {}
         for acc in sorted({acc for _, acc, _ in runs}):
-            run_script(script, str(out), "single", f"--accumulate={acc}")
+            run_script(script, str(out), "single", f"--accumulate={acc}", *flags)
             found[acc] = torch.load(out / f"single-acc{acc}" / "final-rank0.pt")
         return found
 
@@ -54,11 +55,11 @@ def backend_fixtures(script: Path, runs: Sequence[tuple[str, int, tuple[str, ...
     def multi(request, tmp_path_factory) -> tuple[str, int, Path, tuple[str, ...]]:
         mode, acc, resumes = request.param
         out = tmp_path_factory.mktemp(mode)
-        run_script(script, str(out), mode, f"--accumulate={acc}")
+        run_script(script, str(out), mode, f"--accumulate={acc}", *flags)
         run = f"{mode}-acc{acc}"
         for kind in resumes:
-            run_script(script, str(out), mode, f"--accumulate={acc}", "--resume", str(out / run / f"{kind}.ckpt"),
-                       f"--tag=-{kind}")
+            run_script(script, str(out), mode, f"--accumulate={acc}", *flags, "--resume",
+                       str(out / run / f"{kind}.ckpt"), f"--tag=-{kind}")
         return mode, acc, out, resumes
 
     return singles, multi

@@ -12,26 +12,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from _dist import final_states, rel_diff, run_script
+from _dist import backend_fixtures, final_states, rel_diff
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experts_dist_script.py"
 pytestmark = pytest.mark.slow
+RUNS = [("fsdp2", 2, ("sharded6",)), ("ddp", 2, ("full6",)), ("fsdp1", 2, ("sharded10",))]
+
+singles, multi = backend_fixtures(SCRIPT, RUNS, flags=("--first-k=1",))
 
 
-@pytest.fixture(scope="module")
-def single(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("dense-first-single")
-    run_script(SCRIPT, str(out), "single", "--accumulate=2", "--first-k=1")
-    return torch.load(out / "single-acc2" / "final-rank0.pt")
-
-
-@pytest.mark.parametrize("mode, checkpoint", [("fsdp2", "sharded6"), ("ddp", "full6"), ("fsdp1", "sharded10")])
-def test_dense_first_blocks_match_single_process_and_resume(tmp_path: Path, single, mode, checkpoint):
-    run_script(SCRIPT, str(tmp_path), mode, "--accumulate=2", "--first-k=1")
-    run = f"{mode}-acc2"
-    run_script(SCRIPT, str(tmp_path), mode, "--accumulate=2", "--first-k=1", "--resume",
-               str(tmp_path / run / f"{checkpoint}.ckpt"), f"--tag=-{checkpoint}")
-    ranks = final_states(tmp_path, run)
+def test_dense_first_blocks_match_single_process_and_resume(multi, singles):
+    mode, acc, out, (checkpoint,) = multi
+    single = singles[acc]
+    ranks = final_states(out, f"{mode}-acc{acc}")
     state = ranks[0]["state"]
     assert ranks[0]["first_k_dense_replace"] == single["first_k_dense_replace"] == 2
     assert {n.split(".mlp.")[0] for n in state if ".mlp.gate." in n} == {"transformer.h.2"}
@@ -39,7 +32,7 @@ def test_dense_first_blocks_match_single_process_and_resume(tmp_path: Path, sing
     for name in state:
         assert torch.equal(state[name], ranks[1]["state"][name]), name
     assert rel_diff(state, single["state"]) < 1e-4
-    resumed = final_states(tmp_path, run, f"-{checkpoint}")
+    resumed = final_states(out, f"{mode}-acc{acc}", f"-{checkpoint}")
     for name in state:
         assert torch.equal(resumed[0]["state"][name], resumed[1]["state"][name]), name
     assert rel_diff(resumed[0]["state"], state) < 1e-12
