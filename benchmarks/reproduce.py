@@ -24,7 +24,7 @@ Axes: ``inner`` / ``hidden`` / ``joint`` (MLP, n_embd, both 2x at half the run),
 ``hidden`` axis' stage with ``n_head`` and ``n_query_groups`` grown by the same ratio at the same ``head_size``, so
 the attention is as wide as the new hidden size; its scratch rows train that shape). The experts axes (issue 30):
 ``upcycle-25`` / ``upcycle-5`` (the dense small model becomes an ``LLaMAMoE`` of 4 experts, top-2, each the MLP's
-inner size, at 25% / 5%; rows ``upcycle copy`` / ``upcycle drop-upcycle`` / ``upcycle random``, each compared with
+inner size, at 25% / 5%; ``upcycle-e8-25``: of 8 experts, top-2, at 25%; rows ``upcycle copy`` / ``upcycle drop-upcycle`` / ``upcycle random``, each compared with
 the MoE from scratch and the dense model continued, both on its FLOPs) and ``experts-2x`` (an E=4, K=2 MoE small
 model to E=8 at 25%; rows ``experts 2x n_expert`` and ``experts 2x n_expert + K`` (K=4), each compared with the E=8
 MoE of its K from scratch on its FLOPs). In the scan they report, per row, the Δ against each comparison, the
@@ -277,8 +277,10 @@ AXIS_TIMING = {"depth-4x-5": 5, "late-shallow": 80}
 HEADS_AXES = ["hidden+heads"]
 MOE_SIZE = {"n_expert": 4, "n_expert_per_token": 2}
 """The MoE of the experts axes: E=4 experts, top-2, each of the size's MLP inner size (``moe_intermediate_size``)."""
-UPCYCLE_AXES = {"upcycle-25": 25, "upcycle-5": 5}
-"""Dense -> MoE (:data:`MOE_SIZE`) at this share (%) of the run."""
+UPCYCLE_AXES = {"upcycle-25": 25, "upcycle-5": 5, "upcycle-e8-25": 25}
+"""Dense -> MoE (:data:`MOE_SIZE`, or the axis' :data:`UPCYCLE_MOE`) at this share (%) of the run."""
+UPCYCLE_MOE = {"upcycle-e8-25": {"n_expert": 8, "n_expert_per_token": 2}}
+"""Upcycle axes into another MoE than :data:`MOE_SIZE` (E=8, top-2: the same active parameters as E=4, top-2)."""
 EXPERTS_AXES = {"experts-2x": 25}
 """An MoE small model (:data:`MOE_SIZE`) to twice the experts at this share (%) of the run."""
 EXPERT_AXES = [*UPCYCLE_AXES, *EXPERTS_AXES]
@@ -373,8 +375,8 @@ def axis_stages(axis: str, size: dict, steps: int) -> list[dict[str, Any]]:
         return [{"at_step": steps // 4, "n_layer": depth_target(size), "n_embd": large["n_embd"],
                  "intermediate_size": large["intermediate_size"], "rewarmup_steps": rw}]
     if axis in UPCYCLE_AXES:  # dense -> MoE (moe_intermediate_size: the MLP's inner size, the stage's default)
-        return [{"at_step": steps * UPCYCLE_AXES[axis] // 100, "mlp_class_name": "LLaMAMoE", **MOE_SIZE,
-                 "rewarmup_steps": rw}]
+        return [{"at_step": steps * UPCYCLE_AXES[axis] // 100, "mlp_class_name": "LLaMAMoE",
+                 **UPCYCLE_MOE.get(axis, MOE_SIZE), "rewarmup_steps": rw}]
     if axis in EXPERTS_AXES:  # E -> 2E (a row may grow n_expert_per_token with it)
         return [{"at_step": steps * EXPERTS_AXES[axis] // 100, "n_expert": 2 * MOE_SIZE["n_expert"],
                  "rewarmup_steps": rw}]
@@ -400,7 +402,8 @@ def large_model(axis: str, size: dict) -> dict[str, Any]:
     if axis in ("depth", "depth-5", "depth-50", *AXIS_TIMING):
         return {"n_layer": depth_target(size, axis)}
     if axis in UPCYCLE_AXES:
-        return {"mlp_class_name": "LLaMAMoE", **MOE_SIZE, "moe_intermediate_size": size["small"]["intermediate_size"]}
+        return {"mlp_class_name": "LLaMAMoE", **UPCYCLE_MOE.get(axis, MOE_SIZE),
+                "moe_intermediate_size": size["small"]["intermediate_size"]}
     if axis in EXPERTS_AXES:
         return {**axis_small(axis, size), "n_expert": 2 * MOE_SIZE["n_expert"]}
     widths = {k: v for k, v in size["large"].items() if k not in ("n_layer", "n_head", "n_query_groups")}
