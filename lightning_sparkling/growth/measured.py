@@ -186,8 +186,8 @@ class Advice:
             return f"measured nearest to {run}: {self.cell.describe()}: growth paid there"
         above = ("above the grown shape trained from scratch on the same FLOPs" if self.cell.delta > 0 else
                  "above the model it grew from continued on the same FLOPs")
-        return (f"growth has not been found to pay near {run}: {self.cell.describe()}, {above}. Check with benchmarks/reproduce.py before counting on the FLOPs "
-                "saved")
+        return (f"growth has not been found to pay near {run}: {self.cell.describe()}, {above}. Check with "
+                "benchmarks/reproduce.py before counting on the FLOPs saved")
 
 
 @lru_cache(maxsize=1)
@@ -200,8 +200,10 @@ def load_map(path: Path = MAP_PATH) -> tuple[MeasuredCell, ...]:
 def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] | None = None) -> str:
     """The map's name for what ``stages`` grow: ``two-stage`` (several width stages), ``depth``, ``depth+width``,
     ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, ``upcycle`` (dense ->
-    MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``), a
-    plug-in axis' name (``experts``), or ``'+'.join`` of the sizes otherwise. ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
+    MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``),
+    ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or
+    ``none``: each axis names it (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.cell_label`, experts first, then
+    depth, heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
 
     Example::
 

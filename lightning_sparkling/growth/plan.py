@@ -356,13 +356,6 @@ def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
             raise GrowthError(f"GrowthStage({what}): the target's {key}={new} is smaller than the model's {key}={old}; "
                               "a growth can only make sizes larger")
         sizes[key] = new
-    old_k, new_k = config.first_k_dense_replace or 0, target.first_k_dense_replace or 0
-    rederived = {f for key in sizes if key in axis_of_size() for f in axis_of_size()[key].derives}
-    if old_k != new_k and "first_k_dense_replace" not in rederived:  # only a depth growth re-derives it
-        raise GrowthError(f"GrowthStage({what}): the target's first_k_dense_replace={new_k} differs from the model's "
-                          f"first_k_dense_replace={old_k}; a growth of this model keeps which blocks are dense, so the "
-                          f"checkpoint would not be the target's config; grow into a config with "
-                          f"first_k_dense_replace={old_k}")
     if not sizes:
         raise GrowthError(f"GrowthStage({what}): the target has the model's shape; there is nothing to grow")
     return _with_sizes(stage, sizes)

@@ -221,6 +221,19 @@ def test_experts_and_depth_in_one_stage_keep_logits_and_new_blocks_start_as_thei
             assert torch.equal(experts[-1].fc_1.weight, source.fc_1.weight)
 
 
+def test_drop_upcycle_with_depth_keeps_each_new_blocks_expert_zero_its_mlp():
+    """Drop-upcycle re-draws channels of the *new* experts only: a new block's expert 0 is that block's MLP (a copy of
+    its source's), as a kept block's expert 0 is its own MLP."""
+    model = make_gpt(llama_config())
+    result = grow_model(model, upcycle(n_layer=4, expert_init="drop-upcycle"))
+    depth = result.plan.changes["depth"]
+    new = depth.new_blocks[0]
+    source = model.transformer.h[depth.copies()[new]].mlp.experts
+    experts = model.transformer.h[new].mlp.experts
+    assert torch.equal(experts[0].fc_1.weight, source[0].fc_1.weight)
+    assert not torch.equal(experts[1].fc_1.weight, source[0].fc_1.weight)  # re-drawn channels
+
+
 def test_more_grouped_experts_with_depth_in_one_stage_is_refused_naming_the_fix():
     config = grouped_config()
     with pytest.raises(GrowthError, match="GroupedTopkRouter.*stages of their own"):
@@ -705,13 +718,16 @@ def test_a_named_moe_target_with_other_dense_blocks_is_refused_not_ignored():
     from litgpt import Config
 
     from lightning_sparkling.growth.errors import GrowthError
-    from lightning_sparkling.growth.plan import resolve_stage
+    from lightning_sparkling.growth.plan import stage_config
 
     common = dict(n_layer=3, n_embd=32, n_head=2, vocab_size=64, padded_vocab_size=64, mlp_class_name="LLaMAMoE",
                   intermediate_size=64, moe_intermediate_size=64, n_expert_per_token=2)
     model = Config(**common, n_expert=4, first_k_dense_replace=1)
-    with pytest.raises(GrowthError, match=r"target's first_k_dense_replace=2 differs from the model's "
-                                          r"first_k_dense_replace=1.*grow into a config with first_k_dense_replace=1"):
-        resolve_stage(model, GrowthStage(10, model_config={**common, "n_expert": 8, "first_k_dense_replace": 2}))
-    same = resolve_stage(model, GrowthStage(10, model_config={**common, "n_expert": 8, "first_k_dense_replace": 1}))
-    assert same.sizes == {"n_expert": 8} or same.n_expert == 8
+    stage = GrowthStage(10, model_config={**common, "n_expert": 8, "first_k_dense_replace": 2})
+    for call in (plan_growth, stage_config):
+        with pytest.raises(GrowthError, match=r"target's first_k_dense_replace=2 is not what this growth gives the "
+                                              r"grown model \(first_k_dense_replace=1: the model's own, kept\); grow "
+                                              r"into a config with first_k_dense_replace=1"):
+            call(model, stage)
+    same = plan_growth(model, GrowthStage(10, model_config={**common, "n_expert": 8, "first_k_dense_replace": 1}))
+    assert (same.new_config.n_expert, same.new_config.first_k_dense_replace) == (8, 1)

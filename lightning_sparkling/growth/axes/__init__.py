@@ -152,9 +152,6 @@ class BaseAxis:
     structural = False
     #: precedence when naming a measured-map cell (:func:`label_order`): lower first
     label_rank = 100
-    #: ``litgpt.Config`` fields the axis re-derives for the grown model (depth: the per-block lists), which a named
-    #: target may therefore set differently from the model
-    derives: tuple[str, ...] = ()
 
     @property
     def symmetry_key(self) -> str:

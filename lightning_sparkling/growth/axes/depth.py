@@ -64,7 +64,6 @@ class DepthAxis(BaseAxis):
     structural = True
     symmetry_key = DEPTH_AXIS
     label_rank = 1
-    derives = ("sliding_window_indices", "rope_indices", "first_k_dense_replace")
 
     def target_key(self, size: str, stage) -> str | None:
         return "depth_map" if stage.depth_map is not None else None
