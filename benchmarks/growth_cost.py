@@ -3,6 +3,7 @@
     python benchmarks/growth_cost.py                       # 12M, 39M, 91M (grown): results/growth_cost.json
     python benchmarks/growth_cost.py --sizes 12M --steps 2 # one size, fewer steps (smoke test)
     python benchmarks/growth_cost.py --growth depth        # 2x layers (copy-zero, stack): results/growth_cost_depth.json
+    python benchmarks/growth_cost.py --device cuda --sizes 91M,350M,1.4B --batch 8 --seq 1024  # one GPU, bf16-mixed
 
 For each size (a litgpt LLaMA-style GPT grown hidden 2x + MLP inner 2x, the largest growth of one stage), in a
 fresh subprocess so that resident memory starts clean:
@@ -20,6 +21,12 @@ statistics): the growth peak is the highest RSS while growing, the post-growth t
 the grown model's steps. Because freed memory stays in the process (allocator caching), a second subprocess trains
 the grown shape *from scratch* for the same steps: its peak is the training peak of that shape with nothing left
 over from a growth, the stricter reference.
+
+On ``--device cuda`` the model, optimizer and batch live on the GPU, the training steps run under bf16 autocast
+(``--precision bf16-mixed``, the default there; weights and AdamW state stay float32, as Lightning's ``bf16-mixed``),
+every timer synchronizes the device first, and memory is the CUDA allocator's peak of allocated bytes per phase
+(``torch.cuda.max_memory_allocated``, reset at each phase) instead of the RSS. The results go to
+``results/growth_cost[_<growth>]_cuda.json``.
 
 Targets (issue #13): growth under the time of two training steps; growth peak at most 10% above the post-growth
 training peak.
@@ -47,7 +54,13 @@ SIZES = {
             {"n_embd": 512, "intermediate_size": 2048}),
     "91M": ({"n_layer": 8, "n_head": 6, "head_size": 64, "n_embd": 384, "intermediate_size": 1536},
             {"n_embd": 768, "intermediate_size": 3072}),
+    # GPU sizes (``--device cuda``): 24 layers as pythia-410m / TinyLlama's depth class
+    "350M": ({"n_layer": 24, "n_head": 8, "head_size": 64, "n_embd": 512, "intermediate_size": 2048},
+             {"n_embd": 1024, "intermediate_size": 4096}),
+    "1.4B": ({"n_layer": 24, "n_head": 16, "head_size": 64, "n_embd": 1024, "intermediate_size": 4096},
+             {"n_embd": 2048, "intermediate_size": 8192}),
 }
+CPU_SIZES = ("12M", "39M", "91M")
 VOCAB = 16384
 #: what one growth does (``--growth``): the size's widths, 2x its layers, or both in one stage
 GROWTHS = ("width", "depth", "depth+width")
@@ -102,14 +115,55 @@ class RSSSampler:
         self._thread.join()
 
 
-def train_step(model, optimizer, ids) -> float:
+class CudaPeaks:
+    """The same interface as :class:`RSSSampler` on a GPU: the CUDA allocator's peak of allocated bytes per phase
+    (reset when a phase starts); ``rss()`` is the bytes allocated now."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._cuda = torch.cuda
+        self.phase = "start"
+        self.peaks: dict[str, int] = {}
+        self._cuda.reset_peak_memory_stats()
+
+    def rss(self) -> int:
+        return self._cuda.memory_allocated()
+
+    def _close(self) -> None:
+        self._cuda.synchronize()
+        self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), self._cuda.max_memory_allocated())
+
+    def enter(self, phase: str) -> None:
+        self._close()
+        self.phase = phase
+        self._cuda.reset_peak_memory_stats()
+
+    def stop(self) -> None:
+        self._close()
+
+
+def sync(device) -> None:
+    """Wait for the device's queued work, so that a timer reads what was done (a no-op on CPU)."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def train_step(model, optimizer, ids, autocast: bool = False) -> float:
+    import torch
     import torch.nn.functional as F
 
+    sync(ids.device)
     t0 = time.perf_counter()
-    logits = model(ids[:, :-1])
-    F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()).backward()
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+        logits = model(ids[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+    loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # as Lightning: no gradients exist when the growth runs
+    sync(ids.device)
     return time.perf_counter() - t0
 
 
@@ -134,34 +188,40 @@ def worker(args) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = torch.device(args.device)
+    autocast = args.precision == "bf16-mixed"
     small, _ = SIZES[args.size]
     widths = growth_keys(args.size, args.growth)
     config = make_config(small, args.seq)
     grown = grown_config(config, widths)
-    sampler = RSSSampler()
-    ids = torch.randint(0, VOCAB, (args.batch, args.seq + 1))
+    sampler = CudaPeaks() if device.type == "cuda" else RSSSampler()
+    ids = torch.randint(0, VOCAB, (args.batch, args.seq + 1), device=device)
     out = {"size": args.size, "params_before": count_params(config)[1], "params_after": count_params(grown)[1],
-           "threads": args.threads, "batch": args.batch, "seq": args.seq, "steps": args.steps}
+           "threads": args.threads, "batch": args.batch, "seq": args.seq, "steps": args.steps,
+           "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "precision": args.precision}
     mib = 2 ** 20
+
+    def build(cfg):
+        with device:
+            model = GPT(cfg)
+        model.apply(model._init_weights)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
 
     if args.worker == "scratch":
         sampler.enter("build")
-        model = GPT(grown)
-        model.apply(model._init_weights)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+        model, opt = build(grown)
         sampler.enter("train")
-        times = [train_step(model, opt, ids) for _ in range(args.steps)]
+        times = [train_step(model, opt, ids, autocast) for _ in range(args.steps)]
         sampler.stop()
         out.update({"scratch_step_s": statistics.median(times[1:] or times),
                     "scratch_train_peak_mib": sampler.peaks["train"] / mib})
         return out
 
     sampler.enter("build")
-    model = GPT(config)
-    model.apply(model._init_weights)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    model, opt = build(config)
     sampler.enter("train_small")
-    small_times = [train_step(model, opt, ids) for _ in range(args.steps)]
+    small_times = [train_step(model, opt, ids, autocast) for _ in range(args.steps)]
     old_bytes = sum(t.numel() * t.element_size() for t in state_tensors(model, opt))
 
     time.sleep(0.05)
@@ -172,16 +232,20 @@ def worker(args) -> dict:
     plan = plan_growth(model.config, stage)  # in GrowthCallback.setup, before the run: not part of the growth
     t_plan = time.perf_counter() - t0
     sampler.enter("growth")
+    sync(device)
     t0 = time.perf_counter()
     result = grow_model(model, stage, plan=plan)
+    sync(device)
     t_model = time.perf_counter() - t0
     patch = plan_optimizer_patch(opt, result, "asymmetric")
     patch.apply()
+    sync(device)
     t_optim = time.perf_counter() - t0
     grown_params = {**result.new_params, **{n: new for n, (_, new) in result.added.items()}}
     regions = {0: [NewEntryRegion(grown_params[n], [(grown_params[n].data, piece) for piece in pieces],
                                   lambda: 1.3e-3) for n, pieces in result.new_entries.items()]}
     hook = NewEntryLR(opt, regions)
+    sync(device)
     t_growth = time.perf_counter() - t0
     del result, patch, plan
     time.sleep(0.05)
@@ -189,7 +253,7 @@ def worker(args) -> dict:
     rss_after = sampler.rss()
 
     sampler.enter("train_grown")
-    grown_times = [train_step(model, opt, ids) for _ in range(args.steps)]
+    grown_times = [train_step(model, opt, ids, autocast) for _ in range(args.steps)]
     hook.remove()
 
     sampler.enter("floor")
@@ -197,8 +261,10 @@ def worker(args) -> dict:
     new_bytes = sum(t.numel() * t.element_size() for t in tensors)
     floors = []
     for _ in range(3):
+        sync(device)
         t0 = time.perf_counter()
         copies = [torch.empty_like(t).copy_(t) for t in tensors]
+        sync(device)
         floors.append(time.perf_counter() - t0)
         del copies
     sampler.stop()
@@ -221,19 +287,30 @@ def worker(args) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default=",".join(SIZES), help=f"comma list of {', '.join(SIZES)}")
+    parser.add_argument("--sizes", default=",".join(CPU_SIZES),
+                        help=f"comma list of {', '.join(SIZES)} (default {','.join(CPU_SIZES)})")
     parser.add_argument("--steps", type=int, default=4, help="training steps before and after growth (default 4)")
     parser.add_argument("--batch", type=int, default=4, help="sequences per step (default 4)")
     parser.add_argument("--seq", type=int, default=256, help="tokens per sequence (default 256)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--growth", choices=GROWTHS, default="width",
                         help="what grows: the widths 2x (default), the layers 2x, or both in one stage")
-    parser.add_argument("--out", default=None, help="JSON path (default results/growth_cost[_<growth>].json)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train and grow (default cpu)")
+    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default=None,
+                        help="training steps' precision (default: 32-true on cpu, bf16-mixed on cuda)")
+    parser.add_argument("--out", default=None,
+                        help="JSON path (default results/growth_cost[_<growth>][_cuda].json)")
     parser.add_argument("--worker", choices=["grow", "scratch"], help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.precision is None:
+        args.precision = "bf16-mixed" if args.device == "cuda" else "32-true"
+    unknown = [s for s in args.sizes.split(",") if s not in SIZES]
+    if unknown:
+        parser.error(f"--sizes: unknown {', '.join(unknown)} (known: {', '.join(SIZES)})")
     if args.out is None:
         suffix = "" if args.growth == "width" else "_" + args.growth.replace("+", "_")
+        suffix += "_cuda" if args.device == "cuda" else ""
         args.out = str(HERE / "results" / f"growth_cost{suffix}.json")
     if args.worker:
         print("RESULT " + json.dumps(worker(args)))
@@ -245,7 +322,8 @@ def main() -> int:
         for mode in ("grow", "scratch"):
             cmd = [sys.executable, __file__, "--worker", mode, "--size", size, "--growth", args.growth,
                    "--steps", str(args.steps),
-                   "--batch", str(args.batch), "--seq", str(args.seq), "--threads", str(args.threads)]
+                   "--batch", str(args.batch), "--seq", str(args.seq), "--threads", str(args.threads),
+                   "--device", args.device, "--precision", args.precision]
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
                                   env={**os.environ, "PYTHONWARNINGS": "ignore"})
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -264,8 +342,9 @@ def main() -> int:
 
     import torch
 
+    memory = "CUDA allocated" if args.device == "cuda" else "RSS"
     head = ("| grown params | growth (s) | of which grow_model / + state patch | floor copy (s) | growth / floor | "
-            "grown step (s) | growth / step | RSS before growth (MiB) | growth peak | grown training peak | "
+            f"grown step (s) | growth / step | {memory} before growth (MiB) | growth peak | grown training peak | "
             "from-scratch training peak | growth peak / training peak |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -282,7 +361,8 @@ def main() -> int:
           + ", ".join(f"{r['size']} {r['growth_over_floor']:.2f}x" for r in rows))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"torch": torch.__version__, "growth": args.growth, "threads": args.threads, "batch": args.batch,
+    out.write_text(json.dumps({"torch": torch.__version__, "device": rows[0]["device"] if rows else args.device,
+                               "precision": args.precision, "growth": args.growth, "threads": args.threads, "batch": args.batch,
                                "seq": args.seq, "steps": args.steps, "rows": rows, "table": table}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0

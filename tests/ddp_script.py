@@ -2,10 +2,12 @@
 twin.
 
     python tests/ddp_script.py OUT_DIR {ddp|fsdp2|fsdp1|fsdp1-cuda|single} [--accumulate N] [--resume CKPT] [--tag=TAG]
+        [--ranks N]
 
 ``fsdp1`` runs Lightning's ``FSDPStrategy`` on 2 CPU ranks (gloo) through
 ``lightning_sparkling.parallel.testing.CPUFSDPStrategy``, a subclass that lifts Lightning's GPU-only check (torch's FSDP1
-runs on CPU with gloo). ``fsdp1-cuda`` is the plain ``FSDPStrategy`` on 2 GPUs (nccl).
+runs on CPU with gloo). ``fsdp1-cuda`` is the plain ``FSDPStrategy`` on 2 GPUs (nccl), or on one with ``--ranks 1`` (then
+``single --ranks 1`` is its one-process twin).
 
 Lightning's launcher re-runs this same command for rank 1. Each rank writes the final (gathered) weights to
 OUT_DIR/<mode>-acc<N>/final<tag>-rank<r>.pt. The second stage grows the MLP to an odd width (191), so FSDP2 and FSDP1 shard
@@ -84,6 +86,8 @@ if __name__ == "__main__":
     parser.add_argument("--accumulate", type=int, default=2)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--ranks", type=int, default=2,
+                        help="ranks of the run (fsdp1-cuda: GPUs; single: the ranks whose global batch it computes)")
     args = parser.parse_args()
     out = Path(args.out) / f"{args.mode}-acc{args.accumulate}"
     out.mkdir(parents=True, exist_ok=True)
@@ -93,8 +97,8 @@ if __name__ == "__main__":
                           symmetry_interval=2, symmetry_max_boost=4.0),
               GrowthStage(16, intermediate_size=191, init="random-copy", rewarmup_ratio=2.0, rewarmup_steps=3)]
     # float64 weights on CPU: one process and 2 ranks agree to ~5e-7 (float32: ~4e-5) unless something really differs
-    module = TinyModule(max_steps=MAX_STEPS, accumulate=args.accumulate, emulate_ranks=2 if args.mode == "single" else 0,
-                        dtype=torch.float32 if args.mode == "fsdp1-cuda" else torch.float64)
+    module = TinyModule(max_steps=MAX_STEPS, accumulate=args.accumulate,
+                        emulate_ranks=args.ranks if args.mode == "single" else 0, dtype=torch.float32 if args.mode == "fsdp1-cuda" else torch.float64)
     callbacks = [WidthGrowthCallback(stages)]
     kwargs = {}
     if args.mode == "ddp":
@@ -105,7 +109,7 @@ if __name__ == "__main__":
         kwargs = dict(strategy=CPUFSDPStrategy(use_orig_params=True, state_dict_type="sharded"), devices=2,
                       plugins=[Float64FSDPPrecision()])
     elif args.mode == "fsdp1-cuda":
-        kwargs = dict(strategy=FSDPStrategy(use_orig_params=True, state_dict_type="sharded"), devices=2,
+        kwargs = dict(strategy=FSDPStrategy(use_orig_params=True, state_dict_type="sharded"), devices=args.ranks,
                       accelerator="cuda", deterministic=False)
     if args.mode != "single" and not args.resume:
         callbacks.append(SaveAt(out))

@@ -788,13 +788,14 @@ def check_rewarmup_fits(stages: GrowthStage | list[GrowthStage] | tuple[GrowthSt
         if tail >= 1:
             continue
         name = names[k] if names else f"GrowthStage(at_step={stage.at_step})"
-        suggestion = max(1, left // 10)
+        # e.g. a tenth of the steps left; with 1 step left only 0 (no ramp) fits, and there is nothing to suggest
+        example = f" (e.g. {max(1, left // 10)}, a tenth of the steps left)" if left >= 2 else ""
         faster = f", decay_speedup={stage.decay_speedup}" if stage.decay_speedup else ""
         raise StageError(
             "rewarmup_steps",
             f"{name}: rewarmup_steps={stage.rewarmup_steps} does not fit in the {left} steps left after the growth "
             f"(at_step={stage.at_step}, max_steps={max_steps}{faster}): the new entries' LR would still be rising at "
-            f"the last step instead of decaying to min_lr. Set rewarmup_steps to at most {left - 1} (e.g. {suggestion}, "
-            f"a tenth of the steps left), grow earlier, or raise max_steps",
+            f"the last step instead of decaying to min_lr. Set rewarmup_steps to at most {max(0, left - 1)}{example}, "
+            f"grow earlier, or raise max_steps",
             stage=k,
         )

@@ -772,3 +772,28 @@ def test_experts_cells_are_named_as_the_package_classifies_their_stages(repro):
             named.add((repro.map_axis(axis, row), repro.map_init(axis, row)))
     assert named == {("upcycle", "copy"), ("upcycle", "drop-upcycle"), ("upcycle", "random"), ("experts", "copy"),
                      ("experts+topk", "copy")}
+
+
+def test_gpu_examples_shrink_keeps_each_example_valid_and_its_growth_in_the_run(tmp_path, capsys):
+    """benchmarks/gpu_examples.py shortens every GPU example to a few dozen steps: the result must still be a
+    config `sparkling plan` accepts, with each stage at its share of the run and its re-warmup inside it."""
+    import importlib.util
+
+    import yaml
+
+    from lightning_sparkling.pretrain.cli import main
+
+    spec = importlib.util.spec_from_file_location("gpu_examples", ROOT / "benchmarks" / "gpu_examples.py")
+    gpu_examples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_examples)
+    for name in gpu_examples.EXAMPLES:
+        original = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
+        config, at_steps = gpu_examples.shrink(yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text()), 40,
+                                               tmp_path / name)
+        shares = [s["at_tokens"] / original["train"]["max_tokens"] for s in original["growth"]["stages"]]
+        assert at_steps == [round(share * 40) for share in shares], name
+        assert all(0 < s["rewarmup_steps"] <= (40 - s["at_step"]) // 2 for s in config["growth"]["stages"]), name
+        assert config["data"]["source"] == "stdlib" and config["train"]["save_interval"] is None
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        assert main(["plan", "--config", str(path)]) == 0, (name, capsys.readouterr().out[-2000:])

@@ -118,3 +118,7 @@ def test_rewarmup_must_finish_before_max_steps():
                             names=["growth.stages[0]", "growth.stages[1]"])
     with pytest.raises(ValueError, match=r"GrowthStage\(at_step=100\): rewarmup_steps=250"):
         check_rewarmup_fits(GrowthStage(100, n_embd=128), 300)
+    # one step left: only no ramp fits, and the message suggests nothing else
+    with pytest.raises(ValueError, match=r"1 steps left .* Set rewarmup_steps to at most 0, grow earlier") as info:
+        check_rewarmup_fits(GrowthStage(1, n_embd=128, rewarmup_steps=1), 2)
+    assert "e.g." not in str(info.value)
