@@ -60,6 +60,7 @@ def shrink(config: dict, steps: int, out_dir: Path) -> tuple[dict, list[int]]:
 def run_one(name: str, steps: int, work: Path, timeout: float) -> dict:
     config = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
     config, at_steps = shrink(config, steps, work / name)
+    work.mkdir(parents=True, exist_ok=True)
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     t0 = time.perf_counter()
@@ -74,7 +75,7 @@ def run_one(name: str, steps: int, work: Path, timeout: float) -> dict:
     summary = work / name / "summary.json"
     if summary.is_file():
         s = json.loads(summary.read_text())
-        row.update({"steps": s["steps"], "grew_at": [g["at_step"] for g in s["growth"]],
+        row.update({"steps": s["steps"], "grew_at": [e["global_step"] for e in s["growth_events"]],
                     "params": [s["total_params"][0], s["total_params"][-1]] if isinstance(s.get("total_params"), list)
                     else s.get("total_params"), "fit_s": s.get("fit_seconds"), "val_loss": s.get("val_loss")})
     if rc != 0:

@@ -129,6 +129,13 @@ class TinyModule(L.LightningModule):
         return torch.utils.data.DataLoader(torch.zeros(100_000, 1), batch_size=1)
 
 
+def assert_states_equal(got: dict, expected: dict, where: str) -> None:
+    """Two state dicts bit for bit: the same keys, every tensor equal (``where`` names the run in the message)."""
+    assert got.keys() == expected.keys(), f"{where}: keys differ"
+    for name, value in expected.items():
+        assert torch.equal(got[name], value), f"{where}: {name} differs"
+
+
 def make_trainer(callbacks, max_steps: int = 40, accumulate: int = 1, **kwargs) -> L.Trainer:
     defaults = dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False, deterministic=True)

@@ -797,3 +797,32 @@ def test_gpu_examples_shrink_keeps_each_example_valid_and_its_growth_in_the_run(
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         assert main(["plan", "--config", str(path)]) == 0, (name, capsys.readouterr().out[-2000:])
+
+
+def test_gpu_examples_reports_the_growth_that_happened(tmp_path, monkeypatch):
+    """run_one on a tiny example (CPU): the row's growth steps are the run's growth events, read from its
+    summary.json, beside the stage steps it planned."""
+    import importlib.util
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "tests" / "pretrain"))
+    from test_cli import tiny_config
+
+    spec = importlib.util.spec_from_file_location("gpu_examples", ROOT / "benchmarks" / "gpu_examples.py")
+    gpu_examples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_examples)
+    config = tiny_config(tmp_path / "cache")
+    tokens_per_step = config["train"]["global_batch_size"] * config["data"]["seq_len"]
+    del config["train"]["max_steps"]
+    config["train"]["max_tokens"] = 100 * tokens_per_step
+    config["growth"]["stages"][0] = {**config["growth"]["stages"][0], "at_tokens": 50 * tokens_per_step}
+    del config["growth"]["stages"][0]["at_step"]
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "tiny.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.setattr(gpu_examples, "ROOT", tmp_path)
+    row = gpu_examples.run_one("tiny", 12, tmp_path / "work", timeout=300)
+    assert row["rc"] == 0, row.get("tail")
+    assert row["planned_growth_steps"] == [6] and row["grew_at"] == [6] and row["steps"] == 12
+    assert row["params"][0] < row["params"][1]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer, tiny_config
+from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
 from lightning.pytorch.callbacks import ModelCheckpoint
 from litgpt import GPT
 
@@ -105,10 +105,7 @@ def test_resume_bit_exact_across_upcycling_more_experts_and_depth(tmp_path: Path
         resumed = TinyModule(max_steps=MAX_STEPS, accumulate=accumulate)
         _fit(resumed, _stages(first_k), max_steps=MAX_STEPS, accumulate=accumulate,
              ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        got = resumed.model.state_dict()
-        assert got.keys() == expected.keys()
-        for name, value in expected.items():
-            assert torch.equal(got[name], value), f"resume from step {step}: {name} differs"
+        assert_states_equal(resumed.model.state_dict(), expected, f"resume from step {step}")
 
 
 @pytest.mark.slow
@@ -212,7 +209,4 @@ def test_resume_bit_exact_across_experts_grown_with_widths_and_depth(tmp_path: P
         resumed = TinyModule(max_steps=steps, accumulate=accumulate)
         _fit(resumed, _with_widths(), max_steps=steps, accumulate=accumulate,
              ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        got = resumed.model.state_dict()
-        assert got.keys() == expected.keys()
-        for name, value in expected.items():
-            assert torch.equal(got[name], value), f"resume from step {step}: {name} differs"
+        assert_states_equal(resumed.model.state_dict(), expected, f"resume from step {step}")

@@ -17,7 +17,7 @@ from lightning_sparkling.growth.plan import grown_config
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer, tiny_config
+from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -190,10 +190,7 @@ def test_bit_exact_resume_from_every_step_of_a_two_growth_run(tmp_path: Path, ac
         resumed = TinyModule(max_steps=max_steps, accumulate=accumulate)  # freshly built small model
         trainer = make_trainer([WidthGrowthCallback(stages())], max_steps=max_steps, accumulate=accumulate)
         trainer.fit(resumed, ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        got = _final_state(resumed)
-        assert got.keys() == expected.keys()
-        for name in expected:
-            assert torch.equal(got[name], expected[name]), f"resume from step {step}: {name} differs"
+        assert_states_equal(_final_state(resumed), expected, f"resume from step {step}")
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])

@@ -17,7 +17,7 @@ from lightning_sparkling.growth.baselines import fast_decay_position
 from lightning_sparkling.growth.plan import GrowthError
 from lightning_sparkling.growth.stage import check_rewarmup_fits, decay_end
 
-from _tiny import TinyModule, make_trainer
+from _tiny import TinyModule, assert_states_equal, make_trainer
 
 MAX_STEPS, AT, LR, MIN_RATIO = 30, 10, 0.05, 0.1
 
@@ -264,9 +264,7 @@ def test_bit_exact_resume_with_baseline_options(tmp_path: Path, stage_kwargs):
     for step in (5, 10, 15, 22):
         resumed = TinyModule(max_steps=MAX_STEPS, accumulate=2)
         fit(resumed, stage(), accumulate=2, ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        got = resumed.model.state_dict()
-        for name in expected:
-            assert torch.equal(got[name], expected[name]), f"resume from step {step}: {name} differs"
+        assert_states_equal(resumed.model.state_dict(), expected, f"resume from step {step}")
     # a callback with other baseline options refuses the checkpoint
     other = GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_steps=4)
     with pytest.raises(GrowthError, match="different stages"):

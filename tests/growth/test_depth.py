@@ -20,7 +20,7 @@ from lightning_sparkling.growth.schedules import WarmupCosineLambda
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer, tiny_config
+from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
 from conftest import (
     assert_unchanged,
     gemma_config,
@@ -307,10 +307,7 @@ def test_resume_bit_exact_across_a_depth_growth_then_a_width_growth(tmp_path: Pa
         resumed = TinyModule(max_steps=MAX_STEPS, accumulate=accumulate)
         _fit(resumed, _stages(), max_steps=MAX_STEPS, accumulate=accumulate,
              ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        got = resumed.model.state_dict()
-        assert got.keys() == expected.keys()
-        for name, value in expected.items():
-            assert torch.equal(got[name], value), f"resume from step {step}: {name} differs"
+        assert_states_equal(resumed.model.state_dict(), expected, f"resume from step {step}")
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.stage import fraction_step, resolve_timing
 
 from _dist import backend_fixtures, final_states, rel_diff
-from _tiny import TinyModule, make_trainer, tiny_config
+from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
 from conftest import assert_unchanged, gemma_config, make_gpt, make_tokens, snapshot
 from test_depth import FAMILIES
 
@@ -258,10 +258,7 @@ def test_resume_bit_exact_before_at_and_after_the_growth(tmp_path: Path, kind, s
         resumed = TinyModule(max_steps=MAX_STEPS, accumulate=accumulate)
         make_trainer([WidthGrowthCallback(_operating_points(kind))], max_steps=MAX_STEPS, accumulate=accumulate
                      ).fit(resumed, ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        got = resumed.model.state_dict()
-        assert got.keys() == expected.keys()
-        for name, value in expected.items():
-            assert torch.equal(got[name], value), f"{kind}: resume from step {step}: {name} differs"
+        assert_states_equal(resumed.model.state_dict(), expected, f"{kind}: resume from step {step}")
 
 
 @pytest.mark.slow

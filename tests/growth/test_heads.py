@@ -21,7 +21,7 @@ from lightning_sparkling.growth.schedules import WarmupCosineLambda
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer
+from _tiny import TinyModule, assert_states_equal, make_trainer
 from conftest import (
     assert_unchanged,
     gemma_config,
@@ -269,9 +269,7 @@ def test_resume_bit_exact_across_a_heads_growth(tmp_path: Path, accumulate):
     for step in (HEADS_AT - 1, HEADS_AT, HEADS_AT + 3):
         resumed = TinyModule(max_steps=MAX_STEPS, accumulate=accumulate)
         _fit(resumed, max_steps=MAX_STEPS, accumulate=accumulate, ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        got = resumed.model.state_dict()
-        for name, value in expected.items():
-            assert torch.equal(got[name], value), f"resume from step {step}: {name} differs"
+        assert_states_equal(resumed.model.state_dict(), expected, f"resume from step {step}")
 
 
 def test_estimate_compute_counts_a_named_config_stage_as_its_target():

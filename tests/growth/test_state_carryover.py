@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from _tiny import TinyModule, make_trainer, token_batch
+from _tiny import TinyModule, assert_states_equal, make_trainer, token_batch
 from conftest import assert_unchanged, llama_config, make_gpt, make_tokens, snapshot
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
@@ -607,7 +607,4 @@ def test_resume_bit_exact_with_a_stage_without_rewarmup_between(tmp_path: Path, 
         resumed = TinyModule(max_steps=max_steps, accumulate=accumulate)
         _fit(resumed, _three_stages(), max_steps=max_steps, accumulate=accumulate,
              ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        got = resumed.model.state_dict()
-        assert got.keys() == expected.keys()
-        for name, value in expected.items():
-            assert torch.equal(got[name], value), f"resume from step {step}: {name} differs"
+        assert_states_equal(resumed.model.state_dict(), expected, f"resume from step {step}")

@@ -27,7 +27,7 @@ from lightning_sparkling.growth.schedules import (
 )
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer
+from _tiny import TinyModule, assert_states_equal, make_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -339,8 +339,7 @@ def test_bit_exact_resume_across_a_growth_under_wsd(tmp_path: Path, scope):
         resumed = WSDModule(max_steps=max_steps)
         trainer = make_trainer([WidthGrowthCallback(stages())], max_steps=max_steps)
         trainer.fit(resumed, ckpt_path=str(tmp_path / f"step={step}.ckpt"))
-        for name, value in resumed.model.state_dict().items():
-            assert torch.equal(value, expected[name]), f"resume from step {step}: {name} differs"
+        assert_states_equal(resumed.model.state_dict(), expected, f"resume from step {step}")
 
 
 # ------------------------------------------------------------------------------------------------ min_lr, user WSD
