@@ -17,7 +17,9 @@ Timeline of one stage with ``at_step=N`` (single device and DDP):
 3. ``on_train_batch_end`` after the optimizer step that made ``global_step == N`` (and after the step-interval
    schedulers stepped): grow the GPT, patch every optimizer, check the loss of the grown model on the current batch,
    re-wrap the strategy, register a :class:`~lightning_sparkling.growth.schedules.RewarmupLR` for the new entries, log a
-   summary. Anything failing puts the pre-growth model and optimizer back and stops the run with an error.
+   summary. Anything failing puts the pre-growth model and optimizer back and stops the run with an error. New
+   blocks are activation-checkpointed when the others are; a compiled model's graphs are dropped (the first step
+   after the growth compiles the grown shapes; its time is logged as ``growth/first_step_seconds``).
 4. Every later optimizer step: old entries follow the user's schedule untouched; the update of new entries is
    rescaled to their re-warmup LR (:class:`~lightning_sparkling.growth.optim_state.NewEntryLR`).
 """
@@ -61,6 +63,8 @@ from lightning_sparkling.growth.stage import (
 from lightning_sparkling.growth.surgery import GrowthResult
 from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
+from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
+from lightning_sparkling.parallel.compile import eager, recompile_after_growth
 
 STATE_KEY = "WidthGrowthCallback"
 """``checkpoint["callbacks"]`` key of :class:`GrowthCallback`'s state (its old class name; unchanged by the rename)."""
@@ -167,6 +171,8 @@ class GrowthCallback(Callback):
         self._records: list[StageRecord] = []  # one per applied stage (checkpointed)
         self._regions: list[dict[str, list[tuple[slice, ...]]]] = []  # new-entry slices per applied stage
         self._backend: GrowthBackend | None = None  # chosen in setup from the trainer's strategy
+        self._first_step: tuple[int, int, float] | None = None  # (stage, global step, time) of the last growth
+        self._step_clock: tuple[int, float, float | None] | None = None  # (global step, its end, the step's time)
         self._plans: dict[int, GrowthPlan] = {}  # each stage's plan, by index: setup's dry run (see _plan)
         self._remove_resume_hook_fn: Callable[[], None] | None = None
         self.summaries: list[dict[str, Any]] = []
@@ -309,6 +315,9 @@ class GrowthCallback(Callback):
             plans.append(plan)
             config = plan.new_config
         self.backend.regrow(trainer, pl_module, gpt, plans)
+        gpt = find_gpt(pl_module)
+        checkpoint_new_blocks(gpt)
+        recompile_after_growth(pl_module, gpt)
         if not self.backend.restores_after_fit_start:
             return  # load_state_dict and on_fit_start follow, as for any fit
         self._records = [StageRecord.from_dict(r) for r in state["records"]]
@@ -343,6 +352,7 @@ class GrowthCallback(Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        self._time_steps(trainer)
         grew = False
         while self._due(trainer):
             self._grow(trainer, pl_module, batch)
@@ -376,6 +386,7 @@ class GrowthCallback(Callback):
             for patch in patches:
                 patch.apply()
             loss = self._check_loss(pl_module, gpt, batch)
+            checkpointed = checkpoint_new_blocks(gpt)  # a depth growth's new blocks, when the others are
             self.backend.rewrap(trainer, pl_module)
         except BaseException as err:
             for patch in reversed(patches):
@@ -385,6 +396,7 @@ class GrowthCallback(Callback):
                 f"growth stage {k} (GrowthStage(at_step={stage.at_step}, {stage.sizes})) failed at global step "
                 f"{trainer.global_step}: {err}. The model and optimizer are the pre-growth ones."
             ) from err
+        recompiled = recompile_after_growth(pl_module, gpt)
         seconds = time.perf_counter() - start
         groups = flat_groups(trainer.optimizers)
         record = StageRecord(
@@ -410,6 +422,33 @@ class GrowthCallback(Callback):
         if isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
             pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
         self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, loss, device)
+        self.summaries[-1].update(compiled=recompiled, checkpointed_new_blocks=checkpointed)
+        self._first_step = (k, trainer.global_step, time.perf_counter())
+
+    def _time_steps(self, trainer: pl.Trainer) -> None:
+        """Time optimizer steps at their batch end; report the first one after a growth (on a compiled model it
+        includes compiling the grown shapes) next to the step before the growth."""
+        step, now = trainer.global_step, time.perf_counter()
+        clock = self._step_clock
+        if clock is not None and step > clock[0]:
+            self._step_clock = (step, now, now - clock[1])
+        elif clock is None:
+            self._step_clock = (step, now, None)
+        pending = self._first_step
+        if pending is None or step <= pending[1]:
+            return
+        k, _, grown_at = pending
+        self._first_step = None
+        seconds = now - grown_at
+        before = clock[2] if clock is not None and clock[0] <= pending[1] else None
+        summary = next((s for s in self.summaries if s["stage"] == k), None)
+        if summary is not None:
+            summary["first_step_seconds"] = seconds
+        what = "recompile included" if summary is not None and summary.get("compiled") else "eager"
+        rank_zero_info(f"GrowthCallback: stage {k}: the first optimizer step after the growth took {seconds:.2f}s "
+                       f"({what}" + (f"; the step before the growth took {before:.2f}s)" if before else ")"))
+        if trainer.logger is not None:
+            trainer.logger.log_metrics({"growth/first_step_seconds": seconds}, step=step)
 
     def _carry_forward(self, plan: GrowthPlan) -> None:
         """Earlier stages' new entries and copies under the names and indices of ``plan``'s grown model: a depth
@@ -427,16 +466,17 @@ class GrowthCallback(Callback):
         """Loss of the grown model on the current batch (next-token cross-entropy of its first token tensor, or
         ``pl_module.growth_check_loss(batch)`` when the module defines it); raises if it is not finite."""
         custom = getattr(pl_module, "growth_check_loss", None)
-        if callable(custom):
-            loss = custom(batch)
-        else:
-            ids = _token_batch(batch)
-            if ids is None or ids.size(1) < 2:
-                g = torch.Generator().manual_seed(0)
-                ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
-            ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
-            logits = self.backend.forward_module(pl_module, gpt)(ids[:, :-1])
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
+        with eager():  # a compiled model runs this one forward eagerly: no graph compiled for it
+            if callable(custom):
+                loss = custom(batch)
+            else:
+                ids = _token_batch(batch)
+                if ids is None or ids.size(1) < 2:
+                    g = torch.Generator().manual_seed(0)
+                    ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
+                ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
+                logits = self.backend.forward_module(pl_module, gpt)(ids[:, :-1])
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
         self.backend.reshard(pl_module, gpt)
         loss = float(loss)
         if not math.isfinite(loss):

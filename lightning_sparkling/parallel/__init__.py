@@ -6,7 +6,11 @@
 - :mod:`~lightning_sparkling.parallel.fsdp1`: FSDP1 through ``FSDPStrategy(use_orig_params=True)``;
 - :mod:`~lightning_sparkling.parallel.testing`: FSDP1 on CPU ranks, for tests and benchmarks;
 - :mod:`~lightning_sparkling.parallel.sharding`: :func:`shard_gpt` (FSDP2) and :func:`wrap_gpt` (FSDP1), what a
-  LightningModule's ``configure_model`` calls so that the backends can grow the GPT.
+  LightningModule's ``configure_model`` calls so that the backends can grow the GPT;
+- :mod:`~lightning_sparkling.parallel.activation_checkpointing`: :func:`checkpoint_blocks` (block by block, plain
+  names, new blocks of a growth follow);
+- :mod:`~lightning_sparkling.parallel.compile`: :func:`compile_gpt` (whole GPT or per block) and what a growth does
+  to compiled code (:func:`recompile_after_growth`).
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
 from lightning_sparkling.parallel.base import GrowthBackend
+from lightning_sparkling.parallel.compile import compile_gpt
 from lightning_sparkling.parallel.sharding import shard_gpt, wrap_gpt
 
-__all__ = ["SUPPORTED", "GrowthBackend", "check_strategy_supported", "select_backend", "shard_gpt", "wrap_gpt"]
+__all__ = ["SUPPORTED", "GrowthBackend", "check_strategy_supported", "checkpoint_blocks", "compile_gpt", "select_backend",
+           "shard_gpt", "wrap_gpt"]
 
 #: what :func:`select_backend` accepts, for messages
 SUPPORTED = ("a single device", "strategy='ddp'", "FSDP2 via ModelParallelStrategy(tensor_parallel_size=1)",

@@ -434,7 +434,9 @@ class SampleGeneration(pl.Callback):
         block = int(model.config.block_size)
         was_training = model.training
         model.eval()
-        with torch.no_grad():
+        from lightning_sparkling.parallel.compile import eager
+
+        with torch.no_grad(), eager():  # a compiled model: no graph per prompt length
             for _ in range(self.max_new_tokens):
                 logits = model(ids[-block:].unsqueeze(0))
                 ids = torch.cat([ids, logits[0, -1].float().argmax().reshape(1)])

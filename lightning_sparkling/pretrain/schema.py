@@ -7,8 +7,8 @@ Keys follow ``litgpt pretrain``: every key of the installed litgpt's ``litgpt.pr
 litgpt's meaning or refused by name (``model_name`` / ``model_config``, ``out_dir``, ``precision``,
 ``initial_checkpoint_dir``, ``resume``, ``data`` (also litgpt data modules by ``class_path``), ``train.*``, ``eval.*``,
 ``log.*``, ``optimizer``, ``devices``, ``num_nodes``, ``tokenizer_dir``, ``logger_name``, ``seed``; see
-:mod:`lightning_sparkling.pretrain.litgpt_compat`), plus ``accelerator``, ``strategy``, ``num_threads``, ``growth``
-and ``rms_monitor``. What the values mean for a run is checked by :func:`lightning_sparkling.pretrain.config.resolve`.
+:mod:`lightning_sparkling.pretrain.litgpt_compat`), plus ``accelerator``, ``strategy``, ``num_threads``, ``compile``,
+``activation_checkpointing``, ``growth`` and ``rms_monitor``. What the values mean for a run is checked by :func:`lightning_sparkling.pretrain.config.resolve`.
 """
 
 from __future__ import annotations
@@ -257,6 +257,8 @@ def pretrain_arguments(
     logger_name: str = "tensorboard",
     seed: int = 42,
     num_threads: Optional[int] = None,
+    compile: Union[bool, Literal["auto"]] = "auto",
+    activation_checkpointing: bool = False,
     growth: GrowthArgs = GrowthArgs(),
     rms_monitor: Optional[RMSMonitorArgs] = RMSMonitorArgs(),
 ) -> None:
@@ -297,6 +299,12 @@ def pretrain_arguments(
         seed: model init and data order seed.
         num_threads: torch intra-op CPU threads (``torch.set_num_threads``); ``null``: torch's default (all cores).
             ``1`` is often much faster for small models on a busy machine.
+        compile: ``torch.compile`` the model as ``litgpt pretrain`` does (inductor): ``auto`` (on CUDA, not on CPU),
+            ``true`` or ``false``. The whole GPT on one device and under DDP, each block under ``fsdp2``; a growth
+            drops the compiled graphs and the next step compiles the grown shapes (its time is logged). Not with
+            ``strategy: fsdp``.
+        activation_checkpointing: recompute every block's activations in the backward instead of keeping them
+            (less memory, about one more forward of compute); a growth's new blocks too. Not with ``strategy: fsdp``.
         growth: growth stages and recipe (see ``growth.*``).
         rms_monitor: activation RMS dashboard settings; ``null`` disables it.
     """
