@@ -39,8 +39,9 @@ def _checkpointed_forward(block: nn.Module, *args: Any, **kwargs: Any) -> Any:
 
 
 def is_checkpointed(block: nn.Module) -> bool:
-    """Whether :func:`checkpoint_blocks` replaced ``block``'s forward."""
+    """Whether :func:`checkpoint_blocks` replaced ``block``'s forward (compiled since, per block, or not)."""
     forward = block.__dict__.get("forward")
+    forward = getattr(forward, "_torchdynamo_orig_callable", forward)  # torch.compile(forward) keeps the original
     return isinstance(forward, functools.partial) and forward.func is _checkpointed_forward
 
 
