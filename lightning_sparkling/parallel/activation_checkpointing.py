@@ -31,6 +31,8 @@ from torch.utils.checkpoint import checkpoint
 
 __all__ = ["checkpoint_blocks", "checkpoint_new_blocks", "is_checkpointed"]
 
+_MARK = "_sparkling_checkpointed"
+
 
 def _checkpointed_forward(block: nn.Module, *args: Any, **kwargs: Any) -> Any:
     """``type(block).forward(block, ...)`` under non-reentrant activation checkpointing (RNG state preserved, so a
@@ -40,9 +42,7 @@ def _checkpointed_forward(block: nn.Module, *args: Any, **kwargs: Any) -> Any:
 
 def is_checkpointed(block: nn.Module) -> bool:
     """Whether :func:`checkpoint_blocks` replaced ``block``'s forward (compiled since, per block, or not)."""
-    forward = block.__dict__.get("forward")
-    forward = getattr(forward, "_torchdynamo_orig_callable", forward)  # torch.compile(forward) keeps the original
-    return isinstance(forward, functools.partial) and forward.func is _checkpointed_forward
+    return block.__dict__.get(_MARK, False)
 
 
 def _blocks(model: nn.Module) -> nn.ModuleList:
@@ -82,6 +82,7 @@ def checkpoint_blocks(model: nn.Module) -> nn.Module:
             raise ValueError(f"block {i}'s forward is already replaced ({block.__dict__['forward']!r}): apply "
                              "activation checkpointing before compiling the blocks")
         block.forward = functools.partial(_checkpointed_forward, block)
+        block.__dict__[_MARK] = True  # a per-block compile wraps the forward: the mark stays readable
     return model
 
 

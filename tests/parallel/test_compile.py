@@ -185,8 +185,9 @@ def test_resume_of_a_compiled_run_is_exact(tmp_path):
     def run(ckpt_path=None):
         torch.compiler.reset()
         torch.manual_seed(0)
-        data = torch.utils.data.DataLoader(torch.randint(0, 64, (24, 17), generator=torch.Generator().manual_seed(1)),
-                                           batch_size=4)
+        # the same batch every step: a resumed fit's loader restarts, and still sees the batches it would have
+        batch = torch.randint(0, 64, (4, 17), generator=torch.Generator().manual_seed(1))
+        data = torch.utils.data.DataLoader(batch.repeat(6, 1), batch_size=4)
         module = LitGPTPretrainModule(tiny_config(), ADAMW, max_steps=6, lr_warmup_steps=1, compile=opts)
         callbacks = [GrowthCallback(list(STAGES))] + ([saver] if ckpt_path is None else [])
         trainer = L.Trainer(max_steps=6, accelerator="cpu", logger=False, enable_progress_bar=False,
