@@ -23,8 +23,8 @@ from lightning_sparkling.parallel.base import GrowthBackend
 from lightning_sparkling.parallel.compile import compile_gpt
 from lightning_sparkling.parallel.sharding import shard_gpt, wrap_gpt
 
-__all__ = ["SUPPORTED", "GrowthBackend", "check_strategy_supported", "checkpoint_blocks", "compile_gpt", "select_backend",
-           "shard_gpt", "wrap_gpt"]
+__all__ = ["SUPPORTED", "GrowthBackend", "check_strategy_supported", "checkpoint_blocks", "compile_gpt",
+           "select_backend", "shard_gpt", "wrap_gpt"]
 
 #: what :func:`select_backend` accepts, for messages
 SUPPORTED = ("a single device", "strategy='ddp'", "FSDP2 via ModelParallelStrategy(tensor_parallel_size=1)",

@@ -143,10 +143,12 @@ class LitGPTPretrainModule(L.LightningModule):
             setting (this must then be 1 or equal to it).
         compile: ``torch.compile`` the GPT in :meth:`configure_model` (``True``: litgpt's defaults, inductor; a dict:
             ``torch.compile`` keyword arguments, e.g. ``{"backend": "aot_eager"}``). The whole GPT on one device and
-            under DDP, each block under FSDP2 / FSDP1 (torchtitan). A growth drops the compiled graphs and the next
-            step compiles the grown shapes (:func:`~lightning_sparkling.parallel.compile.recompile_after_growth`).
+            under DDP, each block under FSDP2 (torchtitan); not under FSDP1 yet (refused in :meth:`configure_model`).
+            A growth drops the compiled graphs and the next step compiles the grown shapes
+            (:func:`~lightning_sparkling.parallel.compile.recompile_after_growth`).
         activation_checkpointing: recompute every block's activations in the backward
-            (:func:`~lightning_sparkling.parallel.checkpoint_blocks`); a growth's new blocks are checkpointed too.
+            (:func:`~lightning_sparkling.parallel.checkpoint_blocks`); a growth's new blocks are checkpointed too. Not
+            under FSDP1 yet.
         muon_adamw: AdamW ``init_args`` for the non-matrix parameters when the optimizer is Muon (default: Muon's
             ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``). Muon's default ``adjust_lr_fn``
             scales its step by ``sqrt(max(1, rows/cols))`` and wants a larger LR than AdamW (e.g. 0.02): either pass
@@ -222,7 +224,10 @@ class LitGPTPretrainModule(L.LightningModule):
         if self.model is None:
             self.model = build_gpt(self._initial_config, seed=self.seed, tie_embeddings=self.tie_embeddings)
         fsdp1 = self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy)
-        self._apply_runtime(per_block=self.device_mesh is not None or fsdp1)
+        if fsdp1 and (self.compile_options is not None or self.activation_checkpointing):
+            raise ValueError("compile and activation_checkpointing are not supported under FSDPStrategy (FSDP1) yet: "
+                             "use ModelParallelStrategy (FSDP2) or DDP, or turn them off")
+        self._apply_runtime(per_block=self.device_mesh is not None)
         if self.device_mesh is not None:
             _shard_gpt(self.model, self.device_mesh)
         elif fsdp1:
@@ -231,8 +236,6 @@ class LitGPTPretrainModule(L.LightningModule):
     def _apply_runtime(self, per_block: bool) -> None:
         """Activation checkpointing, then ``torch.compile`` (torchtitan's order: both before sharding); both skip
         what they already did."""
-        if isinstance(self.model, FullyShardedDataParallel):
-            return  # FSDP1-wrapped already (configure_model again)
         if self.activation_checkpointing:
             checkpoint_blocks(self.model)
         if self.compile_options is not None:

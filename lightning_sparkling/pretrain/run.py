@@ -97,7 +97,8 @@ def _announce_run(run: ResolvedRun) -> None:
     _info(f"{run.steps:,} steps x {run.tokens_per_step:,} tokens/step = {run.total_tokens:,} tokens; "
           f"micro_batch_size {run.micro_batch_size} x {run.world_size} device(s) x {run.accumulate} accumulation; "
           f"strategy {run.strategy}, precision {run.precision}, optimizer {run.optimizer_name} (lr {run.lr:g})"
-          + (", compiled" if run.compile else "") + (", activation checkpointing" if run.activation_checkpointing else ""))
+          + (", compiled" if run.compile else "")
+          + (", activation checkpointing" if run.activation_checkpointing else ""))
     planned = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
                                tie_embeddings=run.train.tie_embeddings)
     active = (f" (active {' -> '.join(f'{p:,}' for p in planned.active_params)})"

@@ -8,7 +8,8 @@ litgpt's meaning or refused by name (``model_name`` / ``model_config``, ``out_di
 ``initial_checkpoint_dir``, ``resume``, ``data`` (also litgpt data modules by ``class_path``), ``train.*``, ``eval.*``,
 ``log.*``, ``optimizer``, ``devices``, ``num_nodes``, ``tokenizer_dir``, ``logger_name``, ``seed``; see
 :mod:`lightning_sparkling.pretrain.litgpt_compat`), plus ``accelerator``, ``strategy``, ``num_threads``, ``compile``,
-``activation_checkpointing``, ``growth`` and ``rms_monitor``. What the values mean for a run is checked by :func:`lightning_sparkling.pretrain.config.resolve`.
+``activation_checkpointing``, ``growth`` and ``rms_monitor``. What the values mean for a run is checked by
+:func:`lightning_sparkling.pretrain.config.resolve`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from test_cli import _tb_scalars, tiny_config, write_config
 
 @pytest.mark.parametrize("key, value, expected", [
     ("compile", "maybe", "compile: 'maybe' is not a valid value: expected bool or auto"),
-    ("activation_checkpointing", "sometimes", "activation_checkpointing: 'sometimes' is not a valid value: expected bool"),
+    ("activation_checkpointing", "sometimes",
+     "activation_checkpointing: 'sometimes' is not a valid value: expected bool"),
 ])
 def test_bad_values_are_refused_before_anything_starts(tmp_path, capsys, key, value, expected):
     config = tiny_config(tmp_path / "cache")
