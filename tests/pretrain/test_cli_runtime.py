@@ -2,7 +2,8 @@
 refused values in one ``error:`` line before anything is written; ``auto`` compiles on CUDA only; a run with
 activation checkpointing ends where the run without it ends (same losses, the same final weights), growth included;
 a compiled (inductor) run grows mid-run with ``rms/*`` logged after the growth and its first step's time logged
-(``compile`` marker: ``SPARKLING_COMPILE_TESTS=1 python -m pytest -m compile``)."""
+(``compile`` marker: ``SPARKLING_COMPILE_TESTS=1 python -m pytest -m compile``). Under FSDP1 both are refused, by
+the CLI and by ``LitGPTPretrainModule``."""
 
 from __future__ import annotations
 
@@ -86,3 +87,18 @@ def test_compiled_run_grows_with_rms_logged_after_the_growth(tmp_path, caplog):
     assert summary["final_model_config"]["n_embd"] == 64 and summary["train_loss"] < 7
     state = _final_state(out)
     assert not any("_orig_mod" in k for k in state)  # a plain litgpt state_dict
+
+
+@pytest.mark.parametrize("kwargs", [{"compile": True}, {"activation_checkpointing": True}])
+def test_the_module_refuses_both_under_fsdp1(kwargs):
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+
+    module = LitGPTPretrainModule({"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 32, "block_size": 8},
+                                  **kwargs)
+    module._trainer = SimpleNamespace(strategy=FSDPStrategy())  # what configure_model reads of the Trainer
+    with pytest.raises(ValueError, match="not supported under FSDPStrategy.*ModelParallelStrategy"):
+        module.configure_model()
