@@ -43,15 +43,15 @@ def _copy_gap(model: GPT, old_inner: int) -> float:
 def test_symmetry_lock_persists_under_symmetric_recipe(optimizer_state):
     """copy-copy + symmetric optimizer state + no re-warmup: copied channels stay equal to their sources."""
     module = TinyModule(max_steps=60)
-    stage = GrowthStage(10, intermediate_size=128, optimizer_state=optimizer_state, rewarmup_ratio=None)
+    stage = GrowthStage(10, intermediate_size=128, init="copy-copy", optimizer_state=optimizer_state, rewarmup_ratio=None)
     _fit(module, stage, max_steps=60)
     assert module.model.config.intermediate_size == 128
     assert _copy_gap(module.model, 64) < 1e-4
 
 
-def test_default_recipe_breaks_the_symmetry_lock():
+def test_paper_recipe_breaks_the_symmetry_lock():
     module = TinyModule(max_steps=60)
-    _fit(module, GrowthStage(10, intermediate_size=128, rewarmup_steps=10), max_steps=60)
+    _fit(module, GrowthStage(10, intermediate_size=128, rewarmup_steps=10, recipe="paper"), max_steps=60)
     assert _copy_gap(module.model, 64) > 1e-2
 
 
