@@ -38,6 +38,31 @@ def test_example_config_plans(path, tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_example_uses_the_default_recipe_and_plan_does_not_say_it_was_not_found_to_pay(path, tmp_path, capsys):
+    """Issue 40: five examples set the paper's keys, which their own plan warned against. An example grows by the
+    default recipe (``auto``, the schedule's) and sets no key a recipe sets, unless a comment on that line says why."""
+    import yaml
+
+    from lightning_sparkling.growth.recipes import schedule_recipe
+    from lightning_sparkling.pretrain.cli import main
+
+    _, run, _ = parse(["--config", str(path), "--data.cache_dir", str(tmp_path / "cache")])
+    assert run.growth.recipe == schedule_recipe(run.train.lr_schedule)
+    assert {s.recipe for s in run.stages} == {run.growth.recipe}
+    growth = yaml.safe_load(path.read_text())["growth"]
+    assert growth.get("recipe", "auto") == "auto"
+    recipe_keys = {"init", "rewarmup_ratio", "symmetry_target", "symmetry_max_boost", "symmetry_release"}
+    for k, stage in enumerate(growth["stages"]):
+        for key in recipe_keys & set(stage):
+            line = next(line for line in path.read_text().splitlines() if line.strip().startswith(f"{key}:"))
+            assert "#" in line, f"{path.name}: growth.stages[{k}].{key} overrides the recipe without saying why"
+    main(["plan", "--config", str(path), "--data.cache_dir", str(tmp_path / "cache")])
+    printed = " ".join(" ".join(capsys.readouterr()).split())
+    assert "Where growth pays" in printed or "recipe" in printed
+    assert "not been found to pay" not in printed
+
+
 def test_quickstart_is_a_small_cpu_run_that_grows_mid_run():
     raw = yaml.safe_load((EXAMPLES / "quickstart.yaml").read_text())
     _, run, _ = parse(["--config", str(EXAMPLES / "quickstart.yaml")])
