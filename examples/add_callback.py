@@ -68,6 +68,7 @@ if __name__ == "__main__":
         accelerator="cpu", logger=TensorBoardLogger("out", name="add_callback"), log_every_n_steps=5,
         enable_checkpointing=False,
         callbacks=[
+            # recipe auto: random-zero-3x under this cosine schedule, what `sparkling pretrain` grows by (the log says)
             GrowthCallback(GrowthStage(60, n_embd=64, intermediate_size=128, rewarmup_steps=10)),
             ActivationRMSMonitor(every_n_steps=10),
             ProgressBar(),

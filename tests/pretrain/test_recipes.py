@@ -208,3 +208,11 @@ def test_a_stage_that_names_its_recipe_keeps_it_under_the_callback():
     assert (callback.stages[0].init, callback.stages[0].rewarmup_ratio) == ("copy-copy", 1.3)
     assert (callback.stages[1].init, callback.stages[1].rewarmup_ratio) == ("copy-copy", 3.0)
     assert new_columns[0] > 0
+
+
+def test_a_stages_own_recipe_key_overrides_growth_recipe(tmp_path):
+    stage = dict(at_step=6, n_embd=64, intermediate_size=128, rewarmup_steps=3)
+    (own,) = _stages(tmp_path, stages=[{**stage, "recipe": "paper"}])
+    assert (own.recipe, own.init, own.rewarmup_ratio) == ("paper", "copy-copy", 1.3)
+    (auto,) = _stages(tmp_path, stages=[{**stage, "recipe": "auto"}], recipe="wsd")
+    assert (auto.recipe, auto.init, auto.rewarmup_ratio) == ("wsd", "random-zero", 1.3)
