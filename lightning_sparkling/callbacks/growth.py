@@ -206,7 +206,8 @@ class GrowthCallback(Callback):
     def state_dict(self) -> dict[str, Any]:
         # plain dicts (copies: records change after growth, the symmetry boost), the keys every release wrote
         return {"grown": self._grown, "seed": self.seed, "stages": [s.to_dict() for s in self.stages],
-                "records": [r.to_dict() for r in self._records]}
+                "records": [r.to_dict() for r in self._records],
+                "summaries": [dict(s) for s in self.summaries]}  # a resume past a growth still reports it
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._adopt_applied(state_dict)
@@ -214,6 +215,7 @@ class GrowthCallback(Callback):
             self._check_applied()
         self._grown = int(state_dict["grown"])
         self._records = [StageRecord.from_dict(r) for r in state_dict["records"]]
+        self.summaries = [dict(s) for s in state_dict.get("summaries", [])]  # older checkpoints: none kept
 
     def _adopt_applied(self, state: dict[str, Any]) -> None:
         """Take the stages a checkpoint applied as it recorded them (their recipe resolved when they grew); they
