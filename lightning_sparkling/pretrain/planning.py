@@ -287,7 +287,9 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
         console.print(f"  depth: {order}, depth_init {d['init']}: {d['map']} (position in the "
                       f"grown model <- the old block {what})")
     if s["heads"] is not None:
-        console.print(f"  heads: {s['heads']} (new head <- old head it copies, by position)")
+        how = ("new head <- old head it copies, by position" if s.get("heads_copied", True) else
+               f"init {s['init']}: new heads start random, no source to copy")
+        console.print(f"  heads: {s['heads']} ({how})")
     for name, line in s.get("axes", {}).items():
         console.print(f"  {name}: {line}")
     # init and rms_preserving act on new width channels and heads only: a stage that adds only blocks does not list them
