@@ -332,4 +332,11 @@ def test_initial_checkpoint_dir_refusals(quickstart_final, tmp_path, capsys):
             main(base + extra)
         err = capsys.readouterr().err
         assert f"error: {key}" in err, err
+        if extra[0] == "--model_config":  # the fix, as typed on the command line (issue 40)
+            assert "--model_config null" in err, err
     assert not (tmp_path / "out").exists()
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+    _, run, _ = parse(["--config", str(quickstart), *base[1:5], "--model_config", "null",
+                       "--data.cache_dir", str(tmp_path / "cache"),
+                       "--growth.stages", "[{at_step: 120, n_embd: 256, rewarmup_steps: 20}]"])
+    assert run.model_config.n_embd == 128  # the checkpoint's own config, as the message says
