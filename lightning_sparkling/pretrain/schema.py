@@ -311,6 +311,10 @@ _SECTIONS = {"data": DataArgs, "train": TrainArgs, "eval": EvalArgs, "log": LogA
 def _suggest(key: str, known: list[str]) -> str:
     import difflib
 
+    name, colon, value = key.partition(":")
+    if colon and name.strip() in known:  # YAML reads {at_step:15} as the key 'at_step:15' (no space after the colon)
+        return (f" (YAML needs a space after the colon: write {name.strip()}: {value.strip()}, as in "
+                f"{{{name.strip()}: {value.strip()}}})")
     close = difflib.get_close_matches(key, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -38,3 +38,12 @@ def test_growth_at_step_0_is_noted(tmp_path):
     config["growth"]["stages"][0]["at_step"] = 1
     _, run, _ = parse(["--config", str(write_config(tmp_path / "c.yaml", config)), "--out_dir", str(tmp_path / "o")])
     assert not [n for n in run.notes if "step 0" in n]
+
+
+def test_a_flow_mapping_without_the_space_after_the_colon_names_the_space(tmp_path, capsys):
+    """``{at_step:15}`` is the YAML key ``at_step:15``: the refusal says the space is missing, not only that the key
+    is unknown."""
+    line = refused(capsys, tmp_path, tiny_config(tmp_path / "cache"), "--growth.stages",
+                   "[{at_step:5, n_embd: 64, rewarmup_steps: 2}]")
+    assert line.startswith("error: growth.stages[0].at_step:5: unknown key")
+    assert "YAML needs a space after the colon: write at_step: 5" in line
