@@ -113,3 +113,32 @@ def test_add_callback_example_module_grows(tmp_path):
                                    ActivationRMSMonitor(every_n_steps=2)])
     trainer.fit(module, data)
     assert module.model.config.n_embd == 64 and trainer.global_step == 6
+
+
+def test_add_callback_example_prints_no_third_party_noise(tmp_path):
+    """Issue 40: the example printed Lightning's GPU/TPU lines, the LitLogger tip and a pytree FutureWarning. Its
+    ``quiet_lightning_output`` leaves them out and keeps the growth log; without it they are there (the control)."""
+    import subprocess
+    import sys
+
+    def run(quiet: bool) -> str:
+        code = (
+            "import runpy, torch, lightning as L\n"
+            "from lightning.pytorch.loggers import TensorBoardLogger\n"
+            "from lightning_sparkling import GrowthCallback, GrowthStage\n"
+            f"ex = runpy.run_path({str(EXAMPLES / 'add_callback.py')!r})\n"
+            + ("ex['quiet_lightning_output']()\n" if quiet else "")
+            + "data = torch.utils.data.DataLoader(ex['random_runs'](64), batch_size=16)\n"
+            f"L.Trainer(max_steps=4, accelerator='cpu', logger=TensorBoardLogger({str(tmp_path)!r}), "
+            "enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, "
+            "callbacks=[GrowthCallback(GrowthStage(2, n_embd=64, rewarmup_steps=1))]).fit(ex['TinyGPT'](), data)\n")
+        done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    quiet, loud = run(True), run(False)
+    assert "GrowthCallback: stage 0 grew the model" in quiet
+    for noise in ("GPU available", "TPU available", "Tip:", "LeafSpec"):
+        assert noise not in quiet, quiet
+    assert "GPU available" in loud and "Tip:" in loud
