@@ -22,12 +22,13 @@ from lightning_sparkling.pretrain.config import ResolvedRun
 def _callbacks_module() -> types.SimpleNamespace:
     """The callback classes of a CLI run, imported on first use (importing Lightning is slow and ``plan`` does not
     need it): ``TokenCounter``, ``LitGPTExport``, ``RunTracker``, ``StepProgressBar``, ``InterruptCheckpoint``,
-    ``SampleGeneration`` (:mod:`~lightning_sparkling.pretrain.run_callbacks`)."""
+    ``SampleGeneration``, ``RunCheckpoint``, ``OldEntryLRMonitor`` (:mod:`~lightning_sparkling.pretrain.run_callbacks`)."""
     from lightning_sparkling.pretrain import run_callbacks as cb
 
     return types.SimpleNamespace(TokenCounter=cb.TokenCounter, LitGPTExport=cb.LitGPTExport, RunTracker=cb.RunTracker,
                                  StepProgressBar=cb.StepProgressBar, InterruptCheckpoint=cb.InterruptCheckpoint,
-                                 SampleGeneration=cb.SampleGeneration, RunCheckpoint=cb.RunCheckpoint)
+                                 SampleGeneration=cb.SampleGeneration, RunCheckpoint=cb.RunCheckpoint,
+                                 OldEntryLRMonitor=cb.OldEntryLRMonitor)
 
 
 #: Lightning's info lines a CLI run does not print: the device lines (the run's own announcement names the
