@@ -150,7 +150,7 @@ def test_an_unknown_schedule_is_refused_by_its_own_key_not_by_the_recipe(tmp_pat
     assert "error: growth.recipe: unknown recipe 'best': choose auto or one of paper" in capsys.readouterr().err
 
 
-def _fit_tiny(stages, schedule):
+def _fit_tiny(stages, schedule, accumulate: int = 1):
     """Fit the tests' TinyModule under ``schedule`` with ``GrowthCallback(stages)``; also returns, per growth, the
     largest magnitude of the new ``mlp.proj`` fan-in columns right after it (zero under a zero fan-in side)."""
     import sys
@@ -173,15 +173,17 @@ def _fit_tiny(stages, schedule):
                 self.after.append(proj[:, self.width:].abs().max().item())
                 self.width = proj.shape[1]
 
-    module, seen = TinyModule(schedule=schedule, max_steps=12), NewColumns()
+    module, seen = TinyModule(schedule=schedule, max_steps=12, accumulate=accumulate), NewColumns()
     callback = GrowthCallback(stages, min_lr=1e-4)
-    make_trainer([callback, seen], max_steps=12).fit(module)
+    make_trainer([callback, seen], max_steps=12, accumulate=accumulate).fit(module)
+    assert module.steps_run == 12 * accumulate
     return callback, seen.after
 
 
-@pytest.mark.parametrize(("module_schedule", "lr_schedule"), [
-    ("warmup_cosine", "cosine"), ("cosine", "cosine"), ("lambda", "cosine"), (None, "cosine"), ("wsd", "wsd")])
-def test_the_python_path_and_the_cli_resolve_the_same_recipe(tmp_path, module_schedule, lr_schedule):
+@pytest.mark.parametrize(("module_schedule", "lr_schedule", "accumulate"), [
+    ("warmup_cosine", "cosine", 1), ("cosine", "cosine", 1), ("lambda", "cosine", 1), (None, "cosine", 1),
+    ("wsd", "wsd", 1), ("warmup_cosine", "cosine", 2), ("wsd", "wsd", 2)])
+def test_the_python_path_and_the_cli_resolve_the_same_recipe(tmp_path, module_schedule, lr_schedule, accumulate):
     """``GrowthCallback(GrowthStage(...))`` grows by the stage ``sparkling pretrain`` builds from the same keys under
     the same schedule: a LambdaLR of WarmupCosineLambda, CosineAnnealingLR, a plain LambdaLR and no scheduler count
     as cosine, a LambdaLR of WSDLambda as wsd. The grown weights show it: both recipes grow random-zero, whose new
@@ -192,7 +194,7 @@ def test_the_python_path_and_the_cli_resolve_the_same_recipe(tmp_path, module_sc
     path = write_config(tmp_path / "c.yaml", config)
     _, run, _ = parse(["--config", str(path), "--out_dir", str(tmp_path / "o"), "--train.lr_schedule", lr_schedule])
     (cli,) = run.stages
-    callback, new_columns = _fit_tiny(GrowthStage(**stage), module_schedule)
+    callback, new_columns = _fit_tiny(GrowthStage(**stage), module_schedule, accumulate)
     assert callback.stages[0] == cli
     assert callback.summaries[0]["recipe"] == cli.recipe == {"cosine": "random-zero-3x", "wsd": "wsd"}[lr_schedule]
     assert new_columns == [0.0]

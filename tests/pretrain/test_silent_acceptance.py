@@ -47,3 +47,15 @@ def test_a_flow_mapping_without_the_space_after_the_colon_names_the_space(tmp_pa
                    "[{at_step:5, n_embd: 64, rewarmup_steps: 2}]")
     assert line.startswith("error: growth.stages[0].at_step:5: unknown key")
     assert "YAML needs a space after the colon: write at_step: 5" in line
+
+
+def test_help_lists_every_decay_shape(capsys):
+    import pytest
+
+    from lightning_sparkling.pretrain.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("--train.lr_decay_shape")
+    assert all(shape in text[start:start + 400] for shape in ("linear", "cosine", "sqrt"))
