@@ -49,7 +49,7 @@ from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
-from lightning_sparkling.growth.recipes import AUTO, resolve_recipe, same_keys, schedule_of
+from lightning_sparkling.growth.recipes import AUTO, resolve_recipe, same_keys, schedule_of, schedule_recipe
 from lightning_sparkling.growth.record import StageRecord
 from lightning_sparkling.growth.stage import (
     SIZE_AXES,
@@ -314,7 +314,13 @@ class GrowthCallback(Callback):
             raise GrowthError(f"GrowthCallback: {err}") from err
         if self._applied:
             self._check_applied()
-        pending = [resolve_recipe(s, self._schedule) for s in self.stages[self._grown:]]
+        try:
+            pending = [resolve_recipe(s, self._schedule) for s in self.stages[self._grown:]]
+        except ValueError as err:  # a key the stage set that the schedule's recipe cannot take
+            recipe = schedule_recipe(self._schedule)
+            raise GrowthError(f"GrowthCallback: {err} (the stage's recipe is auto, {recipe!r} under the module's "
+                              f"{self._schedule} schedule: set the keys it needs, e.g. init, or give the stage a "
+                              "recipe, e.g. recipe='paper')") from err
         if pending != list(self.stages[self._grown:]):
             self._set_stages((*self.stages[: self._grown], *pending))
             try:

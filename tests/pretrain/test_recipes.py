@@ -218,3 +218,17 @@ def test_a_stages_own_recipe_key_overrides_growth_recipe(tmp_path):
     assert (own.recipe, own.init, own.rewarmup_ratio) == ("paper", "copy-copy", 1.3)
     (auto,) = _stages(tmp_path, stages=[{**stage, "recipe": "auto"}], recipe="wsd")
     assert (auto.recipe, auto.init, auto.rewarmup_ratio) == ("wsd", "random-zero", 1.3)
+
+
+def test_a_key_the_auto_recipe_cannot_take_is_refused_before_the_first_step_naming_the_recipe():
+    """``split='uneven'`` divides copied fan-in shares; ``auto`` under cosine grows random-zero, which copies nothing:
+    refused at fit start (no step taken), the message naming the recipe auto became and the fixes."""
+    from lightning_sparkling.growth.errors import GrowthError
+
+    with pytest.raises(GrowthError, match=r"split='uneven'.*recipe is auto, 'random-zero-3x' under the module's "
+                                          r"cosine schedule.*recipe='paper'") as info:
+        _fit_tiny(GrowthStage(4, intermediate_size=128, rewarmup_steps=2, split="uneven"), "warmup_cosine")
+    assert "GrowthCallback" in str(info.value)
+    callback, _ = _fit_tiny(GrowthStage(4, intermediate_size=128, rewarmup_steps=2, split="uneven", recipe="paper"),
+                            "warmup_cosine")
+    assert callback.summaries[0]["recipe"] == "paper"
