@@ -222,7 +222,8 @@ def test_textfiles_resume_continues_the_data_stream(textfiles_run, printed, text
     assert main(["pretrain", "--config", str(path), "--model_config", TINY_PYTHIA, "--resume", "auto"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["resumed_from"].endswith("step-00000003.ckpt") and summary["steps"] == 6
-    assert summary["growth_events"] == []  # grown at step 3 already
+    # grown at step 3 already: reported from the checkpoint (issue 40), not grown again
+    assert [e["global_step"] for e in summary["growth_events"]] == [3]
     ckpt = torch.load(out / "checkpoints" / "step-00000006.ckpt", map_location="cpu", weights_only=False)
     assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["num_samples_yielded"] == 6 * 4
 
