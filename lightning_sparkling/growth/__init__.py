@@ -1,6 +1,7 @@
 """The paper's growth, as pure functions of torch tensors and litgpt models (no Lightning import here).
 
 - :mod:`~lightning_sparkling.growth.stage`: ``GrowthStage``, one growth and its recipe, checked at construction;
+- :mod:`~lightning_sparkling.growth.recipes`: ``recipe='auto'`` resolved by the run's schedule (CLI and callback);
 - :mod:`~lightning_sparkling.growth.scaling`: the RMS-preserving fan-in scale and copy index maps;
 - :mod:`~lightning_sparkling.growth.operators`: fan-out / fan-in / norm expansion of one tensor;
 - :mod:`~lightning_sparkling.growth.plan`: litgpt ``Config`` + stage -> ``GrowthPlan`` (shapes only);

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from fractions import Fraction
 from typing import Any
 
@@ -71,9 +72,15 @@ class GrowthStage:
     """One growth: at ``at_step`` widen some of ``n_embd``, ``intermediate_size``, ``moe_intermediate_size``
     and/or deepen the model to ``n_layer`` blocks (one plan, one growth event when a stage sets several).
 
-    The defaults are the SPARKLING recipe: copy-copy init, RMS-preserving fan-in scale, asymmetric optimizer
-    state (old entries keep theirs, new entries start at zero) and an asymmetric learning-rate re-warmup of the
-    new entries (from the LR at growth to ``rewarmup_ratio`` times it over ``rewarmup_steps``, then cosine).
+    ``recipe`` (default ``auto``) fills the keys a stage does not set. ``auto`` is the recipe ``sparkling pretrain``
+    picks for the run's schedule (``random-zero-3x`` under cosine, ``wsd`` under WSD), resolved by
+    :class:`~lightning_sparkling.callbacks.GrowthCallback` from the module's scheduler
+    (:mod:`~lightning_sparkling.growth.recipes`); ``recipe='paper'`` (or :meth:`from_recipe`) gives the paper's.
+    The field defaults are the SPARKLING recipe as published (``paper``): copy-copy init, RMS-preserving fan-in
+    scale, asymmetric optimizer state (old entries keep theirs, new entries start at zero) and an asymmetric
+    learning-rate re-warmup of the new entries (from the LR at growth to ``rewarmup_ratio`` times it over
+    ``rewarmup_steps``, then cosine). An ``auto`` stage holds them until resolved, so :func:`grow_model` and
+    ``plan_growth`` called on it directly grow by the paper's keys.
 
     Args:
         at_step: grow after this many optimizer steps, before step ``at_step + 1``'s first micro-batch.
@@ -211,6 +218,10 @@ class GrowthStage:
             Parameters and optimizer state; litgpt's ``first_k_dense_replace``, which the grown config carries), the
             others upcycle; ``0 <= k < n_layer``. On MoE -> more experts it may only repeat the model's own value.
 
+    Args:
+        recipe: ``auto`` (default) or a name of :data:`RECIPES` (``paper``, ``recommended``, ``random-zero``,
+            ``random-zero-3x``, ``wsd``): the keys the stage gets unless it sets them (a key it sets wins).
+
     ``rewarmup_scope='all'`` and ``decay_speedup`` redefine the schedule of the rest of the run, so only the last
     stage of a run may set them (:func:`check_stage_sequence`).
 
@@ -265,8 +276,13 @@ class GrowthStage:
     expert_reinit_fraction: float = 0.5
     router_init: str = "random"
     first_k_dense_replace: int | None = None
+    recipe: str = "auto"
 
     def __post_init__(self) -> None:
+        from lightning_sparkling.growth.recipes import recipe_keys
+
+        for key, value in recipe_keys(self).items():  # a named recipe fills the keys the stage did not set
+            object.__setattr__(self, key, value)
         self._check_timing()
         if self.depth_map is not None:
             self._check_depth_map()
@@ -382,7 +398,9 @@ class GrowthStage:
         if max_steps is None or isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
             raise ValueError(f"GrowthStage(at_fraction={self.at_fraction}): a fraction of the run needs the run's "
                              f"length, but max_steps is {max_steps!r}; set Trainer(max_steps=...) or give at_step")
-        return replace(self, at_step=fraction_step(self.at_fraction, max_steps), at_fraction=None)
+        stage = replace(self, at_step=fraction_step(self.at_fraction, max_steps), at_fraction=None)
+        object.__setattr__(stage, "_given", self.given_keys - {"at_fraction"} | {"at_step"})  # still resolvable
+        return stage
 
     def _check_target(self) -> None:
         if self.model_name is not None and self.model_config is not None:
@@ -527,15 +545,25 @@ class GrowthStage:
     def fan_in_init(self) -> str:
         return parse_init(self.init)[1]
 
+    @property
+    def given_keys(self) -> frozenset[str]:
+        """The fields the stage was built with (by name or position); the others hold defaults, which a recipe
+        fills (:mod:`~lightning_sparkling.growth.recipes`). A stage rebuilt from all its fields
+        (``GrowthStage(**stage.to_dict())``) gave them all."""
+        return getattr(self, "_given", frozenset(f.name for f in fields(self)))
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for checkpoints and logs); ``GrowthStage(**stage.to_dict())`` rebuilds it."""
         return asdict(self)
 
     @classmethod
     def from_recipe(cls, recipe: str, at_step: int | None = None, **keys: Any) -> GrowthStage:
-        """A stage of a named recipe (:data:`RECIPES`): the recipe's keys, then ``keys`` on top.
+        """A stage of a named recipe (:data:`RECIPES`): the recipe's keys, then ``keys`` on top; the same as
+        ``GrowthStage(at_step, recipe=recipe, **keys)``.
 
-        ``GrowthStage(...)`` alone is the paper's recipe (``recipe='paper'``); ``'recommended'`` is the one our
+        ``GrowthStage(...)`` alone is ``recipe='auto'``: the recipe ``sparkling pretrain`` picks for the run's
+        schedule, resolved by the callback (:mod:`~lightning_sparkling.growth.recipes`). ``'paper'`` is SPARKLING
+        as published (the field defaults); ``'recommended'`` is the one our
         seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay"): the paper's plus the closed loop on
         the symmetry lock; ``'random-zero'`` grows sourceless channels re-warmed to 10x; ``'wsd'`` (for
         warmup-stable-decay schedules) grows sourceless channels re-warmed to the paper's 1.3x;
@@ -550,14 +578,31 @@ class GrowthStage:
             ('random-zero', 10.0)
             >>> GrowthStage.from_recipe("wsd", 500, n_embd=1024).init
             'random-zero'
-            >>> GrowthStage.from_recipe("paper", 500, n_embd=1024) == GrowthStage(500, n_embd=1024)
+            >>> GrowthStage.from_recipe("paper", 500, n_embd=1024) == GrowthStage(500, n_embd=1024, recipe="paper")
             True
+            >>> GrowthStage.from_recipe("paper", 500, n_embd=1024).init
+            'copy-copy'
         """
-        return cls(at_step, **apply_recipe(recipe, keys))
+        return cls(at_step, recipe=recipe, **keys)
+
+
+def _record_given_keys(init: Any) -> Any:
+    """``GrowthStage.__init__`` that first records which fields the caller gave (:attr:`GrowthStage.given_keys`)."""
+    names = [f.name for f in fields(GrowthStage) if f.init]
+
+    @functools.wraps(init)
+    def __init__(self: GrowthStage, *args: Any, **kwargs: Any) -> None:
+        object.__setattr__(self, "_given", frozenset(names[: len(args)]) | frozenset(kwargs))
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+GrowthStage.__init__ = _record_given_keys(GrowthStage.__init__)  # type: ignore[method-assign]
 
 
 RECIPES: dict[str, dict[str, Any]] = {
-    # GrowthStage's own defaults: the SPARKLING recipe as published (copy-copy, RMS-preserving scale, asymmetric
+    # GrowthStage's field defaults: the SPARKLING recipe as published (copy-copy, RMS-preserving scale, asymmetric
     # state, new entries re-warmed to 1.3x over rewarmup_steps).
     "paper": {},
     # What the seeded comparisons of docs/BENCHMARKS.md ("Making growth pay") found best over the token ratios

@@ -494,9 +494,15 @@ def _check_lr_schedule(train: TrainArgs) -> None:
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ConfigError("train.lr_decay_fraction", f"must be in (0, 1] (the share of the run spent decaying), "
                                                      f"got {fraction!r}")
-    if train.lr_decay_shape not in DECAY_SHAPES:
-        raise ConfigError("train.lr_decay_shape", f"choose one of {', '.join(DECAY_SHAPES)}, got "
-                                                  f"{train.lr_decay_shape!r}")
+    shape = train.lr_decay_shape
+    if shape is not None and not SCHEDULES[train.lr_schedule].stable_phase:
+        raise ConfigError("train.lr_decay_shape", f"{shape!r} shapes the decay of train.lr_schedule wsd; under "
+                                                  f"{train.lr_schedule!r} the decay is {train.lr_schedule} and the "
+                                                  "key would have no effect: drop it, or set --train.lr_schedule wsd")
+    if shape is None:
+        train.lr_decay_shape = shape = "linear"  # wsd's default; unused by a schedule without a stable phase
+    if shape not in DECAY_SHAPES:
+        raise ConfigError("train.lr_decay_shape", f"choose one of {', '.join(DECAY_SHAPES)}, got {shape!r}")
 
 
 # ------------------------------------------------------------------------------------------------------------ optimizer

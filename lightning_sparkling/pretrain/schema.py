@@ -106,8 +106,9 @@ class TrainArgs:
     then a decay to ``min_lr`` over the last ``lr_decay_fraction`` of the run; a growth must fall before the decay)."""
     lr_decay_fraction: float = 0.2
     """``wsd`` only: the share of the run spent decaying, in ``(0, 1]``."""
-    lr_decay_shape: str = "linear"
-    """``wsd`` only: the decay's shape, ``linear`` or ``cosine`` (litgpt has no WSD schedule to follow)."""
+    lr_decay_shape: Optional[str] = None
+    """``wsd`` only: the decay's shape, ``linear`` (default), ``cosine`` or ``sqrt`` (``1 - sqrt``: lr = peak * (1 -
+    sqrt(p))); refused under ``cosine``, whose decay is cosine (litgpt has no WSD schedule to follow)."""
     max_norm: Optional[float] = 1.0
     """Clip gradients to this global norm (``null`` or 0: no clipping)."""
     epochs: Optional[int] = None
@@ -319,6 +320,10 @@ _SECTIONS = {"data": DataArgs, "train": TrainArgs, "eval": EvalArgs, "log": LogA
 def _suggest(key: str, known: list[str]) -> str:
     import difflib
 
+    name, colon, value = key.partition(":")
+    if colon and name.strip() in known:  # YAML reads {at_step:15} as the key 'at_step:15' (no space after the colon)
+        return (f" (YAML needs a space after the colon: write {name.strip()}: {value.strip()}, as in "
+                f"{{{name.strip()}: {value.strip()}}})")
     close = difflib.get_close_matches(key, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -377,11 +382,12 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
     values.pop("__path__", None)
     names = {f.name for f in dataclasses.fields(cls)}
     if cls is GrowthArgs:
-        from lightning_sparkling.growth.stage import RECIPES, SCHEDULE_RECIPES
+        from lightning_sparkling.growth.recipes import AUTO, schedule_recipe
+        from lightning_sparkling.growth.stage import RECIPES
 
         recipe = values.get("recipe", GrowthArgs.recipe)
-        if recipe == "auto":  # an unknown schedule is refused by its own check (train.lr_schedule)
-            recipe = values["recipe"] = SCHEDULE_RECIPES.get(lr_schedule, SCHEDULE_RECIPES["cosine"])
+        if recipe == AUTO:  # the callback's resolution too; an unknown schedule is refused by train.lr_schedule
+            recipe = values["recipe"] = schedule_recipe(lr_schedule)
         if recipe not in RECIPES:
             raise ConfigError("growth.recipe", f"unknown recipe {recipe!r}: choose auto or one of "
                                                f"{', '.join(RECIPES)}")

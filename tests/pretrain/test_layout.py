@@ -86,3 +86,12 @@ def test_callbacks_import_no_strategy_specific_module():
         for forbidden in ("parallel.fsdp1", "parallel.fsdp2", "parallel.single", "lightning_sparkling.distributed",
                           "lightning_sparkling.fsdp1", "FSDPStrategy", "ModelParallelStrategy", "DDPStrategy"):
             assert forbidden not in text, f"{path.name} mentions {forbidden}"
+
+
+def test_the_package_description_names_every_growth_axis():
+    """pyproject's description said "grow a model's width" after depth, heads and experts came (issue 40)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    description = tomllib.loads((root / "pyproject.toml").read_text())["project"]["description"]
+    assert all(axis in description for axis in ("width", "heads", "depth", "experts")), description
