@@ -169,16 +169,22 @@ def steady_tokens_per_sec(rows: list[tuple[float, float]], warmup: int) -> float
     return (n1 - n0) / (t1 - t0)
 
 
+def median_step_tokens_per_sec(rows: list[tuple[float, float]], warmup: int) -> float:
+    """Tokens of one step over the median step time after ``warmup`` steps: on a shared machine, a step stalled by
+    another process (seconds, where a step takes one) weighs in the mean above, not here."""
+    steady_tokens_per_sec(rows, warmup)  # enough steps
+    steps = [(t1 - t0, n1 - n0) for (t0, n0), (t1, n1) in zip(rows[warmup:], rows[warmup + 1:])]
+    return statistics.median(n for _, n in steps) / statistics.median(t for t, _ in steps)
+
+
 def run_one(variant: str, args, size: dict, text: Path, tokenizer: Path, rep: int) -> dict:
     out = args.workdir / "runs" / f"{variant}-{rep}"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     if variant == "litgpt":
         cfg = litgpt_config(args, size, text, out, tokenizer)
-        keys = ("time", "lengths")
     else:
         cfg = sparkling_config(args, size, text, out, variant)
-        keys = ("train/time", "train/lengths")
     cmd, env = command("litgpt" if variant == "litgpt" else "sparkling", _yaml(out / "config.yaml", cfg), args)
     start, load = time.perf_counter(), os.getloadavg()[0]
     proc = subprocess.run(cmd, env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=args.timeout)
@@ -186,9 +192,15 @@ def run_one(variant: str, args, size: dict, text: Path, tokenizer: Path, rep: in
     (out / "log.txt").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"{variant} failed ({proc.returncode}), log {out / 'log.txt'}:\n{proc.stderr[-3000:]}")
-    rows = read_csv(out, *keys)
-    return {"variant": variant, "repeat": rep, "tokens_per_sec": steady_tokens_per_sec(rows, args.warmup),
-            "steps_logged": len(rows), "wall_s": wall, "load_1min": load}
+    return {"variant": variant, "repeat": rep, **measure(out, variant, args.warmup), "wall_s": wall,
+            "load_1min": load}
+
+
+def measure(out: Path, variant: str, warmup: int) -> dict:
+    """The steady-state figures of one finished run's ``metrics.csv``."""
+    rows = read_csv(out, *(("time", "lengths") if variant == "litgpt" else ("train/time", "train/lengths")))
+    return {"tokens_per_sec": steady_tokens_per_sec(rows, warmup),
+            "median_step_tokens_per_sec": median_step_tokens_per_sec(rows, warmup), "steps_logged": len(rows)}
 
 
 def prepare(args, size: dict) -> tuple[Path, Path]:
@@ -205,25 +217,34 @@ def prepare(args, size: dict) -> tuple[Path, Path]:
     return text, tokenizer
 
 
-def summarize(results: list[dict], variants: list[str]) -> dict:
+def summarize(results: list[dict], variants: list[str], key: str = "tokens_per_sec") -> dict:
+    """Per variant: the median, min and max of ``key`` over the repeats and, against litgpt, the per-repeat ratios
+    (each repeat's runs ran back to back) with their median, min and max."""
     by = {v: [r for r in results if r["variant"] == v] for v in variants}
     out = {}
     for v, runs in by.items():
-        tps = [r["tokens_per_sec"] for r in runs]
+        tps = [r[key] for r in runs]
         out[v] = {"median": statistics.median(tps), "min": min(tps), "max": max(tps), "runs": tps}
         if v != "litgpt":
-            ratios = [r["tokens_per_sec"] / l["tokens_per_sec"] for r, l in zip(runs, by["litgpt"])]
+            ratios = [r[key] / l[key] for r, l in zip(runs, by["litgpt"])]
             out[v].update(ratio_median=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios),
                           ratios=ratios)
     return out
 
 
-def print_table(summary: dict) -> None:
-    print(f"{'variant':<20} {'tokens/s (median)':>18} {'min..max':>20} {'ratio to litgpt (median, min..max)':>36}")
-    for v, s in summary.items():
-        ratio = (f"{s['ratio_median']:.3f} ({s['ratio_min']:.3f}..{s['ratio_max']:.3f})"
-                 if "ratio_median" in s else "1")
-        print(f"{v:<20} {s['median']:>18.1f} {s['min']:>9.1f}..{s['max']:<9.1f} {ratio:>36}")
+def print_table(by_figure: dict) -> None:
+    for key, summary in by_figure.items():
+        print(f"{key}:")
+        print(f"{'variant':<20} {'tokens/s (median)':>18} {'min..max':>20} {'ratio to litgpt (median, min..max)':>36}")
+        for v, s in summary.items():
+            ratio = (f"{s['ratio_median']:.3f} ({s['ratio_min']:.3f}..{s['ratio_max']:.3f})"
+                     if "ratio_median" in s else "1")
+            print(f"{v:<20} {s['median']:>18.1f} {s['min']:>9.1f}..{s['max']:<9.1f} {ratio:>36}")
+
+
+def summaries(results: list[dict], variants: list[str]) -> dict:
+    """The two steady-state figures' summaries: over the whole window, and from the median step time."""
+    return {key: summarize(results, variants, key) for key in ("tokens_per_sec", "median_step_tokens_per_sec")}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -243,7 +264,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--timeout", type=float, default=900, help="seconds per run")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/throughput_vs_litgpt"))
     p.add_argument("--out", type=Path, default=HERE / "results" / "throughput_vs_litgpt_cpu.json")
+    p.add_argument("--report-only", action="store_true",
+                   help="measure the runs already in --workdir/runs again and rewrite --out's figures")
     args = p.parse_args(argv)
+    if args.report_only:
+        return report_only(args)
     if args.tiny:
         args.size, args.steps, args.warmup, args.max_bytes = "tiny", 6, 2, 300_000
     if args.warmup < 1 or args.steps < args.warmup + 2:
@@ -268,10 +293,23 @@ def main(argv: list[str] | None = None) -> dict:
                   flush=True)
         # written after every repeat: a run stopped by its deadline keeps the repeats it finished
         record["repeats_done"] = rep + 1
-        record["summary"] = summarize([r for r in record["runs"] if r["repeat"] <= rep], variants)
+        record["summary"] = summaries(record["runs"], variants)
         args.out.write_text(json.dumps(record, indent=1))
     print_table(record["summary"])
     print(f"wrote {args.out}")
+    return record
+
+
+def report_only(args: argparse.Namespace) -> dict:
+    """Re-measure the finished runs of ``args.workdir`` (their ``metrics.csv``) into ``args.out``'s record."""
+    record = json.loads(args.out.read_text())
+    for run in record["runs"]:
+        run.update(measure(args.workdir / "runs" / f"{run['variant']}-{run['repeat']}", run["variant"],
+                           record["warmup"]))
+    variants = list(dict.fromkeys(r["variant"] for r in record["runs"]))
+    record["summary"] = summaries(record["runs"], variants)
+    args.out.write_text(json.dumps(record, indent=1))
+    print_table(record["summary"])
     return record
 
 

@@ -37,6 +37,10 @@ def test_steady_state_leaves_out_the_warmup_steps(tmp_path):
     assert tvl.steady_tokens_per_sec(read, warmup=0) == pytest.approx(100.0)
     with pytest.raises(RuntimeError, match="6 steps logged"):
         tvl.steady_tokens_per_sec(read, warmup=5)
+    # one step stalled by another process: the mean over the window feels it, the median step does not
+    stalled = read[:4] + [(t + 10, n) for t, n in read[4:]]
+    assert tvl.steady_tokens_per_sec(stalled, warmup=1) == pytest.approx(400 / 12)
+    assert tvl.median_step_tokens_per_sec(stalled, warmup=1) == pytest.approx(200.0)
 
 
 def test_ratios_are_taken_per_repeat():
@@ -77,6 +81,10 @@ def test_tiny_mode_end_to_end(tmp_path):
     assert [r["variant"] for r in saved["runs"]] == ["litgpt", "sparkling", "sparkling+rms"]
     for run in saved["runs"]:
         assert run["steps_logged"] == 6 and run["tokens_per_sec"] > 0, run
-    for variant in ("sparkling", "sparkling+rms"):
-        s = saved["summary"][variant]
-        assert s["ratio_median"] == pytest.approx(s["median"] / saved["summary"]["litgpt"]["median"])
+    for figure in ("tokens_per_sec", "median_step_tokens_per_sec"):
+        summary = saved["summary"][figure]
+        for variant in ("sparkling", "sparkling+rms"):
+            s = summary[variant]
+            assert s["ratio_median"] == pytest.approx(s["median"] / summary["litgpt"]["median"])
+    again = _module().main(["--report-only", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out.json")])
+    assert again["summary"] == saved["summary"]  # measured again from the runs' logs: the same figures
