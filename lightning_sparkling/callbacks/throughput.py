@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import ThroughputMonitor
+from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 __all__ = ["TokenThroughputMonitor"]
@@ -55,9 +56,18 @@ class TokenThroughputMonitor(ThroughputMonitor):
 
     @rank_zero_only
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, *args: Any) -> None:
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, *args)
         flops = getattr(pl_module, "flops_per_batch", None)
         self.last_flops_per_batch = None if flops is None else float(flops)
-        if (flops is not None and not trainer.fit_loop._should_accumulate()
-                and trainer._logger_connector.should_update_logs):
-            trainer._logger_connector.log_metrics({"train/flops_per_batch": float(flops)})
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, *args)
+
+    def _compute(self, trainer: Any, iter_num: int | None = None) -> None:
+        """Lightning's metrics of the stage, with ``train/flops_per_batch`` in the same ``log_metrics`` call (one
+        logger write per logged step, as Lightning's own)."""
+        if not trainer._logger_connector.should_update_logs:
+            return
+        stage = trainer.state.stage
+        throughput = self._throughputs[stage]
+        metrics = {f"{stage.value}{throughput.separator}{k}": v for k, v in throughput.compute().items()}
+        if stage == RunningStage.TRAINING and self.last_flops_per_batch is not None:
+            metrics[f"train{throughput.separator}flops_per_batch"] = self.last_flops_per_batch
+        trainer._logger_connector.log_metrics(metrics, step=iter_num)
