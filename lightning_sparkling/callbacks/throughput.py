@@ -34,7 +34,8 @@ class TokenThroughputMonitor(ThroughputMonitor):
     ``train/device/items_per_sec`` (tokens/s over the window), ``train/device/flops_per_sec``, ``train/device/mfu``
     (only where Lightning knows the device's peak FLOP/s for the run's precision: CUDA GPUs, TPUs), and
     ``train/flops_per_batch``: the module's ``flops_per_batch`` of the last micro-batch, which changes at a growth.
-    Logged every ``log_every_n_steps`` optimizer steps, on rank 0.
+    Logged every ``log_every_n_steps`` optimizer steps, on rank 0; validation is not (its time is taken out of
+    ``train/time``).
 
     Args:
         window_size: micro-batches over which the rates are averaged (Lightning's default is 100; litgpt logs
@@ -61,13 +62,14 @@ class TokenThroughputMonitor(ThroughputMonitor):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, *args)
 
     def _compute(self, trainer: Any, iter_num: int | None = None) -> None:
-        """Lightning's metrics of the stage, with ``train/flops_per_batch`` in the same ``log_metrics`` call (one
-        logger write per logged step, as Lightning's own)."""
-        if not trainer._logger_connector.should_update_logs:
-            return
+        """Lightning's training metrics, with ``train/flops_per_batch`` in the same ``log_metrics`` call (one logger
+        write per logged step, as Lightning's own). Validation is timed (Lightning takes its time out of the
+        training clock) but not logged: Lightning would log it at validation-batch indices, not training steps."""
         stage = trainer.state.stage
+        if stage != RunningStage.TRAINING or not trainer._logger_connector.should_update_logs:
+            return
         throughput = self._throughputs[stage]
         metrics = {f"{stage.value}{throughput.separator}{k}": v for k, v in throughput.compute().items()}
-        if stage == RunningStage.TRAINING and self.last_flops_per_batch is not None:
+        if self.last_flops_per_batch is not None:
             metrics[f"train{throughput.separator}flops_per_batch"] = self.last_flops_per_batch
         trainer._logger_connector.log_metrics(metrics, step=iter_num)

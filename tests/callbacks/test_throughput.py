@@ -49,14 +49,17 @@ def test_flops_per_batch_changes_at_the_growth_and_mfu_follows(tmp_path, monkeyp
     window = 3 * accumulate
     module = LitGPTPretrainModule(CONFIG, "AdamW", max_steps=STEPS, lr_warmup_steps=1)
     data = torch.utils.data.DataLoader(torch.randint(0, 64, (STEPS * accumulate * BATCH, SEQ + 1)), batch_size=BATCH)
+    val = torch.utils.data.DataLoader(torch.randint(0, 64, (4, SEQ + 1)), batch_size=BATCH)
     trainer = L.Trainer(max_steps=STEPS, accelerator="cpu", accumulate_grad_batches=accumulate, log_every_n_steps=1,
+                        val_check_interval=3 * accumulate, check_val_every_n_epoch=None, num_sanity_val_steps=0,
                         logger=CSVLogger(str(tmp_path)), enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False,
                         callbacks=[TokenThroughputMonitor(window_size=window),
                                    WidthGrowthCallback(GrowthStage(GROW_AT, n_embd=64, intermediate_size=128))])
-    trainer.fit(module, data)
+    trainer.fit(module, data, val)
     assert module.model.config.n_embd == 64
     logged = _logged(tmp_path)
+    assert "val_loss" in logged and not [k for k in logged if k.startswith("validate")]  # validation: timed, unlogged
     small, big = _flops(32, 64), _flops(64, 128)
     per_batch = logged["train/flops_per_batch"]
     assert sorted(per_batch) == list(range(STEPS))
