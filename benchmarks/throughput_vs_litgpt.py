@@ -250,7 +250,8 @@ def summaries(results: list[dict], variants: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", choices=sorted(SIZES), default="cpu")
-    p.add_argument("--tiny", action="store_true", help="the tiny size, 6 steps, warmup 2 (a smoke run)")
+    p.add_argument("--tiny", action="store_true",
+                   help="the tiny size, 6 steps, warmup 2, the RMS monitor every 2 steps (a smoke run)")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=5, help="steps left out of tokens/s")
     p.add_argument("--repeats", type=int, default=3)
@@ -270,10 +271,13 @@ def main(argv: list[str] | None = None) -> dict:
     if args.report_only:
         return report_only(args)
     if args.tiny:
-        args.size, args.steps, args.warmup, args.max_bytes = "tiny", 6, 2, 300_000
+        args.size, args.steps, args.warmup, args.max_bytes, args.rms_every = "tiny", 6, 2, 300_000, 2
     if args.warmup < 1 or args.steps < args.warmup + 2:
         p.error(f"--warmup {args.warmup} must be >= 1 and --steps {args.steps} at least warmup + 2")
     size = SIZES[args.size]
+    if not rms_steps_timed(args):
+        print(f"note: with --rms-every {args.rms_every} the RMS monitor measures no step of the timed window (steps "
+              f"{args.warmup + 1}..{args.steps - 1}): 'sparkling+rms' times its hooks' absence, not a measurement")
     args.workdir.mkdir(parents=True, exist_ok=True)
     text, tokenizer = prepare(args, size)
     variants = list(VARIANTS) + (["sparkling-foreach"] if args.sparkling_foreach else [])
@@ -282,7 +286,7 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"size": args.size, "model": model_config(size), "params": param_count(size),
               "batch": size["batch"], "seq": size["seq"], "steps": args.steps, "warmup": args.warmup,
               "accelerator": args.accelerator, "precision": args.precision, "compile": args.compile,
-              "rms_every": args.rms_every, "threads": args.threads, "cpus": os.cpu_count(),
+              "rms_every": args.rms_every, "rms_steps_timed": rms_steps_timed(args), "threads": args.threads, "cpus": os.cpu_count(),
               "torch": torch.__version__, "python": platform.python_version(), "runs": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for rep in range(args.repeats):
@@ -298,6 +302,12 @@ def main(argv: list[str] | None = None) -> dict:
     print_table(record["summary"])
     print(f"wrote {args.out}")
     return record
+
+
+def rms_steps_timed(args: argparse.Namespace) -> int:
+    """How many steps inside the timed window the RMS monitor measures (it measures step ``s`` when
+    ``s % every_n_steps == 0``; the window is steps ``warmup + 1 .. steps - 1``, 0-based)."""
+    return sum(1 for s in range(args.warmup + 1, args.steps) if s % args.rms_every == 0)
 
 
 def report_only(args: argparse.Namespace) -> dict:

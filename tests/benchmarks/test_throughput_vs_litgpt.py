@@ -72,12 +72,21 @@ def test_both_tools_get_the_same_model_batch_precision_and_optimizer(tmp_path):
     assert env["TORCHDYNAMO_DISABLE"] == "1" and cmd[1:4] == ["-m", "litgpt", "pretrain"]
 
 
+def test_rms_steps_timed_counts_the_measured_steps_inside_the_window():
+    tvl = _module()
+    ns = tvl.argparse.Namespace
+    assert tvl.rms_steps_timed(ns(warmup=5, steps=30, rms_every=50)) == 0  # only step 0: before the window
+    assert tvl.rms_steps_timed(ns(warmup=5, steps=30, rms_every=10)) == 2  # steps 10 and 20
+    assert tvl.rms_steps_timed(ns(warmup=2, steps=6, rms_every=1)) == 3  # steps 3, 4, 5
+
+
 @pytest.mark.slow
 def test_tiny_mode_end_to_end(tmp_path):
     record = _module().main(["--tiny", "--repeats", "1", "--workdir", str(tmp_path / "work"),
                              "--out", str(tmp_path / "out.json")])
     saved = json.loads((tmp_path / "out.json").read_text())
     assert saved["summary"] == record["summary"] and saved["params"] == record["params"] > 0
+    assert saved["rms_steps_timed"] == 1  # the monitor measured step 4, inside the window
     assert [r["variant"] for r in saved["runs"]] == ["litgpt", "sparkling", "sparkling+rms"]
     for run in saved["runs"]:
         assert run["steps_logged"] == 6 and run["tokens_per_sec"] > 0, run
