@@ -66,8 +66,9 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1 PYTHONWARNI
 if [ "$DRY" != 1 ]; then
   {
     [ "$MODE" = gpu ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    $PY -c "import sys, torch, lightning, litgpt; print(sys.version.split()[0], 'torch', torch.__version__,
-    'lightning', lightning.__version__, 'litgpt', litgpt.__version__, 'cuda', torch.cuda.is_available())"
+    $PY -c "import sys, torch, lightning; from importlib.metadata import version; print(sys.version.split()[0],
+    'torch', torch.__version__, 'lightning', lightning.__version__, 'litgpt', version('litgpt'), 'cuda',
+    torch.cuda.is_available())"
   } > "$OUT/env.txt" 2>&1
   cat "$OUT/env.txt"
 fi
