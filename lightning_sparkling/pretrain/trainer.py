@@ -88,8 +88,9 @@ class _RunCallbacks:
 
 
 def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _RunCallbacks:
-    """The callbacks of ``run``: interrupt checkpoint, growth, activation RMS monitor, sample generation, token
-    counter, litgpt export, run tracker, LR monitor, periodic Lightning checkpoints and the progress bar.
+    """The callbacks of ``run``: interrupt checkpoint, throughput and MFU (before the growth, which changes the FLOPs
+    of the batches after it), growth, activation RMS monitor, sample generation, token counter, litgpt export, run
+    tracker, LR monitor, periodic Lightning checkpoints and the progress bar.
 
     Args:
         run: the resolved configuration.
@@ -98,6 +99,7 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
     """
     from lightning_sparkling.callbacks.growth import GrowthCallback
     from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
+    from lightning_sparkling.callbacks.throughput import TokenThroughputMonitor
 
     cb = _callbacks_module()
     out_dir = run.out_dir
@@ -105,6 +107,7 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
     tracker = cb.RunTracker()
     on_interrupt = cb.InterruptCheckpoint(out_dir / "checkpoints")
     callbacks: list[Any] = [on_interrupt]  # first: it records each step before another callback acts on it
+    callbacks.append(TokenThroughputMonitor(window_size=max(2, 5 * run.accumulate)))
     growth = None
     if run.stages:
         growth = GrowthCallback(run.stages, min_lr=run.growth.min_lr, seed=run.growth.seed)
