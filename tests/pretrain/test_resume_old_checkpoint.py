@@ -1,7 +1,14 @@
 """Checkpoints written by an earlier release (commit 752b4ef, before the callback split, the schedule registry and
 the typed stage record) resume under this code and end with the weights that release ends with, bit for bit
 (fixtures from ``tests/make_resume_fixture.py``: a 2-stage growth with fresh bias correction and the symmetry loop's
-boost, under a warmup-cosine and a WSD baseline)."""
+boost, under a warmup-cosine and a WSD baseline).
+
+"Bit for bit" holds on the CPU the fixtures were written on. On another CPU (this suite's CI box is an AMD EPYC; the
+fixtures came from another machine) float32 kernels round differently: measured, the resumed weights then differ
+from the release's by at most 2.2e-6 of each tensor's largest entry, while a resume that loses the symmetry boost is
+off by 0.73 and one whose Adam second moments are 1% off by 9.2e-3. So the bound is 2e-5 of each tensor's largest
+entry: ten times the rounding, 460 times under a 1% state error. Bit-exact resume on one machine is tested by the
+resume tests that write their own checkpoints (tests/callbacks, tests/pretrain/test_resume_boundary.py)."""
 
 from __future__ import annotations
 
@@ -26,4 +33,9 @@ def test_checkpoint_of_the_previous_release_resumes_bit_exact(case):
     got = resumed.model.state_dict()
     assert got.keys() == expected.keys()
     for name, tensor in expected.items():
-        assert torch.equal(got[name], tensor), name
+        bound = ROUNDING_BOUND * tensor.abs().max().item()
+        torch.testing.assert_close(got[name], tensor, rtol=0.0, atol=bound, msg=lambda m: f"{name}: {m}")
+
+
+ROUNDING_BOUND = 2e-5
+"""The largest difference from the release's weights, as a share of a tensor's largest entry (module docstring)."""
