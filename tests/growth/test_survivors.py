@@ -121,7 +121,10 @@ def test_better_recipe_needs_most_seeds_below_scratch(seeds_above, seeds, switch
     cells = [_cell("paper", 0.05, seeds, seeds), _cell("wsd", -0.04, seeds_above, seeds)]
     found = better_recipe(cells, axis="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3,
                           than=cells[0])
-    assert (found is cells[1]) if switch else found is None
+    if switch:
+        assert found is cells[1]
+    else:
+        assert found is None, f"recommended a cell above scratch in {seeds_above}/{seeds} seeds: {found.describe()}"
 
 
 # ------------------------------------------------------------------------ 6. WSDLambda's default decay shape
@@ -129,8 +132,8 @@ def test_wsd_lambda_decays_linearly_by_default():
     """Warmup 10, decay over the last 20 of 100 steps to 0.1: a quarter into the decay (step 85) a linear decay is at
     0.1 + 0.9 * 0.75 = 0.775 (cosine: 0.1 + 0.9 * (1 + cos(pi / 4)) / 2 = 0.868)."""
     f = WSDLambda(warmup_steps=10, total_steps=100, min_lr_ratio=0.1)
-    assert f.decay_shape == "linear"
     assert f(85) == pytest.approx(0.775, abs=1e-12)
+    assert f.decay_shape == "linear"
     assert f(85) == WSDLambda(10, 100, 0.1, decay_shape="linear")(85)
     assert f(85) != pytest.approx(WSDLambda(10, 100, 0.1, decay_shape="cosine")(85), abs=1e-3)
 
