@@ -160,3 +160,26 @@ def test_a_stage_record_of_an_older_checkpoint_without_symmetry_keys_reads_as_do
     record = StageRecord.from_dict(old)
     assert (record.symmetry_done, record.symmetry_boost, record.has_lr_decay) == (True, 1.0, False)
     assert StageRecord(0, 6, [0.003], [3e-5], 12).symmetry_done is True
+
+
+# ------------------------------------------------------------------------ the audit's further survivors (record.py)
+def test_stage_record_dicts_are_deep_copies_and_keep_their_strings():
+    """A record is mutated after growth (the symmetry boost, a resume's decay): the checkpointed dict and a record read
+    back from it share no list or dict with it, and the decay shape stays a string."""
+    decay = [{"decay_start": 80, "decay_shape": "linear"}, None]
+    record = StageRecord(0, 10, [1e-3, 2e-3], [1e-5, 2e-5], 100, lr_decay=decay)
+    saved = record.to_dict()
+    assert saved["lr_decay"] == [{"decay_start": 80, "decay_shape": "linear"}, None]
+    record.lr_at_growth[0], record.lr_decay[0]["decay_start"] = 5.0, 1
+    assert saved["lr_at_growth"] == [1e-3, 2e-3] and saved["lr_decay"][0]["decay_start"] == 80
+    back = StageRecord.from_dict(saved)
+    saved["min_lr"][0], saved["lr_decay"][0]["decay_shape"] = 0.0, "cosine"
+    assert back.min_lr == [1e-5, 2e-5] and back.lr_decay[0] == {"decay_start": 80, "decay_shape": "linear"}
+
+
+def test_decay_of_reads_the_recorded_decay_of_each_group():
+    assert StageRecord(0, 10, [1e-3], [1e-5], 100).decay_of(0) is None  # unset: the paper's cosine tail
+    assert StageRecord(0, 10, [1e-3], [1e-5], 100, lr_decay=None).decay_of(0) is None
+    record = StageRecord(0, 10, [1e-3, 1e-3], [1e-5, 1e-5], 100, lr_decay=[None, {"decay_start": 80,
+                                                                                 "decay_shape": "sqrt"}])
+    assert (record.decay_of(0), record.decay_of(1)) == (None, {"decay_start": 80, "decay_shape": "sqrt"})
