@@ -9,13 +9,15 @@ stage record of an older checkpoint (no ``symmetry_done``) reads as done.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import llama_config, make_gpt, olmo2_config, pure_moe_config
 
 from lightning_sparkling import GrowthStage, grow_model
 from lightning_sparkling.growth.axes import BaseAxis, register_axis, registered_axes, unregister_axis
-from lightning_sparkling.growth.measured import MeasuredCell, better_recipe
+from lightning_sparkling.growth.measured import Advice, MeasuredCell, better_recipe, load_map
 from lightning_sparkling.growth.record import StageRecord
 from lightning_sparkling.growth.schedules import WSDLambda
 from lightning_sparkling.growth.stage import resolve_timing
@@ -183,3 +185,28 @@ def test_decay_of_reads_the_recorded_decay_of_each_group():
     record = StageRecord(0, 10, [1e-3, 1e-3], [1e-5, 1e-5], 100, lr_decay=[None, {"decay_start": 80,
                                                                                  "decay_shape": "sqrt"}])
     assert (record.decay_of(0), record.decay_of(1)) == (None, {"decay_start": 80, "decay_shape": "sqrt"})
+
+
+# ------------------------------------------------------------------------ the audit's further survivors (measured.py)
+def test_the_maps_cells_are_read_only():
+    """``load_map`` is cached: every plan shares its cells, so none may be changed in place (nor an advice)."""
+    cell = load_map()[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cell.delta = -1.0  # type: ignore[misc]
+    advice = Advice(axis=cell.axis, recipe=cell.recipe, schedule=cell.schedule, growth_at=cell.growth_at,
+                    tokens_per_param=cell.tokens_per_param, cell=cell, near=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        advice.near = False  # type: ignore[misc]
+
+
+def test_a_cell_level_with_scratch_but_above_its_start_model_is_said_to_be_above_the_start_model():
+    """Δ 0 against scratch (level with it) but +0.05 against the model it grew from: growth did not pay, and the
+    reason named is the model it grew from, not scratch."""
+    cell = MeasuredCell(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=10.0,
+                        delta=0.0, sd=0.01, seeds=3, seeds_above=1, where="test", init="copy", start_delta=0.05,
+                        start_sd=0.01, start_seeds_above=3)
+    advice = Advice(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=10.0,
+                    cell=cell, near=True, init="copy")
+    message = advice.message()
+    assert not advice.pays and "growth has not been found to pay" in message
+    assert "above the model it grew from continued on the same FLOPs. Check" in message, message
