@@ -210,3 +210,24 @@ def test_a_cell_level_with_scratch_but_above_its_start_model_is_said_to_be_above
     message = advice.message()
     assert not advice.pays and "growth has not been found to pay" in message
     assert "above the model it grew from continued on the same FLOPs. Check" in message, message
+
+
+def test_better_recipe_switches_only_for_a_gap_larger_than_the_seeds_spread():
+    """0.5 - (-0.25) = 0.75 exactly: a gap equal to the larger sd is inside the seeds' spread (no switch); a gap a
+    little larger is not."""
+    run = MeasuredCell(axis="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3, delta=0.5,
+                       sd=0.75, seeds=4, seeds_above=4, where="test")
+    kw = dict(axis="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3, than=run)
+    level = _cell("wsd", -0.25, 0)
+    assert better_recipe([run, level], **kw) is None
+    lower = _cell("wsd", -0.375, 0)
+    assert better_recipe([run, lower], **kw) is lower
+
+
+def test_a_speedup_measured_without_spread_is_accepted_and_a_negative_spread_refused():
+    base = dict(axis="depth", recipe="paper", schedule="cosine", growth_at=0.05, tokens_per_param=31.0, delta=-0.05,
+                sd=0.01, seeds=3, seeds_above=0, where="test")
+    assert MeasuredCell(**base, speedup=1.2, speedup_sd=0.0).describe_speedup() == \
+        "speed-up at equal loss 1.20x ± 0.00 (3 seeds)"
+    with pytest.raises(ValueError, match=r"speedup_sd=-0.1: must be a finite number >= 0"):
+        MeasuredCell(**base, speedup=1.2, speedup_sd=-0.1)
