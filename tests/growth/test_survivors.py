@@ -19,7 +19,7 @@ from lightning_sparkling import GrowthStage, grow_model
 from lightning_sparkling.growth.axes import BaseAxis, register_axis, registered_axes, unregister_axis
 from lightning_sparkling.growth.measured import Advice, MeasuredCell, better_recipe, load_map
 from lightning_sparkling.growth.record import StageRecord
-from lightning_sparkling.growth.schedules import WSDLambda
+from lightning_sparkling.growth.schedules import WSDLambda, wsd_decay_start
 from lightning_sparkling.growth.stage import resolve_timing
 
 
@@ -231,3 +231,12 @@ def test_a_speedup_measured_without_spread_is_accepted_and_a_negative_spread_ref
         "speed-up at equal loss 1.20x ± 0.00 (3 seeds)"
     with pytest.raises(ValueError, match=r"speedup_sd=-0.1: must be a finite number >= 0"):
         MeasuredCell(**base, speedup=1.2, speedup_sd=-0.1)
+
+
+# ------------------------------------------------------------------------ the audit's further survivors (schedules.py)
+@pytest.mark.parametrize("warmup, total", [(-1, 40), (50, 40)])
+def test_wsd_decay_start_refuses_a_warmup_outside_the_run(warmup, total):
+    with pytest.raises(ValueError, match=rf"need 0 <= warmup_steps <= total_steps, got warmup_steps={warmup}, "
+                                         rf"total_steps={total}"):
+        wsd_decay_start(warmup_steps=warmup, total_steps=total, decay_fraction=0.2)
+    assert wsd_decay_start(warmup_steps=0, total_steps=40, decay_fraction=0.2) == 32
