@@ -19,7 +19,7 @@ from lightning_sparkling import GrowthStage, grow_model
 from lightning_sparkling.growth.axes import BaseAxis, register_axis, registered_axes, unregister_axis
 from lightning_sparkling.growth.measured import Advice, MeasuredCell, better_recipe, load_map
 from lightning_sparkling.growth.record import StageRecord
-from lightning_sparkling.growth.schedules import WSDLambda, wsd_decay_start
+from lightning_sparkling.growth.schedules import SCHEDULES, WSDLambda, wsd_decay_start
 from lightning_sparkling.growth.stage import resolve_timing
 
 
@@ -240,3 +240,10 @@ def test_wsd_decay_start_refuses_a_warmup_outside_the_run(warmup, total):
                                          rf"total_steps={total}"):
         wsd_decay_start(warmup_steps=warmup, total_steps=total, decay_fraction=0.2)
     assert wsd_decay_start(warmup_steps=0, total_steps=40, decay_fraction=0.2) == 32
+    assert wsd_decay_start(warmup_steps=40, total_steps=40, decay_fraction=0.2) == 40  # all warmup: no decay left
+
+
+def test_the_registered_schedules_are_read_only():
+    """Every run reads ``SCHEDULES``: a kind changed in place would change every later run's recipe."""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SCHEDULES["wsd"].recipe = "paper"  # type: ignore[misc]
