@@ -110,6 +110,7 @@ EXACT = [
     ("moe-shared-dense-first-x3", moe_config, dict(n_expert=12, n_expert_per_token=6)),
     ("pure-moe-x2", pure_moe_config, dict(n_expert=8, n_expert_per_token=4)),
     ("pure-moe-top1-more-experts", lambda: pure_moe_config(n_expert_per_token=1), dict(n_expert=6)),
+    ("pure-moe-4-to-12-top2-to-top6", pure_moe_config, dict(n_expert=12, n_expert_per_token=6)),  # a whole 3x
     ("grouped-norm-topk-scaled-x2", grouped_config, dict(n_expert=8, n_expert_per_token=4)),
     ("upcycle-llama-4x2", llama_config, dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)),
     ("upcycle-llama-8x1", llama_config, dict(mlp_class_name="LLaMAMoE", n_expert=8, n_expert_per_token=1)),
@@ -254,6 +255,8 @@ def test_upcycled_model_is_not_trivially_equal_when_experts_differ():
 
 CHANGED = [
     ("more-experts-same-top2", pure_moe_config, dict(n_expert=8)),
+    # 6 / 4 = 3 / 2 = 1.5 experts per source, but only experts 0 and 1 get a copy: not a whole multiple
+    ("pure-moe-4-to-6-top2-to-top3", pure_moe_config, dict(n_expert=6, n_expert_per_token=3)),
     ("grouped-without-norm", lambda: grouped_config(norm_topk_prob=False), dict(n_expert=8, n_expert_per_token=4)),
     ("drop-upcycle", pure_moe_config, dict(n_expert=8, n_expert_per_token=4, expert_init="drop-upcycle")),
     ("random", pure_moe_config, dict(n_expert=8, n_expert_per_token=4, expert_init="random")),

@@ -198,13 +198,24 @@ class ExpertsChange:
 
     @property
     def exact(self) -> bool:
-        """Whether the growth keeps the function (see the module docstring); the grouped router's
-        ``norm_topk_prob`` is checked by :meth:`ExpertsAxis.describe`."""
+        """Whether the growth keeps the function (see the module docstring): dense -> MoE, top-1 kept, or ``m``
+        times the experts with ``m`` times the experts per token for a whole ``m`` (every old expert then has
+        ``m - 1`` copies; 4 -> 6 experts, top-2 -> top-3 copies experts 0 and 1 only, which changes the function).
+        The grouped router's ``norm_topk_prob`` is checked by :meth:`ExpertsAxis.describe`.
+
+        Example::
+
+            >>> def change(new, new_k):
+            ...     return ExpertsChange(False, 4, new, 2, new_k, (0,), tuple(range(new - 4)), "copy", 0.0, "random")
+            >>> change(12, 6).exact, change(6, 3).exact, change(8, 2).exact
+            (True, False, False)
+        """
         if self.init != "copy":
             return False
-        if self.upcycle:
+        if self.upcycle or self.new_k == self.old_k == 1:
             return True
-        return self.new_k == self.old_k == 1 or self.new_k * self.old == self.old_k * self.new
+        copies, rest = divmod(self.new, self.old)
+        return rest == 0 and self.new_k == self.old_k * copies
 
 
 def _moe_blocks(n_layer: int, first_k_dense_replace: int | None) -> tuple[int, ...]:
