@@ -8,62 +8,17 @@ from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+from lightning_sparkling.growth.axes import HEAD_AXES, SIZE_AXES, WIDTH_AXES, registered_axes
+from lightning_sparkling.growth.depth import DEPTH_INITS, DEPTH_ORDERS
+from lightning_sparkling.growth.errors import StageError, _stage_error, check_choice  # importable from here as before
 from lightning_sparkling.growth.scaling import SPLITS, parse_init
 from lightning_sparkling.growth.schedules import SCHEDULES
 
-WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
-#: every size a stage can set: the widths, the attention heads, then the depth
-HEAD_AXES: tuple[str, ...] = ("n_head", "n_query_groups")
-SIZE_AXES: tuple[str, ...] = (*WIDTH_AXES, *HEAD_AXES, "n_layer")
-DEPTH_INITS: tuple[str, ...] = ("copy-zero", "copy", "random-zero")
-DEPTH_ORDERS: tuple[str, ...] = ("stack", "interleave", "middle")
 OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
 REWARMUP_SCOPES: tuple[str, ...] = ("new", "all")
 BIAS_CORRECTIONS: tuple[str, ...] = ("shared", "fresh")
 SYMMETRY_RELEASES: tuple[str, ...] = ("hold", "schedule")
 DEFAULT_SPLIT_RATIO = 1 / 3
-
-
-class StageError(ValueError):
-    """A refused :class:`GrowthStage` setting: ``key`` is the field the refusal is about (``None`` when it is about
-    the stage as a whole, e.g. a stage that grows nothing) and ``stage`` the index of the stage in a list of stages
-    (``None`` for one stage). The message is the refusal's own text; a ``ValueError``, so ``except ValueError`` and
-    ``pytest.raises(ValueError)`` still catch it.
-
-    Example::
-
-        >>> try:
-        ...     GrowthStage(10, n_embd=128, init="zero-zero")
-        ... except StageError as err:
-        ...     err.key
-        'init'
-    """
-
-    def __init__(self, key: str | None, message: str, *, stage: int | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-        self.stage = stage
-
-    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes despite the extra arguments
-        return _stage_error, (self.key, str(self), self.stage)
-
-
-def check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
-    """Refuse a :class:`GrowthStage` setting ``key`` whose ``value`` is not one of ``choices``, listing them.
-
-    Example::
-
-        >>> check_choice("depth_order", "zigzag", ("stack", "interleave"))
-        Traceback (most recent call last):
-        ...
-        lightning_sparkling.growth.stage.StageError: GrowthStage(depth_order='zigzag'): choose one of stack, interleave
-    """
-    if value not in choices:
-        raise StageError(key, f"GrowthStage({key}={value!r}): choose one of {', '.join(choices)}")
-
-
-def _stage_error(key: str | None, message: str, stage: int | None) -> StageError:
-    return StageError(key, message, stage=stage)
 
 
 @dataclass(frozen=True)
@@ -314,8 +269,6 @@ class GrowthStage:
                              f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
         self._check_baselines(fan_in)
         self._check_lock_breakers(fan_out, fan_in)
-        from lightning_sparkling.growth.axes import registered_axes
-
         for axis in registered_axes():  # each axis' own keys (e.g. the experts')
             axis.check_stage(self)
 

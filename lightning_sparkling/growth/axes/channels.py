@@ -28,6 +28,7 @@ import torch.nn as nn
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.operators import runs
 from lightning_sparkling.growth.scaling import fan_in_scale
+from lightning_sparkling.growth.types import DimGrowth, TensorPlan
 
 SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
 SHARED_EXPERT_AXIS = "shared_expert_size"
@@ -40,8 +41,6 @@ def channel_tensors(ctx) -> dict:
     Args:
         ctx: the :class:`~lightning_sparkling.growth.axes.PlanContext` (``axes``: the channel dimensions).
     """
-    from lightning_sparkling.growth.plan import DimGrowth, TensorPlan
-
     config, stage, axes, old_model = ctx.config, ctx.stage, ctx.axes, ctx.old_model
     old_shapes = ctx.old_shapes
     fan_out, fan_in = stage.fan_out_init, stage.fan_in_init

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.axes import AxisPlan, BaseAxis, PlanContext
+from lightning_sparkling.growth.axes.base import BaseAxis
+from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.axes.width import check_larger
 from lightning_sparkling.growth.depth import (
     DEPTH_AXIS,
@@ -27,6 +28,7 @@ from lightning_sparkling.growth.depth import (
     split_block_name,
 )
 from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.types import AxisPlan, PlanContext, TensorPlan
 
 
 def place_blocks(width: dict, old_shapes: dict[str, tuple[int, ...]], depth: DepthChange, init_std: float) -> dict:
@@ -34,8 +36,6 @@ def place_blocks(width: dict, old_shapes: dict[str, tuple[int, ...]], depth: Dep
     tensors outside the blocks; for every block tensor of the grown model, its source's channel plan (or an unchanged
     one) under its new name, with ``block_init`` set for a new block's tensors. Blocks that neither move nor grow
     are left out, as for a width growth."""
-    from lightning_sparkling.growth.plan import TensorPlan
-
     tensors = {name: spec for name, spec in width.items() if split_block_name(name) is None}
     by_block: dict[int, list[str]] = {}
     for name in old_shapes:
@@ -163,5 +163,5 @@ class DepthAxis(BaseAxis):
         return "depth" if keys == {DEPTH_AXIS} else "depth+width"
 
 
-DEPTH = DepthAxis()
+DEPTH = register_axis(DepthAxis())
 """The registered depth axis."""

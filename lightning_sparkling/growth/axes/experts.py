@@ -54,10 +54,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.axes import AxisPlan, BaseAxis, PlanContext
+from lightning_sparkling.growth.axes.base import BaseAxis
+from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.depth import litgpt_init_std
-from lightning_sparkling.growth.plan import AxisChange, DimGrowth, GrowthError, TensorPlan
-from lightning_sparkling.growth.stage import StageError, check_choice
+from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
+from lightning_sparkling.growth.scaling import make_generator
+from lightning_sparkling.growth.types import AxisChange, AxisPlan, DimGrowth, PlanContext, TensorPlan
 
 MOE_CLASS = "LLaMAMoE"
 EXPERT_INITS: tuple[str, ...] = ("copy", "drop-upcycle", "random")
@@ -498,10 +500,8 @@ class ExpertsAxis(BaseAxis):
 
 def plan_generator(plan, *keys: object) -> torch.Generator:
     """A generator of ``plan``'s growth seed and stage for ``keys`` (rank and order independent)."""
-    from lightning_sparkling.growth.scaling import make_generator
-
     return make_generator(plan.seed, "stage", plan.stage_index, *keys)
 
 
-EXPERTS = ExpertsAxis()
+EXPERTS = register_axis(ExpertsAxis())
 """The registered experts axis."""

@@ -13,12 +13,16 @@ from typing import Any
 
 import torch
 
-from lightning_sparkling.growth.axes import BaseAxis
-from lightning_sparkling.growth.axes.width import check_larger
+from lightning_sparkling.growth.axes.base import BaseAxis
+from lightning_sparkling.growth.axes.registry import register_axis
+from lightning_sparkling.growth.axes.width import WIDTH_AXES, check_larger
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.heads import describe_heads, head_layout, qkv_layout
 from lightning_sparkling.growth.scaling import fan_in_scale, make_generator
-from lightning_sparkling.growth.stage import HEAD_AXES, WIDTH_AXES
+from lightning_sparkling.growth.types import AxisChange
+
+HEAD_AXES: tuple[str, ...] = ("n_head", "n_query_groups")
+"""The heads axis' size keys."""
 
 
 def head_counts(config, stage) -> tuple[int, int] | None:
@@ -51,8 +55,6 @@ class HeadsAxis(BaseAxis):
     def dimensions(self, config, stage, *, seed: int, stage_index: int):
         """The :class:`~lightning_sparkling.growth.heads.HeadLayout` (the change recorded) and the ``attn_q``,
         ``attn_qkv`` (and, with new groups, ``attn_kv``) dimensions."""
-        from lightning_sparkling.growth.plan import AxisChange
-
         new_head, new_groups = head_counts(config, stage)
         H, G, hs = config.n_head, config.n_query_groups, config.head_size
         try:
@@ -94,5 +96,5 @@ class HeadsAxis(BaseAxis):
         return "hidden+heads" if widths == {"n_embd"} else ("heads" if not widths else "width+heads")
 
 
-HEADS = HeadsAxis()
+HEADS = register_axis(HeadsAxis())
 """The registered heads axis."""

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_sparkling.growth.axes import BaseAxis
+from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_AXIS
 from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
-from lightning_sparkling.growth.stage import WIDTH_AXES
+from lightning_sparkling.growth.types import AxisChange
+
+WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
+"""The width axis' size keys, in the order ``GrowthStage.widths`` lists them."""
 
 
 def check_larger(config, stage, sizes: tuple[str, ...]) -> None:
@@ -71,8 +75,6 @@ class WidthAxis(BaseAxis):
     def dimensions(self, config, stage, *, seed: int, stage_index: int):
         """One :class:`~lightning_sparkling.growth.plan.AxisChange` per width that grows (the shared experts' inner
         size with the experts'); the change recorded is that dict."""
-        from lightning_sparkling.growth.plan import AxisChange
-
         old_widths = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
                       "moe_intermediate_size": config.moe_intermediate_size}
         changes = {}
@@ -103,5 +105,5 @@ class WidthAxis(BaseAxis):
         return "inner"
 
 
-WIDTH = WidthAxis()
+WIDTH = register_axis(WidthAxis())
 """The registered width axis."""
