@@ -141,7 +141,7 @@ class GrowthPlan:
 
     def alphas(self) -> dict[str, float]:
         """Fan-in scale per growing axis, e.g. ``{"n_embd": 0.5, "intermediate_size": 0.5}``."""
-        return {name: axis.alpha for name, axis in self.axes.items()}
+        return {name: change.alpha for name, change in self.axes.items()}
 
     def tensor_generator(self, name: str) -> torch.Generator:
         """The generator for ``random`` draws of tensor ``name`` (independent of growth order and rank)."""

@@ -100,7 +100,7 @@ class GrowthResult:
     @property
     def sources(self) -> dict[str, torch.Tensor]:
         """Copy index map per width axis: new channel ``old + j`` of that width copies channel ``src[j]``."""
-        return {name: axis.src for name, axis in self.plan.axes.items()}
+        return {name: change.src for name, change in self.plan.axes.items()}
 
 
 def grow_tensor(
@@ -146,11 +146,11 @@ def grow_tensor(
     stats = stats or (TensorStats.of(t) if any(d.mode == "random" for d in spec.dims) and mode is None else None)
     out = t.detach()
     for d in spec.dims:
-        axis = axes[d.axis]
-        if axis.layout is not None:
-            out = relayout_dim(out, d.dim, axis.layout, axis.fresh, mode or d.mode, generator=generator, stats=stats)
+        change = axes[d.axis]
+        if change.layout is not None:
+            out = relayout_dim(out, d.dim, change.layout, change.fresh, mode or d.mode, generator=generator, stats=stats)
         else:
-            out = expand_dim(out, d.dim, axis.src, mode or d.mode, generator=generator, stats=stats)
+            out = expand_dim(out, d.dim, change.src, mode or d.mode, generator=generator, stats=stats)
     copied_fan_in = [d for d in spec.dims if d.role == "fan_in" and d.mode == "copy"] if mode is None else []
     shares = fan_in_shares(spec, axes) if copied_fan_in else None
     if shares is not None or (perturb and copied_fan_in):
@@ -202,15 +202,15 @@ def _grow_in_place(t: torch.Tensor, spec: TensorPlan, axes: Mapping[str, AxisCha
     else:
         torch.mul(t.detach(), factor, out=old)  # the same kernel as (t * factor): bit-identical
     for d in sorted(spec.dims, key=lambda d: d.dim, reverse=True):
-        axis = axes[d.axis]
-        new = out[tuple(filled[:d.dim] + [slice(axis.old, axis.new)] + filled[d.dim + 1:])]
+        change = axes[d.axis]
+        new = out[tuple(filled[:d.dim] + [slice(change.old, change.new)] + filled[d.dim + 1:])]
         if (mode or d.mode) == "zero":
             new.zero_()
         elif new.is_contiguous():  # whole rows: gathered in place
-            torch.index_select(out[tuple(filled)], d.dim, axis.src.to(t.device), out=new)
+            torch.index_select(out[tuple(filled)], d.dim, change.src.to(t.device), out=new)
         else:  # a strided block: gathering into it is slower than gathering the new slices and copying them in
-            new.copy_(out[tuple(filled)].index_select(d.dim, axis.src.to(t.device)))
-        filled[d.dim] = slice(0, axis.new)
+            new.copy_(out[tuple(filled)].index_select(d.dim, change.src.to(t.device)))
+        filled[d.dim] = slice(0, change.new)
     return out
 
 
@@ -274,17 +274,17 @@ def _perturb_copies(x: torch.Tensor, dims: list, axes: Mapping[str, AxisChange],
     if generator is None:
         raise ValueError("perturb needs a generator")
     for d in dims:
-        axis = axes[d.axis]
-        n_new = axis.new - axis.old
-        src = axis.src.to(x.device)
-        members = torch.cat([torch.unique(src), torch.arange(axis.old, axis.new, device=x.device)])
+        change = axes[d.axis]
+        n_new = change.new - change.old
+        src = change.src.to(x.device)
+        members = torch.cat([torch.unique(src), torch.arange(change.old, change.new, device=x.device)])
         rms = x.index_select(d.dim, members).pow(2).mean().sqrt()
         shape = list(x.shape)
         shape[d.dim] = n_new
         delta = torch.randn(shape, generator=generator, dtype=torch.float32)  # drawn on CPU: device independent
         delta = delta.to(device=x.device, dtype=x.dtype) * (relative * rms)
         x = x.index_add(d.dim, src, delta)
-        x.narrow(d.dim, axis.old, n_new).sub_(delta)
+        x.narrow(d.dim, change.old, n_new).sub_(delta)
     return x
 
 

@@ -36,6 +36,10 @@ class GrowthAxis(Protocol):
     def active(self, stage) -> bool:
         """Whether ``stage`` grows this axis."""
 
+    def copies(self, stage) -> bool:
+        """Whether some of the entries ``stage`` adds on this axis start as copies of old ones (what the symmetry
+        diagnostics and ``symmetry_target`` act on)."""
+
     def check_stage(self, stage) -> None:
         """Refuse bad values of the axis' own stage keys (no model needed); ``ValueError`` naming key and fix."""
 
@@ -102,6 +106,9 @@ class BaseAxis:
 
     def active(self, stage) -> bool:
         return any(getattr(stage, size, None) is not None for size in self.sizes)
+
+    def copies(self, stage) -> bool:
+        return False
 
     def check_stage(self, stage) -> None:
         return None

@@ -24,7 +24,8 @@ def register_axis(axis: GrowthAxis) -> GrowthAxis:
     :class:`~lightning_sparkling.growth.stage.GrowthStage` at once.
 
     Raises:
-        ValueError: for an axis whose name or sizes an axis already registered has.
+        ValueError: for an axis whose name or sizes an axis already registered has, or whose stage keys
+            ``GrowthStage`` already has (the registry is then left as it was).
 
     Example::
 
@@ -40,7 +41,12 @@ def register_axis(axis: GrowthAxis) -> GrowthAxis:
             raise ValueError(f"axis {axis.name!r} (sizes {axis.sizes}) clashes with the registered axis {known.name!r} "
                              f"(sizes {known.sizes}); give it its own name and sizes")
     _AXES.append(axis)
-    _changed()
+    try:
+        _changed()
+    except Exception:  # e.g. a stage key GrowthStage already has: the registry stays as it was
+        _AXES.remove(axis)
+        _changed()
+        raise
     return axis
 
 

@@ -10,6 +10,7 @@ copied fan-in columns. Which tensors read or write each width is litgpt's channe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from lightning_sparkling.growth.axes.base import BaseAxis
@@ -21,6 +22,21 @@ from lightning_sparkling.growth.types import AxisChange
 
 WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
 """The width axis' size keys, in the order ``GrowthStage.widths`` lists them."""
+
+
+@dataclass(frozen=True)
+class WidthKeys:
+    """The width axis' :class:`~lightning_sparkling.growth.stage.GrowthStage` keys.
+
+    Args:
+        n_embd: new hidden (residual stream) size. Heads, head size and RoPE are unchanged.
+        intermediate_size: new dense MLP inner size.
+        moe_intermediate_size: new MoE expert inner size (every expert, shared experts scaled alike).
+    """
+
+    n_embd: int | None = None
+    intermediate_size: int | None = None
+    moe_intermediate_size: int | None = None
 
 
 def check_larger(config, stage, sizes: tuple[str, ...]) -> None:
@@ -47,10 +63,15 @@ class WidthAxis(BaseAxis):
 
     name = "width"
     sizes = WIDTH_AXES
+    stage_keys = WidthKeys
     label_rank = 3
 
     def active(self, stage) -> bool:
         return bool(stage.widths)
+
+    def copies(self, stage) -> bool:
+        """A copied side of ``init`` on a width the stage grows."""
+        return bool(stage.widths) and "copy" in (stage.fan_out_init, stage.fan_in_init)
 
     def check_model(self, config, stage) -> None:
         """Refuse an MLP width the model lacks, or a width that does not grow."""
