@@ -37,7 +37,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     # "Compute to reach the same loss, and signal health").
     "random-zero-3x": {"init": "random-zero", "rewarmup_ratio": 3.0},
 }
-"""Named recipes: :class:`~lightning_sparkling.growth.stage.GrowthStage` keys a stage gets unless it sets them itself (:func:`apply_recipe`)."""
+"""Named recipes: :class:`.GrowthStage` keys a stage gets unless it sets them itself (:func:`apply_recipe`)."""
 
 SCHEDULE_RECIPES: dict[str, str] = {name: kind.recipe for name, kind in SCHEDULES.items()}
 """The recipe the seeded comparisons found best under each LR schedule (docs/BENCHMARKS.md, "Where growth pays"):
@@ -49,7 +49,7 @@ _SYMMETRY_KEYS = ("symmetry_target", "symmetry_interval", "symmetry_max_boost", 
 
 
 def grows_channels(keys: dict[str, Any]) -> bool:
-    """Whether a stage of ``keys`` (:class:`~lightning_sparkling.growth.stage.GrowthStage` keys) adds width channels or heads, the entries its ``init``
+    """Whether a stage of ``keys`` (:class:`.GrowthStage` keys) adds width channels or heads, the entries its ``init``
     pair and a recipe's symmetry loop act on: a width, a head count, or a named target (``model_name`` /
     ``model_config``); a stage that only adds blocks (``n_layer``) does not.
 
@@ -62,7 +62,7 @@ def grows_channels(keys: dict[str, Any]) -> bool:
 
 
 def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
-    """``keys`` (a stage's own :class:`~lightning_sparkling.growth.stage.GrowthStage` keys) completed by the recipe ``recipe``: a key the stage sets
+    """``keys`` (a stage's own :class:`.GrowthStage` keys) completed by the recipe ``recipe``: a key the stage sets
     wins. The symmetry loop of a recipe is left out of a stage it cannot apply to (an ``init`` with no copied side,
     ``rewarmup_ratio=None``, or ``rewarmup_scope='all'``, where every entry follows one LR): there is no new-entry
     LR to boost or no lock to break there, and the stage said so itself. A stage that grows only ``n_layer`` does

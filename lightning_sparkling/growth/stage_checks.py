@@ -28,7 +28,8 @@ __all__ = ["BIAS_CORRECTIONS", "DEFAULT_SPLIT_RATIO", "OPTIMIZER_STATES", "REWAR
 
 
 def check_timing(stage: StageLike) -> None:
-    """Refuse none or both of ``at_step`` / ``at_fraction``, a negative ``at_step``, an ``at_fraction`` outside ``(0, 1)``."""
+    """Refuse none or both of ``at_step`` / ``at_fraction``, a negative ``at_step``, an ``at_fraction`` outside
+    ``(0, 1)``."""
     if (stage.at_step is None) == (stage.at_fraction is None):
         raise StageError("at_step",
                          f"GrowthStage(at_step={stage.at_step!r}, at_fraction={stage.at_fraction!r}): give exactly "

@@ -148,7 +148,8 @@ def grow_tensor(
     for d in spec.dims:
         change = axes[d.axis]
         if change.layout is not None:
-            out = relayout_dim(out, d.dim, change.layout, change.fresh, mode or d.mode, generator=generator, stats=stats)
+            out = relayout_dim(out, d.dim, change.layout, change.fresh, mode or d.mode, generator=generator,
+                               stats=stats)
         else:
             out = expand_dim(out, d.dim, change.src, mode or d.mode, generator=generator, stats=stats)
     copied_fan_in = [d for d in spec.dims if d.role == "fan_in" and d.mode == "copy"] if mode is None else []

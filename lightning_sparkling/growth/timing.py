@@ -35,7 +35,8 @@ def fraction_step(fraction: float, max_steps: int) -> int:
 
 
 def resolve_timing(stages: Sequence[StageLike], max_steps: int | None) -> list[StageLike]:
-    """``stages`` with every ``at_fraction`` turned into its ``at_step`` (:meth:`~lightning_sparkling.growth.stage.GrowthStage.resolved`), then
+    """``stages`` with every ``at_fraction`` turned into its ``at_step``
+    (:meth:`~lightning_sparkling.growth.stage.GrowthStage.resolved`), then
     checked to grow in strictly increasing step order (:func:`check_stage_order`).
 
     Raises:
