@@ -132,7 +132,6 @@ def load_run(event_dir: str | Path, name: str | None = None) -> RunScalars:
 
 def _summary_growths(path: Path) -> list[tuple[int, int]]:
     """``[(at_step, stage)]`` of the ``summary.json`` nearest above an event directory (``out_dir/logs/...``)."""
-
     folder = path.parent if path.is_file() else path
     for candidate in [folder, *folder.parents][:4]:
         summary = candidate / "summary.json"
