@@ -67,6 +67,7 @@ MOVED_NAMES: dict[str, str] = {
     "lightning_sparkling.WidthGrowthCallback": "lightning_sparkling.GrowthCallback",
     "lightning_sparkling.callbacks.WidthGrowthCallback": "lightning_sparkling.GrowthCallback",
     "lightning_sparkling.callbacks.growth.WidthGrowthCallback": "lightning_sparkling.GrowthCallback",
+    "lightning_sparkling.callbacks.growth.STATE_KEY": "lightning_sparkling.growth.record.GROWTH_STATE_KEY",
     "lightning_sparkling.pretrain.gpt.shard_gpt": "lightning_sparkling.parallel.shard_gpt",
     "lightning_sparkling.pretrain.gpt.wrap_gpt": "lightning_sparkling.parallel.wrap_gpt",
     "lightning_sparkling.pretrain.module.shard_gpt": "lightning_sparkling.parallel.shard_gpt",

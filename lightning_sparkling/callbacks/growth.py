@@ -49,9 +49,10 @@ from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
-from lightning_sparkling.growth.record import StageRecord
+from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord
 from lightning_sparkling.growth.stage import (
     SIZE_AXES,
+    WIDTH_AXES,
     GrowthStage,
     check_rewarmup_fits,
     check_stage_order,
@@ -61,10 +62,6 @@ from lightning_sparkling.growth.stage import (
 from lightning_sparkling.growth.surgery import GrowthResult
 from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
-
-STATE_KEY = "WidthGrowthCallback"
-"""``checkpoint["callbacks"]`` key of :class:`GrowthCallback`'s state (its old class name; unchanged by the rename)."""
-
 
 class GrowthFailedError(RuntimeError):
     """A growth failed mid-way; the run keeps (and stops with) its pre-growth model and optimizer."""
@@ -179,7 +176,7 @@ class GrowthCallback(Callback):
     def state_key(self) -> str:
         """``checkpoint["callbacks"]`` key of this callback's state: ``"WidthGrowthCallback"``, the class's name when
         checkpoints were first written, kept so that every checkpoint (old or new) resumes."""
-        return STATE_KEY
+        return GROWTH_STATE_KEY
 
     @property
     def grown_stages(self) -> int:
@@ -448,8 +445,8 @@ class GrowthCallback(Callback):
                    params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
                    device: torch.device) -> None:
         old, new = result.old_config, result.new_config
-        widths = {axis: (getattr(old, axis), getattr(new, axis)) for axis in SIZE_AXES
-                  if getattr(old, axis, None) != getattr(new, axis, None)}
+        sizes = {size: (getattr(old, size), getattr(new, size)) for size in SIZE_AXES
+                 if getattr(old, size, None) != getattr(new, size, None)}
         if device.type == "cuda":
             peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
             peak_what = "peak CUDA memory during growth"
@@ -457,7 +454,9 @@ class GrowthCallback(Callback):
             peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             peak_what = "peak process RSS so far"
         summary = {
-            "stage": k, "global_step": trainer.global_step, "widths": widths, "alpha": result.plan.alphas(),
+            "stage": k, "global_step": trainer.global_step, "sizes": sizes,
+            "widths": {size: pair for size, pair in sizes.items() if size in WIDTH_AXES},  # the widths alone
+            "alpha": result.plan.alphas(),
             "params_before": params_before[1], "params_after": params_after[1],
             "active_params_before": params_before[0], "active_params_after": params_after[0],
             "flops_per_token_before": 6 * params_before[0], "flops_per_token_after": 6 * params_after[0],
@@ -466,7 +465,7 @@ class GrowthCallback(Callback):
         self.summaries.append(summary)
         lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
         details = size_details(result.plan)
-        for axis, (a, b) in widths.items():
+        for axis, (a, b) in sizes.items():
             if axis in details:  # a size an axis describes on its own line (e.g. the experts') is left out
                 lines.append(f"  {axis:<22} {a:>8} -> {b:<8} {details[axis]}")
         lines += [f"  {name:<22} {line}" for name, line in describe_changes(result.plan).items()]

@@ -106,7 +106,8 @@ class TrainArgs:
     lr_decay_fraction: float = 0.2
     """``wsd`` only: the share of the run spent decaying, in ``(0, 1]``."""
     lr_decay_shape: str = "linear"
-    """``wsd`` only: the decay's shape, ``linear`` or ``cosine`` (litgpt has no WSD schedule to follow)."""
+    """``wsd`` only: the decay's shape, ``linear``, ``cosine`` or ``sqrt`` (``1 - sqrt``; the schedule registry's
+    ``DECAY_SHAPES``; litgpt has no WSD schedule to follow)."""
     max_norm: Optional[float] = 1.0
     """Clip gradients to this global norm (``null`` or 0: no clipping)."""
     epochs: Optional[int] = None
@@ -203,7 +204,7 @@ StageArgs = _stage_args()
 
 @dataclass
 class GrowthArgs:
-    """Width growth (SPARKLING). No stages: plain pretraining."""
+    """Growth mid-run (SPARKLING's width growth; depth, heads and experts too). No stages: plain pretraining."""
 
     stages: list[dict[str, Any]] = field(default_factory=list)
     """Growth stages, in increasing step order; each a mapping of :class:`StageArgs` keys (``at_step``,

@@ -1,6 +1,6 @@
 """The channel layout of a litgpt ``GPT``: which dimension of which tensor reads or writes which channels, and the
 per-tensor plans of every channel dimension that grows (the width axis' widths and the heads axis' attention
-channels, :class:`~lightning_sparkling.growth.plan.AxisChange`\ s by name).
+channels, :class:`~lightning_sparkling.growth.types.AxisChange` objects by name).
 
 =========================  ==========================================  ===========================================
 channels                   fan-out (writers: new rows / coords)        fan-in (readers: new columns, scaled alpha)
