@@ -66,7 +66,7 @@ class GrowthResult:
     added: dict[str, tuple[nn.Parameter, nn.Parameter]] = field(default_factory=dict, repr=False)
     order: tuple[nn.Parameter, ...] = field(default=(), repr=False)
     seconds: float = 0.0
-    _swap: _Swap | None = field(default=None, repr=False)
+    _swap: UndoLog | None = field(default=None, repr=False)
 
     def rollback(self) -> None:
         """Put the pre-growth parameters, module attributes and config back (used when a later step of a growth,
@@ -312,7 +312,7 @@ def check_plain_gpt(model: nn.Module, plan: GrowthPlan | None = None) -> None:
         raise GrowthError("the model has a KV cache set (inference mode); call model.clear_kv_cache() before growing")
 
 
-class _Swap:
+class UndoLog:
     """Attribute and parameter assignments that can be undone in reverse order."""
 
     def __init__(self) -> None:
@@ -341,7 +341,10 @@ class _Swap:
         self._log.clear()
 
 
-def _sync_module_attributes(swap: _Swap, module: nn.Module) -> None:
+_Swap = UndoLog  # its old name, importable as before
+
+
+def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
     """Make size attributes agree with the (new) parameter shapes."""
     if isinstance(module, nn.Linear):
         swap.set(module, "out_features", module.weight.shape[0])
@@ -361,12 +364,12 @@ def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
     return [(name, type(m).__name__, m.extra_repr()) for name, m in model.named_modules()]
 
 
-def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> _Swap:
+def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> UndoLog:
     """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s) and switch every
     ``config`` reference to the grown ``Config``. All-or-nothing: on any error the model is restored and the
     error re-raised. Returns the undo log (``.undo()`` restores the model).
     """
-    swap = _Swap()
+    swap = UndoLog()
     try:
         modules = dict(model.named_modules())
         replaced: dict[int, nn.Parameter] = {}  # id(old Parameter) -> new one: tied weights stay one Parameter
@@ -414,8 +417,8 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
         raise
 
 
-def _result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_named: Mapping[str, nn.Parameter]
-                   ) -> tuple[dict, dict, dict]:
+def result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_named: Mapping[str, nn.Parameter]
+                  ) -> tuple[dict, dict, dict]:
     """``(old_params, new_params, added)`` of a :class:`GrowthResult` from the model's parameters before and after
     (``old_named`` by pre-growth names, ``new_named`` by grown names)."""
     old_params, new_params, added = {}, {}, {}
@@ -427,6 +430,9 @@ def _result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_
         elif source is not None and source is not param:
             old_params[name], new_params[name] = source, param
     return old_params, new_params, added
+
+
+_result_params = result_params  # its old name
 
 
 def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
@@ -484,6 +490,6 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
     old_named = dict(model.named_parameters())
     swap = swap_in(model, plan, grown)
     new_named = dict(model.named_parameters())
-    old_params, new_params, added = _result_params(plan, old_named, new_named)
+    old_params, new_params, added = result_params(plan, old_named, new_named)
     return GrowthResult(plan=plan, old_params=old_params, new_params=new_params, added=added,
                         order=tuple(new_named.values()), seconds=time.perf_counter() - start, _swap=swap)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.parallel.registry import cli_strategies
 from lightning_sparkling.pretrain.errors import ConfigError
 
 __all__ = [
@@ -36,7 +37,8 @@ __all__ = [
 ]
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
-STRATEGIES = ("auto", "ddp", "fsdp2", "fsdp")
+STRATEGIES = cli_strategies()
+"""The ``strategy`` choices: ``auto`` and each registered growth backend's (:mod:`lightning_sparkling.parallel`)."""
 
 
 @dataclass

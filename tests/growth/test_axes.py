@@ -295,3 +295,15 @@ def test_experts_with_widths_is_a_cell_of_its_own():
     assert classify_axis([GrowthStage(0, **upcycle, n_embd=64, intermediate_size=256)]) == "upcycle+width"
     assert classify_axis([GrowthStage(0, n_expert=8, n_head=8)]) == "experts+heads"
     assert classify_axis([GrowthStage(0, **upcycle, n_layer=8, n_embd=64)]) == "upcycle+depth+width"
+
+
+def test_architecture_protocol_table_is_the_protocol():
+    """docs/ARCHITECTURE.md's table of the axis protocol names every member of :class:`GrowthAxis`, and nothing
+    else (issue 41: it listed a removed ``derives``)."""
+    import re
+
+    text = (PACKAGE.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text.split("| method / attribute |", 1)[1].split("\n\n", 1)[0]
+    documented = {m for row in table.splitlines()[2:] for m in re.findall(r"`(\w+)", row.split("|")[1])}
+    declared = {n for n in vars(GrowthAxis) if not n.startswith("_")} | set(GrowthAxis.__annotations__)
+    assert documented == declared, (sorted(documented - declared), sorted(declared - documented))
