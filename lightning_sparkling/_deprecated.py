@@ -58,6 +58,9 @@ MOVED: dict[str, tuple[str, ...]] = {
     "lightning_sparkling.litgpt_compat": ("lightning_sparkling.pretrain.litgpt_compat",),
     "lightning_sparkling.plotting": ("lightning_sparkling.dashboards.plotting",),
     "lightning_sparkling.tb_layout": ("lightning_sparkling.dashboards.tb_layout",),
+    # renamed so that no two modules share a name (growth/axes/depth.py, growth/axes/heads.py are the plug-ins)
+    "lightning_sparkling.growth.depth": ("lightning_sparkling.growth.depth_maps",),
+    "lightning_sparkling.growth.heads": ("lightning_sparkling.growth.head_layout",),
 }
 
 

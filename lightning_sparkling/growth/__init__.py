@@ -9,7 +9,7 @@
 - :mod:`~lightning_sparkling.growth.errors`: ``GrowthError`` and ``StageError``;
 - :mod:`~lightning_sparkling.growth.scaling`: the RMS-preserving fan-in scale and copy index maps;
 - :mod:`~lightning_sparkling.growth.operators`: fan-out / fan-in / norm expansion of one tensor;
-- :mod:`~lightning_sparkling.growth.depth` and :mod:`~lightning_sparkling.growth.heads`: the depth maps and the
+- :mod:`~lightning_sparkling.growth.depth_maps` and :mod:`~lightning_sparkling.growth.head_layout`: the depth maps and the
   fused-qkv head layout (integers and names; the depth and heads axes turn them into tensor plans);
 - :mod:`~lightning_sparkling.growth.plan`: litgpt ``Config`` + stage -> ``GrowthPlan`` (shapes only);
 - :mod:`~lightning_sparkling.growth.surgery`: ``grow_model`` applies a plan to a ``GPT`` in place;

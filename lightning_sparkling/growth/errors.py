@@ -46,10 +46,10 @@ def _growth_error(message: str, key: str | None) -> GrowthError:
 
 
 class StageError(ValueError):
-    """A refused :class:`~lightning_sparkling.growth.stage.GrowthStage` setting: ``key`` is the field the refusal is about (``None`` when it is about
-    the stage as a whole, e.g. a stage that grows nothing) and ``stage`` the index of the stage in a list of stages
-    (``None`` for one stage). The message is the refusal's own text; a ``ValueError``, so ``except ValueError`` and
-    ``pytest.raises(ValueError)`` still catch it.
+    """A refused :class:`~lightning_sparkling.growth.stage.GrowthStage` setting: ``key`` is the field the refusal
+    is about (``None`` when it is about the stage as a whole, e.g. a stage that grows nothing) and ``stage`` the
+    index of the stage in a list of stages (``None`` for one stage). The message is the refusal's own text; a
+    ``ValueError``, so ``except ValueError`` and ``pytest.raises(ValueError)`` still catch it.
 
     Example::
 

@@ -129,13 +129,13 @@ class GrowthPlan:
 
     @property
     def depth(self):
-        """The :class:`~lightning_sparkling.growth.depth.DepthChange` of the stage, or ``None`` when it keeps
+        """The :class:`~lightning_sparkling.growth.depth_maps.DepthChange` of the stage, or ``None`` when it keeps
         ``n_layer`` (``changes["depth"]``)."""
         return self.changes.get("depth")
 
     @property
     def heads(self):
-        """The :class:`~lightning_sparkling.growth.heads.HeadLayout` of the stage, or ``None`` when it keeps the
+        """The :class:`~lightning_sparkling.growth.head_layout.HeadLayout` of the stage, or ``None`` when it keeps the
         heads (``changes["heads"]``)."""
         return self.changes.get("heads")
 

@@ -19,7 +19,7 @@ from lightning_sparkling.growth.axes import (
     registered_axes,
     watch_registry,
 )
-from lightning_sparkling.growth.depth import DEPTH_INITS, DEPTH_ORDERS
+from lightning_sparkling.growth.depth_maps import DEPTH_INITS, DEPTH_ORDERS
 from lightning_sparkling.growth.errors import StageError, _stage_error, check_choice
 from lightning_sparkling.growth.recipes import (
     _SYMMETRY_KEYS,

@@ -12,8 +12,9 @@ own their wrap and unwrap.
 Adding a strategy is one new module with a subclass of :class:`BaseBackend` (a model whole on every rank) or
 :class:`ShardedBackend` (a strategy that loads checkpoints into the live sharded model) overriding the steps that
 differ and saying which strategies it takes (:meth:`BaseBackend.accepts`), and one
-:func:`~lightning_sparkling.parallel.registry.register_backend` line: :func:`~lightning_sparkling.parallel.select_backend`,
-its error message and the CLI's ``strategy`` choices are read from the registry.
+:func:`~lightning_sparkling.parallel.registry.register_backend` line:
+:func:`~lightning_sparkling.parallel.select_backend`, its error message and the CLI's ``strategy`` choices are read
+from the registry.
 """
 
 from __future__ import annotations

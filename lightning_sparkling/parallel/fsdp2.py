@@ -22,7 +22,7 @@ import lightning.pytorch as pl
 import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from lightning_sparkling.growth.depth import split_block_name
+from lightning_sparkling.growth.depth_maps import split_block_name
 from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
 from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage

@@ -191,7 +191,7 @@ _ORCHESTRATION = ["growth/plan.py", "growth/surgery.py", "growth/symmetry.py", "
                   "growth/optim_state.py", "growth/compute.py", "callbacks", "parallel", "pretrain", "dashboards"]
 _AXIS_MODULES = {"lightning_sparkling.growth.axes.width", "lightning_sparkling.growth.axes.heads",
                  "lightning_sparkling.growth.axes.depth", "lightning_sparkling.growth.axes.experts",
-                 "lightning_sparkling.growth.heads"}
+                 "lightning_sparkling.growth.head_layout"}
 
 
 def _sources() -> list[Path]:

@@ -1,5 +1,5 @@
 """The depth axis: ``n_layer`` (G_stack, MIDAS; prts's layer maps). Which old block each block of the grown model
-comes from, and how a new block starts, is :mod:`~lightning_sparkling.growth.depth` (pure functions of integers and
+comes from, and how a new block starts, is :mod:`~lightning_sparkling.growth.depth_maps` (pure functions of integers and
 names); this plug-in turns it into tensor plans (every block tensor under its new position, a new block's with
 ``block_init``), new ``Block`` modules, and the names of kept blocks that move.
 """
@@ -17,7 +17,7 @@ import torch.nn as nn
 from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.axes.width import check_larger
-from lightning_sparkling.growth.depth import (
+from lightning_sparkling.growth.depth_maps import (
     DEPTH_AXIS,
     DepthChange,
     block_name,
@@ -117,7 +117,7 @@ class DepthAxis(BaseAxis):
 
     def config_values(self, config, stage) -> dict[str, Any]:
         """``n_layer`` and the per-block lists, each block taking its source's
-        (:func:`~lightning_sparkling.growth.depth.depth_config_values`).
+        (:func:`~lightning_sparkling.growth.depth_maps.depth_config_values`).
 
         Raises:
             GrowthError: keyed by ``depth_map`` / ``depth_order`` / ``n_layer`` where the order does not fit.

@@ -56,7 +56,7 @@ import torch.nn as nn
 
 from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.registry import register_axis
-from lightning_sparkling.growth.depth import litgpt_init_std
+from lightning_sparkling.growth.depth_maps import litgpt_init_std
 from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
 from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.types import AxisChange, AxisPlan, DimGrowth, PlanContext, TensorPlan

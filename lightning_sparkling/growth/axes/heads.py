@@ -1,6 +1,6 @@
 """The heads axis: ``n_head`` and ``n_query_groups`` at a fixed ``head_size`` (new query heads and key/value
 groups copy old ones, laid out anew in litgpt's fused ``qkv``; the layout itself is
-:mod:`~lightning_sparkling.growth.heads`).
+:mod:`~lightning_sparkling.growth.head_layout`).
 
 Its channel dimensions: ``attn_q`` (the query channels: ``attn.proj``'s fan-in, OLMo-2's ``norm_q``), ``attn_kv``
 (key/value channels: OLMo-2's ``norm_k``) and ``attn_qkv`` (the fused ``qkv`` rows), each an
@@ -18,7 +18,7 @@ from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.axes.width import WIDTH_AXES, check_larger
 from lightning_sparkling.growth.errors import GrowthError
-from lightning_sparkling.growth.heads import describe_heads, head_layout, qkv_layout
+from lightning_sparkling.growth.head_layout import describe_heads, head_layout, qkv_layout
 from lightning_sparkling.growth.scaling import fan_in_scale, make_generator
 from lightning_sparkling.growth.types import AxisChange
 
@@ -33,7 +33,7 @@ class HeadsKeys:
     Args:
         n_head: new number of query heads, of the same ``head_size`` (new heads copy heads of their key/value group
             under a copied ``init`` fan-out side, or start random with zeroed ``attn.proj`` fan-in columns under
-            ``random-zero``; see :mod:`~lightning_sparkling.growth.heads`).
+            ``random-zero``; see :mod:`~lightning_sparkling.growth.head_layout`).
         n_query_groups: new number of key/value groups (default: unchanged when ``n_head / n_query_groups`` stays
             whole, i.e. new heads join the existing groups; an MHA model grown by ``n_head`` alone stays MHA). New
             groups copy source groups.
@@ -76,7 +76,7 @@ class HeadsAxis(BaseAxis):
         return {"n_head": new_head, "n_query_groups": new_groups}
 
     def dimensions(self, config, stage, *, seed: int, stage_index: int):
-        """The :class:`~lightning_sparkling.growth.heads.HeadLayout` (the change recorded) and the ``attn_q``,
+        """The :class:`~lightning_sparkling.growth.head_layout.HeadLayout` (the change recorded) and the ``attn_q``,
         ``attn_qkv`` (and, with new groups, ``attn_kv``) dimensions."""
         new_head, new_groups = head_counts(config, stage)
         H, G, hs = config.n_head, config.n_query_groups, config.head_size
