@@ -20,8 +20,8 @@ from lightning_sparkling.growth.axes import (
     watch_registry,
 )
 from lightning_sparkling.growth.depth_maps import DEPTH_INITS, DEPTH_ORDERS
-from lightning_sparkling.growth.errors import StageError, _stage_error, check_choice
-from lightning_sparkling.growth.recipes import (
+from lightning_sparkling.growth.errors import StageError, _stage_error, check_choice  # noqa: F401 (old names)
+from lightning_sparkling.growth.recipes import (  # noqa: F401 (_SYMMETRY_KEYS: an old name of this module)
     _SYMMETRY_KEYS,
     RECIPES,
     SCHEDULE_RECIPES,
@@ -57,7 +57,6 @@ __all__ = ["BIAS_CORRECTIONS", "DEFAULT_SPLIT_RATIO", "DEPTH_INITS", "DEPTH_ORDE
            "WIDTH_ONLY_RECIPES", "GrowthStage", "StageError", "apply_recipe", "check_choice", "check_rewarmup_fits",
            "check_stage_order", "check_stage_sequence", "decay_end", "fraction_step", "grows_channels",
            "resolve_timing", "rewarmup_window"]
-_REEXPORTED = (_SYMMETRY_KEYS, _stage_error)  # old private names of this module, still importable from it
 
 
 @dataclass(frozen=True)
@@ -66,9 +65,9 @@ class GrowthStage:
     ``moe_intermediate_size``; the heads; the depth ``n_layer``; the experts), one plan and one growth event however
     many a stage sets.
 
-    The fields are the timing and recipe keys below, then each registered axis' own keys, assembled from the axes'
-    ``stage_keys`` blocks (:func:`~lightning_sparkling.growth.axes.register_axis`): the width's
-    (:class:`~lightning_sparkling.growth.axes.width.WidthKeys`), the heads'
+    The fields are ``at_step``, each registered axis' own keys, then the timing and recipe keys below; the axes'
+    keys are assembled from their ``stage_keys`` blocks (:func:`~lightning_sparkling.growth.axes.register_axis`):
+    the width's (:class:`~lightning_sparkling.growth.axes.width.WidthKeys`), the heads'
     (:class:`~lightning_sparkling.growth.axes.heads.HeadsKeys`), the depth's
     (:class:`~lightning_sparkling.growth.axes.depth.DepthKeys`) and the experts'
     (:class:`~lightning_sparkling.growth.axes.experts.ExpertsKeys`), each documented there. Give every key but
