@@ -522,6 +522,7 @@ def stage_identity(stage: dict, n_layer: int | None) -> dict:
     the layer count is a multiple of the old one) names the first of them.
     """
     stage = {k: v for k, v in stage.items() if not (k in _UNSET_LATER_KEYS and v is None)}
+    stage.pop("recipe", None)  # a label: the keys it filled in are the run (and runs before the label hash alike)
     if stage.get("n_layer") is None:
         for key in _DEPTH_KEYS:
             stage.pop(key, None)

@@ -9,6 +9,9 @@ the new entries their own re-warmup LR. The data are random learnable token sequ
 fixed stride, mod the vocabulary), so the loss falls quickly and visibly keeps falling after the growth.
 """
 
+import logging
+import warnings
+
 import lightning as L
 import torch
 import torch.nn.functional as F
@@ -53,6 +56,17 @@ class ProgressBar(RichProgressBar):
         return items
 
 
+def quiet_lightning_output() -> None:
+    """Leave out what is not this example's output: Lightning's device lines and LitLogger tip (a filter on its
+    ``rank_zero`` logger, so the growth log still prints), and a ``FutureWarning`` its pytree helper raises on
+    recent torch."""
+    noise = ("GPU available: ", "TPU available: ", "\N{ELECTRIC LIGHT BULB} Tip: ")
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: not str(record.msg).startswith(noise))
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning)
+
+
 def random_runs(n: int, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     start = torch.randint(0, VOCAB, (n, 1), generator=g)
@@ -61,6 +75,7 @@ def random_runs(n: int, seed: int = 0) -> torch.Tensor:
 
 
 if __name__ == "__main__":
+    quiet_lightning_output()
     torch.manual_seed(0)
     data = torch.utils.data.DataLoader(random_runs(STEPS * 16), batch_size=16)
     trainer = L.Trainer(
@@ -68,6 +83,7 @@ if __name__ == "__main__":
         accelerator="cpu", logger=TensorBoardLogger("out", name="add_callback"), log_every_n_steps=5,
         enable_checkpointing=False,
         callbacks=[
+            # recipe auto: random-zero-3x under this cosine schedule, what `sparkling pretrain` grows by (the log says)
             GrowthCallback(GrowthStage(60, n_embd=64, intermediate_size=128, rewarmup_steps=10)),
             ActivationRMSMonitor(every_n_steps=10),
             ProgressBar(),

@@ -7,10 +7,17 @@ import torch
 import torch.nn.functional as F
 from litgpt import GPT, Config
 
-from lightning_sparkling.growth.schedules import WarmupCosineLambda
+from lightning_sparkling.growth.schedules import WarmupCosineLambda, WSDLambda
+from lightning_sparkling.growth.stage import GrowthStage
 
 VOCAB = 64
 SEQ = 16
+
+
+def paper_stage(*args, **keys) -> GrowthStage:
+    """A ``GrowthStage`` of the paper's recipe (copy-copy, re-warmup 1.3x): what the tests of its mechanics (copies,
+    the symmetry lock and its loop) grow by; ``GrowthStage``'s own default is ``recipe='auto'``."""
+    return GrowthStage(*args, recipe="paper", **keys)
 
 
 def tiny_config(**overrides) -> Config:
@@ -97,6 +104,10 @@ class TinyModule(L.LightningModule):
             return torch.optim.lr_scheduler.LambdaLR(opt, WarmupCosineLambda(5, self.max_steps, self.min_lr_ratio))
         if self.schedule == "cosine":
             return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=self.max_steps, eta_min=self.lr * self.min_lr_ratio)
+        if self.schedule == "wsd":
+            return torch.optim.lr_scheduler.LambdaLR(opt, WSDLambda(5, self.max_steps, self.min_lr_ratio))
+        if self.schedule == "lambda":  # a user's own multiplier: warmup, then linear decay
+            return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 5) * (1 - 0.9 * s / self.max_steps))
         if self.schedule == "step":
             return torch.optim.lr_scheduler.StepLR(opt, step_size=10)
         return None

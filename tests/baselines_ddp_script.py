@@ -17,15 +17,15 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, exit_now, make_trainer  # noqa: E402
+from _tiny import TinyModule, exit_now, make_trainer, paper_stage  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
 
 MAX_STEPS = 12
 STAGES = [
-    GrowthStage(3, n_embd=64, intermediate_size=128, split="uneven", perturb=0.05, optimizer_state="scaled",
+    paper_stage(3, n_embd=64, intermediate_size=128, split="uneven", perturb=0.05, optimizer_state="scaled",
                 rewarmup_steps=2),
-    GrowthStage(6, intermediate_size=192, split="random", decay_speedup=0.5, rewarmup_steps=2),  # 1.5x
+    paper_stage(6, intermediate_size=192, split="random", decay_speedup=0.5, rewarmup_steps=2),  # 1.5x
 ]
 
 if __name__ == "__main__":

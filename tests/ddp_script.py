@@ -27,7 +27,7 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, exit_now, make_trainer  # noqa: E402
+from _tiny import TinyModule, exit_now, make_trainer, paper_stage  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
 from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
@@ -93,8 +93,9 @@ if __name__ == "__main__":
     out.mkdir(parents=True, exist_ok=True)
     # the first stage runs the symmetry loop (a check every 2 steps, boost up to 4x): its decisions read full tensors
     # through the backend, so ranks must gather and decide alike for DDP/FSDP to end where one process ends
-    stages = [GrowthStage(GROWTH_AT, n_embd=64, intermediate_size=128, rewarmup_steps=4, symmetry_target=0.2,
+    stages = [paper_stage(GROWTH_AT, n_embd=64, intermediate_size=128, rewarmup_steps=4, symmetry_target=0.2,
                           symmetry_interval=2, symmetry_max_boost=4.0),
+              # recipe auto (resolved on each rank from the module's schedule; its keys set here win)
               GrowthStage(16, intermediate_size=191, init="random-copy", rewarmup_ratio=2.0, rewarmup_steps=3)]
     # float64 weights on CPU: one process and 2 ranks agree to ~5e-7 (float32: ~4e-5) unless something really differs
     module = TinyModule(max_steps=MAX_STEPS, accumulate=args.accumulate,
@@ -120,7 +121,8 @@ if __name__ == "__main__":
     state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
              for k, v in module.model.state_dict().items()}  # FSDP1: a full state dict with plain GPT names
     boosts = [float(r["symmetry_boost"]) for r in callbacks[0].state_dict()["records"]]  # the loop's decisions
-    torch.save({"state": state, "losses": module.losses, "boosts": boosts},
+    recipes = [s["recipe"] for s in callbacks[0].summaries]  # every growth of the run, a resumed one's too
+    torch.save({"state": state, "losses": module.losses, "boosts": boosts, "recipes": recipes},
                out / f"final{args.tag}-rank{trainer.global_rank}.pt")
     if torch.distributed.is_initialized():  # an orderly gloo shutdown (avoids an abort at interpreter exit)
         torch.distributed.barrier()  # both ranks' results are on disk

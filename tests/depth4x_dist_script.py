@@ -20,7 +20,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, make_trainer  # noqa: E402
+from _tiny import TinyModule, make_trainer, paper_stage  # noqa: E402
 from depth_dist_script import SaveAt, backend_kwargs, finish, layout, script_args  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
@@ -28,8 +28,8 @@ from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
 MAX_STEPS = 18
 DEPTH_MAP = (0, 1, 1, 2, 3, 4, 5, 6, 7, 7)
 STAGES = [
-    GrowthStage(5, n_layer=8, rewarmup_ratio=2.0, rewarmup_steps=3),
-    GrowthStage(at_fraction=0.6, depth_map=DEPTH_MAP, depth_init="copy", n_embd=48, intermediate_size=97,
+    paper_stage(5, n_layer=8, rewarmup_ratio=2.0, rewarmup_steps=3),
+    paper_stage(at_fraction=0.6, depth_map=DEPTH_MAP, depth_init="copy", n_embd=48, intermediate_size=97,
                 rewarmup_ratio=1.5, rewarmup_steps=2),
 ]
 

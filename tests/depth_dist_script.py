@@ -22,7 +22,7 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, exit_now, make_trainer  # noqa: E402
+from _tiny import TinyModule, exit_now, make_trainer, paper_stage  # noqa: E402
 from ddp_script import Float64FSDPPrecision  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
@@ -33,9 +33,9 @@ SAVE_AT = (8,)  # after the depth growth (step 6), before the depth + width grow
 STAGES = [
     # optimizer_state="drop": new blocks start with zero moments as under "asymmetric", and a kept block keeps its
     # state wherever it moves (the moved block 1 is a new parameter under FSDP2 and FSDP1, the same one on one device)
-    GrowthStage(6, n_layer=4, depth_order="interleave", depth_init="copy", rewarmup_ratio=2.0, rewarmup_steps=3,
+    paper_stage(6, n_layer=4, depth_order="interleave", depth_init="copy", rewarmup_ratio=2.0, rewarmup_steps=3,
                 optimizer_state="drop"),
-    GrowthStage(12, n_layer=5, depth_order="middle", n_embd=48, intermediate_size=97, rewarmup_ratio=1.5,
+    paper_stage(12, n_layer=5, depth_order="middle", n_embd=48, intermediate_size=97, rewarmup_ratio=1.5,
                 rewarmup_steps=2),
 ]
 

@@ -24,7 +24,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, exit_now, make_trainer  # noqa: E402
+from _tiny import TinyModule, exit_now, make_trainer, paper_stage  # noqa: E402
 from depth_dist_script import SaveAt, backend_kwargs, finish, layout, script_args  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
@@ -36,18 +36,18 @@ SAVE_AT = (6, 10)  # between the growths
 def stages(first_k: int | None = None, with_widths: bool = False) -> list[GrowthStage]:
     if with_widths:  # experts with widths, then with widths and depth, in one stage each; then depth alone
         return [
-            GrowthStage(4, mlp_class_name="LLaMAMoE", n_expert=3, n_expert_per_token=2, expert_init="drop-upcycle",
+            paper_stage(4, mlp_class_name="LLaMAMoE", n_expert=3, n_expert_per_token=2, expert_init="drop-upcycle",
                         n_embd=48, intermediate_size=96, rewarmup_ratio=2.0, rewarmup_steps=2),
-            GrowthStage(8, n_expert=6, n_expert_per_token=4, moe_intermediate_size=112, n_layer=3,
+            paper_stage(8, n_expert=6, n_expert_per_token=4, moe_intermediate_size=112, n_layer=3,
                         depth_order="middle", optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2),
-            GrowthStage(12, n_layer=4, depth_order="interleave", rewarmup_steps=2),
+            paper_stage(12, n_layer=4, depth_order="interleave", rewarmup_steps=2),
         ]
     return [
-        GrowthStage(4, mlp_class_name="LLaMAMoE", n_expert=3, n_expert_per_token=2, expert_init="drop-upcycle",
+        paper_stage(4, mlp_class_name="LLaMAMoE", n_expert=3, n_expert_per_token=2, expert_init="drop-upcycle",
                     rewarmup_ratio=2.0, rewarmup_steps=2, first_k_dense_replace=first_k),
-        GrowthStage(8, n_expert=6, n_expert_per_token=4, optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2,
+        paper_stage(8, n_expert=6, n_expert_per_token=4, optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2,
                     first_k_dense_replace=first_k),
-        GrowthStage(12, n_layer=3, depth_order="middle", rewarmup_steps=2),
+        paper_stage(12, n_layer=3, depth_order="middle", rewarmup_steps=2),
     ]
 
 

@@ -32,7 +32,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import enable_wrap
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import exit_now, tiny_config, token_batch  # noqa: E402
+from _tiny import exit_now, paper_stage, tiny_config, token_batch  # noqa: E402
 
 from lightning_sparkling import GrowthStage  # noqa: E402
 from lightning_sparkling.parallel.fsdp1 import (  # noqa: E402
@@ -47,7 +47,7 @@ from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
 from lightning_sparkling.growth.optim_state import plan_optimizer_patch  # noqa: E402
 from lightning_sparkling.growth.surgery import grow_model  # noqa: E402
 
-STAGE = GrowthStage(2, n_embd=64, intermediate_size=128)
+STAGE = paper_stage(2, n_embd=64, intermediate_size=128)
 
 
 class Strategy:
@@ -226,7 +226,7 @@ def module(out: dict, out_dir: Path, precision: str = "32-true") -> None:
                mlp_class_name="LLaMAMLP", intermediate_size=64, norm_class_name="RMSNorm", bias=False)
     lit = LitGPTPretrainModule(cfg, {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-2}}, max_steps=6,
                                lr_warmup_steps=1, max_norm=0.5)
-    growth = WidthGrowthCallback(GrowthStage(3, n_embd=64, intermediate_size=128, rewarmup_steps=2),
+    growth = WidthGrowthCallback(paper_stage(3, n_embd=64, intermediate_size=128, rewarmup_steps=2),
                                  symmetry_every_n_steps=1)
     monitor = ActivationRMSMonitor(every_n_steps=1)
     g = torch.Generator().manual_seed(int(os.environ.get("LOCAL_RANK", 0)))  # each rank its own data

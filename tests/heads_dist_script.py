@@ -32,7 +32,7 @@ from litgpt.config import name_to_config
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import SEQ, VOCAB, TinyModule, make_trainer  # noqa: E402
+from _tiny import SEQ, VOCAB, TinyModule, make_trainer, paper_stage  # noqa: E402
 from depth_dist_script import SaveAt, backend_kwargs, finish, layout, script_args  # noqa: E402
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
@@ -48,9 +48,9 @@ name_to_config[TARGET] = dict(name=TARGET, n_embd=49, n_head=12, n_query_groups=
                               n_layer=2, vocab_size=VOCAB, padded_vocab_size=VOCAB, block_size=SEQ,
                               mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False, parallel_residual=False)
 STAGES = [
-    GrowthStage(4, n_embd=48, intermediate_size=97, rewarmup_ratio=2.0, rewarmup_steps=6),
-    GrowthStage(8, n_head=8, rewarmup_ratio=1.5, rewarmup_steps=3),
-    GrowthStage(12, model_name=TARGET, rewarmup_ratio=3.0, rewarmup_steps=2, optimizer_state="copy"),
+    paper_stage(4, n_embd=48, intermediate_size=97, rewarmup_ratio=2.0, rewarmup_steps=6),
+    paper_stage(8, n_head=8, rewarmup_ratio=1.5, rewarmup_steps=3),
+    paper_stage(12, model_name=TARGET, rewarmup_ratio=3.0, rewarmup_steps=2, optimizer_state="copy"),
 ]
 
 

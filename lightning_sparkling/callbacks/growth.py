@@ -17,7 +17,9 @@ Timeline of one stage with ``at_step=N`` (single device and DDP):
 3. ``on_train_batch_end`` after the optimizer step that made ``global_step == N`` (and after the step-interval
    schedulers stepped): grow the GPT, patch every optimizer, check the loss of the grown model on the current batch,
    re-wrap the strategy, register a :class:`~lightning_sparkling.growth.schedules.RewarmupLR` for the new entries, log a
-   summary. Anything failing puts the pre-growth model and optimizer back and stops the run with an error.
+   summary. Anything failing puts the pre-growth model and optimizer back and stops the run with an error. New
+   blocks are activation-checkpointed when the others are; a compiled model's graphs are dropped (the first step
+   after the growth compiles the grown shapes; its time is logged as ``growth/first_step_seconds``).
 4. Every later optimizer step: old entries follow the user's schedule untouched; the update of new entries is
    rescaled to their re-warmup LR (:class:`~lightning_sparkling.growth.optim_state.NewEntryLR`).
 """
@@ -43,12 +45,14 @@ from lightning_sparkling.callbacks.new_entry_lr import (
     flat_groups,
     resolve_min_lrs,
 )
+from lightning_sparkling.callbacks.module_parts import find_gpt, token_batch
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
 from lightning_sparkling.growth.axes import describe_changes, size_details
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
+from lightning_sparkling.growth.recipes import AUTO, resolve_recipe, same_keys, schedule_of, schedule_recipe
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord
 from lightning_sparkling.growth.stage import (
     SIZE_AXES,
@@ -62,39 +66,14 @@ from lightning_sparkling.growth.stage import (
 from lightning_sparkling.growth.surgery import GrowthResult
 from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
+from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
+from lightning_sparkling.parallel.compile import eager, recompile_after_growth
+
+_token_batch = token_batch  # its old name
+
 
 class GrowthFailedError(RuntimeError):
     """A growth failed mid-way; the run keeps (and stops with) its pre-growth model and optimizer."""
-
-
-def find_gpt(pl_module: torch.nn.Module):
-    """The single litgpt ``GPT`` inside ``pl_module`` (looking through ``torch.compile`` wrappers).
-
-    Raises:
-        GrowthError: when there is no ``GPT`` or more than one.
-    """
-    from litgpt.model import GPT
-
-    found = {id(m): (name, m) for name, m in pl_module.named_modules() if isinstance(m, GPT)}
-    if len(found) != 1:
-        names = ", ".join(repr(n or "<root>") for n, _ in found.values()) or "none"
-        raise GrowthError(
-            f"GrowthCallback needs exactly one litgpt GPT inside the LightningModule, found {len(found)} "
-            f"({names}); hold the model to grow as one `litgpt.GPT` attribute (e.g. `self.model = GPT(config)`)"
-        )
-    return next(iter(found.values()))[1]
-
-
-def _token_batch(batch: Any) -> torch.Tensor | None:
-    """The first 2-D integer tensor of a batch (tensor, tuple/list or dict): litgpt pretraining batches."""
-    if isinstance(batch, torch.Tensor):
-        return batch if batch.ndim == 2 and not batch.is_floating_point() else None
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else []
-    for item in items:
-        found = _token_batch(item)
-        if found is not None:
-            return found
-    return None
 
 
 class GrowthCallback(Callback):
@@ -151,8 +130,11 @@ class GrowthCallback(Callback):
         check_stage_sequence(stages)  # rewarmup_scope='all' / decay_speedup: last stage only
         if min_lr is not None and (not isinstance(min_lr, (int, float)) or min_lr < 0 or not math.isfinite(min_lr)):
             raise ValueError(f"GrowthCallback(min_lr={min_lr!r}): must be a finite number >= 0")
-        self.stages: tuple[GrowthStage, ...] = tuple(stages)  # at_fraction resolved to at_step in setup
+        self.stages: tuple[GrowthStage, ...] = tuple(stages)  # at_fraction resolved in setup, recipe in on_fit_start
         self._given_stages: tuple[GrowthStage, ...] = self.stages
+        self._timed: tuple[GrowthStage, ...] = self.stages  # the given stages with their steps known (setup)
+        self._schedule: str | None = None  # the schedule the module's scheduler runs (on_fit_start)
+        self._applied: list[GrowthStage] = []  # the stages a resumed checkpoint applied, as it recorded them
         if symmetry_every_n_steps is not None and (not isinstance(symmetry_every_n_steps, int)
                                                    or symmetry_every_n_steps < 0):
             raise ValueError(f"GrowthCallback(symmetry_every_n_steps={symmetry_every_n_steps!r}): must be an "
@@ -164,6 +146,8 @@ class GrowthCallback(Callback):
         self._records: list[StageRecord] = []  # one per applied stage (checkpointed)
         self._regions: list[dict[str, list[tuple[slice, ...]]]] = []  # new-entry slices per applied stage
         self._backend: GrowthBackend | None = None  # chosen in setup from the trainer's strategy
+        self._first_step: tuple[int, int, float] | None = None  # (stage, global step, time) of the last growth
+        self._step_clock: tuple[int, float, float | None] | None = None  # (global step, its end, the step's time)
         self._plans: dict[int, GrowthPlan] = {}  # each stage's plan, by index: setup's dry run (see _plan)
         self._remove_resume_hook_fn: Callable[[], None] | None = None
         self.summaries: list[dict[str, Any]] = []
@@ -199,20 +183,50 @@ class GrowthCallback(Callback):
     def state_dict(self) -> dict[str, Any]:
         # plain dicts (copies: records change after growth, the symmetry boost), the keys every release wrote
         return {"grown": self._grown, "seed": self.seed, "stages": [s.to_dict() for s in self.stages],
-                "records": [r.to_dict() for r in self._records]}
+                "records": [r.to_dict() for r in self._records],
+                "summaries": [dict(s) for s in self.summaries]}  # a resume past a growth still reports it
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        applied = [GrowthStage(**s) for s in state_dict["stages"][: state_dict["grown"]]]
-        if list(self.stages[: len(applied)]) != applied:
-            fraction = any(s.at_fraction is not None for s in self._given_stages[: len(applied)])
-            raise GrowthError(
-                "the checkpoint was grown by different stages than this GrowthCallback has: "
-                f"checkpoint applied {applied}, callback has {list(self.stages[: len(applied)])}"
-                + ("; an at_fraction stage takes its step from trainer.max_steps, so resume with the max_steps the "
-                   "run was started with" if fraction else "")
-            )
+        self._adopt_applied(state_dict)
+        if self._schedule is not None:  # a strategy that restores after on_fit_start: the recipes are known
+            self._check_applied()
         self._grown = int(state_dict["grown"])
         self._records = [StageRecord.from_dict(r) for r in state_dict["records"]]
+        self.summaries = [dict(s) for s in state_dict.get("summaries", [])]  # older checkpoints: none kept
+
+    def _adopt_applied(self, state: dict[str, Any]) -> None:
+        """Take the stages a checkpoint applied as it recorded them (their recipe resolved when they grew); they
+        are checked against this callback's own stages once the module's schedule is known
+        (:meth:`_check_applied`)."""
+        grown = int(state["grown"])
+        self._applied = [GrowthStage(**s) for s in state["stages"][:grown]]
+        if len(self.stages) < grown:
+            raise GrowthError(f"the checkpoint applied {grown} growth stages, this GrowthCallback has "
+                              f"{len(self.stages)}: give it the stages the run was started with")
+        self._set_stages((*self._applied, *self.stages[grown:]))
+
+    def _check_applied(self) -> None:
+        """Refuse a checkpoint grown by other stages than this callback's, each resolved under the module's
+        schedule (a checkpoint written before stages named their recipe is matched on its keys alone)."""
+        mine = [resolve_recipe(s, self._schedule or "cosine") for s in self._timed[: len(self._applied)]]
+        same = all(a == b if "recipe" in a.given_keys and a.recipe != AUTO else same_keys(a, b)
+                   for a, b in zip(self._applied, mine))
+        if same:
+            return
+        fraction = any(s.at_fraction is not None for s in self._given_stages[: len(self._applied)])
+        old = any(a.recipe == AUTO for a in self._applied)
+        raise GrowthError(
+            "the checkpoint was grown by different stages than this GrowthCallback has: "
+            f"checkpoint applied {self._applied}, callback has {mine}"
+            + ("; an at_fraction stage takes its step from trainer.max_steps, so resume with the max_steps the "
+               "run was started with" if fraction else "")
+            + ("; GrowthStage's default recipe is now 'auto' (the CLI's): a checkpoint grown by the paper's "
+               "defaults resumes with GrowthStage(..., recipe='paper')" if old else "")
+        )
+
+    def _set_stages(self, stages: Sequence[GrowthStage]) -> None:
+        self.stages = tuple(stages)
+        self.lr.stages = self.symmetry.stages = self.stages  # the helpers read the stages in effect
 
     @property
     def backend(self) -> GrowthBackend:
@@ -229,9 +243,10 @@ class GrowthCallback(Callback):
         gpt = find_gpt(pl_module)
         max_steps = trainer.max_steps
         try:
-            self.stages = tuple(resolve_timing(self._given_stages, max_steps))
+            self._timed = tuple(resolve_timing(self._given_stages, max_steps))
         except ValueError as err:
             raise GrowthError(f"GrowthCallback: {err}") from err
+        self._set_stages((*self.stages[: self._grown], *self._timed[self._grown:]))
         needs_horizon = any(s.rewarmup_ratio is not None for s in self.stages)
         if (max_steps is None or max_steps < 0) and needs_horizon:
             raise GrowthError(
@@ -251,13 +266,45 @@ class GrowthCallback(Callback):
                 # A warning, not a refusal: the documented schedule (rewarmup_lr clamps the warm-up to the steps
                 # left) is well defined, and Python users may shorten a run on purpose. The CLI refuses it.
                 rank_zero_warn(f"GrowthCallback: {err}", category=UserWarning)
+        self._dry_run(gpt)
+        self._install_resume_hook(trainer, pl_module)
+
+    def _dry_run(self, gpt: Any) -> None:
+        """Plan every stage not applied yet once, each on the config the stages before it grow (shapes only): a
+        refused stage fails here, before training; the growth applies these plans (:meth:`_plan`)."""
         config = gpt.config
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         self._plans = {}
-        for k in range(self._grown, len(self.stages)):  # the dry run: each stage planned once, on its chained config
+        for k in range(self._grown, len(self.stages)):
             self._plans[k] = plan_growth(config, self.stages[k], seed=self.seed, stage_index=k, tied_embeddings=tied)
             config = self._plans[k].new_config
-        self._install_resume_hook(trainer, pl_module)
+
+    def _resolve_recipes(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Resolve ``recipe='auto'`` of the stages not applied yet by the schedule the module's scheduler runs
+        (:func:`~lightning_sparkling.growth.recipes.schedule_of`: the CLI's choice for that schedule), then dry-run
+        the stages whose keys changed."""
+        trained = [c.scheduler for c in trainer.lr_scheduler_configs
+                   if any(c.scheduler.optimizer is o for o in trainer.optimizers)]
+        try:
+            self._schedule = schedule_of(trained)
+        except ValueError as err:
+            raise GrowthError(f"GrowthCallback: {err}") from err
+        if self._applied:
+            self._check_applied()
+        try:
+            pending = [resolve_recipe(s, self._schedule) for s in self.stages[self._grown:]]
+        except ValueError as err:  # a key the stage set that the schedule's recipe cannot take
+            recipe = schedule_recipe(self._schedule)
+            raise GrowthError(f"GrowthCallback: {err} (the stage's recipe is auto, {recipe!r} under the module's "
+                              f"{self._schedule} schedule: set the keys it needs, e.g. init, or give the stage a "
+                              "recipe, e.g. recipe='paper')") from err
+        if pending != list(self.stages[self._grown:]):
+            self._set_stages((*self.stages[: self._grown], *pending))
+            try:
+                check_stage_sequence(self.stages)
+            except ValueError as err:
+                raise GrowthError(f"GrowthCallback: {err}") from err
+            self._dry_run(find_gpt(pl_module))
 
     def _plan(self, k: int, config: Any, *, seed: int, tied: bool) -> GrowthPlan:
         """The plan of stage ``k`` on a model of ``config``: the setup dry run's, computed once, where it fits
@@ -294,6 +341,7 @@ class GrowthCallback(Callback):
         grown = int(state["grown"])
         if grown <= len(self._regions):
             return
+        self._adopt_applied(state)  # the stages as the checkpoint grew them (their recipe resolved then)
         gpt = find_gpt(pl_module)
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         config = gpt.config
@@ -306,6 +354,9 @@ class GrowthCallback(Callback):
             plans.append(plan)
             config = plan.new_config
         self.backend.regrow(trainer, pl_module, gpt, plans)
+        gpt = find_gpt(pl_module)
+        checkpoint_new_blocks(gpt)
+        recompile_after_growth(pl_module, gpt)
         if not self.backend.restores_after_fit_start:
             return  # load_state_dict and on_fit_start follow, as for any fit
         self._records = [StageRecord.from_dict(r) for r in state["records"]]
@@ -315,6 +366,7 @@ class GrowthCallback(Callback):
         self._install_lr_hooks(trainer, pl_module)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._resolve_recipes(trainer, pl_module)
         self.backend.check_model(pl_module, find_gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
@@ -340,6 +392,7 @@ class GrowthCallback(Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        self._time_steps(trainer)
         grew = False
         while self._due(trainer):
             self._grow(trainer, pl_module, batch)
@@ -373,6 +426,7 @@ class GrowthCallback(Callback):
             for patch in patches:
                 patch.apply()
             loss = self._check_loss(pl_module, gpt, batch)
+            checkpointed = checkpoint_new_blocks(gpt)  # a depth growth's new blocks, when the others are
             self.backend.rewrap(trainer, pl_module)
         except BaseException as err:
             for patch in reversed(patches):
@@ -382,6 +436,7 @@ class GrowthCallback(Callback):
                 f"growth stage {k} (GrowthStage(at_step={stage.at_step}, {stage.sizes})) failed at global step "
                 f"{trainer.global_step}: {err}. The model and optimizer are the pre-growth ones."
             ) from err
+        recompiled = recompile_after_growth(pl_module, gpt)
         seconds = time.perf_counter() - start
         groups = flat_groups(trainer.optimizers)
         record = StageRecord(
@@ -407,6 +462,40 @@ class GrowthCallback(Callback):
         if isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
             pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
         self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, loss, device)
+        self.summaries[-1].update(compiled=recompiled, checkpointed_new_blocks=checkpointed)
+        self._first_step = (k, trainer.global_step, time.perf_counter())
+
+    def _time_steps(self, trainer: pl.Trainer) -> None:
+        """Time optimizer steps at their batch end; report the first one after a growth (on a compiled model it
+        includes compiling the grown shapes) next to the step before the growth."""
+        step, now = trainer.global_step, time.perf_counter()
+        clock = self._step_clock
+        if clock is not None and step > clock[0]:
+            self._step_clock = (step, now, now - clock[1])
+        elif clock is None:
+            self._step_clock = (step, now, None)
+        pending = self._first_step
+        if pending is None or step <= pending[1]:
+            return
+        k, _, grown_at = pending
+        self._first_step = None
+        seconds = now - grown_at
+        before = clock[2] if clock is not None and clock[0] <= pending[1] else None
+        summary = next((s for s in self.summaries if s["stage"] == k), None)
+        if summary is not None:
+            summary["first_step_seconds"] = seconds
+        what = "recompile included" if summary is not None and summary.get("compiled") else "eager"
+        rank_zero_info(f"GrowthCallback: stage {k}: the first optimizer step after the growth took {seconds:.2f}s "
+                       f"({what}" + (f"; the step before the growth took {before:.2f}s)" if before else ")"))
+        if trainer.logger is not None:
+            trainer.logger.log_metrics({"growth/first_step_seconds": seconds}, step=step)
+
+    def _recipe_line(self, k: int) -> str:
+        """The recipe stage ``k`` grew by, and why (``auto``: the module's schedule)."""
+        stage = self.stages[k]
+        why = (f" (recipe auto under the {self._schedule} schedule)" if self._given_stages[k].recipe == AUTO
+               and self._schedule is not None else "")
+        return f"{stage.recipe}{why}: init {stage.init}, rewarmup_ratio {stage.rewarmup_ratio}"
 
     def _carry_forward(self, plan: GrowthPlan) -> None:
         """Earlier stages' new entries and copies under the names and indices of ``plan``'s grown model: a depth
@@ -424,16 +513,17 @@ class GrowthCallback(Callback):
         """Loss of the grown model on the current batch (next-token cross-entropy of its first token tensor, or
         ``pl_module.growth_check_loss(batch)`` when the module defines it); raises if it is not finite."""
         custom = getattr(pl_module, "growth_check_loss", None)
-        if callable(custom):
-            loss = custom(batch)
-        else:
-            ids = _token_batch(batch)
-            if ids is None or ids.size(1) < 2:
-                g = torch.Generator().manual_seed(0)
-                ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
-            ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
-            logits = self.backend.forward_module(pl_module, gpt)(ids[:, :-1])
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
+        with eager():  # a compiled model runs this one forward eagerly: no graph compiled for it
+            if callable(custom):
+                loss = custom(batch)
+            else:
+                ids = token_batch(batch)
+                if ids is None or ids.size(1) < 2:
+                    g = torch.Generator().manual_seed(0)
+                    ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
+                ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
+                logits = self.backend.forward_module(pl_module, gpt)(ids[:, :-1])
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
         self.backend.reshard(pl_module, gpt)
         loss = float(loss)
         if not math.isfinite(loss):
@@ -460,10 +550,11 @@ class GrowthCallback(Callback):
             "params_before": params_before[1], "params_after": params_after[1],
             "active_params_before": params_before[0], "active_params_after": params_after[0],
             "flops_per_token_before": 6 * params_before[0], "flops_per_token_after": 6 * params_after[0],
-            "seconds": seconds, "peak_memory_mb": peak_mb, "loss_after": loss,
+            "seconds": seconds, "peak_memory_mb": peak_mb, "loss_after": loss, "recipe": self.stages[k].recipe,
         }
         self.summaries.append(summary)
-        lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s"]
+        lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s",
+                 f"  {'recipe':<22} {self._recipe_line(k)}"]
         details = size_details(result.plan)
         for axis, (a, b) in sizes.items():
             if axis in details:  # a size an axis describes on its own line (e.g. the experts') is left out

@@ -47,6 +47,11 @@ from lightning_sparkling.growth.stage import GrowthStage, decay_end
 from lightning_sparkling.growth.surgery import clean_name
 
 
+SCHEDULER_PREFIX = "lr_new/"
+"""Name prefix of the new entries' :class:`RewarmupLR` configs in ``trainer.lr_scheduler_configs`` (``lr_new/stage_k``);
+their LR is logged once, by the callback, as ``growth/lr_new/stage_k``: an LR monitor can leave these out."""
+
+
 def flat_groups(optimizers: Sequence[torch.optim.Optimizer]) -> list[tuple[int, int]]:
     """``(optimizer, group)`` of every param group, optimizer by optimizer: the order of a record's per-group lists."""
     return [(o, g) for o, opt in enumerate(optimizers) for g in range(len(opt.param_groups))]
@@ -298,7 +303,7 @@ class NewEntryLearningRate:
         scheduler = RewarmupLR(lambdas)
         self.schedulers[k] = scheduler
         trainer.strategy.lr_scheduler_configs.append(
-            LRSchedulerConfig(scheduler, name=f"lr_new/stage_{k}", interval="step", frequency=1)
+            LRSchedulerConfig(scheduler, name=f"{SCHEDULER_PREFIX}stage_{k}", interval="step", frequency=1)
         )
 
     def register_applied(self, trainer: pl.Trainer) -> None:

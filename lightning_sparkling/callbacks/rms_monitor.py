@@ -39,10 +39,16 @@ How it works:
   the same step Lightning uses for a ``train_loss`` logged in the ``training_step`` of that batch.
 * Hooks compute the RMS values on the fly (no activation is kept beyond the forward), as 0-d tensors; one
   ``torch.stack`` and one host transfer per logging step. A hook that did not fire (a block skipped by the
-  module's code, a custom block without ``post_*_norm``) leaves its tags out for that step; nothing crashes. Hooks
-  registered on a ``torch.compile``'d model are not run by the compiled code: nothing is logged then, with a
-  one-time warning (measure an uncompiled model, or call :func:`compute_rms` on a batch). Non-reentrant activation
-  checkpointing (``checkpoint_wrapper``) is fine. The first call of a hooked module in a forward wins.
+  module's code, a custom block without ``post_*_norm``) leaves its tags out for that step; nothing crashes.
+  Non-reentrant activation checkpointing (``checkpoint_wrapper``,
+  :func:`~lightning_sparkling.parallel.checkpoint_blocks`) is fine. The first call of a hooked module in a forward
+  wins.
+* A compiled model (``model.compile()``, ``torch.compile``, :func:`~lightning_sparkling.parallel.compile_gpt`):
+  compiled code does not run hooks registered after it was compiled, so on a logging step the measured forward runs
+  eagerly (``torch.compiler.set_stance("force_eager")`` from ``on_train_batch_start`` to ``on_before_backward``:
+  that micro-batch's forward and its backward), with the same hooks, on the same micro-batch: the same tags and
+  values as on an eager model. Every other step runs the compiled code, untouched and never recompiled. The cost
+  is the eager step's extra time once every ``every_n_steps`` steps (docs/BENCHMARKS.md measures it).
 * Multi-process: every rank measures its own micro-batch; the values are averaged over ranks with a torchmetrics
   :class:`~torchmetrics.Metric` (a vector of sums and a vector of counts: two small ``all_gather`` per logging
   step, which every rank reaches since logging steps are decided by ``global_step``; a tag is averaged over the
@@ -79,7 +85,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -94,6 +99,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from lightning_sparkling.growth.surgery import clean_name
+from lightning_sparkling.parallel.compile import is_compiled
 
 __all__ = ["ActivationRMSMonitor", "RMSProbe", "compute_rms", "find_gpt", "rms", "rms_tags"]
 
@@ -424,6 +430,7 @@ class ActivationRMSMonitor(Callback):
         self._gpt: GPT | None = None
         self._gpt_name: str | None = None  # its path in the LightningModule (get_submodule)
         self._layout_blocks: int | None = None  # the block count the layout was last written for
+        self._eager = contextlib.ExitStack()  # a compiled model's eager stance during a measured forward
 
     # -- setup ---------------------------------------------------------------------------------------------------
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -432,12 +439,6 @@ class ActivationRMSMonitor(Callback):
                 "Cannot use `ActivationRMSMonitor` callback with `Trainer` that has no logger."
             )
         model = find_gpt(pl_module)
-        if any(type(m).__name__ == "OptimizedModule" for m in pl_module.modules()):
-            warnings.warn(
-                "ActivationRMSMonitor: the model is torch.compile'd; module hooks may not fire inside compiled "
-                "code (those tags are then not logged) or may trigger recompilation on logging steps.",
-                stacklevel=2,
-            )
         self._gpt = model
         self._gpt_name = next((n for n, m in pl_module.named_modules() if m is model), None)
         self._layout_blocks = None
@@ -492,10 +493,13 @@ class ActivationRMSMonitor(Callback):
         self._gpt = find_gpt(pl_module)
         self._probe = RMSProbe(self._gpt, per_linear=self.per_linear).attach(lazy=True)
         self._probe_step = step
+        if is_compiled(pl_module):  # hooks run in eager code only: this forward (and its backward) runs eagerly
+            self._eager.enter_context(torch.compiler.set_stance("force_eager"))
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
         if self._probe is not None:
             self._probe.detach()
+        self._eager.close()  # the backward of an eager forward is eager anyway; later micro-batches compiled
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -505,6 +509,7 @@ class ActivationRMSMonitor(Callback):
         if probe is None or step is None:
             return
         probe.detach()
+        self._eager.close()
         self._probe = None
         self._probe_step = None
         values = probe.results()
@@ -512,9 +517,9 @@ class ActivationRMSMonitor(Callback):
         if not values and not self._warned_nothing:
             self._warned_nothing = True
             rank_zero_warn(
-                f"ActivationRMSMonitor: no hook fired during the forward of step {step}, nothing is logged. Hooks "
-                "registered on a torch.compile'd model are not run by the compiled code; log RMS on an uncompiled "
-                "model, or call `lightning_sparkling.callbacks.rms_monitor.compute_rms` on a batch yourself."
+                f"ActivationRMSMonitor: no hook fired during the forward of step {step}, nothing is logged (the "
+                "GPT was not called by the training step?); call "
+                "`lightning_sparkling.callbacks.rms_monitor.compute_rms` on a batch yourself."
             )
         self.last_values = self._reduce(probe.tags, values, pl_module.device)
         if self.last_values:
@@ -543,6 +548,7 @@ class ActivationRMSMonitor(Callback):
 
     # -- cleanup -------------------------------------------------------------------------------------------------
     def _detach(self) -> None:
+        self._eager.close()
         if self._probe is not None:
             self._probe.detach()
         self._probe = None

@@ -241,7 +241,11 @@ def _minor_label(v: float, norm) -> bool:
 
 
 def _empty(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    """Say in the middle of an empty panel why it is empty, wrapped to stay inside the axes (off its axis labels)."""
+    import textwrap
+
+    ax.text(0.5, 0.5, textwrap.fill(text, 32), ha="center", va="center", transform=ax.transAxes, color="0.4",
+            fontsize=9)
 
 
 def _pick_heatmap_run(runs: list[RunScalars], heatmap_run: str | int | None) -> int:
@@ -341,6 +345,7 @@ def _block_heatmap(prefix: str, ptitle: str, clabel: str):
         if not _heatmap_panel(ax, fig, heat[0], prefix, ptitle, clabel, heat[1]):
             _empty(ax, f"no {prefix}* scalars (add ActivationRMSMonitor)")
             ax.set_title(ptitle)
+        _name_heatmap_run(ax, runs, heat[0])
         return False
 
     return draw
@@ -350,7 +355,15 @@ def _draw_gain(ax, fig, runs, mappers, colors, heat) -> bool:
     if not _gain_panel(ax, fig, heat[0], heat[1]):
         _empty(ax, f"no {GAIN_PREFIX}* scalars (ActivationRMSMonitor(per_linear=True))")
         ax.set_title("linear RMS gain RMS(y) / RMS(x)")
+    _name_heatmap_run(ax, runs, heat[0])
     return False
+
+
+def _name_heatmap_run(ax: Axes, runs: list[RunScalars], run: RunScalars) -> None:
+    """With several runs a heatmap shows one of them: its title says so and how to draw another."""
+    if len(runs) > 1:
+        base = ax.get_title().split("\n")[0]
+        ax.set_title(f"{base}\n[{run.name}] (1 of {len(runs)} runs; --heatmap-run NAME for another)", fontsize=10)
 
 
 _DRAWERS = {

@@ -1,8 +1,10 @@
 """The paper's growth, as pure functions of torch tensors and litgpt models (no Lightning import here).
 
-- :mod:`~lightning_sparkling.growth.stage`: ``GrowthStage``, one growth, checked at construction; its own keys'
-  checks :mod:`~lightning_sparkling.growth.stage_checks`, the named recipes :mod:`~lightning_sparkling.growth.recipes`,
-  the stages' timing and schedule rules :mod:`~lightning_sparkling.growth.timing`;
+- :mod:`~lightning_sparkling.growth.stage`: ``GrowthStage``, one growth and its recipe, checked at construction; its
+  own keys' checks :mod:`~lightning_sparkling.growth.stage_checks`, the stages' timing and schedule rules
+  :mod:`~lightning_sparkling.growth.timing`;
+- :mod:`~lightning_sparkling.growth.recipes`: the named recipes, and ``recipe='auto'`` resolved by the run's schedule
+  (CLI and callback);
 - :mod:`~lightning_sparkling.growth.axes`: the growth axes (plug-ins: width, heads, depth, experts), each owning its
   stage keys, behind one protocol and one registry (:func:`register_axis`);
 - :mod:`~lightning_sparkling.growth.types`: the types the plan and the axes share (``TensorPlan``, ``AxisChange``, ...);

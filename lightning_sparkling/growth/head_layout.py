@@ -24,6 +24,7 @@ channels) are scaled by ``alpha`` like any copied fan-in, so at integer ratios t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -111,16 +112,23 @@ def qkv_layout(layout: HeadLayout, n_head: int, n_groups: int, head_size: int) -
     return torch.cat([q, k, v]), torch.cat([q_fresh, kv_fresh, kv_fresh])
 
 
-def describe_heads(layout: HeadLayout) -> str:
-    """New heads and groups and their sources, e.g. ``"new q 2<-0, 3<-1; moved q 2->4"``.
+def describe_heads(layout: HeadLayout, *, copied: bool = True) -> str:
+    """New heads and groups and their sources, e.g. ``"new q 2<-0, 3<-1; moved q 2->4"``; with ``copied=False``
+    (an ``init`` whose fan-out side is not ``copy``: new heads start random, sourceless) the new positions alone,
+    e.g. ``"new q 2, 3 (random)"``.
 
     Example::
 
         >>> describe_heads(head_layout(2, 1, 4, 1))
         'new q 2<-0, 3<-1'
+        >>> describe_heads(head_layout(2, 1, 4, 1), copied=False)
+        'new q 2, 3 (random)'
     """
-    new_q = ", ".join(f"{p}<-{s}" for p, (s, f) in enumerate(zip(layout.q_source, layout.q_fresh)) if f)
+    def new(sources: Sequence[int], fresh: Sequence[bool]) -> str:
+        listed = ", ".join(f"{p}<-{s}" if copied else str(p) for p, (s, f) in enumerate(zip(sources, fresh)) if f)
+        return listed if copied or not listed else f"{listed} (random)"
+
+    new_q, new_kv = new(layout.q_source, layout.q_fresh), new(layout.kv_source, layout.kv_fresh)
     moved = ", ".join(f"{s}->{p}" for p, (s, f) in enumerate(zip(layout.q_source, layout.q_fresh)) if not f and s != p)
-    new_kv = ", ".join(f"{p}<-{s}" for p, (s, f) in enumerate(zip(layout.kv_source, layout.kv_fresh)) if f)
     parts = [f"new q {new_q}"] + ([f"moved q {moved}"] if moved else []) + ([f"new kv {new_kv}"] if new_kv else [])
     return "; ".join(parts)

@@ -8,7 +8,8 @@ checks of its own keys are :mod:`~lightning_sparkling.growth.stage_checks`, the 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, replace
+import functools
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from lightning_sparkling.growth.axes import (
@@ -23,6 +24,7 @@ from lightning_sparkling.growth.depth_maps import DEPTH_INITS, DEPTH_ORDERS
 from lightning_sparkling.growth.errors import StageError, _stage_error, check_choice  # noqa: F401 (old names)
 from lightning_sparkling.growth.recipes import (  # noqa: F401 (_SYMMETRY_KEYS: an old name of this module)
     _SYMMETRY_KEYS,
+    recipe_keys,
     RECIPES,
     SCHEDULE_RECIPES,
     WIDTH_ONLY_RECIPES,
@@ -73,9 +75,15 @@ class GrowthStage:
     (:class:`~lightning_sparkling.growth.axes.experts.ExpertsKeys`), each documented there. Give every key but
     ``at_step`` by name.
 
-    The defaults are the SPARKLING recipe: copy-copy init, RMS-preserving fan-in scale, asymmetric optimizer
-    state (old entries keep theirs, new entries start at zero) and an asymmetric learning-rate re-warmup of the
-    new entries (from the LR at growth to ``rewarmup_ratio`` times it over ``rewarmup_steps``, then cosine).
+    ``recipe`` (default ``auto``) fills the keys a stage does not set. ``auto`` is the recipe ``sparkling pretrain``
+    picks for the run's schedule (``random-zero-3x`` under cosine, ``wsd`` under WSD), resolved by
+    :class:`~lightning_sparkling.callbacks.GrowthCallback` from the module's scheduler
+    (:mod:`~lightning_sparkling.growth.recipes`); ``recipe='paper'`` (or :meth:`from_recipe`) gives the paper's.
+    The field defaults are the SPARKLING recipe as published (``paper``): copy-copy init, RMS-preserving fan-in
+    scale, asymmetric optimizer state (old entries keep theirs, new entries start at zero) and an asymmetric
+    learning-rate re-warmup of the new entries (from the LR at growth to ``rewarmup_ratio`` times it over
+    ``rewarmup_steps``, then cosine). An ``auto`` stage holds them until resolved, so :func:`grow_model` and
+    ``plan_growth`` called on it directly grow by the paper's keys.
 
     Args:
         at_step: grow after this many optimizer steps, before step ``at_step + 1``'s first micro-batch.
@@ -158,6 +166,10 @@ class GrowthStage:
             1 and the new entries follow the re-warmup schedule. Measured: dropping the boost undoes most of its
             gain (``docs/BENCHMARKS.md``, "Making growth pay").
 
+    Args:
+        recipe: ``auto`` (default) or a name of :data:`RECIPES` (``paper``, ``recommended``, ``random-zero``,
+            ``random-zero-3x``, ``wsd``): the keys the stage gets unless it sets them (a key it sets wins).
+
     ``rewarmup_scope='all'`` and ``decay_speedup`` redefine the schedule of the rest of the run, so only the last
     stage of a run may set them (:func:`check_stage_sequence`).
 
@@ -196,8 +208,11 @@ class GrowthStage:
     symmetry_max_boost: float = 8.0
     symmetry_release: str = "hold"
     at_fraction: float | None = None
+    recipe: str = "auto"
 
     def __post_init__(self) -> None:
+        for key, value in recipe_keys(self).items():  # a named recipe fills the keys the stage did not set
+            object.__setattr__(self, key, value)
         check_timing(self)
         if self.depth_map is not None:
             check_depth_map(self)
@@ -267,7 +282,9 @@ class GrowthStage:
         if max_steps is None or isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
             raise ValueError(f"GrowthStage(at_fraction={self.at_fraction}): a fraction of the run needs the run's "
                              f"length, but max_steps is {max_steps!r}; set Trainer(max_steps=...) or give at_step")
-        return replace(self, at_step=fraction_step(self.at_fraction, max_steps), at_fraction=None)
+        stage = replace(self, at_step=fraction_step(self.at_fraction, max_steps), at_fraction=None)
+        object.__setattr__(stage, "_given", self.given_keys - {"at_fraction"} | {"at_step"})  # still resolvable
+        return stage
 
     @property
     def grows_experts(self) -> bool:
@@ -314,15 +331,25 @@ class GrowthStage:
     def fan_in_init(self) -> str:
         return parse_init(self.init)[1]
 
+    @property
+    def given_keys(self) -> frozenset[str]:
+        """The fields the stage was built with (by name or position); the others hold defaults, which a recipe
+        fills (:mod:`~lightning_sparkling.growth.recipes`). A stage rebuilt from all its fields
+        (``GrowthStage(**stage.to_dict())``) gave them all."""
+        return getattr(self, "_given", frozenset(f.name for f in fields(self)))
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for checkpoints and logs); ``GrowthStage(**stage.to_dict())`` rebuilds it."""
         return asdict(self)
 
     @classmethod
     def from_recipe(cls, recipe: str, at_step: int | None = None, **keys: Any) -> GrowthStage:
-        """A stage of a named recipe (:data:`RECIPES`): the recipe's keys, then ``keys`` on top.
+        """A stage of a named recipe (:data:`RECIPES`): the recipe's keys, then ``keys`` on top; the same as
+        ``GrowthStage(at_step, recipe=recipe, **keys)``.
 
-        ``GrowthStage(...)`` alone is the paper's recipe (``recipe='paper'``); ``'recommended'`` is the one our
+        ``GrowthStage(...)`` alone is ``recipe='auto'``: the recipe ``sparkling pretrain`` picks for the run's
+        schedule, resolved by the callback (:mod:`~lightning_sparkling.growth.recipes`). ``'paper'`` is SPARKLING
+        as published (the field defaults); ``'recommended'`` is the one our
         seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay"): the paper's plus the closed loop on
         the symmetry lock; ``'random-zero'`` grows sourceless channels re-warmed to 10x; ``'wsd'`` (for
         warmup-stable-decay schedules) grows sourceless channels re-warmed to the paper's 1.3x;
@@ -337,10 +364,25 @@ class GrowthStage:
             ('random-zero', 10.0)
             >>> GrowthStage.from_recipe("wsd", 500, n_embd=1024).init
             'random-zero'
-            >>> GrowthStage.from_recipe("paper", 500, n_embd=1024) == GrowthStage(500, n_embd=1024)
+            >>> GrowthStage.from_recipe("paper", 500, n_embd=1024) == GrowthStage(500, n_embd=1024, recipe="paper")
             True
+            >>> GrowthStage.from_recipe("paper", 500, n_embd=1024).init
+            'copy-copy'
         """
-        return cls(at_step, **apply_recipe(recipe, keys))
+        return cls(at_step, recipe=recipe, **keys)
+
+
+def _record_given_keys(init: Any) -> Any:
+    """``GrowthStage.__init__`` that first records which fields the caller gave (:attr:`GrowthStage.given_keys`)."""
+    names = [f.name for f in fields(GrowthStage) if f.init]
+
+    @functools.wraps(init)
+    def __init__(self: GrowthStage, *args: Any, **kwargs: Any) -> None:
+        object.__setattr__(self, "_given", frozenset(names[: len(args)]) | frozenset(kwargs))
+        init(self, *args, **kwargs)
+
+    return __init__
+
 
 
 def _axis(name: str) -> GrowthAxis:
@@ -355,7 +397,8 @@ _GENERATED = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__de
 
 def _assemble() -> None:
     """Give :class:`GrowthStage` its fields: ``at_step``, each registered axis' ``stage_keys`` in registry order,
-    then its own timing and recipe keys; run again by the registry whenever an axis is added or removed, on the same
+    then its own timing and recipe keys, and its ``__init__`` that records the keys given
+    (:func:`_record_given_keys`); run again by the registry whenever an axis is added or removed, on the same
     class object (so every ``from ... import GrowthStage`` sees the new keys).
 
     Raises:
@@ -368,18 +411,19 @@ def _assemble() -> None:
                 raise ValueError(f"axis {axis.name!r}: stage key {key.name!r} is already a GrowthStage key; "
                                  "give the axis a key of its own")
             keys[key.name] = key
-    fields = {"at_step": _OWN_FIELDS["at_step"], **keys,
-              **{name: f for name, f in _OWN_FIELDS.items() if name != "at_step"}}
+    assembled = {"at_step": _OWN_FIELDS["at_step"], **keys,
+                 **{name: f for name, f in _OWN_FIELDS.items() if name != "at_step"}}
     for name in _GENERATED:
         if name in vars(GrowthStage):
             delattr(GrowthStage, name)
-    for name in set(GrowthStage.__dataclass_fields__) - set(fields):  # an unregistered axis' keys
+    for name in set(GrowthStage.__dataclass_fields__) - set(assembled):  # an unregistered axis' keys
         if name in vars(GrowthStage):
             delattr(GrowthStage, name)
-    GrowthStage.__annotations__ = {name: f.type for name, f in fields.items()}
-    for name, f in fields.items():
+    GrowthStage.__annotations__ = {name: f.type for name, f in assembled.items()}
+    for name, f in assembled.items():
         setattr(GrowthStage, name, dataclasses.field(default=f.default, default_factory=f.default_factory))
     dataclass(frozen=True)(GrowthStage)
+    GrowthStage.__init__ = _record_given_keys(GrowthStage.__init__)  # type: ignore[method-assign]
 
 
 _assemble()

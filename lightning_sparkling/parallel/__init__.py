@@ -9,7 +9,11 @@
 - :mod:`~lightning_sparkling.parallel.fsdp1`: FSDP1 through ``FSDPStrategy(use_orig_params=True)``;
 - :mod:`~lightning_sparkling.parallel.testing`: FSDP1 on CPU ranks, for tests and benchmarks;
 - :mod:`~lightning_sparkling.parallel.sharding`: :func:`shard_gpt` (FSDP2) and :func:`wrap_gpt` (FSDP1), what a
-  LightningModule's ``configure_model`` calls so that the backends can grow the GPT.
+  LightningModule's ``configure_model`` calls so that the backends can grow the GPT;
+- :mod:`~lightning_sparkling.parallel.activation_checkpointing`: :func:`checkpoint_blocks` (block by block, plain
+  names, new blocks of a growth follow);
+- :mod:`~lightning_sparkling.parallel.compile`: :func:`compile_gpt` (whole GPT or per block) and what a growth does
+  to compiled code (:func:`recompile_after_growth`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
 from lightning_sparkling.parallel.base import BaseBackend, GrowthBackend, ShardedBackend
+from lightning_sparkling.parallel.compile import compile_gpt
 from lightning_sparkling.parallel.registry import (
     backend_class,
     cli_strategies,
@@ -28,8 +34,8 @@ from lightning_sparkling.parallel.registry import (
 from lightning_sparkling.parallel.sharding import shard_gpt, wrap_gpt
 
 __all__ = ["SUPPORTED", "BaseBackend", "GrowthBackend", "ShardedBackend", "check_strategy_supported",
-           "cli_strategies", "register_backend", "registered_backends", "select_backend", "shard_gpt",
-           "unregister_backend", "wrap_gpt"]
+           "checkpoint_blocks", "cli_strategies", "compile_gpt", "register_backend", "registered_backends",
+           "select_backend", "shard_gpt", "unregister_backend", "wrap_gpt"]
 
 # the built-in backends, in the order select_backend tries them (and its message lists them)
 register_backend("single", "lightning_sparkling.parallel.single:SingleBackend", usage="a single device")

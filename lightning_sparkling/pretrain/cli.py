@@ -74,6 +74,7 @@ def build_parser(command: str = "pretrain"):
                 "tokenizer_dir/tokenizer.json).",
     }[command]
     parser = _Parser(prog=f"sparkling {command}", description=description, exit_on_error=True,
+                     allow_abbrev=False,  # --train.max_step is an unknown key, not --train.max_steps
                      usage=f"sparkling {command} --config FILE.yaml [--section.key VALUE ...]   "
                            f"(`sparkling {command} --help` lists every key)")
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML file with the keys below")

@@ -93,6 +93,8 @@ class ResolvedRun:
     logger_name: str = "tensorboard"
     log: Any = None  # LogArgs
     plans: list[Any] = field(default_factory=list)  # the GrowthPlan of each stage, planned once by resolve()
+    compile: bool = False  # torch.compile the GPT (``compile: auto`` resolved)
+    activation_checkpointing: bool = False
 
     @property
     def litgpt_data(self) -> bool:
@@ -124,6 +126,7 @@ def resolve(ns: Any) -> ResolvedRun:
     notes: list[str] = []
     strategy, num_nodes, accelerator, num_devices, world, precision = _resolve_hardware(ns)
     notes += _cpu_processes_note(accelerator, num_devices, _get(ns, "num_threads"))
+    compile_model, checkpointing = _resolve_runtime(ns, accelerator, strategy, notes)
     logger_name = _check_litgpt_keys(ns, train, evaluation, log, notes)
     initial_dir, initial_config, initial_shapes, initial_weights = _read_initial_checkpoint(ns)
     data_class, tokenizer_dir, data_vocab = _resolve_data(ns, data, train, initial_dir, initial_config, notes)
@@ -151,7 +154,7 @@ def resolve(ns: Any) -> ResolvedRun:
         seed=int(_get(ns, "seed", 42)), num_threads=_get(ns, "num_threads"), notes=notes,
         initial_checkpoint_dir=initial_dir if resume_path is None else None,
         initial_weights=initial_weights if resume_path is None else None, logger_name=logger_name, log=log,
-        plans=plans,
+        plans=plans, compile=compile_model, activation_checkpointing=checkpointing,
     )
 
 
@@ -181,6 +184,27 @@ def _resolve_hardware(ns: Any) -> tuple[str, int, str, int, int, str]:
     if precision not in PRECISIONS:
         raise ConfigError("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
     return strategy, num_nodes, accelerator, num_devices, world, precision
+
+
+def _resolve_runtime(ns: Any, accelerator: str, strategy: str, notes: list[str]) -> tuple[bool, bool]:
+    """``(compile, activation_checkpointing)``: ``compile: auto`` is on for CUDA; neither with FSDP1."""
+    compile_model = _get(ns, "compile", "auto")
+    checkpointing = _get(ns, "activation_checkpointing", False)
+    if compile_model not in (True, False, "auto"):
+        raise ConfigError("compile", f"expected auto, true or false, got {compile_model!r}")
+    if not isinstance(checkpointing, bool):
+        raise ConfigError("activation_checkpointing", f"expected true or false, got {checkpointing!r}")
+    if strategy == "fsdp":
+        for key, value in (("compile", compile_model is True), ("activation_checkpointing", checkpointing)):
+            if value:
+                raise ConfigError(key, "is not supported with strategy 'fsdp' (FSDP1) yet: use strategy 'fsdp2' "
+                                       f"(FSDP2 sharding) or 'ddp', or set {key}: false")
+        if compile_model == "auto":
+            notes.append("compile: auto is off under strategy 'fsdp' (FSDP1); use 'fsdp2' to compile")
+        return False, False
+    if compile_model == "auto":
+        compile_model = accelerator == "cuda"
+    return bool(compile_model), checkpointing
 
 
 def _cpu_cores() -> int:
@@ -470,9 +494,15 @@ def _check_lr_schedule(train: TrainArgs) -> None:
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ConfigError("train.lr_decay_fraction", f"must be in (0, 1] (the share of the run spent decaying), "
                                                      f"got {fraction!r}")
-    if train.lr_decay_shape not in DECAY_SHAPES:
-        raise ConfigError("train.lr_decay_shape", f"choose one of {', '.join(DECAY_SHAPES)}, got "
-                                                  f"{train.lr_decay_shape!r}")
+    shape = train.lr_decay_shape
+    if shape is not None and not SCHEDULES[train.lr_schedule].stable_phase:
+        raise ConfigError("train.lr_decay_shape", f"{shape!r} shapes the decay of train.lr_schedule wsd; under "
+                                                  f"{train.lr_schedule!r} the decay is {train.lr_schedule} and the "
+                                                  "key would have no effect: drop it, or set --train.lr_schedule wsd")
+    if shape is None:
+        train.lr_decay_shape = shape = "linear"  # wsd's default; unused by a schedule without a stable phase
+    if shape not in DECAY_SHAPES:
+        raise ConfigError("train.lr_decay_shape", f"choose one of {', '.join(DECAY_SHAPES)}, got {shape!r}")
 
 
 # ------------------------------------------------------------------------------------------------------------ optimizer

@@ -45,8 +45,11 @@ def _one_line_error(message: str) -> str:
         return message
     key, rest = match.groups()
     value = re.search(r"(?:Given|Got) value: (.*)$", rest)
-    types = re.findall(r"<class '([\w.]+)'>", rest.split("Errors:")[0])
+    types = re.findall(r"<class '([\w.]+)'>|Literal\[([^\]]*)\]", rest.split("Errors:")[0])
     if value is not None and types:
-        names = [{"NoneType": "null"}.get(t, t.rsplit(".", 1)[-1]) for t in dict.fromkeys(types)]
+        names = [name for cls, literal in types for name in
+                 ([{"NoneType": "null"}.get(cls, cls.rsplit(".", 1)[-1])] if cls else
+                  [v.strip().strip("'\"") for v in literal.split(",")])]  # Literal['auto']: its values
+        names = list(dict.fromkeys(names))
         rest = f"{value.group(1).strip()!r} is not a valid value: expected {' or '.join(names)}"
     return f"{key}: {rest}"

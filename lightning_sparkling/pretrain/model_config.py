@@ -115,7 +115,8 @@ def _initial_model_config(saved: Any, shapes: dict[str, tuple[int, ...]], model_
         given = "model_name / model_config" if (model_name is not None or model_config) else "its model_config.yaml"
         raise ConfigError("initial_checkpoint_dir", f"its lit_model.pth does not fit the model of {given} ({detail}): "
                                                     "leave model_name and model_config out to use the checkpoint's "
-                                                    "own config")
+                                                    "own config (on the command line, over a YAML that sets one: "
+                                                    "--model_config null or --model_name null)")
     return config
 
 

@@ -25,6 +25,8 @@ from torchmetrics import MeanMetric
 
 from lightning_sparkling.growth.compute import active_parameter_count, count_params
 from lightning_sparkling.growth.schedules import WarmupStableDecay, build_schedule, schedule_kind
+from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
+from lightning_sparkling.parallel.compile import compile_gpt
 from lightning_sparkling.parallel.sharding import shard_gpt as _shard_gpt
 from lightning_sparkling.parallel.sharding import wrap_gpt as _wrap_gpt
 from lightning_sparkling.pretrain.gpt import _as_config, _rebuilt_gpt, build_gpt, init_gpt_weights
@@ -139,6 +141,14 @@ class LitGPTPretrainModule(L.LightningModule):
         accumulate_grad_batches: micro-batches per optimizer step under manual optimization (Muon), where
             ``Trainer(accumulate_grad_batches=...)`` is not allowed. Under automatic optimization use the Trainer's
             setting (this must then be 1 or equal to it).
+        compile: ``torch.compile`` the GPT in :meth:`configure_model` (``True``: litgpt's defaults, inductor; a dict:
+            ``torch.compile`` keyword arguments, e.g. ``{"backend": "aot_eager"}``). The whole GPT on one device and
+            under DDP, each block under FSDP2 (torchtitan); not under FSDP1 yet (refused in :meth:`configure_model`).
+            A growth drops the compiled graphs and the next step compiles the grown shapes
+            (:func:`~lightning_sparkling.parallel.compile.recompile_after_growth`).
+        activation_checkpointing: recompute every block's activations in the backward
+            (:func:`~lightning_sparkling.parallel.checkpoint_blocks`); a growth's new blocks are checkpointed too. Not
+            under FSDP1 yet.
         muon_adamw: AdamW ``init_args`` for the non-matrix parameters when the optimizer is Muon (default: Muon's
             ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``). Muon's default ``adjust_lr_fn``
             scales its step by ``sqrt(max(1, rows/cols))`` and wants a larger LR than AdamW (e.g. 0.02): either pass
@@ -165,7 +175,8 @@ class LitGPTPretrainModule(L.LightningModule):
                  lr_warmup_fraction: float | None = None, min_lr: float | None = None,
                  max_norm: float | None = 1.0, tie_embeddings: bool = False, seed: int = 42,
                  accumulate_grad_batches: int = 1, muon_adamw: dict | None = None, lr_schedule: str = "cosine",
-                 lr_decay_fraction: float = 0.2, lr_decay_shape: str = "linear") -> None:
+                 lr_decay_fraction: float = 0.2, lr_decay_shape: str = "linear", compile: bool | dict = False,
+                 activation_checkpointing: bool = False) -> None:
         super().__init__()
         config = _as_config(model_config)
         optimizer_cls, _ = resolve_optimizer(optimizer)  # validates the spec early
@@ -191,6 +202,10 @@ class LitGPTPretrainModule(L.LightningModule):
         WarmupStableDecay(0, 1, decay_fraction=lr_decay_fraction, decay_shape=lr_decay_shape)  # validates both
         self.lr_schedule, self.lr_decay_fraction, self.lr_decay_shape = lr_schedule, lr_decay_fraction, lr_decay_shape
         self.automatic_optimization = not self.uses_muon
+        if not isinstance(compile, (bool, dict)):
+            raise ValueError(f"compile={compile!r} must be true, false or a dict of torch.compile arguments")
+        self.compile_options: dict | None = (dict(compile) if isinstance(compile, dict) else {}) if compile else None
+        self.activation_checkpointing = bool(activation_checkpointing)
 
         self._initial_config = config
         self.model: GPT | None = build_gpt(config, seed=seed, tie_embeddings=tie_embeddings)
@@ -208,10 +223,23 @@ class LitGPTPretrainModule(L.LightningModule):
 
         if self.model is None:
             self.model = build_gpt(self._initial_config, seed=self.seed, tie_embeddings=self.tie_embeddings)
+        fsdp1 = self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy)
+        if fsdp1 and (self.compile_options is not None or self.activation_checkpointing):
+            raise ValueError("compile and activation_checkpointing are not supported under FSDPStrategy (FSDP1) yet: "
+                             "use ModelParallelStrategy (FSDP2) or DDP, or turn them off")
+        self._apply_runtime(per_block=self.device_mesh is not None)
         if self.device_mesh is not None:
             _shard_gpt(self.model, self.device_mesh)
-        elif self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy):
+        elif fsdp1:
             self.model = _wrap_gpt(self.model)
+
+    def _apply_runtime(self, per_block: bool) -> None:
+        """Activation checkpointing, then ``torch.compile`` (torchtitan's order: both before sharding); both skip
+        what they already did."""
+        if self.activation_checkpointing:
+            checkpoint_blocks(self.model)
+        if self.compile_options is not None:
+            compile_gpt(self.model, per_block=per_block, **self.compile_options)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, T, padded_vocab_size)`` for token ids ``(B, T)``."""
@@ -383,6 +411,7 @@ class LitGPTPretrainModule(L.LightningModule):
     def _rebuild_model(self, config: Config) -> None:
         self.model = _rebuilt_gpt(self.model, config, seed=self.seed, tie_embeddings=self.tie_embeddings)
         self._flops_key = None
+        self._apply_runtime(per_block=self.device_mesh is not None)
         if self.device_mesh is not None:
             _shard_gpt(self.model, self.device_mesh)
 

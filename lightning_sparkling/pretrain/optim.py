@@ -2,7 +2,8 @@
 spec normalized and checked before a run (:func:`normalize_optimizer`, :func:`_optimizer_info`,
 :func:`_check_fresh_bias_correction`), resolved to a class (:func:`resolve_optimizer`) and built over a GPT (Muon for
 the block matrices plus AdamW for the rest: :func:`_build_optimizers`), with the step-interval LR schedule of each
-(:func:`_schedule_steps`, :func:`_schedule_configs`) and global-norm clipping (:func:`_clip_global_norm`).
+(:func:`_schedule_steps`, :func:`_schedule_configs`) and global-norm clipping (:func:`_clip_global_norm`). Adam and
+AdamW run fused where their parameters allow it (:func:`fused_kwargs`), as litgpt's pretrain does on CUDA.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
     from lightning_sparkling.growth.stage import GrowthStage
 
-__all__ = ["DEFAULT_MIN_LR_RATIO", "DEFAULT_WARMUP_FRACTION", "normalize_optimizer", "resolve_optimizer"]
+__all__ = ["DEFAULT_MIN_LR_RATIO", "DEFAULT_WARMUP_FRACTION", "fused_kwargs", "normalize_optimizer",
+           "resolve_optimizer"]
 
 DEFAULT_WARMUP_FRACTION = 0.03
 """Warmup length when neither ``lr_warmup_steps`` nor ``lr_warmup_fraction`` is given (the paper: 3% of steps)."""
@@ -136,6 +138,41 @@ def _check_fresh_bias_correction(stages: list[GrowthStage], spec: Union[str, dic
 
 
 # ---------------------------------------------------------------------------------------------------------- build
+#: the devices whose fused Adam(W) kernel a run uses by default: CUDA (litgpt's pretrain) and the CPU, where the
+#: fused step measured 4-7x faster than ``foreach`` (docs/ARCHITECTURE.md, "Fused AdamW")
+FUSED_DEVICES = ("cuda", "cpu")
+_FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def fused_kwargs(cls: type[torch.optim.Optimizer], init_args: dict[str, Any],
+                 params: list[torch.Tensor]) -> dict[str, bool]:
+    """``{"fused": True}`` where the fused kernel can run the optimizer, else ``{}``: ``cls`` is Adam or AdamW
+    (the optimizers whose state the growth patches; litgpt's pretrain passes ``fused`` the same way), the spec
+    chooses no implementation itself (``fused``, ``foreach``, ``differentiable`` not in ``init_args``), and every
+    parameter is a floating tensor on a device of :data:`FUSED_DEVICES` (DTensors of FSDP2 included).
+
+    Args:
+        cls: the optimizer class.
+        init_args: its arguments from the spec.
+        params: the parameters it will optimize.
+
+    Example::
+
+        >>> p = torch.nn.Parameter(torch.zeros(2))
+        >>> fused_kwargs(torch.optim.AdamW, {"lr": 1e-3}, [p]), fused_kwargs(torch.optim.AdamW, {"foreach": True}, [p])
+        ({'fused': True}, {})
+        >>> fused_kwargs(torch.optim.SGD, {}, [p])
+        {}
+    """
+    if not issubclass(cls, (torch.optim.Adam, torch.optim.AdamW)):
+        return {}
+    if {"fused", "foreach", "differentiable"} & set(init_args) or not params:
+        return {}
+    if all(p.device.type in FUSED_DEVICES and p.dtype in _FUSED_DTYPES for p in params):
+        return {"fused": True}
+    return {}
+
+
 def _split_muon_params(model: GPT) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """``(muon, adamw)``: the trainable 2-D weights of the transformer blocks, and every other trainable parameter
     (embeddings, ``lm_head``, norms, biases), each parameter once (tied weights too)."""
@@ -153,7 +190,7 @@ def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
                       muon_adamw: dict[str, Any]) -> list[torch.optim.Optimizer]:
     """The optimizer of ``optimizer_spec`` over the trainable parameters of ``model``; with Muon, Muon over the
     block matrices and AdamW (Muon's ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``, updated by
-    ``muon_adamw``) over the rest, in that order.
+    ``muon_adamw``) over the rest, in that order. Adam and AdamW are fused where :func:`fused_kwargs` allows it.
 
     Args:
         model: the GPT.
@@ -164,7 +201,7 @@ def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
     cls, init_args = resolve_optimizer(optimizer_spec)
     if not uses_muon:
         params = [p for p in model.parameters() if p.requires_grad]
-        return [cls(params, **init_args)]
+        return [cls(params, **init_args, **fused_kwargs(cls, init_args, params))]
     muon_params, adamw_params = _split_muon_params(model)
     main = cls(muon_params, **init_args)
     aux_args = {"lr": main.defaults["lr"], "betas": (0.9, 0.95), "eps": 1e-8,
@@ -172,6 +209,7 @@ def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
     aux_args.update(muon_adamw)
     if isinstance(aux_args.get("betas"), list):
         aux_args["betas"] = tuple(aux_args["betas"])
+    aux_args.update(fused_kwargs(torch.optim.AdamW, aux_args, adamw_params))
     return [main, torch.optim.AdamW(adamw_params, **aux_args)]
 
 

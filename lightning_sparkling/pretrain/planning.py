@@ -45,7 +45,8 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
         "flops_saved": est.flops_saved, "final_config": dataclasses.asdict(config),
     }
     report["tokens_per_param"] = run.total_tokens / est.active_params[-1]
-    report["gstack"] = _gstack_timing(run, est) if run.stages else None
+    deepens = any(s["depth"] is not None for s in stages_out)  # G_stack's rule is about stacking blocks
+    report["gstack"] = _gstack_timing(run, est) if deepens else None
     advice = regime_advice(run, est.active_params)
     report["regime_advice"] = advice.message() if advice is not None else None
     report["regime_warning"] = advice.message() if advice is not None and not advice.pays else None
@@ -287,7 +288,9 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
         console.print(f"  depth: {order}, depth_init {d['init']}: {d['map']} (position in the "
                       f"grown model <- the old block {what})")
     if s["heads"] is not None:
-        console.print(f"  heads: {s['heads']} (new head <- old head it copies, by position)")
+        how = ("new head <- old head it copies, by position" if s.get("heads_copied", True) else
+               f"init {s['init']}: new heads start random, no source to copy")
+        console.print(f"  heads: {s['heads']} ({how})")
     for name, line in s.get("axes", {}).items():
         console.print(f"  {name}: {line}")
     # init and rms_preserving act on new width channels and heads only: a stage that adds only blocks does not list them
@@ -336,13 +339,14 @@ def _tensor_table(s: dict[str, Any]) -> Any:
 
 
 def _gstack_line(g: dict[str, Any], steps: int) -> str:
-    """The plan's line on G_stack's timing rule, labelled as that paper's fit."""
-    where = (f"step {g['step']:,} ({g['fraction']:.1%} of the run)" if g["in_run"] else
-             f"step {_count(g['step'])}, past the end of this run ({steps:,} steps)")
+    """The plan's line on G_stack's timing rule (a depth growth only), labelled as that paper's fit: the timing once,
+    as a share of the run (or a multiple of it, past its end)."""
+    where = (f"after {g['fraction']:.1%} of this run (step {g['step']:,})" if g["in_run"] else
+             f"after {g['fraction']:,.3g}x this run's tokens, past its end ({steps:,} steps)")
     return (f"G_stack's growth timing (the fit of Du et al. 2024, arXiv 2405.15319: log10 d = 0.88 log10 N + "
             f"163.27 / log10 C - 5.74, N = {g['n_params']:,} parameters of the grown model, C = 6 N D = "
-            f"{g['flops']:.3g} FLOPs): grow after d = {_count(g['tokens'])} tokens, {where}. Fitted on that paper's "
-            "runs (up to 7B parameters after a 4x stack), not measured here")
+            f"{g['flops']:.3g} FLOPs): grow {where}. Fitted on that paper's runs (up to 7B parameters after a 4x "
+            "stack), not measured here")
 
 
 def _count(value: float) -> str:

@@ -216,8 +216,11 @@ def _check_resumed_stages(path: Path, checkpoint: dict[str, Any], stages: list[G
         raise ConfigError("resume", f"{str(path)!r} was grown by {grown} stage(s) but growth.stages has "
                                     f"{len(stages)}: resume with the growth.stages it was trained with "
                                     f"({[s.to_dict() for s in applied]}), {_FRESH}")
+    from lightning_sparkling.growth.recipes import same_keys
+
     for k, (done, given) in enumerate(zip(applied, stages)):
-        if done != given:
+        named = "recipe" in (state["stages"][k] or {})  # checkpoints before stages named their recipe: keys alone
+        if (done != given) if named else not same_keys(done, given):
             _refuse_other_stage(path, k, done, given)
     if grown < len(stages) and stages[grown].at_step < step:
         raise ConfigError("resume", f"{str(path)!r} is at step {step} and was not grown by growth.stages[{grown}] "
@@ -234,9 +237,10 @@ def _refuse_other_stage(path: Path, k: int, done: GrowthStage, given: GrowthStag
     diff = ", ".join(f"{f}: checkpoint {getattr(done, f)!r}, config {getattr(given, f)!r}"
                      for f in done.to_dict() if getattr(done, f) != getattr(given, f))
     differing = {f for f in done.to_dict() if getattr(done, f) != getattr(given, f)}
-    recipe = ("; only the recipe's keys differ: growth.recipe: paper (the recipe of runs started before "
-              "recipes existed) or the recipe it was trained with"
-              if differing <= {k for keys in RECIPES.values() for k in keys} else "")
+    trained = done.recipe if done.recipe != "auto" else "paper (the recipe of runs started before recipes existed)"
+    recipe = (f"; only the recipe's keys differ: growth.recipe: {trained}"
+              + (" or the recipe it was trained with" if done.recipe == "auto" else "")
+              if differing <= {"recipe", *(k for keys in RECIPES.values() for k in keys)} else "")
     raise ConfigError("resume", f"{str(path)!r} was grown by another growth.stages[{k}] than the config's "
                                 f"({diff}): resume with the stages it was trained with{recipe}, {_FRESH}")
 

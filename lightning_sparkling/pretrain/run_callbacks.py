@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
 
 from lightning_sparkling.pretrain.formatting import _fmt_int, _info
 from lightning_sparkling.growth.compute import active_parameter_count
@@ -164,6 +164,18 @@ class RunTracker(pl.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         if self._t0 is not None:
             self.fit_seconds = time.perf_counter() - self._t0
+
+
+class OldEntryLRMonitor(LearningRateMonitor):
+    """Lightning's ``LearningRateMonitor`` (``lr-*`` tags) without the growth callback's new-entry schedulers: their
+    LR is logged once, by the callback, as ``growth/lr_new/stage_k`` (the tag the dashboards read), not a second
+    time as ``lr_new/stage_k``."""
+
+    def _extract_stats(self, trainer: pl.Trainer, interval: str) -> dict[str, float]:
+        from lightning_sparkling.callbacks.new_entry_lr import SCHEDULER_PREFIX
+
+        stats = super()._extract_stats(trainer, interval)
+        return {name: value for name, value in stats.items() if not name.startswith(SCHEDULER_PREFIX)}
 
 
 class StepProgressBar(RichProgressBar):
@@ -434,7 +446,9 @@ class SampleGeneration(pl.Callback):
         block = int(model.config.block_size)
         was_training = model.training
         model.eval()
-        with torch.no_grad():
+        from lightning_sparkling.parallel.compile import eager
+
+        with torch.no_grad(), eager():  # a compiled model: no graph per prompt length
             for _ in range(self.max_new_tokens):
                 logits = model(ids[-block:].unsqueeze(0))
                 ids = torch.cat([ids, logits[0, -1].float().argmax().reshape(1)])

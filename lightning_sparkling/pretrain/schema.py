@@ -7,8 +7,9 @@ Keys follow ``litgpt pretrain``: every key of the installed litgpt's ``litgpt.pr
 litgpt's meaning or refused by name (``model_name`` / ``model_config``, ``out_dir``, ``precision``,
 ``initial_checkpoint_dir``, ``resume``, ``data`` (also litgpt data modules by ``class_path``), ``train.*``, ``eval.*``,
 ``log.*``, ``optimizer``, ``devices``, ``num_nodes``, ``tokenizer_dir``, ``logger_name``, ``seed``; see
-:mod:`lightning_sparkling.pretrain.litgpt_compat`), plus ``accelerator``, ``strategy``, ``num_threads``, ``growth``
-and ``rms_monitor``. What the values mean for a run is checked by :func:`lightning_sparkling.pretrain.config.resolve`.
+:mod:`lightning_sparkling.pretrain.litgpt_compat`), plus ``accelerator``, ``strategy``, ``num_threads``, ``compile``,
+``activation_checkpointing``, ``growth`` and ``rms_monitor``. What the values mean for a run is checked by
+:func:`lightning_sparkling.pretrain.config.resolve`.
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ class TrainArgs:
     then a decay to ``min_lr`` over the last ``lr_decay_fraction`` of the run; a growth must fall before the decay)."""
     lr_decay_fraction: float = 0.2
     """``wsd`` only: the share of the run spent decaying, in ``(0, 1]``."""
-    lr_decay_shape: str = "linear"
-    """``wsd`` only: the decay's shape, ``linear``, ``cosine`` or ``sqrt`` (``1 - sqrt``; the schedule registry's
-    ``DECAY_SHAPES``; litgpt has no WSD schedule to follow)."""
+    lr_decay_shape: Optional[str] = None
+    """``wsd`` only: the decay's shape, ``linear`` (default), ``cosine`` or ``sqrt`` (``1 - sqrt``: lr = peak * (1 -
+    sqrt(p))); refused under ``cosine``, whose decay is cosine (litgpt has no WSD schedule to follow)."""
     max_norm: Optional[float] = 1.0
     """Clip gradients to this global norm (``null`` or 0: no clipping)."""
     epochs: Optional[int] = None
@@ -260,6 +261,8 @@ def pretrain_arguments(
     logger_name: str = "tensorboard",
     seed: int = 42,
     num_threads: Optional[int] = None,
+    compile: Union[bool, Literal["auto"]] = "auto",
+    activation_checkpointing: bool = False,
     growth: GrowthArgs = GrowthArgs(),
     rms_monitor: Optional[RMSMonitorArgs] = RMSMonitorArgs(),
 ) -> None:
@@ -300,6 +303,12 @@ def pretrain_arguments(
         seed: model init and data order seed.
         num_threads: torch intra-op CPU threads (``torch.set_num_threads``); ``null``: torch's default (all cores).
             ``1`` is often much faster for small models on a busy machine.
+        compile: ``torch.compile`` the model as ``litgpt pretrain`` does (inductor): ``auto`` (on CUDA, not on CPU),
+            ``true`` or ``false``. The whole GPT on one device and under DDP, each block under ``fsdp2``; a growth
+            drops the compiled graphs and the next step compiles the grown shapes (its time is logged). Not with
+            ``strategy: fsdp``.
+        activation_checkpointing: recompute every block's activations in the backward instead of keeping them
+            (less memory, about one more forward of compute); a growth's new blocks too. Not with ``strategy: fsdp``.
         growth: growth stages and recipe (see ``growth.*``).
         rms_monitor: activation RMS dashboard settings; ``null`` disables it.
     """
@@ -313,6 +322,10 @@ _SECTIONS = {"data": DataArgs, "train": TrainArgs, "eval": EvalArgs, "log": LogA
 def _suggest(key: str, known: list[str]) -> str:
     import difflib
 
+    name, colon, value = key.partition(":")
+    if colon and name.strip() in known:  # YAML reads {at_step:15} as the key 'at_step:15' (no space after the colon)
+        return (f" (YAML needs a space after the colon: write {name.strip()}: {value.strip()}, as in "
+                f"{{{name.strip()}: {value.strip()}}})")
     close = difflib.get_close_matches(key, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -371,11 +384,12 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
     values.pop("__path__", None)
     names = {f.name for f in dataclasses.fields(cls)}
     if cls is GrowthArgs:
-        from lightning_sparkling.growth.stage import RECIPES, SCHEDULE_RECIPES
+        from lightning_sparkling.growth.recipes import AUTO, schedule_recipe
+        from lightning_sparkling.growth.stage import RECIPES
 
         recipe = values.get("recipe", GrowthArgs.recipe)
-        if recipe == "auto":  # an unknown schedule is refused by its own check (train.lr_schedule)
-            recipe = values["recipe"] = SCHEDULE_RECIPES.get(lr_schedule, SCHEDULE_RECIPES["cosine"])
+        if recipe == AUTO:  # the callback's resolution too; an unknown schedule is refused by train.lr_schedule
+            recipe = values["recipe"] = schedule_recipe(lr_schedule)
         if recipe not in RECIPES:
             raise ConfigError("growth.recipe", f"unknown recipe {recipe!r}: choose auto or one of "
                                                f"{', '.join(RECIPES)}")

@@ -35,6 +35,10 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
         key = f"growth.stages[{k}]"
         at_step, where = _stage_step(s, key, tokens_per_step, steps, stages)
         stage = _growth_stage(s, at_step, key, growth.recipe)
+        if at_step == 0 and notes is not None:
+            notes.append(f"{where}: growth at step 0 comes before the first optimizer step, so the run never trains "
+                         "the small model: it trains the grown shape from a transformed init (set a later step to "
+                         "train the small model first)")
         _check_target_name(stage, key)
         stage = _target_with_run_vocabulary(stage, current, key, notes if notes is not None else [])
         plans.append(_plan_stage(current, stage, k, growth.seed, train.tie_embeddings, key))
@@ -91,6 +95,10 @@ def _growth_stage(s: dict[str, Any], at_step: int, key: str, recipe: str) -> Gro
     (:class:`~lightning_sparkling.growth.stage.StageError`)."""
     keys = {name: value for name, value in s.items()
             if name not in ("at_step", "at_tokens", "at_fraction")}  # timing: at_step
+    if keys.get("recipe", "auto") in ("auto", None):  # a stage's own recipe wins over growth.recipe
+        keys.pop("recipe", None)
+    else:
+        recipe = keys.pop("recipe")
     try:
         return GrowthStage.from_recipe(recipe, at_step, **keys)
     except StageError as err:

@@ -190,6 +190,9 @@ def print_summary_table(summary: dict[str, Any]) -> None:
         ("litgpt checkpoint", summary["final_dir"] or "- (the run did not finish: no final/)"),
     ]
     if summary.get("status", "completed") != "completed":
+        covers = f" (covers the {summary['steps']:,} of {summary['max_steps']:,} steps run)"
+        rows = [(k, v + covers if k in ("training FLOPs", "FLOPs saved", "final val loss / ppl") else v)
+                for k, v in rows]
         rows.insert(0, ("status", f"{summary['status']} after {summary['steps']:,} of {summary['max_steps']:,} steps"))
     for k, v in rows:
         table.add_row(k, v)

@@ -22,12 +22,13 @@ from lightning_sparkling.pretrain.config import ResolvedRun
 def _callbacks_module() -> types.SimpleNamespace:
     """The callback classes of a CLI run, imported on first use (importing Lightning is slow and ``plan`` does not
     need it): ``TokenCounter``, ``LitGPTExport``, ``RunTracker``, ``StepProgressBar``, ``InterruptCheckpoint``,
-    ``SampleGeneration`` (:mod:`~lightning_sparkling.pretrain.run_callbacks`)."""
+    ``SampleGeneration``, ``RunCheckpoint``, ``OldEntryLRMonitor`` (:mod:`~lightning_sparkling.pretrain.run_callbacks`)."""
     from lightning_sparkling.pretrain import run_callbacks as cb
 
     return types.SimpleNamespace(TokenCounter=cb.TokenCounter, LitGPTExport=cb.LitGPTExport, RunTracker=cb.RunTracker,
                                  StepProgressBar=cb.StepProgressBar, InterruptCheckpoint=cb.InterruptCheckpoint,
-                                 SampleGeneration=cb.SampleGeneration, RunCheckpoint=cb.RunCheckpoint)
+                                 SampleGeneration=cb.SampleGeneration, RunCheckpoint=cb.RunCheckpoint,
+                                 OldEntryLRMonitor=cb.OldEntryLRMonitor)
 
 
 #: Lightning's info lines a CLI run does not print: the device lines (the run's own announcement names the
@@ -87,18 +88,18 @@ class _RunCallbacks:
 
 
 def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _RunCallbacks:
-    """The callbacks of ``run``: interrupt checkpoint, growth, activation RMS monitor, sample generation, token
-    counter, litgpt export, run tracker, LR monitor, periodic Lightning checkpoints and the progress bar.
+    """The callbacks of ``run``: interrupt checkpoint, throughput and MFU (before the growth, which changes the FLOPs
+    of the batches after it), growth, activation RMS monitor, sample generation, token counter, litgpt export, run
+    tracker, LR monitor, periodic Lightning checkpoints and the progress bar.
 
     Args:
         run: the resolved configuration.
         datamodule: the run's data module (its ``tokenizer_dir``, once prepared, goes next to exported checkpoints).
         hparams_yaml: the configuration as YAML (written next to every litgpt checkpoint).
     """
-    from lightning.pytorch.callbacks import LearningRateMonitor
-
     from lightning_sparkling.callbacks.growth import GrowthCallback
     from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
+    from lightning_sparkling.callbacks.throughput import TokenThroughputMonitor
 
     cb = _callbacks_module()
     out_dir = run.out_dir
@@ -106,6 +107,7 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
     tracker = cb.RunTracker()
     on_interrupt = cb.InterruptCheckpoint(out_dir / "checkpoints")
     callbacks: list[Any] = [on_interrupt]  # first: it records each step before another callback acts on it
+    callbacks.append(TokenThroughputMonitor(window_size=max(2, 5 * run.accumulate)))
     growth = None
     if run.stages:
         growth = GrowthCallback(run.stages, min_lr=run.growth.min_lr, seed=run.growth.seed)
@@ -124,7 +126,7 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
         monitor=None if keep is None else "step", mode="max", save_last=False, save_on_train_epoch_end=False,
         enable_version_counter=False, resuming=run.resume_path is not None,
     )
-    callbacks += [token_counter, exporter, tracker, LearningRateMonitor(logging_interval="step"), checkpoint,
+    callbacks += [token_counter, exporter, tracker, cb.OldEntryLRMonitor(logging_interval="step"), checkpoint,
                   cb.StepProgressBar(run.tokens_per_step)]
     return _RunCallbacks(all=callbacks, on_interrupt=on_interrupt, token_counter=token_counter, tracker=tracker,
                          growth=growth)

@@ -244,7 +244,7 @@ def test_width_run_identity_ignores_unset_depth_keys(repro):
 
     width = repro.stage_identity(GrowthStage(500, n_embd=64, intermediate_size=256).to_dict(), 4)
     assert not {"n_layer", "depth_init", "depth_order", "n_head", "n_query_groups", "model_name",
-                "model_config"} & set(width)
+                "model_config", "recipe"} & set(width)  # recipe: a label, the keys it filled in are the run
     depth = repro.stage_identity(GrowthStage(250, n_layer=8, depth_order="middle").to_dict(), 4)
     assert depth["n_layer"] == 8 and depth["depth_order"] == "interleave" and depth["depth_init"] == "copy-zero"
     assert repro.stage_identity(GrowthStage(250, n_layer=6, depth_order="middle").to_dict(), 4)["depth_order"] \
@@ -383,8 +383,8 @@ def test_scan_cells_cover_ratios_schedules_and_timings(repro):
     from lightning_sparkling.growth.stage import RECIPES
 
     assert repro.ROWS["random-zero + ratio 10"]["stage"] == RECIPES["random-zero"]
-    assert GrowthStage(5, n_embd=64, **repro.ROWS["random-zero"]["stage"]) == \
-        GrowthStage.from_recipe("wsd", 5, n_embd=64)
+    assert GrowthStage(5, n_embd=64, **repro.ROWS["random-zero"]["stage"], recipe="paper").to_dict() == \
+        {**GrowthStage.from_recipe("wsd", 5, n_embd=64).to_dict(), "recipe": "paper"}
 
 
 def test_scan_puts_wsd_on_every_run_of_a_cell_scratch_included(repro, tmp_path):

@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from litgpt import GPT
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
+from lightning_sparkling import GrowthCallback, GrowthStage, WidthGrowthCallback, rewarmup_lr
 from lightning_sparkling.callbacks.growth import GrowthFailedError
 from lightning_sparkling.growth.plan import GrowthError
 
@@ -43,15 +43,15 @@ def _copy_gap(model: GPT, old_inner: int) -> float:
 def test_symmetry_lock_persists_under_symmetric_recipe(optimizer_state):
     """copy-copy + symmetric optimizer state + no re-warmup: copied channels stay equal to their sources."""
     module = TinyModule(max_steps=60)
-    stage = GrowthStage(10, intermediate_size=128, optimizer_state=optimizer_state, rewarmup_ratio=None)
+    stage = GrowthStage(10, intermediate_size=128, init="copy-copy", optimizer_state=optimizer_state, rewarmup_ratio=None)
     _fit(module, stage, max_steps=60)
     assert module.model.config.intermediate_size == 128
     assert _copy_gap(module.model, 64) < 1e-4
 
 
-def test_default_recipe_breaks_the_symmetry_lock():
+def test_paper_recipe_breaks_the_symmetry_lock():
     module = TinyModule(max_steps=60)
-    _fit(module, GrowthStage(10, intermediate_size=128, rewarmup_steps=10), max_steps=60)
+    _fit(module, GrowthStage(10, intermediate_size=128, rewarmup_steps=10, recipe="paper"), max_steps=60)
     assert _copy_gap(module.model, 64) > 1e-2
 
 
@@ -356,3 +356,21 @@ def test_rewarmup_that_cannot_finish_by_max_steps_is_warned_before_the_first_ste
     with pytest.warns(UserWarning, match=r"GrowthStage\(at_step=5\): rewarmup_steps=250 does not fit in the 7 steps"):
         _fit(module, GrowthStage(5, intermediate_size=128), max_steps=12, max_time={"seconds": 0})
     assert module.steps_run == 0  # warned in setup, before any step
+
+
+def test_growth_summaries_survive_a_resume_past_the_growth(tmp_path):
+    """``summary.json``'s ``growth_events`` is ``GrowthCallback.summaries``: a resume from a checkpoint taken after
+    the growth used to report ``[]`` while the model had grown (issue 40)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    stage = GrowthStage(4, intermediate_size=128, rewarmup_steps=2)
+    first = GrowthCallback(stage, min_lr=1e-4)
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=6, save_top_k=-1)
+    make_trainer([first, saver], max_steps=6, enable_checkpointing=True).fit(TinyModule(max_steps=10))
+    (event,) = first.summaries
+    assert event["stage"] == 0 and event["recipe"] == "random-zero-3x"
+    resumed = GrowthCallback(stage, min_lr=1e-4)
+    module = TinyModule(max_steps=10)
+    make_trainer([resumed], max_steps=10).fit(module, ckpt_path=str(next(tmp_path.glob("*.ckpt"))))
+    assert module.model.config.intermediate_size == 128
+    assert resumed.summaries == [event]

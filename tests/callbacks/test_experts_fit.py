@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage, tiny_config
 from lightning.pytorch.callbacks import ModelCheckpoint
 from litgpt import GPT
 
@@ -24,12 +24,12 @@ UPCYCLE_AT, EXPERTS_AT, DEPTH_AT = 4, 8, 12
 
 def _stages(first_k: int | None = None) -> list[GrowthStage]:
     """``first_k``: stage 0 keeps that many blocks dense (``first_k_dense_replace``), and stage 1 repeats it."""
-    return [GrowthStage(UPCYCLE_AT, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2,
+    return [paper_stage(UPCYCLE_AT, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2,
                         expert_init="drop-upcycle", rewarmup_ratio=2.0, rewarmup_steps=2,
                         first_k_dense_replace=first_k),
-            GrowthStage(EXPERTS_AT, n_expert=8, n_expert_per_token=4, optimizer_state="copy", rewarmup_ratio=1.5,
+            paper_stage(EXPERTS_AT, n_expert=8, n_expert_per_token=4, optimizer_state="copy", rewarmup_ratio=1.5,
                         rewarmup_steps=2, first_k_dense_replace=first_k),
-            GrowthStage(DEPTH_AT, n_layer=4, depth_order="interleave", rewarmup_steps=2)]
+            paper_stage(DEPTH_AT, n_layer=4, depth_order="interleave", rewarmup_steps=2)]
 
 
 def _fit(module, stages, **kwargs):
@@ -149,9 +149,9 @@ def test_sparkling_plot_draws_an_experts_run(tmp_path: Path):
 def _with_widths() -> list[GrowthStage]:
     """Dense -> MoE with the hidden size and MLP widened in the same stage, then 2x experts with the experts' inner
     size widened and a third block in the same stage."""
-    return [GrowthStage(UPCYCLE_AT, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, n_embd=48,
+    return [paper_stage(UPCYCLE_AT, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, n_embd=48,
                         intermediate_size=96, rewarmup_ratio=2.0, rewarmup_steps=2),
-            GrowthStage(EXPERTS_AT, n_expert=8, n_expert_per_token=4, moe_intermediate_size=128, n_layer=3,
+            paper_stage(EXPERTS_AT, n_expert=8, n_expert_per_token=4, moe_intermediate_size=128, n_layer=3,
                         depth_order="middle", optimizer_state="copy", rewarmup_ratio=1.5, rewarmup_steps=2)]
 
 

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -25,7 +26,7 @@ from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.schedules import RewarmupLambda, WarmupCosineLambda, fresh_bias_factor
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer, tiny_config
+from _tiny import TinyModule, make_trainer, paper_stage, tiny_config
 
 MAX_STEPS = 20
 AT = 6
@@ -117,7 +118,7 @@ def test_fresh_bias_correction_moves_new_entries_like_a_fresh_adam(accumulate):
     new entries move by ``lr_new / lr_group`` times what a fresh AdamW (the twin with the new entries' step count)
     moves them, old entries exactly as the optimizer's own step. With ``shared`` the same check fails (the first
     update would be 0.45x)."""
-    stage = GrowthStage(AT, intermediate_size=96, rewarmup_ratio=1.5, rewarmup_steps=4, bias_correction="fresh")
+    stage = paper_stage(AT, intermediate_size=96, rewarmup_ratio=1.5, rewarmup_steps=4, bias_correction="fresh")
     module = _adamw_module(accumulate)
     recorder = _FreshTwin(baseline=True)
     trainer = make_trainer([recorder, WidthGrowthCallback(stage)], max_steps=MAX_STEPS, accumulate=accumulate,
@@ -148,11 +149,11 @@ def test_fresh_bias_correction_moves_new_entries_like_a_fresh_adam(accumulate):
 
 def test_fresh_bias_correction_needs_betas_and_a_rewarmup():
     with pytest.raises(ValueError, match="rewarmup_ratio is None"):
-        GrowthStage(5, n_embd=48, bias_correction="fresh", rewarmup_ratio=None)
+        paper_stage(5, n_embd=48, bias_correction="fresh", rewarmup_ratio=None)
     with pytest.raises(ValueError, match="bias_correction='newest'"):
-        GrowthStage(5, n_embd=48, bias_correction="newest")
+        paper_stage(5, n_embd=48, bias_correction="newest")
     module = TinyModule(optimizer="sgd", max_steps=MAX_STEPS)
-    trainer = make_trainer([WidthGrowthCallback(GrowthStage(AT, n_embd=48, rewarmup_steps=3,
+    trainer = make_trainer([WidthGrowthCallback(paper_stage(AT, n_embd=48, rewarmup_steps=3,
                                                             bias_correction="fresh"))], max_steps=MAX_STEPS)
     with pytest.raises(GrowthError, match="no Adam 'betas'.*bias_correction='shared'"):
         trainer.fit(module)
@@ -175,7 +176,7 @@ def _mlp_copy_cosine(weights: dict[str, torch.Tensor], old: int, src: torch.Tens
 def _symmetry_run(tmp_path: Path | None, accumulate: int, target: float, ckpt_every: int | None = None,
                   resume: str | None = None, max_boost: float = 4.0, precision: str = "64-true",
                   release: str = "schedule"):
-    stage = GrowthStage(AT, intermediate_size=96, rewarmup_ratio=1.5, rewarmup_steps=4, symmetry_target=target,
+    stage = paper_stage(AT, intermediate_size=96, rewarmup_ratio=1.5, rewarmup_steps=4, symmetry_target=target,
                         symmetry_interval=2, symmetry_max_boost=max_boost, symmetry_release=release)
     module = TinyModule(optimizer="sgd", lr=0.05, max_steps=MAX_STEPS, accumulate=accumulate)
     recorder = RecordSteps()
@@ -196,7 +197,7 @@ def test_symmetry_target_boosts_the_new_entries_lr_until_the_copies_part(accumul
     entries (from the updates) is the re-warmup schedule times a boost that doubles at each check whose cosine
     (measured here, from the weights) is above the target; at the first check below it the checks stop and the
     boost drops to 1 for good (``schedule``) or stays where it is (``hold``)."""
-    src = plan_growth(tiny_config(), GrowthStage(AT, intermediate_size=96), seed=0).axes["intermediate_size"].src
+    src = plan_growth(tiny_config(), paper_stage(AT, intermediate_size=96), seed=0).axes["intermediate_size"].src
     # the target: the cosine the copies reach 8 steps after growth without a boost, so the boost must end
     _, plain = _symmetry_run(None, accumulate, target=0.999999, max_boost=1.0)
     after = {r["step"] + 1: r["after"] for r in plain.records}
@@ -247,20 +248,20 @@ def test_symmetry_boost_resumes_bit_exact(tmp_path: Path, accumulate):
 
 def test_symmetry_target_settings_are_checked():
     with pytest.raises(ValueError, match=r"symmetry_target=1\.5.*\(0, 1\)"):
-        GrowthStage(5, n_embd=48, symmetry_target=1.5)
+        paper_stage(5, n_embd=48, symmetry_target=1.5)
     with pytest.raises(ValueError, match="copies nothing"):
-        GrowthStage(5, n_embd=48, init="random-random", symmetry_target=0.5)
+        paper_stage(5, n_embd=48, init="random-random", symmetry_target=0.5)
     with pytest.raises(ValueError, match="rewarmup_ratio is None"):
-        GrowthStage(5, n_embd=48, symmetry_target=0.5, rewarmup_ratio=None)
+        paper_stage(5, n_embd=48, symmetry_target=0.5, rewarmup_ratio=None)
     with pytest.raises(ValueError, match="rewarmup_scope='all' every entry follows one LR"):
-        GrowthStage(5, n_embd=48, symmetry_target=0.5, rewarmup_scope="all")
+        paper_stage(5, n_embd=48, symmetry_target=0.5, rewarmup_scope="all")
     with pytest.raises(ValueError, match="symmetry_interval=0"):
-        GrowthStage(5, n_embd=48, symmetry_target=0.5, symmetry_interval=0)
+        paper_stage(5, n_embd=48, symmetry_target=0.5, symmetry_interval=0)
     with pytest.raises(ValueError, match="symmetry_release='never'"):
-        GrowthStage(5, n_embd=48, symmetry_target=0.5, symmetry_release="never")
+        paper_stage(5, n_embd=48, symmetry_target=0.5, symmetry_release="never")
     with pytest.raises(ValueError, match="symmetry_max_boost=0.5"):
-        GrowthStage(5, n_embd=48, symmetry_target=0.5, symmetry_max_boost=0.5)
-    stage = GrowthStage(5, n_embd=48, symmetry_target=0.5)
+        paper_stage(5, n_embd=48, symmetry_target=0.5, symmetry_max_boost=0.5)
+    stage = paper_stage(5, n_embd=48, symmetry_target=0.5)
     assert GrowthStage(**stage.to_dict()) == stage
 
 
@@ -279,7 +280,7 @@ def test_fresh_bias_correction_uses_each_param_groups_own_betas():
             sched = torch.optim.lr_scheduler.LambdaLR(opt, WarmupCosineLambda(5, self.max_steps, 0.1))
             return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    stage = GrowthStage(AT, n_embd=48, rewarmup_ratio=1.5, rewarmup_steps=4, bias_correction="fresh")
+    stage = paper_stage(AT, n_embd=48, rewarmup_ratio=1.5, rewarmup_steps=4, bias_correction="fresh")
     recorder = _FreshTwin()
     trainer = make_trainer([recorder, WidthGrowthCallback(stage)], max_steps=MAX_STEPS, precision="64-true")
     trainer.fit(_TwoBetas(max_steps=MAX_STEPS))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from litgpt import GPT
@@ -17,7 +18,7 @@ from lightning_sparkling.growth.plan import grown_config
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ DIMS = {
 
 
 def _stages() -> list[GrowthStage]:
-    return [GrowthStage(s["at"], **s["widths"], rewarmup_ratio=s["ratio"], rewarmup_steps=s["warmup"]) for s in STAGES]
+    return [paper_stage(s["at"], **s["widths"], rewarmup_ratio=s["ratio"], rewarmup_steps=s["warmup"]) for s in STAGES]
 
 
 def _creator(name: str, shape: torch.Size) -> torch.Tensor:
@@ -169,8 +170,8 @@ def test_bit_exact_resume_from_every_step_of_a_two_growth_run(tmp_path: Path, ac
     """Resume from the checkpoint of every step (before, at, between and after two growths, one with random init)
     ends bit-for-bit where the uninterrupted run ends, on CPU in float32."""
     max_steps = 14
-    stages = lambda: [GrowthStage(4, n_embd=64, intermediate_size=128, rewarmup_steps=3),  # noqa: E731
-                      GrowthStage(8, intermediate_size=192, init="random-copy", rewarmup_ratio=2.0,
+    stages = lambda: [paper_stage(4, n_embd=64, intermediate_size=128, rewarmup_steps=3),  # noqa: E731
+                      paper_stage(8, intermediate_size=192, init="random-copy", rewarmup_ratio=2.0,
                                   rewarmup_steps=3)]
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
     reference = TinyModule(max_steps=max_steps, accumulate=accumulate)
@@ -200,7 +201,7 @@ def test_two_stages_each_with_its_own_symmetry_loop(accumulate):
     each stage's entries follow that stage's re-warmup times that stage's boost, which doubles at each of its
     own checks up to its own cap, while stage 1's growth and its boost leave stage 0's boost alone."""
     caps = (4.0, 2.0)
-    stages = [GrowthStage(s["at"], **s["widths"], rewarmup_ratio=s["ratio"], rewarmup_steps=s["warmup"],
+    stages = [paper_stage(s["at"], **s["widths"], rewarmup_ratio=s["ratio"], rewarmup_steps=s["warmup"],
                           symmetry_target=0.01, symmetry_interval=2, symmetry_max_boost=cap,
                           symmetry_release="hold") for s, cap in zip(STAGES, caps)]
     lr = 0.05

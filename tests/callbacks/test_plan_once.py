@@ -6,16 +6,17 @@ optimizer state of re-planning; a plan that does not fit the model is re-planned
 from __future__ import annotations
 
 import pytest
+
 import torch
 
 from lightning_sparkling import GrowthCallback, GrowthStage, grow_model
 from lightning_sparkling.callbacks import growth as callback_module
 from lightning_sparkling.growth import plan as plan_module
 from lightning_sparkling.growth.errors import GrowthError
-from _tiny import TinyModule, make_trainer, tiny_config
+from _tiny import TinyModule, make_trainer, paper_stage, tiny_config
 
-STAGES = (GrowthStage(3, n_embd=48, intermediate_size=96, rewarmup_steps=2),  # width, then depth + heads
-          GrowthStage(6, n_layer=3, n_head=8, rewarmup_steps=2))
+STAGES = (paper_stage(3, n_embd=48, intermediate_size=96, rewarmup_steps=2),  # width, then depth + heads
+          paper_stage(6, n_layer=3, n_head=8, rewarmup_steps=2))
 
 
 def _count_plans(monkeypatch) -> list[int]:
@@ -66,7 +67,7 @@ def test_a_model_changed_after_setup_is_planned_again_not_grown_by_the_stale_pla
 
     def setup_then_widen(trainer, pl_module, stage):
         original(trainer, pl_module, stage)
-        grow_model(pl_module.model, GrowthStage(0, intermediate_size=80))  # after the dry run, before the growth
+        grow_model(pl_module.model, paper_stage(0, intermediate_size=80))  # after the dry run, before the growth
 
     monkeypatch.setattr(callback, "setup", setup_then_widen)
     trainer.fit(module)
@@ -110,7 +111,7 @@ def test_grow_model_refuses_a_plan_of_another_model_or_seed():
 def test_the_plan_of_a_named_target_fits_the_stage_as_given():
     """``plan.stage`` is the resolved stage (the target's sizes set); the plan still fits the stage the user gave."""
     config = tiny_config()
-    stage = GrowthStage(1, model_config={**{k: getattr(config, k) for k in config.__dataclass_fields__
+    stage = paper_stage(1, model_config={**{k: getattr(config, k) for k in config.__dataclass_fields__
                                             if k not in ("rope_n_elem", "hf_config")}, "n_embd": 64})
     plan = plan_module.plan_growth(config, stage)
     assert plan.stage != stage and plan.stage.n_embd == 64

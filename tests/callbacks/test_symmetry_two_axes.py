@@ -1,4 +1,4 @@
-"""The symmetry loop (``GrowthStage(symmetry_target=...)``) on a stage that grows two axes at once, read from the
+"""The symmetry loop (``paper_stage(symmetry_target=...)``) on a stage that grows two axes at once, read from the
 parameters:
 
 - the decision follows the *largest* cosine over the stage's axes: ``n_embd`` and ``intermediate_size`` grow in one
@@ -15,6 +15,7 @@ Both cosines are measured here from the weights, the LR from the updates.
 from __future__ import annotations
 
 import pytest
+
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
@@ -25,7 +26,7 @@ from lightning_sparkling.growth.plan import plan_growth
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer, tiny_config
+from _tiny import TinyModule, make_trainer, paper_stage, tiny_config
 
 MAX_STEPS = 16
 AT = 6
@@ -38,7 +39,7 @@ OLD_I, NEW_I = 64, 96
 
 
 def _stage() -> GrowthStage:
-    return GrowthStage(AT, n_embd=NEW_E, intermediate_size=NEW_I, rewarmup_ratio=1.5, rewarmup_steps=4,
+    return paper_stage(AT, n_embd=NEW_E, intermediate_size=NEW_I, rewarmup_ratio=1.5, rewarmup_steps=4,
                        symmetry_target=TARGET, symmetry_interval=INTERVAL, symmetry_max_boost=MAX_BOOST,
                        symmetry_release="hold")
 
@@ -125,7 +126,7 @@ def loop_run(tmp_path_factory):
     trainer.fit(module)
     assert callbacks[1].done
     assert [r["step"] for r in recorder.records] == list(range(MAX_STEPS))
-    plan = plan_growth(tiny_config(), GrowthStage(AT, n_embd=NEW_E, intermediate_size=NEW_I), seed=0)
+    plan = plan_growth(tiny_config(), paper_stage(AT, n_embd=NEW_E, intermediate_size=NEW_I), seed=0)
     src_e, src_i = plan.axes["n_embd"].src, plan.axes["intermediate_size"].src
     # the copy maps are those of the run: right after growth, the new embedding columns are their sources' columns
     wte = recorder.records[AT]["before"]["transformer.wte.weight"]

@@ -16,7 +16,7 @@ from tensorboard.util import tensor_util
 from lightning_sparkling import ActivationRMSMonitor, GrowthStage, WidthGrowthCallback
 from lightning_sparkling.dashboards.tb_layout import LAYOUT_TAG
 
-from _tiny import TinyModule, make_trainer
+from _tiny import TinyModule, make_trainer, paper_stage
 
 GROW_AT, MAX_STEPS = 10, 30
 
@@ -35,7 +35,7 @@ def _run(tmp_path, stage: GrowthStage, monitor: bool = True) -> tuple[dict[str, 
 
 
 def test_every_tag_on_both_sides_of_growth(tmp_path):
-    scalars, events = _run(tmp_path, GrowthStage(GROW_AT, n_embd=64, intermediate_size=128, rewarmup_steps=5))
+    scalars, events = _run(tmp_path, paper_stage(GROW_AT, n_embd=64, intermediate_size=128, rewarmup_steps=5))
     for i in range(2):
         for quantity in ("residual", "attn_ratio", "mlp_ratio"):
             steps = [s for s, v in scalars[f"rms/{quantity}/block_{i:02d}"] if math.isfinite(v)]
@@ -63,9 +63,9 @@ def _symmetry(tmp_path, stage):
 
 
 def test_symmetry_series_stays_at_one_when_locked_and_falls_under_sparkling(tmp_path):
-    locked = _symmetry(tmp_path / "locked", GrowthStage(GROW_AT, intermediate_size=128, optimizer_state="copy",
+    locked = _symmetry(tmp_path / "locked", paper_stage(GROW_AT, intermediate_size=128, optimizer_state="copy",
                                                         rewarmup_ratio=None))
-    sparkling = _symmetry(tmp_path / "sparkling", GrowthStage(GROW_AT, intermediate_size=128, rewarmup_steps=5))
+    sparkling = _symmetry(tmp_path / "sparkling", paper_stage(GROW_AT, intermediate_size=128, rewarmup_steps=5))
     assert len(locked) >= 5 and len(sparkling) >= 5
     assert min(locked) > 1 - 1e-5
     assert sparkling[0] == pytest.approx(1.0, abs=1e-6)
@@ -76,7 +76,7 @@ def test_symmetry_logging_interval_and_off(tmp_path):
     for every, expected in ((0, set()), (4, {GROW_AT, 12, 16, 20, 24, 28})):
         module = TinyModule(max_steps=MAX_STEPS)
         logger = TensorBoardLogger(tmp_path, name=f"every{every}", version=0)
-        growth = WidthGrowthCallback(GrowthStage(GROW_AT, intermediate_size=128), symmetry_every_n_steps=every)
+        growth = WidthGrowthCallback(paper_stage(GROW_AT, intermediate_size=128), symmetry_every_n_steps=every)
         make_trainer([growth], max_steps=MAX_STEPS, logger=logger, log_every_n_steps=1).fit(module)
         events = EventAccumulator(str(tmp_path / f"every{every}" / "version_0"), size_guidance={"scalars": 0})
         events.Reload()

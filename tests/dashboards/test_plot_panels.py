@@ -28,7 +28,7 @@ from lightning_sparkling.dashboards.plotting import (
 )
 from lightning_sparkling.dashboards.tb_layout import layout_charts, rms_layout
 
-from _tiny import TinyModule, make_trainer
+from _tiny import TinyModule, make_trainer, paper_stage
 
 GROW_AT, MAX_STEPS = 6, 14
 
@@ -58,7 +58,7 @@ def test_a_chart_without_a_panel_is_refused():
 def grown(tmp_path_factory):
     """A real width + heads growth with the symmetry loop, every monitor on, logged by TensorBoardLogger."""
     root = tmp_path_factory.mktemp("grown")
-    stage = GrowthStage(GROW_AT, n_embd=64, intermediate_size=128, n_head=8, rewarmup_steps=4, symmetry_target=0.5,
+    stage = paper_stage(GROW_AT, n_embd=64, intermediate_size=128, n_head=8, rewarmup_steps=4, symmetry_target=0.5,
                         symmetry_interval=2)
     logger = TensorBoardLogger(str(root), name="run", version=0)
     make_trainer([WidthGrowthCallback(stage), ActivationRMSMonitor(every_n_steps=2, per_linear=True),

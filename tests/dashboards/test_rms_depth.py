@@ -25,7 +25,7 @@ from lightning_sparkling.dashboards.plotting import (
 )
 from lightning_sparkling.dashboards.tb_layout import LAYOUT_TAG
 
-from _tiny import TinyModule, make_trainer
+from _tiny import TinyModule, make_trainer, paper_stage
 
 GROW_AT, MAX_STEPS, RESUME_STEPS = 5, 9, 11
 QUANTITIES = ("residual", "attn_ratio", "mlp_ratio")
@@ -33,7 +33,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _stage() -> GrowthStage:
-    return GrowthStage(GROW_AT, n_layer=4, depth_order="interleave", depth_init="copy-zero", rewarmup_steps=1)
+    return paper_stage(GROW_AT, n_layer=4, depth_order="interleave", depth_init="copy-zero", rewarmup_steps=1)
 
 
 def _events(log_dir) -> EventAccumulator:

@@ -72,6 +72,9 @@ def test_two_stage_growth_matches_single_process_and_ranks_agree(multi, single):
     # the symmetry loop of stage 0 boosted its new entries to the 4x cap, on both ranks as in one process
     boosts = [torch.load(out / run / f"final-rank{r}.pt")["boosts"] for r in (0, 1)]
     assert boosts[0] == boosts[1] == [4.0, 1.0], boosts
+    # stage 1 is GrowthStage's default recipe, auto: resolved alike on every rank from the module's cosine schedule
+    recipes = [torch.load(out / run / f"final-rank{r}.pt")["recipes"] for r in (0, 1)]
+    assert recipes[0] == recipes[1] == ["paper", "random-zero-3x"], recipes
 
 
 def test_resume_after_growth_matches_uninterrupted(multi):
@@ -81,6 +84,8 @@ def test_resume_after_growth_matches_uninterrupted(multi):
         resumed = _final(out, run, f"-{kind}")
         assert torch.equal(resumed[0]["lm_head.weight"], resumed[1]["lm_head.weight"])
         assert _rel_diff(resumed[0], reference) < 1e-12, f"{run} resumed from the {kind} checkpoint"
+        recipes = torch.load(out / run / f"final-{kind}-rank0.pt")["recipes"]
+        assert recipes == ["paper", "random-zero-3x"], (kind, recipes)  # growths before the resume still reported
 
 
 @pytest.mark.gpu

@@ -17,7 +17,7 @@ from lightning_sparkling.growth.plan import plan_growth
 from lightning_sparkling.growth.scaling import copy_source_index, make_generator, split_shares
 from lightning_sparkling.growth.stage import DEFAULT_SPLIT_RATIO, check_stage_sequence
 
-from _tiny import TinyModule, make_trainer
+from _tiny import TinyModule, make_trainer, paper_stage
 from conftest import llama_config, make_gpt, make_tokens, moe_config, neox_config
 
 BASELINE_KEYS = ("split", "split_ratio", "perturb", "rewarmup_scope", "decay_speedup")
@@ -25,11 +25,11 @@ BASELINE_KEYS = ("split", "split_ratio", "perturb", "rewarmup_scope", "decay_spe
 
 # ------------------------------------------------------------------------------------------------------------ stage
 def test_defaults_are_the_recipe_and_round_trip():
-    stage = GrowthStage(10, n_embd=64)
+    stage = paper_stage(10, n_embd=64)
     assert (stage.split, stage.split_ratio, stage.perturb, stage.rewarmup_scope, stage.decay_speedup) == (
         "even", 1 / 3, 0.0, "new", 0.0)
     assert not stage.changes_baseline
-    full = GrowthStage(10, n_embd=64, init="zero-copy", split="uneven", split_ratio=0.25, perturb=0.1,
+    full = paper_stage(10, n_embd=64, init="zero-copy", split="uneven", split_ratio=0.25, perturb=0.1,
                        rewarmup_scope="all", decay_speedup=0.5, optimizer_state="scaled")
     assert GrowthStage(**full.to_dict()) == full and full.changes_baseline
     assert {k: full.to_dict()[k] for k in BASELINE_KEYS} == dict(split="uneven", split_ratio=0.25, perturb=0.1,
@@ -59,19 +59,19 @@ def test_defaults_are_the_recipe_and_round_trip():
 ])
 def test_refused_values_name_the_key_value_and_range(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        GrowthStage(10, n_embd=64, **kwargs)
+        paper_stage(10, n_embd=64, **kwargs)
 
 
 @pytest.mark.parametrize("init", ["copy-copy", "random-copy", "zero-copy"])
 def test_split_and_perturb_accept_every_copied_fan_in(init):
-    stage = GrowthStage(10, n_embd=64, init=init, split="random", perturb=0.2)
+    stage = paper_stage(10, n_embd=64, init=init, split="random", perturb=0.2)
     assert stage.fan_in_init == "copy"
 
 
 def test_stage_sequence():
-    check_stage_sequence([GrowthStage(5, n_embd=64), GrowthStage(9, n_embd=96, decay_speedup=0.25)])
+    check_stage_sequence([paper_stage(5, n_embd=64), paper_stage(9, n_embd=96, decay_speedup=0.25)])
     with pytest.raises(ValueError, match="decay_speedup=0.25.*only the last stage"):
-        check_stage_sequence([GrowthStage(5, n_embd=64, decay_speedup=0.25), GrowthStage(9, n_embd=96)])
+        check_stage_sequence([paper_stage(5, n_embd=64, decay_speedup=0.25), paper_stage(9, n_embd=96)])
 
 
 # ------------------------------------------------------------------------------------------------------------ math
@@ -116,7 +116,7 @@ def test_copy_copy_at_integer_ratio_keeps_the_logits(settings, factory, widths, 
     x = make_tokens(model.config)
     with torch.no_grad():
         before = model(x)
-    grow_model(model, GrowthStage(0, **widths, **settings), seed=1)
+    grow_model(model, paper_stage(0, **widths, **settings), seed=1)
     with torch.no_grad():
         after = model(x)
     assert torch.allclose(after, before, atol=2e-5, rtol=1e-5), (after - before).abs().max()
@@ -130,7 +130,7 @@ def test_at_non_integer_ratio_the_function_is_the_even_splits(settings):
     outputs = []
     for extra in ({}, settings):
         model = make_gpt(config).double()
-        grow_model(model, GrowthStage(0, n_embd=48, intermediate_size=96, **extra), seed=2)
+        grow_model(model, paper_stage(0, n_embd=48, intermediate_size=96, **extra), seed=2)
         with torch.no_grad():
             outputs.append(model(make_tokens(config)))
     assert torch.allclose(outputs[0], outputs[1], atol=1e-10)
@@ -141,7 +141,7 @@ def test_split_and_perturb_change_the_copies_as_specified():
     grown = {}
     for name, extra in (("even", {}), ("uneven", dict(split="uneven")), ("perturb", dict(perturb=0.1))):
         model = make_gpt(llama_config())
-        grow_model(model, GrowthStage(0, intermediate_size=128, **extra), seed=0)
+        grow_model(model, paper_stage(0, intermediate_size=128, **extra), seed=0)
         grown[name] = model.transformer.h[0].mlp.proj.weight.detach()
     old = base.transformer.h[0].mlp.proj.weight.detach()
     even, uneven, perturbed = grown["even"], grown["uneven"], grown["perturb"]
@@ -157,7 +157,7 @@ def test_split_and_perturb_change_the_copies_as_specified():
 def test_perturb_is_seeded_and_independent_of_random_init_draws():
     def grown(seed, **extra):
         model = make_gpt(llama_config())
-        grow_model(model, GrowthStage(0, intermediate_size=128, init="random-copy", **extra), seed=seed)
+        grow_model(model, paper_stage(0, intermediate_size=128, init="random-copy", **extra), seed=seed)
         return model.transformer.h[0].mlp.fc_1.weight.detach(), model.transformer.h[0].mlp.proj.weight.detach()
 
     fc_plain, _ = grown(0)
@@ -187,7 +187,7 @@ def test_scaled_state_copies_and_scales_like_the_weights(split):
         model = make_gpt(llama_config())
         opt = _adam_after_steps(model)
         old_state = {k: v.clone() for k, v in opt.state[dict(model.named_parameters())[name]].items()}
-        result = grow_model(model, GrowthStage(0, n_embd=64, intermediate_size=128, split=split))
+        result = grow_model(model, paper_stage(0, n_embd=64, intermediate_size=128, split=split))
         plan_optimizer_patch(opt, result, recipe).apply()
         states[recipe] = opt.state[dict(model.named_parameters())[name]]
     alpha = result.plan.axes["intermediate_size"].alpha
@@ -211,7 +211,7 @@ def test_scaled_state_copies_and_scales_like_the_weights(split):
 # ------------------------------------------------------------------------------------------------------------ symmetry
 def _symmetry_after_fit(**stage_kwargs) -> dict[str, float]:
     module = TinyModule(max_steps=20)
-    growth = WidthGrowthCallback(GrowthStage(5, intermediate_size=128, rewarmup_steps=3, **stage_kwargs),
+    growth = WidthGrowthCallback(paper_stage(5, intermediate_size=128, rewarmup_steps=3, **stage_kwargs),
                                  symmetry_every_n_steps=1)
     make_trainer([growth], max_steps=20).fit(module)
     assert growth.last_symmetry
@@ -289,11 +289,11 @@ def test_cli_keys_plan_and_refusals(tmp_path, capsys):
 
 def test_growth_plan_carries_the_split():
     config = llama_config()
-    plan = plan_growth(config, GrowthStage(0, n_embd=64, intermediate_size=96, split="uneven"))
+    plan = plan_growth(config, paper_stage(0, n_embd=64, intermediate_size=96, split="uneven"))
     for axis in plan.axes.values():
         assert axis.split is not None and axis.split.shape == (axis.new,)
         assert float(axis.split.sum()) == pytest.approx(axis.new)
-    assert plan_growth(config, GrowthStage(0, n_embd=64)).axes["n_embd"].split is None
+    assert plan_growth(config, paper_stage(0, n_embd=64)).axes["n_embd"].split is None
     assert math.isclose(plan.axes["n_embd"].alpha, 0.5)  # alpha as before
 
 

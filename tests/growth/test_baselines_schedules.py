@@ -17,7 +17,7 @@ from lightning_sparkling.growth.baselines import fast_decay_position
 from lightning_sparkling.growth.plan import GrowthError
 from lightning_sparkling.growth.stage import check_rewarmup_fits, decay_end
 
-from _tiny import TinyModule, assert_states_equal, make_trainer
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage
 
 MAX_STEPS, AT, LR, MIN_RATIO = 30, 10, 0.05, 0.1
 
@@ -69,7 +69,7 @@ def applied_lr(before, grad, after, mask):
 
 
 def new_mask(name: str, shape) -> torch.Tensor:
-    """New entries of GrowthStage(AT, n_embd=48, intermediate_size=128) from n_embd 32, intermediate 64."""
+    """New entries of paper_stage(AT, n_embd=48, intermediate_size=128) from n_embd 32, intermediate 64."""
     mask = torch.zeros(shape, dtype=torch.bool)
     if name.endswith("mlp.proj.weight"):
         mask[32:, :] = True
@@ -123,7 +123,7 @@ def test_rewarmup_all_gives_every_entry_the_rewarmup(schedule, accumulate):
     module = TinyModule(optimizer="sgd", lr=LR, schedule=schedule, max_steps=MAX_STEPS, min_lr_ratio=MIN_RATIO,
                         accumulate=accumulate)
     recorder = RecordSGD()
-    stage = GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=4,
+    stage = paper_stage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=4,
                         rewarmup_scope="all")
     trainer, growth = fit(module, stage, accumulate=accumulate, callbacks=[recorder])
 
@@ -149,7 +149,7 @@ def test_decay_speedup_runs_the_remaining_decay_faster_then_holds(schedule, accu
     module = TinyModule(optimizer="sgd", lr=LR, schedule=schedule, max_steps=MAX_STEPS, min_lr_ratio=MIN_RATIO,
                         accumulate=accumulate)
     recorder = RecordSGD()
-    stage = GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=1.3, rewarmup_steps=4,
+    stage = paper_stage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=1.3, rewarmup_steps=4,
                         decay_speedup=speedup)
     end = decay_end(stage, MAX_STEPS)
     assert end == AT + 10
@@ -173,7 +173,7 @@ def test_decay_speedup_without_rewarmup_moves_every_entry_to_the_fast_baseline()
     speedup = 0.25
     module = TinyModule(optimizer="sgd", lr=LR, schedule="warmup_cosine", max_steps=MAX_STEPS, min_lr_ratio=MIN_RATIO)
     recorder = RecordSGD()
-    stage = GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=None, decay_speedup=speedup)
+    stage = paper_stage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=None, decay_speedup=speedup)
 
     def lr(step):
         return user_lr("warmup_cosine", step) if step < AT else fast_lr("warmup_cosine", step, speedup)
@@ -184,10 +184,10 @@ def test_decay_speedup_without_rewarmup_moves_every_entry_to_the_fast_baseline()
 
 
 def test_fast_decay_position_and_end():
-    assert decay_end(GrowthStage(100, n_embd=8, decay_speedup=0.25), 300) == 250
-    assert decay_end(GrowthStage(100, n_embd=8, decay_speedup=0.5), 300) == 200
-    assert decay_end(GrowthStage(100, n_embd=8), 300) == 300
-    assert decay_end(GrowthStage(0, n_embd=8, decay_speedup=0.999), 10) == 1  # at least one step of decay
+    assert decay_end(paper_stage(100, n_embd=8, decay_speedup=0.25), 300) == 250
+    assert decay_end(paper_stage(100, n_embd=8, decay_speedup=0.5), 300) == 200
+    assert decay_end(paper_stage(100, n_embd=8), 300) == 300
+    assert decay_end(paper_stage(0, n_embd=8, decay_speedup=0.999), 10) == 1  # at least one step of decay
     kw = dict(growth_step=100, total_steps=300, end=200)
     assert [fast_decay_position(t, **kw) for t in (50, 100, 150, 199, 200, 1000)] == [50, 100, 200.0, 298.0, 300,
                                                                                     300]
@@ -195,15 +195,15 @@ def test_fast_decay_position_and_end():
 
 
 def test_rewarmup_must_fit_before_the_faster_end():
-    check_rewarmup_fits([GrowthStage(100, n_embd=8, rewarmup_steps=99, decay_speedup=0.5)], 300)
+    check_rewarmup_fits([paper_stage(100, n_embd=8, rewarmup_steps=99, decay_speedup=0.5)], 300)
     with pytest.raises(ValueError, match="decay_speedup=0.5"):
-        check_rewarmup_fits([GrowthStage(100, n_embd=8, rewarmup_steps=100, decay_speedup=0.5)], 300)
+        check_rewarmup_fits([paper_stage(100, n_embd=8, rewarmup_steps=100, decay_speedup=0.5)], 300)
 
 
 @pytest.mark.parametrize("schedule", ["step", None])
 def test_decay_speedup_refuses_a_schedule_it_cannot_compute(schedule):
     module = TinyModule(optimizer="sgd", lr=LR, schedule=schedule, max_steps=MAX_STEPS)
-    growth = WidthGrowthCallback(GrowthStage(AT, intermediate_size=128, rewarmup_ratio=None, decay_speedup=0.25))
+    growth = WidthGrowthCallback(paper_stage(AT, intermediate_size=128, rewarmup_ratio=None, decay_speedup=0.25))
     trainer = make_trainer([growth], max_steps=MAX_STEPS)
     with pytest.raises(GrowthError, match="decay_speedup=0.25.*(StepLR|no scheduler).*LambdaLR or CosineAnnealingLR"):
         trainer.fit(module)
@@ -211,13 +211,13 @@ def test_decay_speedup_refuses_a_schedule_it_cannot_compute(schedule):
 
 
 def test_baseline_options_only_on_the_last_stage():
-    first = GrowthStage(5, intermediate_size=96, rewarmup_scope="all", rewarmup_steps=2)
+    first = paper_stage(5, intermediate_size=96, rewarmup_scope="all", rewarmup_steps=2)
     with pytest.raises(ValueError, match="rewarmup_scope='all'.*only the last stage"):
-        WidthGrowthCallback([first, GrowthStage(10, intermediate_size=128)])
+        WidthGrowthCallback([first, paper_stage(10, intermediate_size=128)])
     with pytest.raises(ValueError, match="decay_speedup=0.5.*only the last stage"):
-        WidthGrowthCallback([GrowthStage(5, intermediate_size=96, decay_speedup=0.5),
-                             GrowthStage(10, intermediate_size=128)])
-    WidthGrowthCallback([GrowthStage(5, intermediate_size=96), GrowthStage(10, intermediate_size=128,
+        WidthGrowthCallback([paper_stage(5, intermediate_size=96, decay_speedup=0.5),
+                             paper_stage(10, intermediate_size=128)])
+    WidthGrowthCallback([paper_stage(5, intermediate_size=96), paper_stage(10, intermediate_size=128,
                                                                            rewarmup_scope="all")])
 
 
@@ -226,8 +226,8 @@ def test_two_stages_with_rewarmup_all_last_overrides_the_first_stages_regions():
     stage 0's included, to its re-warmup."""
     module = TinyModule(optimizer="sgd", lr=LR, schedule="cosine", max_steps=MAX_STEPS, min_lr_ratio=MIN_RATIO)
     recorder = RecordSGD()
-    stages = [GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=4),
-              GrowthStage(20, intermediate_size=160, rewarmup_ratio=1.2, rewarmup_steps=3, rewarmup_scope="all")]
+    stages = [paper_stage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=4),
+              paper_stage(20, intermediate_size=160, rewarmup_ratio=1.2, rewarmup_steps=3, rewarmup_scope="all")]
     growth = WidthGrowthCallback(stages)
     trainer = make_trainer([recorder, growth], max_steps=MAX_STEPS)
     trainer.fit(module)
@@ -251,7 +251,7 @@ def test_two_stages_with_rewarmup_all_last_overrides_the_first_stages_regions():
 ])
 def test_bit_exact_resume_with_baseline_options(tmp_path: Path, stage_kwargs):
     def stage():
-        return GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_steps=4, **stage_kwargs)
+        return paper_stage(AT, n_embd=48, intermediate_size=128, rewarmup_steps=4, **stage_kwargs)
 
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
     reference = TinyModule(max_steps=MAX_STEPS, accumulate=2)
@@ -266,7 +266,7 @@ def test_bit_exact_resume_with_baseline_options(tmp_path: Path, stage_kwargs):
         fit(resumed, stage(), accumulate=2, ckpt_path=str(tmp_path / f"step={step}.ckpt"))
         assert_states_equal(resumed.model.state_dict(), expected, f"resume from step {step}")
     # a callback with other baseline options refuses the checkpoint
-    other = GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_steps=4)
+    other = paper_stage(AT, n_embd=48, intermediate_size=128, rewarmup_steps=4)
     with pytest.raises(GrowthError, match="different stages"):
         fit(TinyModule(max_steps=MAX_STEPS, accumulate=2), other, accumulate=2,
             ckpt_path=str(tmp_path / "step=15.ckpt"))
@@ -305,7 +305,7 @@ def test_decay_speedup_under_manual_optimization_with_two_optimizers():
     data = torch.utils.data.DataLoader(torch.randint(0, VOCAB, (4 * 2 * MAX_STEPS, 17),
                                                      generator=torch.Generator().manual_seed(0)), batch_size=4)
     recorder = RecordStepLR(after=AT)
-    growth = WidthGrowthCallback(GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_steps=4,
+    growth = WidthGrowthCallback(paper_stage(AT, n_embd=48, intermediate_size=128, rewarmup_steps=4,
                                              decay_speedup=0.5))
     trainer = make_trainer([recorder, growth], max_steps=MAX_STEPS)
     trainer.fit(module, train_dataloaders=data)
@@ -352,7 +352,7 @@ def test_rewarmup_all_without_one_step_scheduler_uses_the_global_step(case, accu
         return LR if schedule is None else user_lr(schedule, step)
 
     recorder = RecordSGD()
-    stage = GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=4,
+    stage = paper_stage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=4,
                         rewarmup_scope="all")
     growth = WidthGrowthCallback(stage, min_lr=LR * MIN_RATIO)
     trainer = make_trainer([recorder, growth], max_steps=MAX_STEPS, accumulate=accumulate)

@@ -19,7 +19,7 @@ from lightning_sparkling.growth.plan import GrowthError
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
 
 from _measure import applied_lr
-from _tiny import TinyModule, make_trainer
+from _tiny import TinyModule, make_trainer, paper_stage
 
 MAX_STEPS, AT, LR, WARMUP = 16, 6, 0.05, 3
 STAGE = dict(n_embd=48, intermediate_size=96, rewarmup_ratio=1.5, rewarmup_steps=3, rewarmup_scope="all")
@@ -135,7 +135,7 @@ def check_every_group_rewarms_on_its_own(recorder, groups, *, lr=user_lr, min_lr
 
 def test_rewarmup_all_rewarms_each_param_group_from_its_own_lr_to_its_own_min_lr():
     recorder = RecordUpdates()
-    trainer = make_trainer([recorder, WidthGrowthCallback(GrowthStage(AT, **STAGE))], max_steps=MAX_STEPS)
+    trainer = make_trainer([recorder, WidthGrowthCallback(paper_stage(AT, **STAGE))], max_steps=MAX_STEPS)
     trainer.fit(TwoGroups(optimizer="sgd", max_steps=MAX_STEPS))
     check_every_group_rewarms_on_its_own(recorder, [(0, 0), (0, 1)])
     # the groups really differ: at growth, and at the end (min_lr)
@@ -145,7 +145,7 @@ def test_rewarmup_all_rewarms_each_param_group_from_its_own_lr_to_its_own_min_lr
 
 def test_rewarmup_all_rewarms_each_optimizer_from_its_own_lr_to_its_own_min_lr():
     recorder = RecordUpdates()
-    trainer = make_trainer([recorder, WidthGrowthCallback(GrowthStage(AT, **STAGE))], max_steps=MAX_STEPS)
+    trainer = make_trainer([recorder, WidthGrowthCallback(paper_stage(AT, **STAGE))], max_steps=MAX_STEPS)
     trainer.fit(TwoOptimizers(optimizer="sgd", max_steps=MAX_STEPS))
     assert len(trainer.optimizers) == 2
     check_every_group_rewarms_on_its_own(recorder, list(GROUPS))
@@ -154,7 +154,7 @@ def test_rewarmup_all_rewarms_each_optimizer_from_its_own_lr_to_its_own_min_lr()
 def test_rewarmup_all_without_a_scheduler_runs_on_the_trainer_step():
     """A constant user LR (no scheduler, ``min_lr`` given): the re-warmup's time is the trainer's step."""
     recorder = RecordUpdates()
-    growth = WidthGrowthCallback(GrowthStage(AT, **STAGE), min_lr=LR / 10)
+    growth = WidthGrowthCallback(paper_stage(AT, **STAGE), min_lr=LR / 10)
     trainer = make_trainer([recorder, growth], max_steps=MAX_STEPS)
     trainer.fit(TinyModule(optimizer="sgd", lr=LR, schedule=None, max_steps=MAX_STEPS))
     assert trainer.global_step == MAX_STEPS
@@ -170,7 +170,7 @@ class EveryOtherStep(TinyModule):
 
 def test_decay_speedup_refuses_a_scheduler_stepped_every_other_step():
     module = EveryOtherStep(optimizer="sgd", max_steps=MAX_STEPS)
-    growth = WidthGrowthCallback(GrowthStage(AT, intermediate_size=96, rewarmup_ratio=None, decay_speedup=0.25))
+    growth = WidthGrowthCallback(paper_stage(AT, intermediate_size=96, rewarmup_ratio=None, decay_speedup=0.25))
     with pytest.raises(GrowthError, match=r"decay_speedup=0.25.*LambdaLR \(interval='step', frequency=2\).*"
                                           r"interval='step' and frequency=1"):
         make_trainer([growth], max_steps=MAX_STEPS).fit(module)

@@ -1,4 +1,4 @@
-"""Depth growth (``GrowthStage(n_layer=...)``): source maps, function preservation on every litgpt family the width
+"""Depth growth (``paper_stage(n_layer=...)``): source maps, function preservation on every litgpt family the width
 breadth test covers, refusals before anything changes, the optimizer patch of new blocks, and, inside a Lightning
 fit, the new blocks' applied learning rate (read from SGD updates) at accumulation 1 and 2, bit-exact resume
 across a depth growth followed by a width growth, and an atomic rollback."""
@@ -20,7 +20,7 @@ from lightning_sparkling.growth.schedules import WarmupCosineLambda
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage, tiny_config
 from conftest import (
     assert_unchanged,
     gemma_config,
@@ -79,7 +79,7 @@ def test_zero_inits_keep_the_logits_on_every_family(family, order, depth_init):
     x = make_tokens(config)
     with torch.no_grad():
         before = model(x)
-    result = grow_model(model, GrowthStage(0, n_layer=7, depth_init=depth_init, depth_order=order))
+    result = grow_model(model, paper_stage(0, n_layer=7, depth_init=depth_init, depth_order=order))
     with torch.no_grad():
         after = model(x)
     assert model.config.n_layer == 7 and len(model.transformer.h) == 7
@@ -104,7 +104,7 @@ def test_depth_and_width_in_one_stage_keep_the_logits(family):
     widths = dict(n_embd=64, intermediate_size=128)
     if family == "moe":
         widths["moe_intermediate_size"] = 32
-    grow_model(model, GrowthStage(0, n_layer=4, depth_order="interleave", **widths))
+    grow_model(model, paper_stage(0, n_layer=4, depth_order="interleave", **widths))
     with torch.no_grad():
         torch.testing.assert_close(model(x), before, atol=1e-5, rtol=0)
     assert (model.config.n_layer, model.config.n_embd) == (4, 64)
@@ -113,7 +113,7 @@ def test_depth_and_width_in_one_stage_keep_the_logits(family):
 
 def test_copy_stack_new_blocks_equal_their_sources_and_own_their_storage():
     model = make_gpt(llama_config(n_layer=3))
-    result = grow_model(model, GrowthStage(0, n_layer=5, depth_init="copy", depth_order="stack"))
+    result = grow_model(model, paper_stage(0, n_layer=5, depth_init="copy", depth_order="stack"))
     blocks = model.transformer.h
     for j, source in ((3, 0), (4, 1)):
         for (name, p), (_, q) in zip(blocks[j].named_parameters(), blocks[source].named_parameters()):
@@ -126,7 +126,7 @@ def test_copy_stack_new_blocks_equal_their_sources_and_own_their_storage():
 
 def test_copy_zero_zeroes_exactly_the_output_projections():
     model = make_gpt(neox_config(n_layer=2))
-    grow_model(model, GrowthStage(0, n_layer=3, depth_order="stack"))
+    grow_model(model, paper_stage(0, n_layer=3, depth_order="stack"))
     new, source = model.transformer.h[2], model.transformer.h[0]
     zeroed = {n for n, p in new.named_parameters() if not p.any()}
     assert zeroed == {"attn.proj.weight", "attn.proj.bias", "mlp.proj.weight", "mlp.proj.bias"}
@@ -138,15 +138,15 @@ def test_copy_zero_zeroes_exactly_the_output_projections():
 def test_interleave_moves_kept_blocks_and_sets_their_index():
     model = make_gpt(llama_config(n_layer=2))
     old_blocks = list(model.transformer.h)
-    grow_model(model, GrowthStage(0, n_layer=4, depth_order="interleave"))
+    grow_model(model, paper_stage(0, n_layer=4, depth_order="interleave"))
     assert model.transformer.h[0] is old_blocks[0] and model.transformer.h[2] is old_blocks[1]
     assert [b.attn.block_idx for b in model.transformer.h] == [0, 1, 2, 3]
 
 
 def test_random_zero_draws_litgpt_init_from_the_seed():
     a, b = make_gpt(llama_config(n_layer=2)), make_gpt(llama_config(n_layer=2))
-    grow_model(a, GrowthStage(0, n_layer=3, depth_init="random-zero"), seed=3)
-    grow_model(b, GrowthStage(0, n_layer=3, depth_init="random-zero"), seed=3)
+    grow_model(a, paper_stage(0, n_layer=3, depth_init="random-zero"), seed=3)
+    grow_model(b, paper_stage(0, n_layer=3, depth_init="random-zero"), seed=3)
     new = a.transformer.h[2]
     assert torch.equal(new.attn.qkv.weight, b.transformer.h[2].attn.qkv.weight)
     assert abs(new.attn.qkv.weight.std().item() - (2 / 5 / 32) ** 0.5) < 0.02
@@ -163,7 +163,7 @@ def test_a_depth_that_is_not_larger_is_refused_before_anything_changes(keys, mes
     model = make_gpt(llama_config(n_layer=2))
     snap = snapshot(model)
     with pytest.raises(GrowthError, match=message):
-        grow_model(model, GrowthStage(0, **keys))
+        grow_model(model, paper_stage(0, **keys))
     assert_unchanged(model, snap)
 
 
@@ -175,22 +175,22 @@ def test_a_depth_that_is_not_larger_is_refused_before_anything_changes(keys, mes
 ])
 def test_bad_depth_settings_are_refused_naming_the_value(keys, message):
     with pytest.raises(ValueError, match=message):
-        GrowthStage(0, **keys)
+        paper_stage(0, **keys)
 
 
 def test_stack_on_a_model_with_dense_first_blocks_is_refused_naming_the_fix():
     model = make_gpt(moe_config(n_layer=2))
     snap = snapshot(model)
     with pytest.raises(GrowthError, match="first_k_dense_replace=1.*use depth_order='interleave' or 'middle'"):
-        grow_model(model, GrowthStage(0, n_layer=4, depth_order="stack"))
+        grow_model(model, paper_stage(0, n_layer=4, depth_order="stack"))
     assert_unchanged(model, snap)
-    grow_model(model, GrowthStage(0, n_layer=4, depth_order="interleave"))
+    grow_model(model, paper_stage(0, n_layer=4, depth_order="interleave"))
     assert model.config.first_k_dense_replace == 2  # block 0 and its copy
 
 
 def test_latent_attention_is_refused():
     with pytest.raises(GrowthError, match="latent attention"):
-        plan_growth(latent_attention_config(), GrowthStage(0, n_layer=4))
+        plan_growth(latent_attention_config(), paper_stage(0, n_layer=4))
 
 
 # ----------------------------------------------------------------------------------------------- optimizer
@@ -202,7 +202,7 @@ def test_new_blocks_join_their_sources_param_group_with_grown_state(recipe):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}])
     model(make_tokens(model.config)).sum().backward()
     opt.step()
-    result = grow_model(model, GrowthStage(1, n_layer=3, depth_init="copy", optimizer_state=recipe))
+    result = grow_model(model, paper_stage(1, n_layer=3, depth_init="copy", optimizer_state=recipe))
     patch = plan_optimizer_patch(opt, result, recipe)
     patch.apply()
     names = {id(p): n for n, p in model.named_parameters()}
@@ -225,7 +225,7 @@ def test_new_blocks_join_their_sources_param_group_with_grown_state(recipe):
 # ----------------------------------------------------------------------------------------------- symmetry
 def test_depth_symmetry_is_one_at_growth_for_copies_and_absent_for_random():
     model = make_gpt(llama_config(n_layer=2))
-    result = grow_model(model, GrowthStage(0, n_layer=4, depth_init="copy-zero", depth_order="interleave"))
+    result = grow_model(model, paper_stage(0, n_layer=4, depth_init="copy-zero", depth_order="interleave"))
     specs = copy_specs(result.plan)
     assert set(specs) == {"n_layer"}
     params = dict(model.named_parameters())
@@ -237,7 +237,7 @@ def test_depth_symmetry_is_one_at_growth_for_copies_and_absent_for_random():
     metrics = symmetry_metrics(specs, ((n, params[n]) for n in names), "symmetry/stage_0")
     assert metrics["symmetry/stage_0/n_layer"] < 0.9
     model = make_gpt(llama_config(n_layer=2))
-    assert not copy_specs(grow_model(model, GrowthStage(0, n_layer=4, depth_init="random-zero")).plan)
+    assert not copy_specs(grow_model(model, paper_stage(0, n_layer=4, depth_init="random-zero")).plan)
 
 
 # ----------------------------------------------------------------------------------------------- in a fit
@@ -246,9 +246,9 @@ DEPTH_AT, WIDTH_AT = 6, 12
 
 
 def _stages(order: str = "interleave") -> list[GrowthStage]:
-    return [GrowthStage(DEPTH_AT, n_layer=4, depth_order=order, depth_init="copy", rewarmup_ratio=2.0,
+    return [paper_stage(DEPTH_AT, n_layer=4, depth_order=order, depth_init="copy", rewarmup_ratio=2.0,
                         rewarmup_steps=3),
-            GrowthStage(WIDTH_AT, n_embd=48, intermediate_size=96, rewarmup_ratio=1.5, rewarmup_steps=3)]
+            paper_stage(WIDTH_AT, n_embd=48, intermediate_size=96, rewarmup_ratio=1.5, rewarmup_steps=3)]
 
 
 @pytest.mark.slow
@@ -360,7 +360,7 @@ def test_estimate_compute_counts_the_depth_change():
     from lightning_sparkling.growth.compute import count_params
 
     config = llama_config(n_layer=2)
-    est = estimate_compute(config, GrowthStage(30, n_layer=4), total_steps=100, tokens_per_step=64)
+    est = estimate_compute(config, paper_stage(30, n_layer=4), total_steps=100, tokens_per_step=64)
     small, large = count_params(config)[0], count_params(llama_config(n_layer=4))[0]
     assert est.active_params == (small, large)
     assert est.flops == pytest.approx(6 * 64 * (small * 30 + large * 70))
@@ -373,7 +373,7 @@ def test_symmetry_loop_on_a_depth_stage_boosts_the_new_blocks_by_their_measured_
     """The loop's decisions for a depth stage follow the cosine of each copied block to its source, measured here
     from the recorded weights, and the boost reaches the applied LR of the new blocks (SGD updates)."""
     lr, target, interval = 0.05, 0.9999, 2
-    stage = GrowthStage(DEPTH_AT, n_layer=4, depth_order="stack", depth_init="copy", rewarmup_ratio=1.0,
+    stage = paper_stage(DEPTH_AT, n_layer=4, depth_order="stack", depth_init="copy", rewarmup_ratio=1.0,
                         rewarmup_steps=0, symmetry_target=target, symmetry_interval=interval, symmetry_max_boost=4.0)
     module = TinyModule(optimizer="sgd", lr=lr, max_steps=MAX_STEPS, accumulate=accumulate)
     recorder = RecordSteps()
@@ -412,8 +412,8 @@ def test_a_width_stage_entries_keep_their_rewarmup_in_blocks_a_later_depth_growt
     """Width at step 6, then depth (interleave) at step 12: old block 1 moves to position 2, and its entries new
     at step 6 keep the width stage's re-warmup, read from the parameters; new blocks follow the depth stage's."""
     lr, width_at, depth_at = 0.05, 6, 12
-    stages = [GrowthStage(width_at, n_embd=48, rewarmup_ratio=2.0, rewarmup_steps=3),
-              GrowthStage(depth_at, n_layer=4, depth_order="interleave", rewarmup_ratio=1.5, rewarmup_steps=2)]
+    stages = [paper_stage(width_at, n_embd=48, rewarmup_ratio=2.0, rewarmup_steps=3),
+              paper_stage(depth_at, n_layer=4, depth_order="interleave", rewarmup_ratio=1.5, rewarmup_steps=2)]
     module = TinyModule(optimizer="sgd", lr=lr, max_steps=MAX_STEPS)
     recorder = RecordSteps()
     trainer = make_trainer([recorder, WidthGrowthCallback(stages)], max_steps=MAX_STEPS, precision="64-true")

@@ -23,7 +23,7 @@ from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.stage import fraction_step, resolve_timing
 
 from _dist import backend_fixtures, final_states, rel_diff
-from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage, tiny_config
 from conftest import assert_unchanged, gemma_config, make_gpt, make_tokens, snapshot
 from test_depth import FAMILIES
 
@@ -35,7 +35,7 @@ from test_depth import FAMILIES
 ])
 def test_at_fraction_rounds_up_on_the_decimal_value(fraction, max_steps, step):
     assert fraction_step(fraction, max_steps) == step
-    assert GrowthStage(at_fraction=fraction, n_layer=4).resolved(max_steps).at_step == step
+    assert paper_stage(at_fraction=fraction, n_layer=4).resolved(max_steps).at_step == step
 
 
 @pytest.mark.parametrize("keys, message", [
@@ -49,17 +49,17 @@ def test_at_fraction_rounds_up_on_the_decimal_value(fraction, max_steps, step):
 ])
 def test_bad_timing_is_refused_naming_the_value(keys, message):
     with pytest.raises(ValueError, match=message):
-        GrowthStage(n_layer=4, **keys)
+        paper_stage(n_layer=4, **keys)
 
 
 @pytest.mark.parametrize("max_steps", [None, -1, 0])
 def test_at_fraction_without_a_run_length_is_refused(max_steps):
     with pytest.raises(ValueError, match=rf"at_fraction=0.5\): .* max_steps is {max_steps}; set Trainer\(max_steps"):
-        GrowthStage(at_fraction=0.5, n_layer=4).resolved(max_steps)
+        paper_stage(at_fraction=0.5, n_layer=4).resolved(max_steps)
 
 
 def test_stages_are_ordered_after_resolution():
-    stages = [GrowthStage(at_fraction=0.5, n_embd=48), GrowthStage(40, n_layer=4)]
+    stages = [paper_stage(at_fraction=0.5, n_embd=48), paper_stage(40, n_layer=4)]
     with pytest.raises(ValueError, match=r"increasing at_step order, got at_step=\[50 \(at_fraction=0.5\), 40\]"):
         resolve_timing(stages, 100)
     assert [s.at_step for s in resolve_timing(stages, 60)] == [30, 40]
@@ -68,9 +68,9 @@ def test_stages_are_ordered_after_resolution():
 
 def test_estimate_compute_takes_the_fraction_of_total_steps():
     config = tiny_config()
-    by_fraction = estimate_compute(config, GrowthStage(at_fraction=0.3, n_layer=8), total_steps=40,
+    by_fraction = estimate_compute(config, paper_stage(at_fraction=0.3, n_layer=8), total_steps=40,
                                    tokens_per_step=64)
-    by_step = estimate_compute(config, GrowthStage(12, n_layer=8), total_steps=40, tokens_per_step=64)
+    by_step = estimate_compute(config, paper_stage(12, n_layer=8), total_steps=40, tokens_per_step=64)
     assert by_fraction == by_step and by_fraction.phase_steps == (12, 28)
 
 
@@ -78,7 +78,7 @@ def test_estimate_compute_takes_the_fraction_of_total_steps():
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_an_at_fraction_stage_grows_at_its_step_inside_a_fit(accumulate):
     module = TinyModule(max_steps=12, accumulate=accumulate)
-    growth = WidthGrowthCallback([GrowthStage(at_fraction=0.3, n_layer=8, rewarmup_steps=2)])
+    growth = WidthGrowthCallback([paper_stage(at_fraction=0.3, n_layer=8, rewarmup_steps=2)])
     seen: list[tuple[int, int]] = []
 
     class Layers(Callback):  # records the block count the optimizer step at each global_step trains
@@ -95,11 +95,11 @@ def test_an_at_fraction_stage_grows_at_its_step_inside_a_fit(accumulate):
 def test_the_callback_refuses_an_at_fraction_stage_without_max_steps_or_past_the_run():
     from lightning_sparkling.growth.plan import GrowthError as Error
 
-    growth = WidthGrowthCallback([GrowthStage(at_fraction=0.5, n_layer=4, rewarmup_ratio=None)])
+    growth = WidthGrowthCallback([paper_stage(at_fraction=0.5, n_layer=4, rewarmup_ratio=None)])
     trainer = make_trainer([growth], max_steps=-1, max_epochs=1, limit_train_batches=2)
     with pytest.raises(Error, match=r"at_fraction=0.5\): a fraction of the run needs the run's length"):
         trainer.fit(TinyModule())
-    growth = WidthGrowthCallback([GrowthStage(at_fraction=0.95, n_layer=4, rewarmup_steps=1)])
+    growth = WidthGrowthCallback([paper_stage(at_fraction=0.95, n_layer=4, rewarmup_steps=1)])
     with pytest.raises(Error, match=r"at_step=10\) is at or past trainer.max_steps=10"):
         make_trainer([growth], max_steps=10).fit(TinyModule(max_steps=10))
 
@@ -113,8 +113,8 @@ def test_the_named_orders_are_depth_maps(old, new, order):
     assert len(depth_map) == new
     config = FAMILIES["llama"](n_layer=old)
     a, b = make_gpt(config), make_gpt(config)
-    grow_model(a, GrowthStage(0, n_layer=new, depth_order=order, depth_init="copy"))
-    grow_model(b, GrowthStage(0, depth_map=depth_map, depth_init="copy"))
+    grow_model(a, paper_stage(0, n_layer=new, depth_order=order, depth_init="copy"))
+    grow_model(b, paper_stage(0, depth_map=depth_map, depth_init="copy"))
     assert a.state_dict().keys() == b.state_dict().keys()
     for name, value in a.state_dict().items():
         assert torch.equal(value, b.state_dict()[name]), name
@@ -138,7 +138,7 @@ def test_copy_zero_keeps_the_logits_under_any_accepted_map_and_new_blocks_copy_t
         before = model(x)
     old = [dict(b.named_parameters()) for b in model.transformer.h]
     old = [{n: p.detach().clone() for n, p in b.items()} for b in old]
-    result = grow_model(model, GrowthStage(0, depth_map=depth_map))
+    result = grow_model(model, paper_stage(0, depth_map=depth_map))
     with torch.no_grad():
         torch.testing.assert_close(model(x), before, atol=1e-5, rtol=0)
     assert model.config.n_layer == len(depth_map)
@@ -155,13 +155,13 @@ def test_per_block_indicators_follow_the_map():
     x = make_tokens(config, length=16)
     with torch.no_grad():
         before = model(x)
-    grow_model(model, GrowthStage(0, depth_map=(0, 1, 1, 1, 2, 0), depth_init="copy-zero"))
+    grow_model(model, paper_stage(0, depth_map=(0, 1, 1, 1, 2, 0), depth_init="copy-zero"))
     assert model.config.sliding_window_indices == [1, 0, 0, 0, 1, 1]
     with torch.no_grad():
         torch.testing.assert_close(model(x), before, atol=1e-5, rtol=0)
     # RoPE indicators (litgpt's forward on them is not exercised here: only the grown config)
     rope = FAMILIES["llama"](n_layer=3, rope_indices=[0, 1, 1])
-    assert plan_growth(rope, GrowthStage(0, depth_map=(0, 1, 1, 1, 2, 0))).new_config.rope_indices == [0, 1, 1, 1,
+    assert plan_growth(rope, paper_stage(0, depth_map=(0, 1, 1, 1, 2, 0))).new_config.rope_indices == [0, 1, 1, 1,
                                                                                                      1, 0]
 
 
@@ -178,7 +178,7 @@ def test_per_block_indicators_follow_the_map():
 ])
 def test_bad_depth_maps_are_refused_when_the_stage_is_built(keys, message):
     with pytest.raises(ValueError, match=message):
-        GrowthStage(0, **keys)
+        paper_stage(0, **keys)
 
 
 @pytest.mark.parametrize("depth_map, message, grown", [
@@ -190,7 +190,7 @@ def test_a_map_that_does_not_fit_the_model_is_refused_before_anything_changes(de
     model = make_gpt(FAMILIES["llama"](n_layer=2))
     snap = snapshot(model)
     with pytest.raises(GrowthError, match=grown or message):
-        grow_model(model, GrowthStage(0, depth_map=depth_map))
+        grow_model(model, paper_stage(0, depth_map=depth_map))
     assert_unchanged(model, snap)
     with pytest.raises(ValueError, match=message):
         check_depth_map(depth_map, 2)
@@ -202,13 +202,13 @@ def test_a_map_on_a_named_target_must_have_its_length():
                                               "vocab_size", "padded_vocab_size", "block_size", "mlp_class_name",
                                               "norm_class_name", "bias", "parallel_residual")}
     with pytest.raises(GrowthError, match=r"the map has 3 entries, .*give n_layer=3 .*\(the target sets n_layer=4"):
-        plan_growth(config, GrowthStage(0, model_config={**target, "n_layer": 4}, depth_map=(0, 1, 0)))
-    plan = plan_growth(config, GrowthStage(0, model_config={**target, "n_layer": 4}, depth_map=(0, 0, 1, 1)))
+        plan_growth(config, paper_stage(0, model_config={**target, "n_layer": 4}, depth_map=(0, 1, 0)))
+    plan = plan_growth(config, paper_stage(0, model_config={**target, "n_layer": 4}, depth_map=(0, 0, 1, 1)))
     assert plan.depth.source == (0, 0, 1, 1) and plan.new_config.n_layer == 4
 
 
 def test_stages_with_a_map_survive_the_checkpoint_round_trip():
-    stage = GrowthStage(at_fraction=0.5, depth_map=[0, 1, 0, 1])
+    stage = paper_stage(at_fraction=0.5, depth_map=[0, 1, 0, 1])
     assert stage.depth_map == (0, 1, 0, 1) and stage.n_layer == 4
     assert GrowthStage(**stage.to_dict()) == stage
 
@@ -222,7 +222,7 @@ def test_4x_depth_in_one_stage_keeps_the_logits_on_every_family(family):
     x = make_tokens(config)
     with torch.no_grad():
         before = model(x)
-    result = grow_model(model, GrowthStage(0, n_layer=8, depth_order=order))
+    result = grow_model(model, paper_stage(0, n_layer=8, depth_order=order))
     with torch.no_grad():
         torch.testing.assert_close(model(x), before, atol=1e-5, rtol=0)
     assert len(result.plan.depth.new_blocks) == 6 and len(model.transformer.h) == 8
@@ -235,10 +235,10 @@ MAX_STEPS = 16
 
 def _operating_points(kind: str) -> list[GrowthStage]:
     if kind == "4x":  # 2 -> 8 blocks at step 5 (stack, copy-zero), then a width growth
-        return [GrowthStage(5, n_layer=8, rewarmup_ratio=2.0, rewarmup_steps=3),
-                GrowthStage(10, n_embd=48, rewarmup_ratio=1.5, rewarmup_steps=2)]
+        return [paper_stage(5, n_layer=8, rewarmup_ratio=2.0, rewarmup_steps=3),
+                paper_stage(10, n_embd=48, rewarmup_ratio=1.5, rewarmup_steps=2)]
     # a depth map at 40% of the run: ceil(0.4 * 16) = step 7, 2 -> 6 blocks, copies of block 0 then of block 1
-    return [GrowthStage(at_fraction=0.4, depth_map=(0, 0, 0, 1, 1, 1), depth_init="copy", rewarmup_ratio=2.0,
+    return [paper_stage(at_fraction=0.4, depth_map=(0, 0, 0, 1, 1, 1), depth_init="copy", rewarmup_ratio=2.0,
                         rewarmup_steps=3)]
 
 

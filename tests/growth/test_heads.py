@@ -1,4 +1,4 @@
-"""Heads growth (``GrowthStage(n_head=..., n_query_groups=...)``) and growth into a named litgpt config
+"""Heads growth (``paper_stage(n_head=..., n_query_groups=...)``) and growth into a named litgpt config
 (``model_name`` / ``model_config``): litgpt's fused ``qkv`` layout under MHA, GQA (both ways) and MQA, function
 preservation under copy-copy at integer ratios, pythia by name, refusals, and inside a fit the applied LR of every
 entry class (read from SGD updates) through a width growth followed by a heads growth, and bit-exact resume."""
@@ -21,7 +21,7 @@ from lightning_sparkling.growth.schedules import WarmupCosineLambda
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, assert_states_equal, make_trainer
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage
 from conftest import (
     assert_unchanged,
     gemma_config,
@@ -86,7 +86,7 @@ def test_copy_copy_heads_growth_keeps_the_logits(case):
     x = make_tokens(config)
     with torch.no_grad():
         before = model(x)
-    grow_model(model, GrowthStage(0, **keys))
+    grow_model(model, paper_stage(0, **keys))
     with torch.no_grad():
         torch.testing.assert_close(model(x), before, atol=1e-5, rtol=0)
     assert model.config.n_head == keys["n_head"] and model.config.head_size == config.head_size
@@ -97,7 +97,7 @@ def test_copy_copy_heads_growth_keeps_the_logits(case):
 
 def test_random_zero_heads_start_random_with_zeroed_proj_columns():
     model = make_gpt(llama_config())
-    grow_model(model, GrowthStage(0, n_head=8, init="random-zero"))
+    grow_model(model, paper_stage(0, n_head=8, init="random-zero"))
     attn = model.transformer.h[0].attn
     hs = model.config.head_size
     fresh_heads = [2, 3, 6, 7]  # groups of 2 -> 4: slots 2 and 3 of each group are new
@@ -111,14 +111,14 @@ def test_a_heads_stage_that_does_not_fit_is_refused_before_anything_changes():
     model = make_gpt(llama_config())
     snap = snapshot(model)
     with pytest.raises(GrowthError, match="query heads per group"):
-        grow_model(model, GrowthStage(0, n_head=8, n_query_groups=8))
+        grow_model(model, paper_stage(0, n_head=8, n_query_groups=8))
     with pytest.raises(GrowthError, match="n_head=2 shrinks"):
-        grow_model(model, GrowthStage(0, n_head=2))
+        grow_model(model, paper_stage(0, n_head=2))
     assert_unchanged(model, snap)
     with pytest.raises(GrowthError, match="latent attention"):
-        plan_growth(latent_attention_config(), GrowthStage(0, n_head=8))
+        plan_growth(latent_attention_config(), paper_stage(0, n_head=8))
     with pytest.raises(ValueError, match="not supported with a heads growth"):
-        GrowthStage(0, n_head=8, split="uneven")
+        paper_stage(0, n_head=8, split="uneven")
 
 
 # ----------------------------------------------------------------------------------------------- named configs
@@ -127,7 +127,7 @@ def test_pythia_14m_to_31m_by_name_keeps_the_function_and_ends_with_31m_shapes()
     x = make_tokens(model.config)
     with torch.no_grad():
         before = model(x)
-    grow_model(model, GrowthStage(0, model_name="pythia-31m"))
+    grow_model(model, paper_stage(0, model_name="pythia-31m"))
     with torch.no_grad():
         torch.testing.assert_close(model(x), before, atol=1e-5, rtol=0)
     target = Config.from_name("pythia-31m")
@@ -139,7 +139,7 @@ def test_pythia_14m_to_31m_by_name_keeps_the_function_and_ends_with_31m_shapes()
 
 def test_pythia_70m_to_160m_by_name_loads_strictly_into_160m():
     model = GPT(Config.from_name("pythia-70m"))
-    result = grow_model(model, GrowthStage(0, model_name="pythia-160m"))
+    result = grow_model(model, paper_stage(0, model_name="pythia-160m"))
     GPT(Config.from_name("pythia-160m")).load_state_dict(model.state_dict(), strict=True)
     assert result.plan.stage.sizes == {"n_embd": 768, "intermediate_size": 3072, "n_head": 12, "n_query_groups": 12,
                                        "n_layer": 12}
@@ -159,7 +159,7 @@ def test_a_target_config_that_is_not_a_growth_is_refused_naming_the_field(keys, 
     model = GPT(Config.from_name("pythia-14m"))
     snap = snapshot(model)
     with pytest.raises(GrowthError, match=message):
-        grow_model(model, GrowthStage(0, **keys))
+        grow_model(model, paper_stage(0, **keys))
     assert_unchanged(model, snap)
 
 
@@ -167,21 +167,21 @@ def test_model_config_by_fields_takes_the_targets_name_and_block_size():
     small = Config.from_name("pythia-14m")
     target = {**dataclasses.asdict(Config.from_name("pythia-31m")), "name": "my-31m", "block_size": 4096}
     model = GPT(small)
-    grow_model(model, GrowthStage(0, model_config=target))
+    grow_model(model, paper_stage(0, model_config=target))
     assert (model.config.name, model.config.block_size, model.config.n_embd) == ("my-31m", 4096, 256)
 
 
 def test_stage_refuses_a_target_with_sizes():
     with pytest.raises(ValueError, match="the target config sets every size"):
-        GrowthStage(0, model_name="pythia-31m", n_embd=256)
+        paper_stage(0, model_name="pythia-31m", n_embd=256)
     with pytest.raises(ValueError, match="give one of them"):
-        GrowthStage(0, model_name="pythia-31m", model_config={"n_embd": 256})
+        paper_stage(0, model_name="pythia-31m", model_config={"n_embd": 256})
 
 
 # ----------------------------------------------------------------------------------------------- symmetry
 def test_heads_symmetry_is_one_at_growth():
     model = make_gpt(llama_config())
-    result = grow_model(model, GrowthStage(0, n_head=8))
+    result = grow_model(model, paper_stage(0, n_head=8))
     specs = copy_specs(result.plan)
     assert {"attn_q", "attn_qkv"} <= set(specs)
     params = dict(model.named_parameters())
@@ -196,8 +196,8 @@ WIDTH_AT, HEADS_AT = 6, 12
 
 
 def _stages():
-    return [GrowthStage(WIDTH_AT, n_embd=48, rewarmup_ratio=2.0, rewarmup_steps=3),
-            GrowthStage(HEADS_AT, n_head=8, rewarmup_ratio=1.5, rewarmup_steps=2)]
+    return [paper_stage(WIDTH_AT, n_embd=48, rewarmup_ratio=2.0, rewarmup_steps=3),
+            paper_stage(HEADS_AT, n_head=8, rewarmup_ratio=1.5, rewarmup_steps=2)]
 
 
 @pytest.mark.slow
@@ -276,7 +276,7 @@ def test_estimate_compute_counts_a_named_config_stage_as_its_target():
     from lightning_sparkling import estimate_compute
 
     small, target = Config.from_name("pythia-70m"), Config.from_name("pythia-160m")
-    est = estimate_compute(small, GrowthStage(30, model_name="pythia-160m"), total_steps=100, tokens_per_step=64)
+    est = estimate_compute(small, paper_stage(30, model_name="pythia-160m"), total_steps=100, tokens_per_step=64)
     assert est.configs[-1].n_layer == target.n_layer and est.configs[-1].n_embd == target.n_embd
     final_active = count_params(target)[0]
     assert est.active_params == (count_params(small)[0], final_active)

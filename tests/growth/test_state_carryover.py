@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from _tiny import TinyModule, assert_states_equal, make_trainer, token_batch
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage, token_batch
 from conftest import assert_unchanged, llama_config, make_gpt, make_tokens, snapshot
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
@@ -143,7 +143,7 @@ def test_plan_optimizer_patch_keeps_scalars_and_scales_moments_exactly(opt_name,
     groups = {n: _group_of(optimizer, p) for n, p in named.items()}
     hyper = [_hyper(g) for g in optimizer.param_groups]
 
-    result = grow_model(model, GrowthStage(0, **widths, init=init, optimizer_state=recipe))
+    result = grow_model(model, paper_stage(0, **widths, init=init, optimizer_state=recipe))
     alpha_e = fan_in_scale(32, 48, init=init) if "n_embd" in widths else 1.0
     alpha_i = fan_in_scale(64, 96, init=init)
     assert abs(alpha_i - alpha_i**2) > 0.1
@@ -183,7 +183,7 @@ def test_optimizer_patch_undo_restores_everything_deeply():
     model, optimizer = _trained(OPTIMIZERS["adamw_amsgrad"])
     snap_model = snapshot(model)
     snap_opt = _opt_snapshot(optimizer)
-    result = grow_model(model, GrowthStage(0, n_embd=64, intermediate_size=128, optimizer_state="asymmetric-scaled"))
+    result = grow_model(model, paper_stage(0, n_embd=64, intermediate_size=128, optimizer_state="asymmetric-scaled"))
     patch = plan_optimizer_patch(optimizer, result, "asymmetric-scaled")
     patch.apply()
     assert optimizer.state[model.lm_head.weight]["exp_avg"].shape == (100, 64)  # the grown state is in
@@ -374,7 +374,7 @@ def test_lightning_growth_keeps_step_groups_and_scales_state(widths):
     at = 4
     module = GroupsModule(kind="adamw", max_steps=8)
     pre, post = _AroundGrowth(at), _AroundGrowth(at)
-    stage = GrowthStage(at, **widths, optimizer_state="asymmetric-scaled", rewarmup_steps=2)
+    stage = paper_stage(at, **widths, optimizer_state="asymmetric-scaled", rewarmup_steps=2)
     trainer, growth = _fit(module, stage, max_steps=8, callbacks=[pre], after=[post])
     assert growth.grown_stages == 1 and pre.seen["step"] == post.seen["step"] == at
     new_params = [n for n in post.seen["params"] if post.seen["params"][n] is not pre.seen["params"][n]]
@@ -442,7 +442,7 @@ def test_param_groups_kept_and_new_entries_follow_their_groups_rewarmup(accumula
     max_steps, at, ratio, warmup = 14, 5, 1.5, 3
     module = GroupsModule(kind="sgd", max_steps=max_steps, accumulate=accumulate)
     config = module.model.config
-    stage = GrowthStage(at, n_embd=48, intermediate_size=96, rewarmup_ratio=ratio, rewarmup_steps=warmup)
+    stage = paper_stage(at, n_embd=48, intermediate_size=96, rewarmup_ratio=ratio, rewarmup_steps=warmup)
     recorder, pre, post = _RecordSGD(), _AroundGrowth(at), _AroundGrowth(at)
     _fit(module, stage, max_steps=max_steps, accumulate=accumulate, callbacks=[recorder, pre], after=[post])
     new_params = [n for n in post.seen["params"] if post.seen["params"][n] is not pre.seen["params"][n]]
@@ -468,7 +468,7 @@ def test_two_optimizers_new_entries_follow_their_own_optimizers_rewarmup(accumul
     max_steps, at, ratio, warmup = 24, 8, 1.5, 4  # two optimizer steps per global batch: global_step += 2
     module = TwoOptimizers(accumulate=accumulate, max_steps=max_steps)
     config = module.model.config
-    stage = GrowthStage(at, n_embd=48, intermediate_size=96, rewarmup_ratio=ratio, rewarmup_steps=warmup)
+    stage = paper_stage(at, n_embd=48, intermediate_size=96, rewarmup_ratio=ratio, rewarmup_steps=warmup)
     pre, post = _AroundGrowth(at), _AroundGrowth(at)
     _fit(module, stage, max_steps=max_steps, accumulate=1, callbacks=[pre], after=[post])
     assert pre.seen["step"] == at and module.model.config.n_embd == 48
@@ -511,8 +511,8 @@ def test_tied_embeddings_head_scale_folded_into_ln_f(init):
     W, g = tied.lm_head.weight.detach().clone(), tied.transformer.ln_f.weight.detach().clone()
     eps = tied.transformer.ln_f.eps
 
-    result = grow_model(tied, GrowthStage(0, n_embd=64, init=init))
-    grow_model(untied, GrowthStage(0, n_embd=64, init=init))
+    result = grow_model(tied, paper_stage(0, n_embd=64, init=init))
+    grow_model(untied, paper_stage(0, n_embd=64, init=init))
     assert tied.lm_head.weight is tied.transformer.wte.weight
     src = result.plan.axes["n_embd"].src
     lm_alpha = fan_in_scale(32, 64, init="copy-copy")
@@ -571,7 +571,7 @@ def test_failed_growth_restores_optimizer_state_and_groups_deeply(monkeypatch, f
             raise RuntimeError("injected failure")
         monkeypatch.setattr(SingleBackend, "rewrap", fail)
 
-    growth = WidthGrowthCallback(GrowthStage(at, n_embd=64, intermediate_size=128, optimizer_state="asymmetric-scaled",
+    growth = WidthGrowthCallback(paper_stage(at, n_embd=64, intermediate_size=128, optimizer_state="asymmetric-scaled",
                                              rewarmup_steps=2))
     trainer = make_trainer([Snapshot(), growth], max_steps=12)
     with pytest.raises(GrowthFailedError, match="pre-growth"):
@@ -586,9 +586,9 @@ def test_failed_growth_restores_optimizer_state_and_groups_deeply(monkeypatch, f
 
 # ----------------------------------------------------------------------------------------- resume
 def _three_stages():
-    return [GrowthStage(6, n_embd=48, rewarmup_ratio=1.5, rewarmup_steps=4),
-            GrowthStage(12, intermediate_size=96, init="random-copy", rewarmup_ratio=None),
-            GrowthStage(18, n_embd=64, intermediate_size=128, rewarmup_ratio=1.3, rewarmup_steps=3)]
+    return [paper_stage(6, n_embd=48, rewarmup_ratio=1.5, rewarmup_steps=4),
+            paper_stage(12, intermediate_size=96, init="random-copy", rewarmup_ratio=None),
+            paper_stage(18, n_embd=64, intermediate_size=128, rewarmup_ratio=1.3, rewarmup_steps=3)]
 
 
 @pytest.mark.slow

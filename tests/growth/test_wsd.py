@@ -27,7 +27,7 @@ from lightning_sparkling.growth.schedules import (
 )
 
 from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, assert_states_equal, make_trainer
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -180,7 +180,7 @@ class WSDModule(TinyModule):
 
 
 def new_mask(name: str, shape) -> torch.Tensor:
-    """New entries of GrowthStage(AT, n_embd=48, intermediate_size=128) from n_embd 32, intermediate 64."""
+    """New entries of paper_stage(AT, n_embd=48, intermediate_size=128) from n_embd 32, intermediate 64."""
     mask = torch.zeros(shape, dtype=torch.bool)
     if name.endswith("mlp.proj.weight"):
         mask[32:, :] = True
@@ -224,7 +224,7 @@ def _fit(module, stages, *, accumulate=1, callbacks=(), min_lr=None, **kw):
 
 
 def _stage(**kw) -> GrowthStage:
-    return GrowthStage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=RATIO, rewarmup_steps=REWARM, **kw)
+    return paper_stage(AT, n_embd=48, intermediate_size=128, rewarmup_ratio=RATIO, rewarmup_steps=REWARM, **kw)
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
@@ -323,7 +323,7 @@ def test_bit_exact_resume_across_a_growth_under_wsd(tmp_path: Path, scope):
     """Resume from before, at and after a growth in the stable phase, and from inside the decay phase, ends bit for
     bit where the uninterrupted run ends (AdamW, float32); the record holds the decay phase as plain data."""
     max_steps = 14  # decay over the last 30%: steps 9..14
-    stages = lambda: [GrowthStage(4, n_embd=64, intermediate_size=128, rewarmup_ratio=2.0,  # noqa: E731
+    stages = lambda: [paper_stage(4, n_embd=64, intermediate_size=128, rewarmup_ratio=2.0,  # noqa: E731
                                   rewarmup_steps=3, rewarmup_scope=scope)]
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
     reference = WSDModule(max_steps=max_steps)
@@ -363,7 +363,7 @@ def test_user_wsd_lambda_needs_min_lr_and_gets_the_cosine_tail_with_a_warning():
 
 def test_callback_warns_about_a_growth_inside_the_wsd_decay_phase():
     module = WSDModule(max_steps=MAX_STEPS, min_lr_ratio=MIN_RATIO)
-    stage = GrowthStage(DECAY_START, n_embd=48, rewarmup_steps=3)
+    stage = paper_stage(DECAY_START, n_embd=48, rewarmup_steps=3)
     with pytest.warns(UserWarning, match=r"GrowthStage\(at_step=21\): the growth at step 21 falls inside the WSD "
                                          r"decay phase \(steps 21..30\)"):
         _fit(module, [stage])
@@ -371,7 +371,7 @@ def test_callback_warns_about_a_growth_inside_the_wsd_decay_phase():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         warnings.filterwarnings("ignore", message=".*(does not have many workers|LightningModule.*GPU).*")
-        _fit(module, [GrowthStage(DECAY_START - 1, n_embd=48, rewarmup_steps=3)])  # the last stable step: fine
+        _fit(module, [paper_stage(DECAY_START - 1, n_embd=48, rewarmup_steps=3)])  # the last stable step: fine
 
 
 def test_wsd_lambda_stepped_per_epoch_is_refused():

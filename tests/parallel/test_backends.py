@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _tiny import TinyModule, tiny_config
+from _tiny import TinyModule, paper_stage, tiny_config
 from lightning.pytorch.strategies import (
     DDPStrategy,
     DeepSpeedStrategy,
@@ -67,7 +67,7 @@ _OtherStrategy.__abstractmethods__ = frozenset()
     (lambda: FSDPStrategy(use_orig_params=False), r"use_orig_params=False.*use_orig_params=True"),
 ])
 def test_unsupported_strategy_refused_in_setup(make, match):
-    callback = WidthGrowthCallback(GrowthStage(2, n_embd=64, rewarmup_steps=1), min_lr=0.0)
+    callback = WidthGrowthCallback(paper_stage(2, n_embd=64, rewarmup_steps=1), min_lr=0.0)
     trainer = SimpleNamespace(strategy=make(), max_steps=10)
     with pytest.raises(GrowthError, match=match):
         callback.setup(trainer, TinyModule(max_steps=10), "fit")
@@ -76,7 +76,7 @@ def test_unsupported_strategy_refused_in_setup(make, match):
 
 
 def test_backend_is_chosen_in_setup():
-    callback = WidthGrowthCallback(GrowthStage(2, n_embd=64, rewarmup_steps=1), min_lr=0.0)
+    callback = WidthGrowthCallback(paper_stage(2, n_embd=64, rewarmup_steps=1), min_lr=0.0)
     with pytest.raises(RuntimeError, match="chosen in setup"):
         _ = callback.backend
     module = TinyModule(max_steps=10)
@@ -93,7 +93,7 @@ def test_single_backend_pieces():
     optimizer = torch.optim.AdamW(gpt.parameters(), lr=1e-3)
     gpt(torch.randint(0, gpt.config.vocab_size, (2, 8))).sum().backward()
     optimizer.step()
-    stage = GrowthStage(1, n_embd=2 * gpt.config.n_embd)
+    stage = paper_stage(1, n_embd=2 * gpt.config.n_embd)
     result = backend.grow(SimpleNamespace(), None, gpt, stage, seed=0, stage_index=0)
     assert gpt.config.n_embd == stage.n_embd
     patch = backend.plan_optimizer_patch(optimizer, result, stage.optimizer_state)

@@ -157,12 +157,15 @@ def test_litgpt_generate_cli_loads_final_dir(first_run):
 def test_resume_auto_continues_from_newest_checkpoint(first_run, config_file, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(first_run, out)
+    first_events = json.loads((out / "summary.json").read_text())["growth_events"]
     assert main(["pretrain", "--config", str(config_file), "--out_dir", str(out), "--train.max_steps", "16",
                  "--resume", "auto"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["resumed_from"].endswith("step-00000012.ckpt")
     assert summary["steps"] == 16
-    assert summary["growth_events"] == []  # the growth of step 6 is in the checkpoint; it did not happen again
+    # the growth of step 6 is in the checkpoint: reported as it happened (issue 40: it read []), not done again
+    assert [e["global_step"] for e in summary["growth_events"]] == [6]
+    assert summary["growth_events"] == first_events
     assert summary["final_model_config"]["n_embd"] == 64
     # the FLOPs counter was restored from the checkpoint and continued
     assert summary["flops_logged"] == pytest.approx(summary["flops"], rel=1e-9)

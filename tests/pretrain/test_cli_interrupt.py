@@ -67,7 +67,8 @@ def test_exception_in_a_step_leaves_a_resumable_checkpoint(tmp_path, monkeypatch
 
     assert main(["pretrain", *args, "--resume", str(ckpt)]) == 0
     resumed = json.loads((out / "summary.json").read_text())
-    assert resumed["status"] == "completed" and resumed["steps"] == 12 and resumed["growth_events"] == []
+    assert resumed["status"] == "completed" and resumed["steps"] == 12
+    assert [e["global_step"] for e in resumed["growth_events"]] == [6]  # the growth before the failure, reported
     expected, got = _final_state(full), _final_state(out)
     assert expected.keys() == got.keys()
     assert all(torch.equal(expected[k], got[k]) for k in expected), "the resumed run ends elsewhere"

@@ -89,8 +89,8 @@ def test_plan_prints_the_gstack_timing_of_the_run_at_a_hand_computed_example(con
     assert main(["plan", *args]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert ("G_stack's growth timing (the fit of Du et al. 2024, arXiv 2405.15319: log10 d = 0.88 log10 N + 163.27 / "
-            "log10 C - 5.74, N = 107,040 parameters of the grown model, C = 6 N D = 3.29e+15 FLOPs): grow after d = "
-            "1,614,473,252 tokens, step 6,306,537 (31.5% of the run)") in printed
+            "log10 C - 5.74, N = 107,040 parameters of the grown model, C = 6 N D = 3.29e+15 FLOPs): grow after 31.5% "
+            "of this run (step 6,306,537).") in printed
     gstack = plan(parse(args)[1], print_report=False)["gstack"]
     assert gstack["n_params"] == 107_040 and gstack["flops"] == 6 * 107_040 * 20_000_000 * TOKENS_PER_STEP
     assert gstack["tokens"] == pytest.approx(10 ** 9.20804, rel=1e-4) and gstack["step"] == 6_306_537
@@ -98,7 +98,17 @@ def test_plan_prints_the_gstack_timing_of_the_run_at_a_hand_computed_example(con
 
 
 def test_plan_says_when_the_gstack_timing_is_past_the_run(config_file, capsys):
-    assert main(["plan", "--config", str(config_file)]) == 0  # 12 steps: the fit asks for ~1e16 tokens
+    assert main(["plan", "--config", str(config_file),  # 12 steps: the fit asks for ~1e16 tokens
+                 *_stages({"at_step": 6, "n_layer": 4, "rewarmup_steps": 2})]) == 0
     printed = " ".join(capsys.readouterr().out.split())
-    assert "past the end of this run (12 steps). Fitted on that paper's runs" in printed
-    assert "not measured here" in printed
+    assert "x this run's tokens, past its end (12 steps). Fitted on that paper's runs" in printed
+    assert "not measured here" in printed and "tokens, step" not in printed
+
+
+def test_plan_gives_the_gstack_timing_for_depth_stages_only(config_file, capsys):
+    """G_stack's rule is about stacking blocks: a width-only run gets no line on it (issue 40)."""
+    assert main(["plan", "--config", str(config_file), *_stages({"at_step": 6, "n_embd": 64,
+                                                                 "rewarmup_steps": 2})]) == 0
+    assert "G_stack" not in capsys.readouterr().out
+    args = ["--config", str(config_file), *_stages({"at_step": 6, "n_embd": 64, "rewarmup_steps": 2})]
+    assert plan(parse(args)[1], print_report=False)["gstack"] is None

@@ -104,7 +104,7 @@ def test_resume_auto_refuses_when_no_checkpoint_is_readable(run, tmp_path, capsy
     (["--growth.stages", "[]"], "was grown by 1 stage(s) but growth.stages has 0"),
     # same stages, other recipe: the message names the key that restores it
     (["--growth.recipe", "paper"], "(init: checkpoint 'random-zero', config 'copy-copy', rewarmup_ratio: checkpoint 3.0"),
-    (["--growth.recipe", "paper"], "only the recipe's keys differ: growth.recipe: paper"),
+    (["--growth.recipe", "paper"], "only the recipe's keys differ: growth.recipe: random-zero-3x"),  # as trained
     # another architecture: the checkpoint's would be silently used (then a KeyError a few steps later)
     (["--model_config.n_layer", "3"], "n_layer: checkpoint 2, config 3"),
     (["--data.seq_len", "16"], "block_size: checkpoint 32, config 16"),
@@ -204,3 +204,23 @@ def test_a_stage_given_by_at_fraction_resumes_where_its_step_matches(run, tmp_pa
     line = _refused(capsys, ["--config", str(config), "--resume", str(ckpt), "--growth.stages", stage.format(0.5)],
                     tmp_path / "new")
     assert "another growth.stages[0] than the config's (at_step: checkpoint 6, config 5)" in line, line
+
+
+def test_a_checkpoint_written_before_stages_named_their_recipe_resumes_on_its_keys(run, tmp_path):
+    """Stage dicts without ``recipe`` (checkpoints of earlier releases) match the config's stages on every other key;
+    a different key is still refused."""
+    import torch
+
+    from lightning_sparkling.pretrain.cli import parse
+
+    config, out = run
+    state = torch.load(out / "checkpoints" / "step-00000010.ckpt", weights_only=False)
+    for stage in state["callbacks"]["WidthGrowthCallback"]["stages"]:
+        assert stage.pop("recipe") == "random-zero-3x"
+    old = tmp_path / "old.ckpt"
+    torch.save(state, old)
+    _, resumed, _ = parse(["--config", str(config), "--resume", str(old), "--out_dir", str(tmp_path / "o")])
+    assert resumed.resume_path == old
+    with pytest.raises(SystemExit):
+        parse(["--config", str(config), "--resume", str(old), "--out_dir", str(tmp_path / "o"),
+               "--growth.recipe", "paper"])

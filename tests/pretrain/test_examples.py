@@ -38,6 +38,31 @@ def test_example_config_plans(path, tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_example_uses_the_default_recipe_and_plan_does_not_say_it_was_not_found_to_pay(path, tmp_path, capsys):
+    """Issue 40: five examples set the paper's keys, which their own plan warned against. An example grows by the
+    default recipe (``auto``, the schedule's) and sets no key a recipe sets, unless a comment on that line says why."""
+    import yaml
+
+    from lightning_sparkling.growth.recipes import schedule_recipe
+    from lightning_sparkling.pretrain.cli import main
+
+    _, run, _ = parse(["--config", str(path), "--data.cache_dir", str(tmp_path / "cache")])
+    assert run.growth.recipe == schedule_recipe(run.train.lr_schedule)
+    assert {s.recipe for s in run.stages} == {run.growth.recipe}
+    growth = yaml.safe_load(path.read_text())["growth"]
+    assert growth.get("recipe", "auto") == "auto"
+    recipe_keys = {"init", "rewarmup_ratio", "symmetry_target", "symmetry_max_boost", "symmetry_release"}
+    for k, stage in enumerate(growth["stages"]):
+        for key in recipe_keys & set(stage):
+            line = next(line for line in path.read_text().splitlines() if line.strip().startswith(f"{key}:"))
+            assert "#" in line, f"{path.name}: growth.stages[{k}].{key} overrides the recipe without saying why"
+    main(["plan", "--config", str(path), "--data.cache_dir", str(tmp_path / "cache")])
+    printed = " ".join(" ".join(capsys.readouterr()).split())
+    assert "Where growth pays" in printed or "recipe" in printed
+    assert "not been found to pay" not in printed
+
+
 def test_quickstart_is_a_small_cpu_run_that_grows_mid_run():
     raw = yaml.safe_load((EXAMPLES / "quickstart.yaml").read_text())
     _, run, _ = parse(["--config", str(EXAMPLES / "quickstart.yaml")])
@@ -88,3 +113,32 @@ def test_add_callback_example_module_grows(tmp_path):
                                    ActivationRMSMonitor(every_n_steps=2)])
     trainer.fit(module, data)
     assert module.model.config.n_embd == 64 and trainer.global_step == 6
+
+
+def test_add_callback_example_prints_no_third_party_noise(tmp_path):
+    """Issue 40: the example printed Lightning's GPU/TPU lines, the LitLogger tip and a pytree FutureWarning. Its
+    ``quiet_lightning_output`` leaves them out and keeps the growth log; without it they are there (the control)."""
+    import subprocess
+    import sys
+
+    def run(quiet: bool) -> str:
+        code = (
+            "import runpy, torch, lightning as L\n"
+            "from lightning.pytorch.loggers import TensorBoardLogger\n"
+            "from lightning_sparkling import GrowthCallback, GrowthStage\n"
+            f"ex = runpy.run_path({str(EXAMPLES / 'add_callback.py')!r})\n"
+            + ("ex['quiet_lightning_output']()\n" if quiet else "")
+            + "data = torch.utils.data.DataLoader(ex['random_runs'](64), batch_size=16)\n"
+            f"L.Trainer(max_steps=4, accelerator='cpu', logger=TensorBoardLogger({str(tmp_path)!r}), "
+            "enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, "
+            "callbacks=[GrowthCallback(GrowthStage(2, n_embd=64, rewarmup_steps=1))]).fit(ex['TinyGPT'](), data)\n")
+        done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    quiet, loud = run(True), run(False)
+    assert "GrowthCallback: stage 0 grew the model" in quiet
+    for noise in ("GPU available", "TPU available", "Tip:", "LeafSpec"):
+        assert noise not in quiet, quiet
+    assert "GPU available" in loud and "Tip:" in loud

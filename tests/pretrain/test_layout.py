@@ -115,3 +115,12 @@ def test_architecture_layout_names_every_module():
     missing = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
                      if p.name != "__init__.py" and not re.search(rf"^\s+{re.escape(p.name)}\s", layout, flags=re.M))
     assert not missing, f"docs/ARCHITECTURE.md's layout does not list {missing}"
+
+
+def test_the_package_description_names_every_growth_axis():
+    """pyproject's description said "grow a model's width" after depth, heads and experts came (issue 40)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    description = tomllib.loads((root / "pyproject.toml").read_text())["project"]["description"]
+    assert all(axis in description for axis in ("width", "heads", "depth", "experts")), description

@@ -222,7 +222,8 @@ def test_textfiles_resume_continues_the_data_stream(textfiles_run, printed, text
     assert main(["pretrain", "--config", str(path), "--model_config", TINY_PYTHIA, "--resume", "auto"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["resumed_from"].endswith("step-00000003.ckpt") and summary["steps"] == 6
-    assert summary["growth_events"] == []  # grown at step 3 already
+    # grown at step 3 already: reported from the checkpoint (issue 40), not grown again
+    assert [e["global_step"] for e in summary["growth_events"]] == [3]
     ckpt = torch.load(out / "checkpoints" / "step-00000006.ckpt", map_location="cpu", weights_only=False)
     assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["num_samples_yielded"] == 6 * 4
 
@@ -332,4 +333,11 @@ def test_initial_checkpoint_dir_refusals(quickstart_final, tmp_path, capsys):
             main(base + extra)
         err = capsys.readouterr().err
         assert f"error: {key}" in err, err
+        if extra[0] == "--model_config":  # the fix, as typed on the command line (issue 40)
+            assert "--model_config null" in err, err
     assert not (tmp_path / "out").exists()
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+    _, run, _ = parse(["--config", str(quickstart), *base[1:5], "--model_config", "null",
+                       "--data.cache_dir", str(tmp_path / "cache"),
+                       "--growth.stages", "[{at_step: 120, n_embd: 256, rewarmup_steps: 20}]"])
+    assert run.model_config.n_embd == 128  # the checkpoint's own config, as the message says

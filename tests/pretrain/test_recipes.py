@@ -21,6 +21,7 @@ import lightning_sparkling.growth.stage as stage_module
 import lightning_sparkling.growth.timing as timing_module
 import lightning_sparkling.growth.types as types_module
 from lightning_sparkling import GrowthStage
+from lightning_sparkling.growth.recipes import same_keys
 from lightning_sparkling.growth.stage import RECIPES, apply_recipe
 from lightning_sparkling.pretrain.cli import parse
 
@@ -36,7 +37,11 @@ def test_docstring_examples_hold(module):
 
 
 def test_paper_recipe_is_growth_stage_defaults_and_the_others_add_their_keys():
-    assert GrowthStage.from_recipe("paper", 10, n_embd=64) == GrowthStage(10, n_embd=64)
+    assert GrowthStage.from_recipe("paper", 10, n_embd=64) == GrowthStage(10, n_embd=64, recipe="paper")
+    auto = GrowthStage(10, n_embd=64)  # resolved by the run's schedule; until then the documented field defaults
+    assert (auto.recipe, auto.init, auto.rewarmup_ratio) == ("auto", "copy-copy", 1.3)
+    with pytest.raises(ValueError, match=r"GrowthStage\(recipe='sparkle'\): choose auto"):
+        GrowthStage(10, n_embd=64, recipe="sparkle")
     rz = GrowthStage.from_recipe("random-zero", 10, n_embd=64)
     assert (rz.init, rz.rewarmup_ratio, rz.optimizer_state, rz.symmetry_target) == \
         ("random-zero", 10.0, "asymmetric", None)
@@ -54,7 +59,7 @@ def test_paper_recipe_is_growth_stage_defaults_and_the_others_add_their_keys():
         ("random-zero", 3.0, "asymmetric", None)
     assert set(RECIPES) == {"paper", "recommended", "random-zero", "wsd", "random-zero-3x"}
     # measured on width only: a depth-only stage keeps the paper's keys under it (its init and ratio both)
-    assert GrowthStage.from_recipe("random-zero-3x", 10, n_layer=8) == GrowthStage(10, n_layer=8)
+    assert same_keys(GrowthStage.from_recipe("random-zero-3x", 10, n_layer=8), GrowthStage(10, n_layer=8))
     assert GrowthStage.from_recipe("random-zero-3x", 10, n_layer=8, n_embd=64).rewarmup_ratio == 3.0
 
 
@@ -106,13 +111,14 @@ def _stages(tmp_path: Path, **growth) -> list[GrowthStage]:
 def test_cli_default_is_the_random_zero_3x_recipe_and_paper_is_one_key_away(tmp_path):
     stage = dict(at_step=6, n_embd=64, intermediate_size=128, rewarmup_steps=3)
     (default,) = _stages(tmp_path, stages=[stage])
-    assert default == GrowthStage(**stage, init="random-zero", rewarmup_ratio=3.0)
+    assert default == GrowthStage(**stage, init="random-zero", rewarmup_ratio=3.0, recipe="random-zero-3x")
     (paper,) = _stages(tmp_path, stages=[stage], recipe="paper")
-    assert paper == GrowthStage(**stage)
+    assert paper == GrowthStage(**stage, recipe="paper")
+    assert (paper.init, paper.rewarmup_ratio) == ("copy-copy", 1.3)
     (rz,) = _stages(tmp_path, stages=[{**stage, "rewarmup_ratio": 5.0}], recipe="random-zero")
     assert (rz.init, rz.rewarmup_ratio, rz.symmetry_target) == ("random-zero", 5.0, None)
     (wsd,) = _stages(tmp_path, stages=[stage], recipe="wsd")
-    assert wsd == GrowthStage(**stage, init="random-zero")
+    assert wsd == GrowthStage(**stage, init="random-zero", recipe="wsd")
     (own,) = _stages(tmp_path, stages=[{**stage, "symmetry_release": "schedule"}], recipe="recommended")
     assert (own.symmetry_target, own.symmetry_release, own.symmetry_max_boost) == (0.5, "schedule", 8.0)
 
@@ -154,3 +160,87 @@ def test_an_unknown_schedule_is_refused_by_its_own_key_not_by_the_recipe(tmp_pat
     with pytest.raises(SystemExit):
         main(["plan", "--config", str(path), "--growth.recipe", "best"])
     assert "error: growth.recipe: unknown recipe 'best': choose auto or one of paper" in capsys.readouterr().err
+
+
+def _fit_tiny(stages, schedule, accumulate: int = 1):
+    """Fit the tests' TinyModule under ``schedule`` with ``GrowthCallback(stages)``; also returns, per growth, the
+    largest magnitude of the new ``mlp.proj`` fan-in columns right after it (zero under a zero fan-in side)."""
+    import sys
+
+    import lightning as L
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from _tiny import TinyModule, make_trainer
+
+    from lightning_sparkling import GrowthCallback
+
+    class NewColumns(L.Callback):
+        def __init__(self) -> None:
+            self.after: list[float] = []
+            self.width = 64
+
+        def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+            proj = pl_module.model.transformer.h[0].mlp.proj.weight
+            if proj.shape[1] != self.width:
+                self.after.append(proj[:, self.width:].abs().max().item())
+                self.width = proj.shape[1]
+
+    module, seen = TinyModule(schedule=schedule, max_steps=12, accumulate=accumulate), NewColumns()
+    callback = GrowthCallback(stages, min_lr=1e-4)
+    make_trainer([callback, seen], max_steps=12, accumulate=accumulate).fit(module)
+    assert module.steps_run == 12 * accumulate
+    return callback, seen.after
+
+
+@pytest.mark.parametrize(("module_schedule", "lr_schedule", "accumulate"), [
+    ("warmup_cosine", "cosine", 1), ("cosine", "cosine", 1), ("lambda", "cosine", 1), (None, "cosine", 1),
+    ("wsd", "wsd", 1), ("warmup_cosine", "cosine", 2), ("wsd", "wsd", 2)])
+def test_the_python_path_and_the_cli_resolve_the_same_recipe(tmp_path, module_schedule, lr_schedule, accumulate):
+    """``GrowthCallback(GrowthStage(...))`` grows by the stage ``sparkling pretrain`` builds from the same keys under
+    the same schedule: a LambdaLR of WarmupCosineLambda, CosineAnnealingLR, a plain LambdaLR and no scheduler count
+    as cosine, a LambdaLR of WSDLambda as wsd. The grown weights show it: both recipes grow random-zero, whose new
+    fan-in columns start at zero (the paper's copy-copy would copy them)."""
+    stage = dict(at_step=6, n_embd=64, intermediate_size=128, rewarmup_steps=3)
+    config = tiny_config(tmp_path / "cache")
+    config["growth"] = {**config["growth"], "stages": [stage]}
+    path = write_config(tmp_path / "c.yaml", config)
+    _, run, _ = parse(["--config", str(path), "--out_dir", str(tmp_path / "o"), "--train.lr_schedule", lr_schedule])
+    (cli,) = run.stages
+    callback, new_columns = _fit_tiny(GrowthStage(**stage), module_schedule, accumulate)
+    assert callback.stages[0] == cli
+    assert callback.summaries[0]["recipe"] == cli.recipe == {"cosine": "random-zero-3x", "wsd": "wsd"}[lr_schedule]
+    assert new_columns == [0.0]
+
+
+def test_a_stage_that_names_its_recipe_keeps_it_under_the_callback():
+    """``recipe='paper'`` is the paper's under any schedule (copied fan-in columns, not zero); a key a stage sets
+    wins over ``auto``'s."""
+    stages = [GrowthStage(4, intermediate_size=128, rewarmup_steps=2, recipe="paper"),
+              GrowthStage(7, n_embd=64, init="copy-copy", rewarmup_steps=2)]
+    callback, new_columns = _fit_tiny(stages, "warmup_cosine")
+    assert [s["recipe"] for s in callback.summaries] == ["paper", "random-zero-3x"]
+    assert (callback.stages[0].init, callback.stages[0].rewarmup_ratio) == ("copy-copy", 1.3)
+    assert (callback.stages[1].init, callback.stages[1].rewarmup_ratio) == ("copy-copy", 3.0)
+    assert new_columns[0] > 0
+
+
+def test_a_stages_own_recipe_key_overrides_growth_recipe(tmp_path):
+    stage = dict(at_step=6, n_embd=64, intermediate_size=128, rewarmup_steps=3)
+    (own,) = _stages(tmp_path, stages=[{**stage, "recipe": "paper"}])
+    assert (own.recipe, own.init, own.rewarmup_ratio) == ("paper", "copy-copy", 1.3)
+    (auto,) = _stages(tmp_path, stages=[{**stage, "recipe": "auto"}], recipe="wsd")
+    assert (auto.recipe, auto.init, auto.rewarmup_ratio) == ("wsd", "random-zero", 1.3)
+
+
+def test_a_key_the_auto_recipe_cannot_take_is_refused_before_the_first_step_naming_the_recipe():
+    """``split='uneven'`` divides copied fan-in shares; ``auto`` under cosine grows random-zero, which copies nothing:
+    refused at fit start (no step taken), the message naming the recipe auto became and the fixes."""
+    from lightning_sparkling.growth.errors import GrowthError
+
+    with pytest.raises(GrowthError, match=r"split='uneven'.*recipe is auto, 'random-zero-3x' under the module's "
+                                          r"cosine schedule.*recipe='paper'") as info:
+        _fit_tiny(GrowthStage(4, intermediate_size=128, rewarmup_steps=2, split="uneven"), "warmup_cosine")
+    assert "GrowthCallback" in str(info.value)
+    callback, _ = _fit_tiny(GrowthStage(4, intermediate_size=128, rewarmup_steps=2, split="uneven", recipe="paper"),
+                            "warmup_cosine")
+    assert callback.summaries[0]["recipe"] == "paper"

@@ -25,11 +25,11 @@ EMBD = "transformer.wte.weight"
 
 
 def _stage0(at_step: int) -> GrowthStage:
-    return GrowthStage(at_step, intermediate_size=96, rewarmup_steps=2)
+    return GrowthStage(at_step, intermediate_size=96, rewarmup_steps=2, recipe="paper")  # as a CLI run resolves it
 
 
 def _stage1(at_step: int) -> GrowthStage:
-    return GrowthStage(at_step, n_embd=48, rewarmup_steps=2)
+    return GrowthStage(at_step, n_embd=48, rewarmup_steps=2, recipe="paper")
 
 
 def _run(root: Path, stages: list[GrowthStage], max_steps: int, resume: Path | None = None,

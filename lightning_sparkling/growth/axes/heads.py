@@ -104,12 +104,15 @@ class HeadsAxis(BaseAxis):
 
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_head": "alpha=0.7071: new q 2<-0, 3<-1"}`` for each head count that changed."""
-        detail = f"alpha={plan.axes['attn_q'].alpha:.4f}: {describe_heads(plan.changes[self.name])}"
+        copied = plan.stage.fan_out_init == "copy"  # otherwise new heads start random (no source)
+        detail = f"alpha={plan.axes['attn_q'].alpha:.4f}: {describe_heads(plan.changes[self.name], copied=copied)}"
         return {size: detail for size in self.sizes}
 
     def report(self, plan, stage) -> dict[str, Any]:
         layout = plan.changes.get(self.name)
-        return {"heads": describe_heads(layout) if layout is not None else None}
+        copied = stage.fan_out_init == "copy"
+        return {"heads": describe_heads(layout, copied=copied) if layout is not None else None,
+                "heads_copied": copied if layout is not None else None}
 
     def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
         """``hidden+heads`` (with ``n_embd`` alone), ``heads`` (alone), ``width+heads`` otherwise."""
