@@ -1,4 +1,5 @@
-"""lightning-sparkling: width-progressive pretraining (SPARKLING) for PyTorch Lightning and litgpt.
+"""lightning-sparkling: progressive pretraining (SPARKLING's width growth, plus depth, heads and experts) for PyTorch
+Lightning and litgpt.
 
 Example::
 

@@ -58,6 +58,9 @@ MOVED: dict[str, tuple[str, ...]] = {
     "lightning_sparkling.litgpt_compat": ("lightning_sparkling.pretrain.litgpt_compat",),
     "lightning_sparkling.plotting": ("lightning_sparkling.dashboards.plotting",),
     "lightning_sparkling.tb_layout": ("lightning_sparkling.dashboards.tb_layout",),
+    # renamed so that no two modules share a name (growth/axes/depth.py, growth/axes/heads.py are the plug-ins)
+    "lightning_sparkling.growth.depth": ("lightning_sparkling.growth.depth_maps",),
+    "lightning_sparkling.growth.heads": ("lightning_sparkling.growth.head_layout",),
 }
 
 
@@ -67,6 +70,7 @@ MOVED_NAMES: dict[str, str] = {
     "lightning_sparkling.WidthGrowthCallback": "lightning_sparkling.GrowthCallback",
     "lightning_sparkling.callbacks.WidthGrowthCallback": "lightning_sparkling.GrowthCallback",
     "lightning_sparkling.callbacks.growth.WidthGrowthCallback": "lightning_sparkling.GrowthCallback",
+    "lightning_sparkling.callbacks.growth.STATE_KEY": "lightning_sparkling.growth.record.GROWTH_STATE_KEY",
     "lightning_sparkling.pretrain.gpt.shard_gpt": "lightning_sparkling.parallel.shard_gpt",
     "lightning_sparkling.pretrain.gpt.wrap_gpt": "lightning_sparkling.parallel.wrap_gpt",
     "lightning_sparkling.pretrain.module.shard_gpt": "lightning_sparkling.parallel.shard_gpt",

@@ -45,6 +45,7 @@ from lightning_sparkling.callbacks.new_entry_lr import (
     flat_groups,
     resolve_min_lrs,
 )
+from lightning_sparkling.callbacks.module_parts import find_gpt, token_batch
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
 from lightning_sparkling.growth.axes import describe_changes, size_details
 from lightning_sparkling.growth.compute import count_params
@@ -52,9 +53,10 @@ from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
 from lightning_sparkling.growth.recipes import AUTO, resolve_recipe, same_keys, schedule_of, schedule_recipe
-from lightning_sparkling.growth.record import StageRecord
+from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord
 from lightning_sparkling.growth.stage import (
     SIZE_AXES,
+    WIDTH_AXES,
     GrowthStage,
     check_rewarmup_fits,
     check_stage_order,
@@ -67,42 +69,11 @@ from lightning_sparkling.parallel import GrowthBackend, select_backend
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
 from lightning_sparkling.parallel.compile import eager, recompile_after_growth
 
-STATE_KEY = "WidthGrowthCallback"
-"""``checkpoint["callbacks"]`` key of :class:`GrowthCallback`'s state (its old class name; unchanged by the rename)."""
+_token_batch = token_batch  # its old name
 
 
 class GrowthFailedError(RuntimeError):
     """A growth failed mid-way; the run keeps (and stops with) its pre-growth model and optimizer."""
-
-
-def find_gpt(pl_module: torch.nn.Module):
-    """The single litgpt ``GPT`` inside ``pl_module`` (looking through ``torch.compile`` wrappers).
-
-    Raises:
-        GrowthError: when there is no ``GPT`` or more than one.
-    """
-    from litgpt.model import GPT
-
-    found = {id(m): (name, m) for name, m in pl_module.named_modules() if isinstance(m, GPT)}
-    if len(found) != 1:
-        names = ", ".join(repr(n or "<root>") for n, _ in found.values()) or "none"
-        raise GrowthError(
-            f"GrowthCallback needs exactly one litgpt GPT inside the LightningModule, found {len(found)} "
-            f"({names}); hold the model to grow as one `litgpt.GPT` attribute (e.g. `self.model = GPT(config)`)"
-        )
-    return next(iter(found.values()))[1]
-
-
-def _token_batch(batch: Any) -> torch.Tensor | None:
-    """The first 2-D integer tensor of a batch (tensor, tuple/list or dict): litgpt pretraining batches."""
-    if isinstance(batch, torch.Tensor):
-        return batch if batch.ndim == 2 and not batch.is_floating_point() else None
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else []
-    for item in items:
-        found = _token_batch(item)
-        if found is not None:
-            return found
-    return None
 
 
 class GrowthCallback(Callback):
@@ -189,7 +160,7 @@ class GrowthCallback(Callback):
     def state_key(self) -> str:
         """``checkpoint["callbacks"]`` key of this callback's state: ``"WidthGrowthCallback"``, the class's name when
         checkpoints were first written, kept so that every checkpoint (old or new) resumes."""
-        return STATE_KEY
+        return GROWTH_STATE_KEY
 
     @property
     def grown_stages(self) -> int:
@@ -546,7 +517,7 @@ class GrowthCallback(Callback):
             if callable(custom):
                 loss = custom(batch)
             else:
-                ids = _token_batch(batch)
+                ids = token_batch(batch)
                 if ids is None or ids.size(1) < 2:
                     g = torch.Generator().manual_seed(0)
                     ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
@@ -564,8 +535,8 @@ class GrowthCallback(Callback):
                    params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
                    device: torch.device) -> None:
         old, new = result.old_config, result.new_config
-        widths = {axis: (getattr(old, axis), getattr(new, axis)) for axis in SIZE_AXES
-                  if getattr(old, axis, None) != getattr(new, axis, None)}
+        sizes = {size: (getattr(old, size), getattr(new, size)) for size in SIZE_AXES
+                 if getattr(old, size, None) != getattr(new, size, None)}
         if device.type == "cuda":
             peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
             peak_what = "peak CUDA memory during growth"
@@ -573,7 +544,9 @@ class GrowthCallback(Callback):
             peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             peak_what = "peak process RSS so far"
         summary = {
-            "stage": k, "global_step": trainer.global_step, "widths": widths, "alpha": result.plan.alphas(),
+            "stage": k, "global_step": trainer.global_step, "sizes": sizes,
+            "widths": {size: pair for size, pair in sizes.items() if size in WIDTH_AXES},  # the widths alone
+            "alpha": result.plan.alphas(),
             "params_before": params_before[1], "params_after": params_after[1],
             "active_params_before": params_before[0], "active_params_after": params_after[0],
             "flops_per_token_before": 6 * params_before[0], "flops_per_token_after": 6 * params_after[0],
@@ -583,7 +556,7 @@ class GrowthCallback(Callback):
         lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s",
                  f"  {'recipe':<22} {self._recipe_line(k)}"]
         details = size_details(result.plan)
-        for axis, (a, b) in widths.items():
+        for axis, (a, b) in sizes.items():
             if axis in details:  # a size an axis describes on its own line (e.g. the experts') is left out
                 lines.append(f"  {axis:<22} {a:>8} -> {b:<8} {details[axis]}")
         lines += [f"  {name:<22} {line}" for name, line in describe_changes(result.plan).items()]

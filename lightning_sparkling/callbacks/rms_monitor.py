@@ -65,7 +65,7 @@ Depth growth (a block count that changes mid-run, e.g. ``GrowthStage(n_layer=...
   A kept block that a growth *moves* (``depth_order="interleave"`` or ``"middle"``) continues under its new
   position's tag, and its old position's series continues with the block now there: after ``2 -> 4``
   interleave, ``block_01`` is old block 0's new copy and old block 1 logs as ``block_02`` (see
-  :func:`~lightning_sparkling.growth.depth.describe_depth`, logged by the growth callback, for who moved where).
+  :func:`~lightning_sparkling.growth.depth_maps.describe_depth`, logged by the growth callback, for who moved where).
   With ``depth_order="stack"`` kept blocks keep their positions, so their series run on unbroken.
 * The monitor checks the block count on every training batch (a ``len`` of ``transformer.h``; no hook, no sync)
   and, when it differs from the count the layout was last written for, rewrites the custom-scalars layout (rank

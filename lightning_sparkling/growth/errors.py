@@ -1,13 +1,16 @@
 """The growth layer's errors: one module, imported by every part of :mod:`lightning_sparkling.growth` and above.
 
-``GrowthError`` is also importable from its old home, :mod:`lightning_sparkling.growth.plan`, and from the package.
+``GrowthError`` (a model or stage that cannot be grown) is also importable from its old home,
+:mod:`lightning_sparkling.growth.plan`, and from the package; ``StageError`` (a refused stage setting) and
+``check_choice`` from :mod:`lightning_sparkling.growth.stage` and the package.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["GrowthError"]
+__all__ = ["GrowthError", "StageError", "check_choice"]
 
 
 class GrowthError(ValueError):
@@ -40,3 +43,46 @@ class GrowthError(ValueError):
 
 def _growth_error(message: str, key: str | None) -> GrowthError:
     return GrowthError(message, key=key)
+
+
+class StageError(ValueError):
+    """A refused :class:`~lightning_sparkling.growth.stage.GrowthStage` setting: ``key`` is the field the refusal
+    is about (``None`` when it is about the stage as a whole, e.g. a stage that grows nothing) and ``stage`` the
+    index of the stage in a list of stages (``None`` for one stage). The message is the refusal's own text; a
+    ``ValueError``, so ``except ValueError`` and ``pytest.raises(ValueError)`` still catch it.
+
+    Example::
+
+        >>> from lightning_sparkling.growth.stage import GrowthStage
+        >>> try:
+        ...     GrowthStage(10, n_embd=128, init="zero-zero")
+        ... except StageError as err:
+        ...     err.key
+        'init'
+    """
+
+    def __init__(self, key: str | None, message: str, *, stage: int | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.stage = stage
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes despite the extra arguments
+        return _stage_error, (self.key, str(self), self.stage)
+
+
+def check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
+    """Refuse a :class:`GrowthStage` setting ``key`` whose ``value`` is not one of ``choices``, listing them.
+
+    Example::
+
+        >>> check_choice("depth_order", "zigzag", ("stack", "interleave"))
+        Traceback (most recent call last):
+        ...
+        lightning_sparkling.growth.errors.StageError: GrowthStage(depth_order='zigzag'): choose one of stack, interleave
+    """
+    if value not in choices:
+        raise StageError(key, f"GrowthStage({key}={value!r}): choose one of {', '.join(choices)}")
+
+
+def _stage_error(key: str | None, message: str, stage: int | None) -> StageError:
+    return StageError(key, message, stage=stage)

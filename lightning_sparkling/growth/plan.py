@@ -25,140 +25,13 @@ from lightning_sparkling.growth.errors import GrowthError  # defined there; impo
 from lightning_sparkling.growth.operators import runs
 from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.stage import SIZE_AXES, GrowthStage
+from lightning_sparkling.growth.types import AxisChange, DimGrowth, TensorPlan  # importable from here as before
 
 __all__ = ["SHARED_EXPERT_AXIS", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "AxisChange", "DimGrowth", "GrowthError",
            "GrowthPlan", "TensorPlan", "build_meta_gpt", "checked_plan", "grown_config", "plan_growth",
            "resolve_stage", "size_changes", "stage_config", "target_config"]
 
 SUPPORTED_NORMS = ("RMSNorm", "LayerNorm")
-
-
-@dataclass(frozen=True)
-class AxisChange:
-    """One width that grows in a stage.
-
-    Attributes:
-        name: ``n_embd``, ``intermediate_size``, ``moe_intermediate_size`` or ``shared_expert_size``.
-        old: width before. new: width after.
-        alpha: the fan-in scale for the readers of this width.
-        src: copy index map, shape ``(new - old,)``: new channel ``old + j`` copies ``src[j]``. Shared by every
-            tensor on this width.
-        split: ``None`` (even split), or the per-channel multipliers of the even fan-in share, shape ``(new,)``
-            (:func:`~lightning_sparkling.growth.scaling.split_shares`), applied on top of ``alpha`` to every copied fan-in
-            dimension of this width.
-        layout / fresh: for an axis whose old channels move (attention heads in litgpt's fused layout), the old
-            channel each new channel takes and which new channels are new entries, shape ``(new,)``; ``None`` for an
-            appended axis (old channels stay at ``0..old-1``, new ones follow and copy ``src``).
-    """
-
-    name: str
-    old: int
-    new: int
-    alpha: float
-    src: torch.Tensor = field(repr=False)
-    split: torch.Tensor | None = field(default=None, repr=False)
-    layout: torch.Tensor | None = field(default=None, repr=False)
-    fresh: torch.Tensor | None = field(default=None, repr=False)
-
-    def copy_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(new, source)``: the positions of the new channels in the grown tensor and of the channel each copies
-        (for the symmetry metric, which reads grown tensors)."""
-        if self.layout is None:
-            return torch.arange(self.old, self.new), self.src
-        kept = torch.full((self.old,), -1, dtype=torch.long)
-        kept[self.layout[~self.fresh]] = (~self.fresh).nonzero().flatten()
-        new = self.fresh.nonzero().flatten()
-        return new, kept[self.layout[new]]
-
-    def kept_positions(self) -> torch.Tensor:
-        """For every old channel, its position in the grown tensor."""
-        if self.layout is None:
-            return torch.arange(self.old)
-        kept = torch.full((self.old,), -1, dtype=torch.long)
-        kept[self.layout[~self.fresh]] = (~self.fresh).nonzero().flatten()
-        return kept
-
-
-@dataclass(frozen=True)
-class DimGrowth:
-    """One growing dimension of a tensor: ``dim`` grows along ``axis`` as ``role`` with init ``mode``.
-
-    ``new_runs`` / ``old_runs``: on an axis laid out anew (heads), the ``(start, stop)`` runs of new and of old
-    entries along ``dim`` of the grown tensor; ``None`` on an appended axis (old ``0..old``, new ``old..new``)."""
-
-    dim: int
-    axis: str
-    role: str  # "fan_out" | "fan_in"
-    mode: str  # "copy" | "random" | "zero"
-    new_runs: tuple[tuple[int, int], ...] | None = None
-    old_runs: tuple[tuple[int, int], ...] | None = None
-
-
-@dataclass(frozen=True)
-class TensorPlan:
-    """How one tensor (a ``state_dict`` entry of the GPT) grows.
-
-    The dimensions in ``dims`` are applied in order (rows before columns), then the whole tensor is multiplied by
-    ``scale`` (``alpha`` for fan-in weights, compensation factors for ``scale_embeddings`` / tied embeddings).
-    ``unit_offset`` marks a Gemma-style ``RMSNorm`` whose effective weight is ``1 + w``: ``scale`` then applies
-    to ``1 + w``.
-
-    Under a depth growth ``name`` is the tensor's name in the grown model and ``source`` the pre-growth tensor it
-    derives from (``""``: the same name). A tensor of a *new* block has a ``block_init`` (``copy``: its source's
-    values, grown by ``dims`` and ``scale``; ``zero``, ``one``, or ``normal`` with standard deviation ``init_std``)
-    and is new as a whole.
-    """
-
-    name: str
-    old_shape: tuple[int, ...]
-    new_shape: tuple[int, ...]
-    dims: tuple[DimGrowth, ...]
-    scale: float = 1.0
-    unit_offset: bool = False
-    source: str = ""
-    block_init: str | None = None
-    init_std: float = 0.0
-
-    @property
-    def source_name(self) -> str:
-        """The pre-growth tensor this one derives from."""
-        return self.source or self.name
-
-    @property
-    def fresh(self) -> bool:
-        """Whether the tensor belongs to a new block (every entry is new)."""
-        return self.block_init is not None
-
-    def new_region(self) -> list[tuple[slice, ...]]:
-        """Disjoint rectangular pieces covering the entries that did not exist before the growth.
-
-        For a weight grown on rows and columns this is ``[rows_new, 0:cols_new]`` and ``[0:rows_old, cols_new]``.
-        Every slice is an explicit ``start:stop`` range of the grown shape (never an open ``:``), so a region stays
-        exactly these entries when a later stage grows the same tensor again: entries a later stage adds belong
-        to that stage alone.
-
-        Example::
-
-            >>> plan = TensorPlan("w", (2, 3), (4, 5), (DimGrowth(0, "a", "fan_out", "copy"),
-            ...                                        DimGrowth(1, "b", "fan_in", "copy")))
-            >>> plan.new_region()
-            [(slice(2, 4, None), slice(0, 5, None)), (slice(0, 2, None), slice(3, 5, None))]
-        """
-        if self.fresh:
-            return [tuple(slice(0, size) for size in self.new_shape)]
-        new_runs, old_runs = {}, {}
-        for d in self.dims:
-            new_runs[d.dim] = d.new_runs if d.new_runs is not None else ((self.old_shape[d.dim], self.new_shape[d.dim]),)
-            old_runs[d.dim] = d.old_runs if d.old_runs is not None else ((0, self.old_shape[d.dim]),)
-        pieces = []
-        grown = sorted(new_runs)
-        for k, dim in enumerate(grown):
-            choices = [[slice(0, size)] for size in self.new_shape]
-            for earlier in grown[:k]:
-                choices[earlier] = [slice(a, b) for a, b in old_runs[earlier]]
-            choices[dim] = [slice(a, b) for a, b in new_runs[dim]]
-            pieces += [tuple(index) for index in itertools.product(*choices)]
-        return pieces
 
 
 @dataclass
@@ -256,19 +129,19 @@ class GrowthPlan:
 
     @property
     def depth(self):
-        """The :class:`~lightning_sparkling.growth.depth.DepthChange` of the stage, or ``None`` when it keeps
+        """The :class:`~lightning_sparkling.growth.depth_maps.DepthChange` of the stage, or ``None`` when it keeps
         ``n_layer`` (``changes["depth"]``)."""
         return self.changes.get("depth")
 
     @property
     def heads(self):
-        """The :class:`~lightning_sparkling.growth.heads.HeadLayout` of the stage, or ``None`` when it keeps the
+        """The :class:`~lightning_sparkling.growth.head_layout.HeadLayout` of the stage, or ``None`` when it keeps the
         heads (``changes["heads"]``)."""
         return self.changes.get("heads")
 
     def alphas(self) -> dict[str, float]:
         """Fan-in scale per growing axis, e.g. ``{"n_embd": 0.5, "intermediate_size": 0.5}``."""
-        return {name: axis.alpha for name, axis in self.axes.items()}
+        return {name: change.alpha for name, change in self.axes.items()}
 
     def tensor_generator(self, name: str) -> torch.Generator:
         """The generator for ``random`` draws of tensor ``name`` (independent of growth order and rank)."""

@@ -1,9 +1,9 @@
 """One recipe resolution for the CLI and the Python API.
 
 A :class:`~lightning_sparkling.growth.stage.GrowthStage` carries a ``recipe``: ``auto`` (the default) or a name of
-:data:`~lightning_sparkling.growth.stage.RECIPES`. A named recipe fills the keys the stage did not set when the stage
+:data:`RECIPES`. A named recipe fills the keys the stage did not set when the stage
 is built. ``auto`` is resolved once the run's learning-rate schedule is known, to the recipe the seeded comparisons
-found best under it (:data:`~lightning_sparkling.growth.stage.SCHEDULE_RECIPES`):
+found best under it (:data:`SCHEDULE_RECIPES`):
 
 - ``sparkling pretrain`` / ``plan``: by ``train.lr_schedule`` (:func:`schedule_recipe`);
 - ``GrowthCallback``: by the schedule the module's scheduler runs (:func:`schedule_of`): a ``LambdaLR`` of a
@@ -13,6 +13,8 @@ found best under it (:data:`~lightning_sparkling.growth.stage.SCHEDULE_RECIPES`)
 Both end in :func:`resolve_recipe`, so the same stage under the same schedule gets the same recipe on either path.
 Until then an ``auto`` stage's fields hold :class:`GrowthStage`'s documented defaults (the paper's recipe), which is
 what :func:`~lightning_sparkling.growth.surgery.grow_model` and ``plan_growth`` use when called on it directly.
+
+The named recipes themselves are :data:`RECIPES` (a stage's keys completed by :func:`apply_recipe`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,109 @@ from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
-from lightning_sparkling.growth.schedules import baseline_of
+from lightning_sparkling.growth.axes import HEAD_AXES, WIDTH_AXES
+from lightning_sparkling.growth.errors import StageError
+from lightning_sparkling.growth.schedules import SCHEDULES, baseline_of
+
+__all__ = ["AUTO", "RECIPES", "SCHEDULE_RECIPES", "WIDTH_ONLY_RECIPES", "apply_recipe", "grows_channels",
+           "recipe_keys", "resolve_recipe", "same_keys", "schedule_of", "schedule_recipe"]
+
+RECIPES: dict[str, dict[str, Any]] = {
+    # GrowthStage's field defaults: the SPARKLING recipe as published (copy-copy, RMS-preserving scale, asymmetric
+    # state, new entries re-warmed to 1.3x over rewarmup_steps).
+    "paper": {},
+    # What the seeded comparisons of docs/BENCHMARKS.md ("Making growth pay") found best over the token ratios
+    # measured: the paper's function-preserving copy-copy growth plus the closed loop on the symmetry lock (the new
+    # entries' LR is doubled every 10 steps, up to 8x, while the copies' cosine to their sources is above 0.5, then
+    # held).
+    "recommended": {"symmetry_target": 0.5, "symmetry_max_boost": 8.0, "symmetry_release": "hold"},
+    # New channels with no source (random fan-out, zero fan-in: they write nothing at first) and a 10x re-warmup:
+    # the best at the smallest token ratio measured (2.8 per parameter), behind "recommended" at 11 and 17.
+    "random-zero": {"init": "random-zero", "rewarmup_ratio": 10.0},
+    # For warmup-stable-decay schedules: sourceless new channels with the paper's own 1.3x re-warmup, no loop. Under
+    # WSD the new entries' re-warmed LR is held at the stable peak until the decay, so the 8x / 10x multipliers of
+    # "recommended" / "random-zero" ended above scratch there; this one ended below it (docs/BENCHMARKS.md, "Where
+    # growth pays: the scan"). Depth-only stages are unchanged by it (their new blocks follow ``depth_init``).
+    "wsd": {"init": "random-zero", "rewarmup_ratio": 1.3},
+    # The default under a cosine schedule: sourceless new channels (random fan-out, zero fan-in) re-warmed to 3x, no
+    # loop. At 2.8 tokens per parameter it ended furthest below same-FLOPs scratch of every recipe measured, with the
+    # largest speed-up at equal loss, and it keeps the activation RMS near scratch's, where "recommended"'s loop (8x,
+    # never released while the copies stay alike) drove the final hidden RMS to ~5x scratch's (docs/BENCHMARKS.md,
+    # "Compute to reach the same loss, and signal health").
+    "random-zero-3x": {"init": "random-zero", "rewarmup_ratio": 3.0},
+}
+"""Named recipes: :class:`.GrowthStage` keys a stage gets unless it sets them itself (:func:`apply_recipe`)."""
+
+SCHEDULE_RECIPES: dict[str, str] = {name: kind.recipe for name, kind in SCHEDULES.items()}
+"""The recipe the seeded comparisons found best under each LR schedule (docs/BENCHMARKS.md, "Where growth pays"):
+what ``growth.recipe: auto``, the CLI's default, resolves to; read from the schedule registry
+(:data:`~lightning_sparkling.growth.schedules.SCHEDULES`). A schedule not in it gets ``SCHEDULE_RECIPES["cosine"]``
+(the CLI refuses such a schedule by its own key first)."""
+
+_SYMMETRY_KEYS = ("symmetry_target", "symmetry_interval", "symmetry_max_boost", "symmetry_release")
+
+
+def grows_channels(keys: dict[str, Any]) -> bool:
+    """Whether a stage of ``keys`` (:class:`.GrowthStage` keys) adds width channels or heads, the entries its ``init``
+    pair and a recipe's symmetry loop act on: a width, a head count, or a named target (``model_name`` /
+    ``model_config``); a stage that only adds blocks (``n_layer``) does not.
+
+    Example::
+
+        >>> grows_channels({"n_embd": 128}), grows_channels({"n_layer": 12}), grows_channels({"model_name": "x"})
+        (True, False, True)
+    """
+    return any(keys.get(axis) is not None for axis in (*WIDTH_AXES, *HEAD_AXES, "model_name", "model_config"))
+
+
+def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
+    """``keys`` (a stage's own :class:`.GrowthStage` keys) completed by the recipe ``recipe``: a key the stage sets
+    wins. The symmetry loop of a recipe is left out of a stage it cannot apply to (an ``init`` with no copied side,
+    ``rewarmup_ratio=None``, or ``rewarmup_scope='all'``, where every entry follows one LR): there is no new-entry
+    LR to boost or no lock to break there, and the stage said so itself. A stage that grows only ``n_layer`` does
+    not get the loop either: copied blocks under the loop lost most of the gain of a depth growth in the seeded
+    comparison (docs/BENCHMARKS.md, "Depth growth"); set ``symmetry_target`` on the stage to have it anyway. Nor
+    does it get the recipe's ``init``, which acts on new width channels only (new blocks follow ``depth_init``).
+
+    Raises:
+        ValueError: for an unknown recipe, naming the known ones.
+
+    Example::
+
+        >>> apply_recipe("random-zero", {"n_embd": 128, "init": "copy-copy"})
+        {'n_embd': 128, 'init': 'copy-copy', 'rewarmup_ratio': 10.0}
+        >>> apply_recipe("recommended", {"n_embd": 128, "init": "random-random"})
+        {'n_embd': 128, 'init': 'random-random'}
+        >>> apply_recipe("recommended", {"n_layer": 12})
+        {'n_layer': 12}
+        >>> apply_recipe("wsd", {"n_layer": 12})
+        {'n_layer': 12, 'rewarmup_ratio': 1.3}
+        >>> apply_recipe("random-zero-3x", {"n_layer": 12})
+        {'n_layer': 12}
+    """
+    if recipe not in RECIPES:
+        raise StageError("recipe",
+                         f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}")
+    extra = {k: v for k, v in RECIPES[recipe].items() if k not in keys}
+    init = keys.get("init", extra.get("init", "copy-copy"))
+    # the loop's keys go to stages whose width copies it unlocks (widths, heads, a named target); copied blocks
+    # alone do not get it: measured, it cost a depth growth most of its gain (docs/BENCHMARKS.md, depth growth)
+    widths = grows_channels(keys)
+    copies = widths and isinstance(init, str) and "copy" in init.split("-")
+    no_rewarmup = "rewarmup_ratio" in keys and keys["rewarmup_ratio"] is None
+    if not copies or no_rewarmup or keys.get("rewarmup_scope") == "all":
+        extra = {k: v for k, v in extra.items() if k not in _SYMMETRY_KEYS}
+    if not widths:  # an init pair acts on new width channels only; new blocks follow depth_init
+        extra.pop("init", None)
+        if recipe in WIDTH_ONLY_RECIPES:
+            extra = {}
+    return {**keys, **extra}
+
+
+WIDTH_ONLY_RECIPES = frozenset({"random-zero-3x"})
+"""Recipes measured on width growth only: a stage that grows only ``n_layer`` keeps the paper's keys under them (the
+depth cells of the measured map were taken with those), so the default recipe changes nothing for depth growth."""
+
 
 AUTO = "auto"
 """The recipe a :class:`GrowthStage` gets by default: the one measured best under the run's schedule."""
@@ -36,8 +140,6 @@ def schedule_recipe(schedule: str) -> str:
         >>> schedule_recipe("cosine"), schedule_recipe("wsd")
         ('random-zero-3x', 'wsd')
     """
-    from lightning_sparkling.growth.stage import SCHEDULE_RECIPES
-
     return SCHEDULE_RECIPES.get(schedule, SCHEDULE_RECIPES["cosine"])
 
 
@@ -74,13 +176,11 @@ def schedule_of(schedulers: Iterable[Any]) -> str:
 
 def recipe_keys(stage: Any) -> dict[str, Any]:
     """The keys the named recipe ``stage.recipe`` gives ``stage`` beyond those it set itself
-    (:func:`~lightning_sparkling.growth.stage.apply_recipe` on :attr:`GrowthStage.given_keys`); ``{}`` for ``auto``.
+    (:func:`apply_recipe` on :attr:`GrowthStage.given_keys`); ``{}`` for ``auto``.
 
     Raises:
         StageError: for an unknown recipe name, naming the choices.
     """
-    from lightning_sparkling.growth.stage import RECIPES, StageError, apply_recipe
-
     if stage.recipe == AUTO:
         return {}
     if not isinstance(stage.recipe, str) or stage.recipe not in RECIPES:
@@ -116,6 +216,3 @@ def same_keys(a: Any, b: Any) -> bool:
     """Whether two stages grow alike, whatever recipe name they carry (every field but ``recipe`` equal): how a
     checkpoint written before stages named their recipe is matched."""
     return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name != "recipe")
-
-
-__all__ = ["AUTO", "recipe_keys", "resolve_recipe", "same_keys", "schedule_of", "schedule_recipe"]

@@ -14,6 +14,11 @@ from typing import Any
 
 _UNSET: Any = object()
 
+GROWTH_STATE_KEY = "WidthGrowthCallback"
+"""The key of the growth callback's state in a Lightning checkpoint's ``callbacks`` (``GrowthCallback.state_key``;
+its old class name, kept so checkpoints of every release resume). The one name of it: ``pretrain.resume`` reads it,
+``callbacks.growth.STATE_KEY`` is its deprecated alias."""
+
 
 @dataclasses.dataclass
 class StageRecord:

@@ -66,7 +66,7 @@ class GrowthResult:
     added: dict[str, tuple[nn.Parameter, nn.Parameter]] = field(default_factory=dict, repr=False)
     order: tuple[nn.Parameter, ...] = field(default=(), repr=False)
     seconds: float = 0.0
-    _swap: _Swap | None = field(default=None, repr=False)
+    _swap: UndoLog | None = field(default=None, repr=False)
 
     def rollback(self) -> None:
         """Put the pre-growth parameters, module attributes and config back (used when a later step of a growth,
@@ -100,7 +100,7 @@ class GrowthResult:
     @property
     def sources(self) -> dict[str, torch.Tensor]:
         """Copy index map per width axis: new channel ``old + j`` of that width copies channel ``src[j]``."""
-        return {name: axis.src for name, axis in self.plan.axes.items()}
+        return {name: change.src for name, change in self.plan.axes.items()}
 
 
 def grow_tensor(
@@ -146,11 +146,12 @@ def grow_tensor(
     stats = stats or (TensorStats.of(t) if any(d.mode == "random" for d in spec.dims) and mode is None else None)
     out = t.detach()
     for d in spec.dims:
-        axis = axes[d.axis]
-        if axis.layout is not None:
-            out = relayout_dim(out, d.dim, axis.layout, axis.fresh, mode or d.mode, generator=generator, stats=stats)
+        change = axes[d.axis]
+        if change.layout is not None:
+            out = relayout_dim(out, d.dim, change.layout, change.fresh, mode or d.mode, generator=generator,
+                               stats=stats)
         else:
-            out = expand_dim(out, d.dim, axis.src, mode or d.mode, generator=generator, stats=stats)
+            out = expand_dim(out, d.dim, change.src, mode or d.mode, generator=generator, stats=stats)
     copied_fan_in = [d for d in spec.dims if d.role == "fan_in" and d.mode == "copy"] if mode is None else []
     shares = fan_in_shares(spec, axes) if copied_fan_in else None
     if shares is not None or (perturb and copied_fan_in):
@@ -202,15 +203,15 @@ def _grow_in_place(t: torch.Tensor, spec: TensorPlan, axes: Mapping[str, AxisCha
     else:
         torch.mul(t.detach(), factor, out=old)  # the same kernel as (t * factor): bit-identical
     for d in sorted(spec.dims, key=lambda d: d.dim, reverse=True):
-        axis = axes[d.axis]
-        new = out[tuple(filled[:d.dim] + [slice(axis.old, axis.new)] + filled[d.dim + 1:])]
+        change = axes[d.axis]
+        new = out[tuple(filled[:d.dim] + [slice(change.old, change.new)] + filled[d.dim + 1:])]
         if (mode or d.mode) == "zero":
             new.zero_()
         elif new.is_contiguous():  # whole rows: gathered in place
-            torch.index_select(out[tuple(filled)], d.dim, axis.src.to(t.device), out=new)
+            torch.index_select(out[tuple(filled)], d.dim, change.src.to(t.device), out=new)
         else:  # a strided block: gathering into it is slower than gathering the new slices and copying them in
-            new.copy_(out[tuple(filled)].index_select(d.dim, axis.src.to(t.device)))
-        filled[d.dim] = slice(0, axis.new)
+            new.copy_(out[tuple(filled)].index_select(d.dim, change.src.to(t.device)))
+        filled[d.dim] = slice(0, change.new)
     return out
 
 
@@ -274,17 +275,17 @@ def _perturb_copies(x: torch.Tensor, dims: list, axes: Mapping[str, AxisChange],
     if generator is None:
         raise ValueError("perturb needs a generator")
     for d in dims:
-        axis = axes[d.axis]
-        n_new = axis.new - axis.old
-        src = axis.src.to(x.device)
-        members = torch.cat([torch.unique(src), torch.arange(axis.old, axis.new, device=x.device)])
+        change = axes[d.axis]
+        n_new = change.new - change.old
+        src = change.src.to(x.device)
+        members = torch.cat([torch.unique(src), torch.arange(change.old, change.new, device=x.device)])
         rms = x.index_select(d.dim, members).pow(2).mean().sqrt()
         shape = list(x.shape)
         shape[d.dim] = n_new
         delta = torch.randn(shape, generator=generator, dtype=torch.float32)  # drawn on CPU: device independent
         delta = delta.to(device=x.device, dtype=x.dtype) * (relative * rms)
         x = x.index_add(d.dim, src, delta)
-        x.narrow(d.dim, axis.old, n_new).sub_(delta)
+        x.narrow(d.dim, change.old, n_new).sub_(delta)
     return x
 
 
@@ -311,7 +312,7 @@ def check_plain_gpt(model: nn.Module, plan: GrowthPlan | None = None) -> None:
         raise GrowthError("the model has a KV cache set (inference mode); call model.clear_kv_cache() before growing")
 
 
-class _Swap:
+class UndoLog:
     """Attribute and parameter assignments that can be undone in reverse order."""
 
     def __init__(self) -> None:
@@ -340,7 +341,10 @@ class _Swap:
         self._log.clear()
 
 
-def _sync_module_attributes(swap: _Swap, module: nn.Module) -> None:
+_Swap = UndoLog  # its old name, importable as before
+
+
+def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
     """Make size attributes agree with the (new) parameter shapes."""
     if isinstance(module, nn.Linear):
         swap.set(module, "out_features", module.weight.shape[0])
@@ -360,12 +364,12 @@ def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
     return [(name, type(m).__name__, m.extra_repr()) for name, m in model.named_modules()]
 
 
-def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> _Swap:
+def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> UndoLog:
     """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s) and switch every
     ``config`` reference to the grown ``Config``. All-or-nothing: on any error the model is restored and the
     error re-raised. Returns the undo log (``.undo()`` restores the model).
     """
-    swap = _Swap()
+    swap = UndoLog()
     try:
         modules = dict(model.named_modules())
         replaced: dict[int, nn.Parameter] = {}  # id(old Parameter) -> new one: tied weights stay one Parameter
@@ -413,8 +417,8 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
         raise
 
 
-def _result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_named: Mapping[str, nn.Parameter]
-                   ) -> tuple[dict, dict, dict]:
+def result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_named: Mapping[str, nn.Parameter]
+                  ) -> tuple[dict, dict, dict]:
     """``(old_params, new_params, added)`` of a :class:`GrowthResult` from the model's parameters before and after
     (``old_named`` by pre-growth names, ``new_named`` by grown names)."""
     old_params, new_params, added = {}, {}, {}
@@ -426,6 +430,9 @@ def _result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_
         elif source is not None and source is not param:
             old_params[name], new_params[name] = source, param
     return old_params, new_params, added
+
+
+_result_params = result_params  # its old name
 
 
 def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
@@ -483,6 +490,6 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
     old_named = dict(model.named_parameters())
     swap = swap_in(model, plan, grown)
     new_named = dict(model.named_parameters())
-    old_params, new_params, added = _result_params(plan, old_named, new_named)
+    old_params, new_params, added = result_params(plan, old_named, new_named)
     return GrowthResult(plan=plan, old_params=old_params, new_params=new_params, added=added,
                         order=tuple(new_named.values()), seconds=time.perf_counter() - start, _swap=swap)

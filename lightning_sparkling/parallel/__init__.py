@@ -1,6 +1,9 @@
 """One growth backend per Lightning strategy, chosen once per fit by :func:`select_backend`.
 
-- :mod:`~lightning_sparkling.parallel.base`: the :class:`GrowthBackend` protocol;
+- :mod:`~lightning_sparkling.parallel.base`: the :class:`GrowthBackend` protocol, the shared steps
+  (:class:`BaseBackend`, :class:`ShardedBackend`);
+- :mod:`~lightning_sparkling.parallel.registry`: the backends by name (:func:`register_backend`), read by
+  :func:`select_backend` and the CLI's strategy choices;
 - :mod:`~lightning_sparkling.parallel.single`: one device and DDP (grow in place; DDP re-wraps);
 - :mod:`~lightning_sparkling.parallel.fsdp2`: FSDP2 through ``ModelParallelStrategy`` (DTensor round trip);
 - :mod:`~lightning_sparkling.parallel.fsdp1`: FSDP1 through ``FSDPStrategy(use_orig_params=True)``;
@@ -19,22 +22,36 @@ from typing import Any
 
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
-from lightning_sparkling.parallel.base import GrowthBackend
+from lightning_sparkling.parallel.base import BaseBackend, GrowthBackend, ShardedBackend
 from lightning_sparkling.parallel.compile import compile_gpt
+from lightning_sparkling.parallel.registry import (
+    backend_class,
+    cli_strategies,
+    register_backend,
+    registered_backends,
+    unregister_backend,
+)
 from lightning_sparkling.parallel.sharding import shard_gpt, wrap_gpt
 
-__all__ = ["SUPPORTED", "GrowthBackend", "check_strategy_supported", "checkpoint_blocks", "compile_gpt",
-           "select_backend", "shard_gpt", "wrap_gpt"]
+__all__ = ["SUPPORTED", "BaseBackend", "GrowthBackend", "ShardedBackend", "check_strategy_supported",
+           "checkpoint_blocks", "cli_strategies", "compile_gpt", "register_backend", "registered_backends",
+           "select_backend", "shard_gpt", "unregister_backend", "wrap_gpt"]
 
-#: what :func:`select_backend` accepts, for messages
-SUPPORTED = ("a single device", "strategy='ddp'", "FSDP2 via ModelParallelStrategy(tensor_parallel_size=1)",
-             "FSDPStrategy(use_orig_params=True)")
+# the built-in backends, in the order select_backend tries them (and its message lists them)
+register_backend("single", "lightning_sparkling.parallel.single:SingleBackend", usage="a single device")
+register_backend("ddp", "lightning_sparkling.parallel.single:DDPBackend", usage="strategy='ddp'", cli_strategy="ddp")
+register_backend("fsdp2", "lightning_sparkling.parallel.fsdp2:FSDP2Backend",
+                 usage="FSDP2 via ModelParallelStrategy(tensor_parallel_size=1)", cli_strategy="fsdp2")
+register_backend("fsdp1", "lightning_sparkling.parallel.fsdp1:FSDP1Backend",
+                 usage="FSDPStrategy(use_orig_params=True)", cli_strategy="fsdp")
 
 
 def select_backend(strategy: Any) -> GrowthBackend:
-    """The growth backend for a Lightning strategy (or a ``Trainer``, whose ``strategy`` is used).
+    """The growth backend for a Lightning strategy (or a ``Trainer``, whose ``strategy`` is used): the first
+    registered backend (:func:`registered_backends`) whose class accepts it, after that class' own check of the
+    strategy's settings.
 
-    Supported: one device (CPU or GPU), DDP (``"ddp"``, ``"ddp_spawn"``), FSDP2 through
+    Supported as built in: one device (CPU or GPU), DDP (``"ddp"``, ``"ddp_spawn"``), FSDP2 through
     ``ModelParallelStrategy`` with ``tensor_parallel_size=1``, and FSDP1 through ``FSDPStrategy`` with
     ``use_orig_params=True``. DeepSpeed and tensor parallelism are refused.
 
@@ -42,63 +59,27 @@ def select_backend(strategy: Any) -> GrowthBackend:
         strategy: ``trainer.strategy`` (or the trainer).
 
     Raises:
-        GrowthError: naming the strategy and the supported ones, for a strategy growth cannot handle.
+        GrowthError: naming the strategy and the supported ones, for a strategy no backend takes; a backend's own
+            error naming the setting, for a strategy it takes but cannot grow under as configured.
 
     Example::
 
         backend = select_backend(trainer.strategy)   # in Callback.setup
         backend.name                                 # "single", "ddp", "fsdp2" or "fsdp1"
     """
-    from lightning.pytorch.strategies import (
-        DDPStrategy,
-        DeepSpeedStrategy,
-        FSDPStrategy,
-        ModelParallelStrategy,
-        SingleDeviceStrategy,
-        Strategy,
-    )
+    from lightning.pytorch.strategies import Strategy
 
     if not isinstance(strategy, Strategy):  # a Trainer (or anything holding one as .strategy)
         strategy = strategy.strategy
-    if isinstance(strategy, DeepSpeedStrategy):  # a DDPStrategy subclass: refuse it before the DDP check
-        raise GrowthError(
-            f"strategy {type(strategy).__name__} is not supported by GrowthCallback: DeepSpeed owns the "
-            "parameters and optimizer state (ZeRO partitions), so they cannot be grown mid-fit; use strategy='ddp', "
-            "FSDP2 via ModelParallelStrategy, or FSDPStrategy(use_orig_params=True)"
-        )
-    if isinstance(strategy, FSDPStrategy):
-        if not strategy.kwargs.get("use_orig_params"):
-            raise GrowthError(
-                "FSDPStrategy(use_orig_params=False) gives the optimizer flattened parameters that growth cannot "
-                "patch: pass FSDPStrategy(use_orig_params=True, ...) and wrap the GPT in configure_model() with "
-                "lightning_sparkling.parallel.wrap_gpt"
-            )
-        from lightning_sparkling.parallel.fsdp1 import FSDP1Backend
-
-        return FSDP1Backend()
-    if isinstance(strategy, ModelParallelStrategy):
-        tp = getattr(strategy, "_tensor_parallel_size", 1)  # "auto" is resolved to the local device count by now
-        if tp != 1:
-            raise GrowthError(
-                f"ModelParallelStrategy(tensor_parallel_size={tp}): tensor parallelism is not supported by "
-                "GrowthCallback; use ModelParallelStrategy(data_parallel_size=<devices x nodes>, "
-                "tensor_parallel_size=1) for FSDP2"
-            )
-        from lightning_sparkling.parallel.fsdp2 import FSDP2Backend
-
-        return FSDP2Backend()
-    if isinstance(strategy, DDPStrategy):
-        from lightning_sparkling.parallel.single import DDPBackend
-
-        return DDPBackend()
-    if isinstance(strategy, SingleDeviceStrategy):
-        from lightning_sparkling.parallel.single import SingleBackend
-
-        return SingleBackend()
+    for entry in registered_backends():
+        cls = backend_class(entry)
+        if cls.accepts(strategy):
+            cls.check_strategy(strategy)
+            return cls()
     raise GrowthError(
-        f"strategy {type(strategy).__name__} is not supported by GrowthCallback: use a single device, "
-        "strategy='ddp', FSDP2 via ModelParallelStrategy, or FSDPStrategy(use_orig_params=True) (DeepSpeed and "
-        "tensor parallelism cannot be grown mid-fit by this version)"
+        f"strategy {type(strategy).__name__} is not supported by GrowthCallback: use "
+        f"{', '.join(e.usage for e in registered_backends())} (DeepSpeed and tensor parallelism cannot be grown "
+        "mid-fit by this version)"
     )
 
 
@@ -108,6 +89,8 @@ def check_strategy_supported(trainer: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "SUPPORTED":  # what select_backend accepts, for messages (kept for old imports): the registry's
+        return tuple(e.usage for e in registered_backends())
     if name == "SUPPORTED_STRATEGIES":  # the strategy classes select_backend accepts (kept for old imports)
         from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy, SingleDeviceStrategy
 

@@ -9,24 +9,30 @@ re-sharded under one strategy. One backend is chosen per fit, in ``setup``, by
 strategy wants them, in the spirit of torchtitan's ``parallelize`` functions or Lightning's strategies, which each
 own their wrap and unwrap.
 
-Adding a strategy is one new module in this package with a class implementing every method below, and one
-``isinstance`` line in :func:`~lightning_sparkling.parallel.select_backend`.
+Adding a strategy is one new module with a subclass of :class:`BaseBackend` (a model whole on every rank) or
+:class:`ShardedBackend` (a strategy that loads checkpoints into the live sharded model) overriding the steps that
+differ and saying which strategies it takes (:meth:`BaseBackend.accepts`), and one
+:func:`~lightning_sparkling.parallel.registry.register_backend` line:
+:func:`~lightning_sparkling.parallel.select_backend`, its error message and the CLI's ``strategy`` choices are read
+from the registry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
-if TYPE_CHECKING:
-    import lightning.pytorch as pl
+from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
+from lightning_sparkling.growth.plan import GrowthPlan
+from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.surgery import GrowthResult, grow_model
 
-    from lightning_sparkling.growth.optim_state import OptimizerPatch
-    from lightning_sparkling.growth.plan import GrowthPlan
-    from lightning_sparkling.growth.stage import GrowthStage
-    from lightning_sparkling.growth.surgery import GrowthResult
+if TYPE_CHECKING:  # Lightning is imported once a fit runs, never by this module
+    import lightning.pytorch as pl
 
 #: ``(parameter the optimizer holds, global slices of its new entries) -> pieces`` for
 #: :class:`~lightning_sparkling.growth.optim_state.NewEntryRegion` (what this rank holds of those slices)
@@ -118,3 +124,146 @@ class GrowthBackend(Protocol):
         """Give a freshly built model the shapes of a checkpoint grown by ``plans`` (values come from the
         checkpoint); where :attr:`restores_after_fit_start`, also rebuild the optimizers over the new model."""
         ...
+
+
+class BaseBackend:
+    """The shared steps of every backend, for a model that is whole on every rank (one device; DDP's replicas):
+    grow in place (:func:`~lightning_sparkling.growth.surgery.grow_model`), patch the optimizer in place, nothing to
+    re-wrap or reshard, new entries addressed on the parameters themselves, a resume regrown from the module's
+    ``on_load_checkpoint`` (before Lightning loads the weights). A backend overrides the steps its strategy does
+    differently, and says which strategies it takes.
+
+    Attributes:
+        name: short name for messages and the registry (``"single"``, ``"ddp"``, ``"fsdp2"``, ``"fsdp1"``).
+        restores_after_fit_start: see :class:`GrowthBackend`.
+
+    Example::
+
+        class MyBackend(BaseBackend):
+            name = "mine"
+
+            @classmethod
+            def accepts(cls, strategy) -> bool:
+                return type(strategy).__name__ == "MyStrategy"
+
+        register_backend("mine", "my_package.my_backend:MyBackend", usage="MyStrategy()")
+    """
+
+    name = ""
+    restores_after_fit_start = False
+
+    @classmethod
+    def accepts(cls, strategy: Any) -> bool:
+        """Whether this backend grows models trained under ``strategy`` (a Lightning ``Strategy``)."""
+        return False
+
+    @classmethod
+    def check_strategy(cls, strategy: Any) -> None:
+        """Refuse (``GrowthError``, naming the setting and the fix) a strategy it accepts but cannot grow under as
+        configured (e.g. FSDP1 without ``use_orig_params=True``)."""
+        return None
+
+    def check_model(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> None:
+        pass  # grow_model checks the GPT itself when it grows
+
+    def grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *,
+             seed: int, stage_index: int, plan: GrowthPlan | None = None) -> GrowthResult:
+        return grow_model(gpt, stage, seed=seed, stage_index=stage_index, plan=plan)
+
+    def plan_optimizer_patch(self, optimizer: torch.optim.Optimizer, result: GrowthResult,
+                             recipe: str) -> OptimizerPatch:
+        return plan_optimizer_patch(optimizer, result, recipe)
+
+    def forward_module(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> torch.nn.Module:
+        return gpt
+
+    def reshard(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> None:
+        pass
+
+    def rewrap(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        pass
+
+    def new_entry_pieces(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> PieceMapper:
+        return lambda param, pieces: [(param.data, piece) for piece in pieces]
+
+    def full_tensors(self, pl_module: pl.LightningModule, gpt: torch.nn.Module,
+                     names: Iterable[str]) -> Iterator[tuple[str, torch.Tensor]]:
+        params = dict(gpt.named_parameters(remove_duplicate=False))  # tied: wte and lm_head both by name
+        return ((name, params[name].detach()) for name in names)
+
+    def hook_resume(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state_key: str,
+                    on_state: ResumeFn) -> Callable[[], None]:
+        """Lightning calls ``LightningModule.on_load_checkpoint`` before it loads the state_dict (a callback's own
+        state comes only after it), so the module's hook is wrapped, on this instance, until training starts."""
+        original = pl_module.on_load_checkpoint
+
+        def on_load_checkpoint(checkpoint: dict[str, Any]) -> None:
+            state = (checkpoint.get("callbacks") or {}).get(state_key)
+            if state:
+                on_state(state)
+            return original(checkpoint)
+
+        pl_module.on_load_checkpoint = on_load_checkpoint
+        return lambda: pl_module.__dict__.pop("on_load_checkpoint", None)
+
+    def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
+               plans: Sequence[GrowthPlan]) -> None:
+        for plan in plans:  # values are overwritten by the checkpoint's
+            grow_model(gpt, plan.stage, seed=plan.seed, stage_index=plan.stage_index, plan=plan)
+
+
+class ShardedBackend(BaseBackend):
+    """The shared steps of a strategy that loads a checkpoint's weights and optimizer state straight into the live
+    sharded model after ``on_fit_start`` (FSDP1, FSDP2): a resume is hooked on ``strategy.load_checkpoint``
+    (:func:`hook_strategy_resume`) and regrows the model and its optimizers there; a grown model is wrapped or
+    sharded by the module's ``configure_model`` when it is built, so nothing is re-wrapped after."""
+
+    restores_after_fit_start = True
+
+    def hook_resume(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state_key: str,
+                    on_state: ResumeFn) -> Callable[[], None]:
+        return hook_strategy_resume(trainer, state_key, on_state)
+
+
+def peek_callback_state(checkpoint_path: Any, state_key: str) -> dict[str, Any] | None:
+    """A callback's state in a checkpoint, without loading its tensors (``meta.pt`` of a sharded directory, or
+    the full file memory-mapped)."""
+    path = Path(checkpoint_path)
+    if path.is_dir():
+        meta = path / "meta.pt"
+        checkpoint = torch.load(meta, map_location="cpu", weights_only=False) if meta.is_file() else {}
+    else:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    return (checkpoint.get("callbacks") or {}).get(state_key)
+
+
+def hook_strategy_resume(trainer: pl.Trainer, state_key: str, on_state: ResumeFn) -> Callable[[], None]:
+    """FSDP2 (``ModelParallelStrategy``) and FSDP1 (``FSDPStrategy``) load weights *and optimizer states* straight
+    into the live sharded model in ``strategy.load_checkpoint`` (after ``on_fit_start``), so that call is wrapped:
+    the checkpoint's callback state is peeked (:func:`peek_callback_state`) and handed to ``on_state`` before
+    Lightning loads. Returns the function that removes the wrapper."""
+    strategy = trainer.strategy
+    original = strategy.load_checkpoint
+
+    def load_checkpoint(checkpoint_path, *args, **kwargs):
+        state = peek_callback_state(checkpoint_path, state_key)
+        if state:
+            on_state(state)
+        return original(checkpoint_path, *args, **kwargs)
+
+    strategy.load_checkpoint = load_checkpoint
+    return lambda: strategy.__dict__.pop("load_checkpoint", None)
+
+
+def parent_and_attr(root: torch.nn.Module, child: torch.nn.Module) -> tuple[torch.nn.Module, str]:
+    """``(parent module, attribute name)`` of ``child`` inside ``root`` (where a sharded backend puts the rebuilt
+    GPT or its wrapper back).
+
+    Raises:
+        GrowthError: when ``child`` is not a submodule of ``root``.
+    """
+    for name, module in root.named_modules():
+        if module is child and name:
+            parent_name, _, attr = name.rpartition(".")
+            return root.get_submodule(parent_name), attr
+    raise GrowthError("the GPT to grow (or its FSDP1 wrapper) is not a submodule of the LightningModule")

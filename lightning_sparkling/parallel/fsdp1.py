@@ -45,14 +45,9 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from lightning_sparkling.growth.optim_state import OptimizerPatch, check_optimizer_supported, grow_state, moves_only
 from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import GrowthResult, _result_params, _Swap, clean_name
-from lightning_sparkling.parallel.fsdp2 import (
-    _parent_and_attr,
-    check_sharding_supported,
-    grown_values,
-    hook_strategy_resume,
-    place_meta_gpt,
-)
+from lightning_sparkling.growth.surgery import GrowthResult, UndoLog, clean_name, result_params
+from lightning_sparkling.parallel.base import ShardedBackend, parent_and_attr
+from lightning_sparkling.parallel.fsdp2 import check_sharding_supported, grown_values, place_meta_gpt
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -232,13 +227,13 @@ class FSDP1GrowthResult(GrowthResult):
     new_wrapper: FSDP | None = field(default=None, repr=False)
 
 
-def build_wrapped_gpt(pl_module: Any, strategy: Any, old_wrapper: FSDP, config: object, swap: _Swap) -> FSDP:
+def build_wrapped_gpt(pl_module: Any, strategy: Any, old_wrapper: FSDP, config: object, swap: UndoLog) -> FSDP:
     """Put a meta-device ``GPT(config)`` where ``old_wrapper`` sits and let the module's ``configure_model`` wrap
     it, inside ``strategy.model_sharded_context()`` as Lightning does; FSDP materializes it unit by unit. The
     strategy's activation checkpointing is applied to it, and the RoPE buffers are copied from the old GPT. Returns
     the new wrapper (weights are not meaningful yet)."""
     old_gpt = old_wrapper.module
-    parent, attr = _parent_and_attr(pl_module, old_wrapper)
+    parent, attr = parent_and_attr(pl_module, old_wrapper)
     new = place_meta_gpt(pl_module, old_wrapper, old_gpt, config, swap)
     with strategy.model_sharded_context():
         pl_module.configure_model()
@@ -278,7 +273,7 @@ def grow_fsdp1(pl_module: Any, strategy: Any, gpt: nn.Module, stage: GrowthStage
     reshard_units(old_wrapper)  # a forward without backward before (validation, a growth due at once) leaves units full
     tied = gpt.lm_head.weight is gpt.transformer.wte.weight
     plan = checked_plan(plan, gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
-    swap = _Swap()
+    swap = UndoLog()
     start = time.perf_counter()
     try:
         new_wrapper = build_wrapped_gpt(pl_module, strategy, old_wrapper, plan.new_config, swap)
@@ -292,7 +287,7 @@ def grow_fsdp1(pl_module: Any, strategy: Any, gpt: nn.Module, stage: GrowthStage
                         p.copy_(grown[name])
             del old_full, grown
         old_named, new_named = named_params(old_wrapper), named_params(new_wrapper)
-        old_params, new_params, added = _result_params(plan, old_named, new_named)
+        old_params, new_params, added = result_params(plan, old_named, new_named)
         for name, new_param in new_params.items():
             new_param.requires_grad_(old_params[name].requires_grad)
         for source, new_param in added.values():
@@ -526,7 +521,7 @@ def flat_pieces(shape: tuple[int, ...], piece: tuple[slice, ...], start: int, st
 
 
 # ------------------------------------------------------------------------------------------------ the backend
-class FSDP1Backend:
+class FSDP1Backend(ShardedBackend):
     """FSDP1 through ``FSDPStrategy(use_orig_params=True)``: the module's ``configure_model`` must wrap the GPT as
     one unit inside the LightningModule (:func:`lightning_sparkling.parallel.wrap_gpt`: each block, then
     the GPT) whenever it is not wrapped yet, so that it can wrap the grown GPT too.
@@ -538,7 +533,21 @@ class FSDP1Backend:
     """
 
     name = "fsdp1"
-    restores_after_fit_start = True
+
+    @classmethod
+    def accepts(cls, strategy: Any) -> bool:
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        return isinstance(strategy, FSDPStrategy)
+
+    @classmethod
+    def check_strategy(cls, strategy: Any) -> None:
+        if not strategy.kwargs.get("use_orig_params"):
+            raise GrowthError(
+                "FSDPStrategy(use_orig_params=False) gives the optimizer flattened parameters that growth cannot "
+                "patch: pass FSDPStrategy(use_orig_params=True, ...) and wrap the GPT in configure_model() with "
+                "lightning_sparkling.parallel.wrap_gpt"
+            )
 
     def check_model(self, pl_module: pl.LightningModule, gpt: nn.Module) -> None:
         check_sharding_supported(gpt)
@@ -559,9 +568,6 @@ class FSDP1Backend:
         wrapper = fsdp1_wrapper(pl_module, gpt)
         if wrapper is not None:  # the root unit stays unsharded after a forward without backward
             reshard_units(wrapper)
-
-    def rewrap(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        pass  # the grown GPT was wrapped by configure_model when it was built
 
     def new_entry_pieces(self, pl_module: pl.LightningModule,
                          gpt: nn.Module) -> Callable[[torch.Tensor, Sequence[tuple[slice, ...]]], list]:
@@ -586,13 +592,9 @@ class FSDP1Backend:
         params = dict(gpt.named_parameters(remove_duplicate=False))
         return ((name, params[name].detach()) for name in names)
 
-    def hook_resume(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state_key: str,
-                    on_state: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
-        return hook_strategy_resume(trainer, state_key, on_state)
-
     def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: nn.Module,
                plans: Sequence[GrowthPlan]) -> None:
         check_fsdp1_layout(pl_module, gpt)
         wrapper = fsdp1_wrapper(pl_module, gpt)  # values come from the checkpoint
-        build_wrapped_gpt(pl_module, trainer.strategy, wrapper, plans[-1].new_config, _Swap())
+        build_wrapped_gpt(pl_module, trainer.strategy, wrapper, plans[-1].new_config, UndoLog())
         trainer.strategy.setup_optimizers(trainer)

@@ -22,17 +22,23 @@ import lightning.pytorch as pl
 import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from lightning_sparkling.growth.depth import split_block_name
+from lightning_sparkling.growth.depth_maps import split_block_name
 from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
 from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import (
     GrowthResult,
-    _result_params,
-    _Swap,
+    UndoLog,
     clean_name,
     grow_model,
     grow_tensors,
+    result_params,
+)
+from lightning_sparkling.parallel.base import (  # noqa: F401 (the old names stay importable here)
+    ShardedBackend,
+    hook_strategy_resume,
+    parent_and_attr,
+    peek_callback_state,
 )
 
 if TYPE_CHECKING:
@@ -118,21 +124,13 @@ def shard0_piece(size: int, world: int, rank: int, piece: tuple[slice, ...]) -> 
     return (slice(lo - start, hi - start), *piece[1:])
 
 
-def _parent_and_attr(root: torch.nn.Module, child: torch.nn.Module) -> tuple[torch.nn.Module, str]:
-    for name, module in root.named_modules():
-        if module is child and name:
-            parent_name, _, attr = name.rpartition(".")
-            return root.get_submodule(parent_name), attr
-    raise GrowthError("the GPT to grow (or its FSDP1 wrapper) is not a submodule of the LightningModule")
-
-
 def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: torch.nn.Module, config: object,
-                   swap: _Swap) -> torch.nn.Module:
+                   swap: UndoLog) -> torch.nn.Module:
     """Build ``GPT(config)`` on the meta device, tied and with the sequence length like ``old_gpt``, and put it in
     ``where``'s place on the LightningModule (the GPT itself under FSDP2, its FSDP1 wrapper under FSDP1), in ``swap``."""
     from litgpt.model import GPT
 
-    parent, attr = _parent_and_attr(pl_module, where)
+    parent, attr = parent_and_attr(pl_module, where)
     with torch.device("meta"):
         new = GPT(config)
     # the dtype of every parameter as in old_gpt (GPT(config) builds in the default dtype: a bf16-true or float64
@@ -165,7 +163,7 @@ def _index_pattern(name: str) -> str:
 
 
 def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, config: object,
-                      swap: _Swap) -> torch.nn.Module:
+                      swap: UndoLog) -> torch.nn.Module:
     """Put a ``GPT(config)`` built on the meta device where ``old_gpt`` sits, let the module's own
     ``configure_model`` shard it, then allocate the local shards (``to_empty``) and copy the non-persistent
     buffers (RoPE cache) from ``old_gpt``. Values are uninitialized: the caller fills them."""
@@ -223,7 +221,7 @@ def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: Gro
     reshard(gpt)
     tied = gpt.lm_head.weight is gpt.transformer.wte.weight
     plan = checked_plan(plan, gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
-    swap = _Swap()
+    swap = UndoLog()
     start = time.perf_counter()
     try:
         new = build_sharded_gpt(pl_module, gpt, plan.new_config, swap)
@@ -247,7 +245,7 @@ def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: Gro
         missing = sorted(set(new_named) - filled)
         if missing:
             raise GrowthError(f"FSDP2 growth left parameters of the grown GPT unfilled: {missing[:6]}")
-        old_params, new_params, added = _result_params(plan, old_named, new_named)
+        old_params, new_params, added = result_params(plan, old_named, new_named)
         for name, new_param in new_params.items():
             new_param.requires_grad_(old_params[name].requires_grad)
         for source, new_param in added.values():
@@ -274,40 +272,7 @@ def plan_sharded_optimizer_patch(optimizer: torch.optim.Optimizer, result: Growt
 
 
 # ------------------------------------------------------------------------------------------------ the backend
-def peek_callback_state(checkpoint_path: Any, state_key: str) -> dict[str, Any] | None:
-    """A callback's state in a checkpoint, without loading its tensors (``meta.pt`` of a sharded directory, or
-    the full file memory-mapped)."""
-    from pathlib import Path
-
-    path = Path(checkpoint_path)
-    if path.is_dir():
-        meta = path / "meta.pt"
-        checkpoint = torch.load(meta, map_location="cpu", weights_only=False) if meta.is_file() else {}
-    else:
-        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    return (checkpoint.get("callbacks") or {}).get(state_key)
-
-
-def hook_strategy_resume(trainer: pl.Trainer, state_key: str, on_state: Callable[[dict[str, Any]], None]
-                         ) -> Callable[[], None]:
-    """FSDP2 (``ModelParallelStrategy``) and FSDP1 (``FSDPStrategy``) load weights *and optimizer states* straight
-    into the live sharded model in ``strategy.load_checkpoint`` (after ``on_fit_start``), so that call is wrapped:
-    the checkpoint's callback state is peeked (:func:`peek_callback_state`) and handed to ``on_state`` before
-    Lightning loads. Returns the function that removes the wrapper."""
-    strategy = trainer.strategy
-    original = strategy.load_checkpoint
-
-    def load_checkpoint(checkpoint_path, *args, **kwargs):
-        state = peek_callback_state(checkpoint_path, state_key)
-        if state:
-            on_state(state)
-        return original(checkpoint_path, *args, **kwargs)
-
-    strategy.load_checkpoint = load_checkpoint
-    return lambda: strategy.__dict__.pop("load_checkpoint", None)
-
-
-class FSDP2Backend:
+class FSDP2Backend(ShardedBackend):
     """FSDP2 through ``ModelParallelStrategy``: the module's ``configure_model`` must ``fully_shard`` ``self.model``
     (its blocks, then the GPT) whenever they are not sharded yet, so that it can shard the grown GPT too
     (:func:`lightning_sparkling.parallel.shard_gpt` does). A GPT that ``configure_model`` left unsharded is
@@ -320,7 +285,22 @@ class FSDP2Backend:
     """
 
     name = "fsdp2"
-    restores_after_fit_start = True
+
+    @classmethod
+    def accepts(cls, strategy: Any) -> bool:
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        return isinstance(strategy, ModelParallelStrategy)
+
+    @classmethod
+    def check_strategy(cls, strategy: Any) -> None:
+        tp = getattr(strategy, "_tensor_parallel_size", 1)  # "auto" is resolved to the local device count by now
+        if tp != 1:
+            raise GrowthError(
+                f"ModelParallelStrategy(tensor_parallel_size={tp}): tensor parallelism is not supported by "
+                "GrowthCallback; use ModelParallelStrategy(data_parallel_size=<devices x nodes>, "
+                "tensor_parallel_size=1) for FSDP2"
+            )
 
     def check_model(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> None:
         check_sharding_supported(gpt)
@@ -344,9 +324,6 @@ class FSDP2Backend:
         if is_sharded(gpt):
             reshard(gpt)
 
-    def rewrap(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        pass  # the grown GPT was sharded by configure_model when it was built
-
     def new_entry_pieces(self, pl_module: pl.LightningModule,
                          gpt: torch.nn.Module) -> Callable[[torch.Tensor, Sequence[tuple[slice, ...]]], list]:
         return lambda param, pieces: [lp for lp in (local_piece(param, piece) for piece in pieces) if lp is not None]
@@ -357,11 +334,7 @@ class FSDP2Backend:
         params = dict(gpt.named_parameters(remove_duplicate=False))  # tied: wte and lm_head both by name
         return ((name, full_tensor(params[name].detach())) for name in names)
 
-    def hook_resume(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state_key: str,
-                    on_state: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
-        return hook_strategy_resume(trainer, state_key, on_state)
-
     def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
                plans: Sequence[GrowthPlan]) -> None:
-        build_sharded_gpt(pl_module, gpt, plans[-1].new_config, _Swap())  # values come from the checkpoint
+        build_sharded_gpt(pl_module, gpt, plans[-1].new_config, UndoLog())  # values come from the checkpoint
         trainer.strategy.setup_optimizers(trainer)

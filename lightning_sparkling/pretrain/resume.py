@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
+from lightning_sparkling.growth.record import GROWTH_STATE_KEY  # defined there, importable from here as before
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.errors import ConfigError
 from lightning_sparkling.pretrain.model_config import _expected_shapes
@@ -91,10 +92,6 @@ def _newest_to_resume(out_dir: Path, notes: list[str]) -> Optional[Path]:
 
 
 # ------------------------------------------------------------------------------------------------------------ checks
-GROWTH_STATE_KEY = "WidthGrowthCallback"
-"""``checkpoint["callbacks"]`` key of :class:`~lightning_sparkling.callbacks.growth.GrowthCallback`'s state (its
-``state_key``: the callback's old class name, unchanged so that every checkpoint resumes)."""
-
 _IGNORED_CONFIG_FIELDS = ("name", "hf_config")  # labels: they do not change the model
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.parallel.registry import cli_strategies
 from lightning_sparkling.pretrain.errors import ConfigError
 
 __all__ = [
@@ -37,7 +38,8 @@ __all__ = [
 ]
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
-STRATEGIES = ("auto", "ddp", "fsdp2", "fsdp")
+STRATEGIES = cli_strategies()
+"""The ``strategy`` choices: ``auto`` and each registered growth backend's (:mod:`lightning_sparkling.parallel`)."""
 
 
 @dataclass
@@ -205,7 +207,7 @@ StageArgs = _stage_args()
 
 @dataclass
 class GrowthArgs:
-    """Width growth (SPARKLING). No stages: plain pretraining."""
+    """Growth mid-run (SPARKLING's width growth; depth, heads and experts too). No stages: plain pretraining."""
 
     stages: list[dict[str, Any]] = field(default_factory=list)
     """Growth stages, in increasing step order; each a mapping of :class:`StageArgs` keys (``at_step``,

@@ -70,7 +70,8 @@ def grown_run(request, tmp_path_factory):
 def test_new_blocks_tags_start_at_the_growth(grown_run):
     _, log_dir, growth, module, _ = grown_run
     assert len(module.model.transformer.h) == 4
-    assert growth.summaries[0]["widths"]["n_layer"] == (2, 4) and growth.summaries[0]["global_step"] == GROW_AT
+    assert growth.summaries[0]["sizes"]["n_layer"] == (2, 4) and growth.summaries[0]["widths"] == {}
+    assert growth.summaries[0]["global_step"] == GROW_AT
     ea = _events(log_dir)
     scalars = {t: {e.step: e.value for e in ea.Scalars(t)} for t in ea.Tags()["scalars"]}
     for i in range(4):

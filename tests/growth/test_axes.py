@@ -5,13 +5,14 @@ stage's copies and new entries after a dense -> MoE stage)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
 from conftest import llama_config, make_gpt
 
 import lightning_sparkling
-from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, plan_growth
+from lightning_sparkling import GrowthStage, StageError, WidthGrowthCallback, grow_model, plan_growth
 from lightning_sparkling.growth.axes import (
     AxisPlan,
     BaseAxis,
@@ -109,13 +110,88 @@ def test_an_axis_is_its_module_and_one_registration():
     assert "toy" not in plan_growth(llama_config(), GrowthStage(0, n_embd=64)).changes
 
 
+@dataclasses.dataclass(frozen=True)
+class _TwistKeys:
+    """The toy axis' stage key: ``twist``, a positive integer recorded by its plan."""
+
+    twist: int | None = None
+
+
+class _Twist(BaseAxis):
+    """A toy axis with a stage key of its own (``twist``): active when the stage sets it, checks it, records it."""
+
+    name = "twist"
+    stage_keys = _TwistKeys
+
+    def active(self, stage) -> bool:
+        return stage.twist is not None
+
+    def check_stage(self, stage) -> None:
+        if stage.twist is not None and not (isinstance(stage.twist, int) and stage.twist > 0):
+            raise StageError("twist", f"GrowthStage(twist={stage.twist!r}): must be a positive integer")
+
+    def plan(self, ctx):
+        return AxisPlan(change=("twist", ctx.stage.twist))
+
+
+def test_an_axis_with_its_own_stage_key_is_its_module_and_one_registration():
+    """Registering an axis adds its ``stage_keys`` to ``GrowthStage`` (the same class object every module
+    imported) and to the CLI's stage keys; its check runs at construction; unregistering takes the key away."""
+    from lightning_sparkling.growth import register_axis as public_register
+    from lightning_sparkling.pretrain.schema import _stage_args
+
+    assert public_register is register_axis
+    kept = GrowthStage(0, n_embd=64)
+    with pytest.raises(TypeError, match="twist"):
+        GrowthStage(0, n_embd=64, twist=3)
+    toy = public_register(_Twist())
+    try:
+        stage = GrowthStage(0, n_embd=2 * llama_config().n_embd, twist=3)
+        assert stage.twist == 3 and stage.to_dict()["twist"] == 3 and GrowthStage(**stage.to_dict()) == stage
+        assert GrowthStage(0, twist=2).twist == 2  # the toy key alone grows something: not "grows nothing"
+        assert kept.twist is None and kept == GrowthStage(0, n_embd=64)  # a stage built before reads the default
+        with pytest.raises(StageError, match=r"twist=-1") as caught:
+            GrowthStage(0, n_embd=64, twist=-1)
+        assert caught.value.key == "twist"
+        assert "twist" in {f.name for f in dataclasses.fields(_stage_args())}
+        assert plan_growth(llama_config(), stage).changes["twist"] == ("twist", 3)
+        with pytest.raises(ValueError, match="'twist' is already a GrowthStage key"):
+            clash = type("Clash", (_Twist,), {"name": "clash"})()
+            register_axis(clash)
+    finally:
+        unregister_axis(toy)
+    assert [a.name for a in registered_axes()] == ["width", "heads", "depth", "experts"]
+    with pytest.raises(TypeError, match="twist"):
+        GrowthStage(0, n_embd=64, twist=3)
+    assert "twist" not in {f.name for f in dataclasses.fields(GrowthStage)}
+    assert GrowthStage(0, n_embd=64) == kept
+
+
+def test_the_protocol_declares_what_the_code_calls():
+    """Every attribute the package reads on an axis (``axis.<name>``, ...) is a member of :class:`GrowthAxis`; an
+    ``AxisChange`` (a channel dimension) is never called ``axis`` (``change``)."""
+    declared = {n for n in vars(GrowthAxis) if not n.startswith("_")} | set(GrowthAxis.__annotations__)
+    called = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Attribute) or path.parent.name == "dashboards":  # dashboards: plot axes
+                continue
+            value = node.value  # `axis.x`, `known.x` (the registry's clash check), `axis_of_size()[size].x`
+            if isinstance(value, ast.Name) and value.id in ("axis", "known") or isinstance(value, ast.Subscript) \
+                    and isinstance(value.value, ast.Call) and getattr(value.value.func, "id", "") == "axis_of_size":
+                called.add(node.attr)
+    assert {"name", "sizes", "target_key", "check_stage", "copies"} <= called
+    assert called <= declared, sorted(called - declared)
+    assert {"label_rank", "target_key", "stage_keys", "copies"} <= declared
+
+
 # modules that orchestrate (plan, surgery, optimizer patch, backends, callbacks, app, dashboards): they read the
 # registry, never one axis
 _ORCHESTRATION = ["growth/plan.py", "growth/surgery.py", "growth/symmetry.py", "growth/measured.py",
                   "growth/optim_state.py", "growth/compute.py", "callbacks", "parallel", "pretrain", "dashboards"]
 _AXIS_MODULES = {"lightning_sparkling.growth.axes.width", "lightning_sparkling.growth.axes.heads",
                  "lightning_sparkling.growth.axes.depth", "lightning_sparkling.growth.axes.experts",
-                 "lightning_sparkling.growth.heads"}
+                 "lightning_sparkling.growth.head_layout"}
 
 
 def _sources() -> list[Path]:
@@ -219,3 +295,15 @@ def test_experts_with_widths_is_a_cell_of_its_own():
     assert classify_axis([GrowthStage(0, **upcycle, n_embd=64, intermediate_size=256)]) == "upcycle+width"
     assert classify_axis([GrowthStage(0, n_expert=8, n_head=8)]) == "experts+heads"
     assert classify_axis([GrowthStage(0, **upcycle, n_layer=8, n_embd=64)]) == "upcycle+depth+width"
+
+
+def test_architecture_protocol_table_is_the_protocol():
+    """docs/ARCHITECTURE.md's table of the axis protocol names every member of :class:`GrowthAxis`, and nothing
+    else (issue 41: it listed a removed ``derives``)."""
+    import re
+
+    text = (PACKAGE.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text.split("| method / attribute |", 1)[1].split("\n\n", 1)[0]
+    documented = {m for row in table.splitlines()[2:] for m in re.findall(r"`(\w+)", row.split("|")[1])}
+    declared = {n for n in vars(GrowthAxis) if not n.startswith("_")} | set(GrowthAxis.__annotations__)
+    assert documented == declared, (sorted(documented - declared), sorted(declared - documented))

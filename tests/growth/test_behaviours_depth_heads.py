@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from lightning_sparkling import GrowthStage, grow_model
-from lightning_sparkling.growth.depth import depth_change, depth_config_values
-from lightning_sparkling.growth.heads import describe_heads, head_layout
+from lightning_sparkling.growth.depth_maps import depth_change, depth_config_values
+from lightning_sparkling.growth.head_layout import describe_heads, head_layout
 
 from conftest import llama_config, make_gpt, make_tokens
 

@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from litgpt import GPT
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, rewarmup_lr
-from lightning_sparkling.growth.depth import depth_source_map
+from lightning_sparkling.growth.depth_maps import depth_source_map
 from lightning_sparkling.growth.optim_state import plan_optimizer_patch
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.schedules import WarmupCosineLambda

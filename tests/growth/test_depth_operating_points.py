@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from litgpt import GPT
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, estimate_compute, grow_model
-from lightning_sparkling.growth.depth import check_depth_map, named_depth_map
+from lightning_sparkling.growth.depth_maps import check_depth_map, named_depth_map
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.stage import fraction_step, resolve_timing
 

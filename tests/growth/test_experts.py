@@ -23,7 +23,7 @@ from conftest import (
 from litgpt import GPT
 
 from lightning_sparkling import GrowthError, GrowthStage, grow_model, plan_growth
-from lightning_sparkling.growth.depth import litgpt_init_std
+from lightning_sparkling.growth.depth_maps import litgpt_init_std
 from lightning_sparkling.growth.optim_state import plan_optimizer_patch
 from lightning_sparkling.growth.stage import StageError
 

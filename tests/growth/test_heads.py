@@ -15,7 +15,7 @@ from litgpt import GPT, Config
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, rewarmup_lr
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.heads import head_layout
+from lightning_sparkling.growth.head_layout import head_layout
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics

@@ -110,3 +110,82 @@ def test_single_backend_pieces():
     backend.regrow(SimpleNamespace(), None, fresh, [result.plan])
     assert fresh.config.n_embd == stage.n_embd
     assert {n: p.shape for n, p in fresh.named_parameters()} == {n: p.shape for n, p in gpt.named_parameters()}
+
+
+_TOY_MODULE = '''
+"""A toy growth backend: its own module, every step the shared base's."""
+from lightning_sparkling.parallel import BaseBackend
+
+
+class ToyStrategy:
+    """Stands for a strategy of a third-party package."""
+
+
+class ToyBackend(BaseBackend):
+    name = "toy"
+
+    @classmethod
+    def accepts(cls, strategy):
+        return isinstance(strategy, ToyStrategy)
+'''
+
+
+def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
+    """A new backend: a module with a ``BaseBackend`` subclass, and one ``register_backend`` line; select_backend,
+    its message and the CLI's strategy choices follow the registry; no select_backend branch, no list to edit."""
+    from lightning.pytorch.strategies import Strategy
+
+    from lightning_sparkling.parallel import cli_strategies, register_backend, registered_backends, unregister_backend
+
+    (tmp_path / "toy_backend.py").write_text(_TOY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import toy_backend
+
+    class ToyStrategy(toy_backend.ToyStrategy, _OtherStrategy):  # a Lightning Strategy of the toy's kind
+        pass
+
+    strategy = ToyStrategy.__new__(ToyStrategy)
+    with pytest.raises(GrowthError, match="ToyStrategy is not supported") as refused:
+        select_backend(strategy)
+    assert "toy_strategy()" not in str(refused.value)
+    entry = register_backend("toy", "toy_backend:ToyBackend", usage="toy_strategy()", cli_strategy="toy")
+    try:
+        backend = select_backend(strategy)
+        assert type(backend) is toy_backend.ToyBackend and isinstance(backend, GrowthBackend)
+        assert cli_strategies()[-1] == "toy" and registered_backends()[-1] is entry
+        with pytest.raises(GrowthError, match=r"_OtherStrategy is not supported.*toy_strategy\(\)"):
+            select_backend(_OtherStrategy.__new__(_OtherStrategy))
+        with pytest.raises(ValueError, match="clashes with the registered backend 'toy'"):
+            register_backend("toy", "toy_backend:ToyBackend", usage="again")
+        torch.manual_seed(0)
+        gpt = GPT(tiny_config())  # the shared steps grow it as on one device
+        result = backend.grow(SimpleNamespace(), None, gpt, GrowthStage(1, n_embd=2 * gpt.config.n_embd), seed=0,
+                              stage_index=0)
+        assert gpt.config.n_embd == 2 * result.old_config.n_embd and backend.forward_module(None, gpt) is gpt
+    finally:
+        unregister_backend(entry)
+    assert "toy" not in cli_strategies() and isinstance(strategy, Strategy)
+    with pytest.raises(GrowthError, match="ToyStrategy is not supported"):
+        select_backend(strategy)
+
+
+def test_the_cli_strategies_are_the_registry_s():
+    from lightning_sparkling.pretrain.schema import STRATEGIES
+
+    assert STRATEGIES == ("auto", "ddp", "fsdp2", "fsdp")
+
+
+def test_backends_import_no_private_name_of_another_module():
+    """``parallel/`` imports no ``_private`` name from another module (issue 41: fsdp1 took three)."""
+    import ast
+    from pathlib import Path
+
+    import lightning_sparkling
+
+    bad = []
+    for path in sorted((Path(lightning_sparkling.__file__).parent / "parallel").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lightning_sparkling"):
+                bad += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, bad

@@ -1,6 +1,7 @@
 """The modules of ``lightning_sparkling/pretrain/`` import each other without a cycle (issue 24: ``config.py`` and
-``litgpt_compat.py`` used to import each other), and the CLI stays light to import (``sparkling plan`` never imports
-Lightning)."""
+``litgpt_compat.py`` used to import each other), no module of the whole package is on an import cycle, counting
+imports inside functions (issue 41: nine modules of ``growth/`` were), the layers import downwards only, every
+subfolder included, and the CLI stays light to import (``sparkling plan`` never imports Lightning)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,56 @@ def test_cli_and_config_import_no_lightning():
     assert out.returncode == 0, out.stderr
 
 
+# ------------------------------------------------------------------------------------------- the whole package
+def _package_modules() -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module of the package, every subfolder included."""
+    out = {}
+    for path in sorted(FOLDER.parent.rglob("*.py")):
+        parts = list(path.relative_to(FOLDER.parents[1]).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """``{module: the package modules it imports}``, counting every import in its source (at the top, inside
+    functions, for type checking only), relative ones resolved. ``from a.b import c`` counts ``a.b.c`` when that is
+    a module, else ``a.b``; the implicit import of a module's parent package does not count (it is Python's
+    package mechanism, not the module's choice)."""
+    modules = _package_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+        found = {next((new[0] for old, new in MOVED.items() if m == old or m.startswith(old + ".")), m)
+                 for m in found}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def test_the_package_walk_sees_subfolders_and_function_imports():
+    graph = _package_graph()
+    assert "lightning_sparkling.growth.axes.width" in graph and "lightning_sparkling.growth.axes.base" in graph
+    assert "lightning_sparkling.growth.types" in graph["lightning_sparkling.growth.axes.experts"]
+    # an import inside a function counts: pretrain.run imports pretrain.module lazily (Lightning on demand)
+    assert "lightning_sparkling.pretrain.module" in graph["lightning_sparkling.pretrain.run"]
+
+
+def test_no_import_cycle_in_the_package():
+    graph = _package_graph()
+    cycle = _cycle(graph)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
 # ---------------------------------------------------------------------------------------------------- the layers
 ROOT = FOLDER.parent
 LAYERS = ("growth", "parallel", "callbacks", "pretrain", "dashboards")
@@ -125,20 +176,22 @@ def _layer_of(dotted: str) -> str | None:
 def test_no_layer_imports_a_layer_above_it():
     bad = []
     for layer in LAYERS:
-        for path in sorted((ROOT / layer).glob("*.py")):
+        for path in sorted((ROOT / layer).rglob("*.py")):
             for dotted in _layer_imports(path):
                 other = _layer_of(dotted)
                 if other is None or other == layer or (layer in APPS and other in APPS):
                     continue
                 if LAYERS.index(other) > LAYERS.index(layer):
-                    bad.append(f"{layer}/{path.name} imports {dotted}")
+                    bad.append(f"{path.relative_to(ROOT)} imports {dotted}")
     assert sorted(set(bad) - KNOWN) == [], sorted(set(bad) - KNOWN)
 
 
 def test_growth_layer_is_pure_torch():
     """``growth/`` imports no Lightning and reads nothing of Lightning's trainer (that code is in ``callbacks/``)."""
     bad = []
-    for path in sorted((ROOT / "growth").glob("*.py")):
+    paths = sorted((ROOT / "growth").rglob("*.py"))
+    assert any(p.parent.name == "axes" for p in paths)
+    for path in paths:
         imports = _layer_imports(path)
         bad += [f"{path.name} imports {m}" for m in imports if m.split(".")[0] in ("lightning", "pytorch_lightning")]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

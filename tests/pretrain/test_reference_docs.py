@@ -82,7 +82,7 @@ def symmetry_tags() -> list[str]:
     """``symmetry/stage_k/<axis>`` for every axis a growth can copy: the width axes, the heads' query/key/value
     channel axes (the plan's head layout), depth."""
     from conftest import llama_config
-    from lightning_sparkling.growth.depth import DEPTH_AXIS
+    from lightning_sparkling.growth.depth_maps import DEPTH_AXIS
     from lightning_sparkling.growth.plan import plan_growth
     from lightning_sparkling.growth.stage import WIDTH_AXES, GrowthStage
 

@@ -1,6 +1,6 @@
 """The channel layout of a litgpt ``GPT``: which dimension of which tensor reads or writes which channels, and the
 per-tensor plans of every channel dimension that grows (the width axis' widths and the heads axis' attention
-channels, :class:`~lightning_sparkling.growth.plan.AxisChange`\ s by name).
+channels, :class:`~lightning_sparkling.growth.types.AxisChange` objects by name).
 
 =========================  ==========================================  ===========================================
 channels                   fan-out (writers: new rows / coords)        fan-in (readers: new columns, scaled alpha)
@@ -28,6 +28,7 @@ import torch.nn as nn
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.operators import runs
 from lightning_sparkling.growth.scaling import fan_in_scale
+from lightning_sparkling.growth.types import DimGrowth, TensorPlan
 
 SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
 SHARED_EXPERT_AXIS = "shared_expert_size"
@@ -40,8 +41,6 @@ def channel_tensors(ctx) -> dict:
     Args:
         ctx: the :class:`~lightning_sparkling.growth.axes.PlanContext` (``axes``: the channel dimensions).
     """
-    from lightning_sparkling.growth.plan import DimGrowth, TensorPlan
-
     config, stage, axes, old_model = ctx.config, ctx.stage, ctx.axes, ctx.old_model
     old_shapes = ctx.old_shapes
     fan_out, fan_in = stage.fan_out_init, stage.fan_in_init

@@ -1,5 +1,5 @@
 """The depth axis: ``n_layer`` (G_stack, MIDAS; prts's layer maps). Which old block each block of the grown model
-comes from, and how a new block starts, is :mod:`~lightning_sparkling.growth.depth` (pure functions of integers and
+comes from, and how a new block starts, is :mod:`~lightning_sparkling.growth.depth_maps` (pure functions of integers and
 names); this plug-in turns it into tensor plans (every block tensor under its new position, a new block's with
 ``block_init``), new ``Block`` modules, and the names of kept blocks that move.
 """
@@ -7,15 +7,17 @@ names); this plug-in turns it into tensor plans (every block tensor under its ne
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.axes import AxisPlan, BaseAxis, PlanContext
+from lightning_sparkling.growth.axes.base import BaseAxis
+from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.axes.width import check_larger
-from lightning_sparkling.growth.depth import (
+from lightning_sparkling.growth.depth_maps import (
     DEPTH_AXIS,
     DepthChange,
     block_name,
@@ -27,6 +29,7 @@ from lightning_sparkling.growth.depth import (
     split_block_name,
 )
 from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.types import AxisPlan, PlanContext, TensorPlan
 
 
 def place_blocks(width: dict, old_shapes: dict[str, tuple[int, ...]], depth: DepthChange, init_std: float) -> dict:
@@ -34,8 +37,6 @@ def place_blocks(width: dict, old_shapes: dict[str, tuple[int, ...]], depth: Dep
     tensors outside the blocks; for every block tensor of the grown model, its source's channel plan (or an unchanged
     one) under its new name, with ``block_init`` set for a new block's tensors. Blocks that neither move nor grow
     are left out, as for a width growth."""
-    from lightning_sparkling.growth.plan import TensorPlan
-
     tensors = {name: spec for name, spec in width.items() if split_block_name(name) is None}
     by_block: dict[int, list[str]] = {}
     for name in old_shapes:
@@ -56,6 +57,41 @@ def place_blocks(width: dict, old_shapes: dict[str, tuple[int, ...]], depth: Dep
     return tensors
 
 
+@dataclass(frozen=True)
+class DepthKeys:
+    """The depth axis' :class:`~lightning_sparkling.growth.stage.GrowthStage` keys (G_stack, MIDAS); a new block's
+    tensors are new entries like new width, so the re-warmup, ``optimizer_state``, ``bias_correction`` and the
+    symmetry loop apply to them.
+
+    Args:
+        n_layer: new number of blocks (larger than the model's).
+        depth_init: how a new block starts. ``copy-zero`` (default; function preserving): the source block's
+            weights with its output projections (attention ``proj``, MLP / every expert's ``proj``, their biases and
+            a LayerNorm post-norm's bias) zeroed, so the block adds nothing to the residual stream at first and the
+            grown model computes the same logits. ``copy``: the source block's weights as they are (G_stack; not
+            function preserving). ``random-zero``: litgpt's init (normal(0, 0.02) linears, unit norms, zero biases)
+            with the output projections zeroed (function preserving, no source).
+        depth_order: where the new blocks go and which old block each copies. ``stack`` (default, G_stack): the
+            stack repeated on top, new block ``L + i`` copies block ``i % L``. ``interleave``: every block followed
+            by its copies (``N // L - 1`` each; the ``N % L`` extra copies go to blocks spread evenly over the
+            depth). ``middle`` (MIDAS): like ``interleave``, but the ``N % L`` extra copies go to the middle blocks,
+            so ``n_layer < 2 L`` duplicates a centred window of blocks in place. ``sparkling plan`` prints the map.
+        depth_map: instead of ``depth_order``, the grown model's blocks by the old block each comes from (prts's
+            layer map): one old-block index per grown block, so ``len(depth_map)`` is the new ``n_layer`` (set
+            ``n_layer`` to it or leave it out). The first occurrence of each old block is that block itself, later
+            ones are new blocks copying it (by ``depth_init``): at 4 -> 8, ``[0, 1, 2, 3, 0, 1, 2, 3]`` is ``stack``
+            and ``[0, 0, 1, 1, 2, 2, 3, 3]`` is ``interleave``. Accepted: integers ``>= 0`` whose first occurrences
+            come in order ``0, 1, 2, ...`` (old blocks keep their order, so ``copy-zero`` keeps the function); the
+            model's ``L`` blocks must each appear (indices ``0 .. L - 1``, checked when the stage is planned) and at
+            least one more block.
+    """
+
+    n_layer: int | None = None
+    depth_init: str = "copy-zero"
+    depth_order: str = "stack"
+    depth_map: tuple[int, ...] | None = None
+
+
 class DepthAxis(BaseAxis):
     """The depth plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
@@ -64,9 +100,14 @@ class DepthAxis(BaseAxis):
     structural = True
     symmetry_key = DEPTH_AXIS
     label_rank = 1
+    stage_keys = DepthKeys
 
     def target_key(self, size: str, stage) -> str | None:
         return "depth_map" if stage.depth_map is not None else None
+
+    def copies(self, stage) -> bool:
+        """New blocks copied from old ones (``depth_init`` ``copy`` or ``copy-zero``)."""
+        return stage.n_layer is not None and stage.depth_init.startswith("copy")
 
     def check_model(self, config, stage) -> None:
         check_larger(config, stage, self.sizes)
@@ -76,7 +117,7 @@ class DepthAxis(BaseAxis):
 
     def config_values(self, config, stage) -> dict[str, Any]:
         """``n_layer`` and the per-block lists, each block taking its source's
-        (:func:`~lightning_sparkling.growth.depth.depth_config_values`).
+        (:func:`~lightning_sparkling.growth.depth_maps.depth_config_values`).
 
         Raises:
             GrowthError: keyed by ``depth_map`` / ``depth_order`` / ``n_layer`` where the order does not fit.
@@ -163,5 +204,5 @@ class DepthAxis(BaseAxis):
         return "depth" if keys == {DEPTH_AXIS} else "depth+width"
 
 
-DEPTH = DepthAxis()
+DEPTH = register_axis(DepthAxis())
 """The registered depth axis."""

@@ -1,6 +1,6 @@
 """The heads axis: ``n_head`` and ``n_query_groups`` at a fixed ``head_size`` (new query heads and key/value
 groups copy old ones, laid out anew in litgpt's fused ``qkv``; the layout itself is
-:mod:`~lightning_sparkling.growth.heads`).
+:mod:`~lightning_sparkling.growth.head_layout`).
 
 Its channel dimensions: ``attn_q`` (the query channels: ``attn.proj``'s fan-in, OLMo-2's ``norm_q``), ``attn_kv``
 (key/value channels: OLMo-2's ``norm_k``) and ``attn_qkv`` (the fused ``qkv`` rows), each an
@@ -9,16 +9,38 @@ Its channel dimensions: ``attn_q`` (the query channels: ``attn.proj``'s fan-in, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from lightning_sparkling.growth.axes import BaseAxis
-from lightning_sparkling.growth.axes.width import check_larger
+from lightning_sparkling.growth.axes.base import BaseAxis
+from lightning_sparkling.growth.axes.registry import register_axis
+from lightning_sparkling.growth.axes.width import WIDTH_AXES, check_larger
 from lightning_sparkling.growth.errors import GrowthError
-from lightning_sparkling.growth.heads import describe_heads, head_layout, qkv_layout
+from lightning_sparkling.growth.head_layout import describe_heads, head_layout, qkv_layout
 from lightning_sparkling.growth.scaling import fan_in_scale, make_generator
-from lightning_sparkling.growth.stage import HEAD_AXES, WIDTH_AXES
+from lightning_sparkling.growth.types import AxisChange
+
+HEAD_AXES: tuple[str, ...] = ("n_head", "n_query_groups")
+"""The heads axis' size keys."""
+
+
+@dataclass(frozen=True)
+class HeadsKeys:
+    """The heads axis' :class:`~lightning_sparkling.growth.stage.GrowthStage` keys (at a fixed ``head_size``).
+
+    Args:
+        n_head: new number of query heads, of the same ``head_size`` (new heads copy heads of their key/value group
+            under a copied ``init`` fan-out side, or start random with zeroed ``attn.proj`` fan-in columns under
+            ``random-zero``; see :mod:`~lightning_sparkling.growth.head_layout`).
+        n_query_groups: new number of key/value groups (default: unchanged when ``n_head / n_query_groups`` stays
+            whole, i.e. new heads join the existing groups; an MHA model grown by ``n_head`` alone stays MHA). New
+            groups copy source groups.
+    """
+
+    n_head: int | None = None
+    n_query_groups: int | None = None
 
 
 def head_counts(config, stage) -> tuple[int, int] | None:
@@ -36,7 +58,12 @@ class HeadsAxis(BaseAxis):
 
     name = "heads"
     sizes = HEAD_AXES
+    stage_keys = HeadsKeys
     label_rank = 2
+
+    def copies(self, stage) -> bool:
+        """A copied side of ``init`` on new heads."""
+        return bool(stage.n_head or stage.n_query_groups) and "copy" in (stage.fan_out_init, stage.fan_in_init)
 
     def check_model(self, config, stage) -> None:
         """Refuse head counts that do not grow (``n_query_groups`` may repeat the model's own with ``n_head``: new
@@ -49,10 +76,8 @@ class HeadsAxis(BaseAxis):
         return {"n_head": new_head, "n_query_groups": new_groups}
 
     def dimensions(self, config, stage, *, seed: int, stage_index: int):
-        """The :class:`~lightning_sparkling.growth.heads.HeadLayout` (the change recorded) and the ``attn_q``,
+        """The :class:`~lightning_sparkling.growth.head_layout.HeadLayout` (the change recorded) and the ``attn_q``,
         ``attn_qkv`` (and, with new groups, ``attn_kv``) dimensions."""
-        from lightning_sparkling.growth.plan import AxisChange
-
         new_head, new_groups = head_counts(config, stage)
         H, G, hs = config.n_head, config.n_query_groups, config.head_size
         try:
@@ -97,5 +122,5 @@ class HeadsAxis(BaseAxis):
         return "hidden+heads" if widths == {"n_embd"} else ("heads" if not widths else "width+heads")
 
 
-HEADS = HeadsAxis()
+HEADS = register_axis(HeadsAxis())
 """The registered heads axis."""

@@ -10,13 +10,33 @@ copied fan-in columns. Which tensors read or write each width is litgpt's channe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from lightning_sparkling.growth.axes import BaseAxis
+from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_AXIS
 from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
-from lightning_sparkling.growth.stage import WIDTH_AXES
+from lightning_sparkling.growth.types import AxisChange
+
+WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
+"""The width axis' size keys, in the order ``GrowthStage.widths`` lists them."""
+
+
+@dataclass(frozen=True)
+class WidthKeys:
+    """The width axis' :class:`~lightning_sparkling.growth.stage.GrowthStage` keys.
+
+    Args:
+        n_embd: new hidden (residual stream) size. Heads, head size and RoPE are unchanged.
+        intermediate_size: new dense MLP inner size.
+        moe_intermediate_size: new MoE expert inner size (every expert, shared experts scaled alike).
+    """
+
+    n_embd: int | None = None
+    intermediate_size: int | None = None
+    moe_intermediate_size: int | None = None
 
 
 def check_larger(config, stage, sizes: tuple[str, ...]) -> None:
@@ -43,10 +63,15 @@ class WidthAxis(BaseAxis):
 
     name = "width"
     sizes = WIDTH_AXES
+    stage_keys = WidthKeys
     label_rank = 3
 
     def active(self, stage) -> bool:
         return bool(stage.widths)
+
+    def copies(self, stage) -> bool:
+        """A copied side of ``init`` on a width the stage grows."""
+        return bool(stage.widths) and "copy" in (stage.fan_out_init, stage.fan_in_init)
 
     def check_model(self, config, stage) -> None:
         """Refuse an MLP width the model lacks, or a width that does not grow."""
@@ -71,8 +96,6 @@ class WidthAxis(BaseAxis):
     def dimensions(self, config, stage, *, seed: int, stage_index: int):
         """One :class:`~lightning_sparkling.growth.plan.AxisChange` per width that grows (the shared experts' inner
         size with the experts'); the change recorded is that dict."""
-        from lightning_sparkling.growth.plan import AxisChange
-
         old_widths = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
                       "moe_intermediate_size": config.moe_intermediate_size}
         changes = {}
@@ -103,5 +126,5 @@ class WidthAxis(BaseAxis):
         return "inner"
 
 
-WIDTH = WidthAxis()
+WIDTH = register_axis(WidthAxis())
 """The registered width axis."""

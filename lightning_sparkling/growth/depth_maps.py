@@ -38,9 +38,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from lightning_sparkling.growth.stage import DEPTH_ORDERS, StageError
+from lightning_sparkling.growth.errors import StageError
 
 DEPTH_AXIS = "n_layer"
+DEPTH_INITS: tuple[str, ...] = ("copy-zero", "copy", "random-zero")
+DEPTH_ORDERS: tuple[str, ...] = ("stack", "interleave", "middle")
 _BLOCK = re.compile(r"^transformer\.h\.(\d+)\.(.+)$")
 # tensors (relative to a block) that write the block's output into the residual stream
 _OUTPUT_PROJECTION = re.compile(

@@ -1,0 +1,185 @@
+"""The checks :class:`~lightning_sparkling.growth.stage.GrowthStage` runs on its timing and recipe keys when it is
+built (each axis checks its own keys: ``GrowthAxis.check_stage``), and the choices of its recipe keys. Every refusal
+is a :class:`~lightning_sparkling.growth.errors.StageError` naming the key, the value and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_sparkling.growth.errors import StageError, check_choice
+from lightning_sparkling.growth.scaling import SPLITS
+
+
+OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
+REWARMUP_SCOPES: tuple[str, ...] = ("new", "all")
+BIAS_CORRECTIONS: tuple[str, ...] = ("shared", "fresh")
+SYMMETRY_RELEASES: tuple[str, ...] = ("hold", "schedule")
+DEFAULT_SPLIT_RATIO = 1 / 3
+
+StageLike = Any
+"""A :class:`~lightning_sparkling.growth.stage.GrowthStage` (which imports this module, so it is named here in
+words only)."""
+
+__all__ = ["BIAS_CORRECTIONS", "DEFAULT_SPLIT_RATIO", "OPTIMIZER_STATES", "REWARMUP_SCOPES", "SYMMETRY_RELEASES",
+           "check_baselines", "check_depth_map", "check_lock_breakers", "check_target", "check_timing"]
+
+
+def check_timing(stage: StageLike) -> None:
+    """Refuse none or both of ``at_step`` / ``at_fraction``, a negative ``at_step``, an ``at_fraction`` outside
+    ``(0, 1)``."""
+    if (stage.at_step is None) == (stage.at_fraction is None):
+        raise StageError("at_step",
+                         f"GrowthStage(at_step={stage.at_step!r}, at_fraction={stage.at_fraction!r}): give exactly "
+                         "one of at_step (optimizer steps) and at_fraction (a fraction of max_steps)")
+    if stage.at_step is not None and (isinstance(stage.at_step, bool) or not isinstance(stage.at_step, int)
+                                     or stage.at_step < 0):
+        raise StageError("at_step", f"GrowthStage(at_step={stage.at_step!r}): at_step must be an integer >= 0")
+    f = stage.at_fraction
+    if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < 1):
+        raise StageError("at_fraction",
+                         f"GrowthStage(at_fraction={f!r}): must be a number in (0, 1), the fraction of "
+                         "max_steps after which to grow (e.g. 0.25), or use at_step")
+
+
+def check_depth_map(stage: StageLike) -> None:
+    """Refuse a ``depth_map`` that is not a list of old-block indices in first-occurrence order, or that contradicts
+    ``depth_order`` / ``n_layer``; store it as a tuple and set ``n_layer`` from its length."""
+    given = stage.depth_map
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not given or any(
+            isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in given):
+        raise StageError("depth_map",
+                         f"GrowthStage(depth_map={given!r}): must be a non-empty list of old-block indices "
+                         "(integers >= 0), one per block of the grown model, e.g. [0, 1, 0, 1]")
+    depth_map = tuple(given)
+    object.__setattr__(stage, "depth_map", depth_map)  # a list from YAML / JSON: a tuple, so stages compare
+    seen = 0
+    for j, i in enumerate(depth_map):
+        if i > seen:
+            raise StageError("depth_map",
+                f"GrowthStage(depth_map={list(depth_map)}): position {j} holds old block {i} before old block "
+                f"{seen} first appears; the first occurrence of each old block must come in order 0, 1, 2, ... "
+                "(it is the old block itself, later ones are its copies, and old blocks keep their order), e.g. "
+                "[0, 1, 0, 1] (stack) or [0, 0, 1, 1] (interleave)")
+        seen += i == seen
+    if stage.depth_order != "stack":
+        raise StageError("depth_map",
+                         f"GrowthStage(depth_map={list(depth_map)}, depth_order={stage.depth_order!r}): give one "
+                         "of them; the map says where every block goes (drop depth_order)")
+    if stage.model_name is not None or stage.model_config is not None:
+        return  # the target sets n_layer; the map's length is checked against it when planned
+    if stage.n_layer is None:
+        object.__setattr__(stage, "n_layer", len(depth_map))
+    elif stage.n_layer != len(depth_map):
+        raise StageError("n_layer",
+                         f"GrowthStage(depth_map={list(depth_map)}, n_layer={stage.n_layer!r}): the map has "
+                         f"{len(depth_map)} entries, one per block of the grown model; give n_layer="
+                         f"{len(depth_map)} or leave n_layer out")
+
+
+def check_target(stage: StageLike) -> None:
+    """Refuse a named target (``model_name`` / ``model_config``) given twice, with sizes, or of the wrong type."""
+    if stage.model_name is not None and stage.model_config is not None:
+        raise StageError("model_name",
+                         "GrowthStage(model_name=..., model_config=...): give one of them, not both")
+    if stage.sizes:
+        raise StageError(None,
+                         f"GrowthStage(model_name/model_config with {', '.join(stage.sizes)}): the target config "
+                         "sets every size; drop the size keys or the target")
+    if stage.model_name is not None and not (isinstance(stage.model_name, str) and stage.model_name):
+        raise StageError("model_name",
+                         f"GrowthStage(model_name={stage.model_name!r}): must be a litgpt config name")
+    if stage.model_config is not None and not isinstance(stage.model_config, dict):
+        raise StageError("model_config",
+                         f"GrowthStage(model_config={stage.model_config!r}): must be a dict of litgpt Config fields")
+
+
+def check_baselines(stage: StageLike, fan_in: str) -> None:
+    """Refuse bad values of the paper's baselines' keys (``split``, ``split_ratio``, ``perturb``, ``rewarmup_scope``,
+    ``decay_speedup``), or one the stage's init pair or heads growth cannot apply."""
+    def number(value: object) -> bool:
+        return not isinstance(value, bool) and isinstance(value, (int, float))
+
+    check_choice("split", stage.split, SPLITS)
+    if not number(stage.split_ratio) or not 0 < stage.split_ratio < 1:
+        raise StageError("split_ratio",
+                         f"GrowthStage(split_ratio={stage.split_ratio!r}): must be a number in (0, 1), the "
+                         "source's part r of r : 1 - r (1/3: the paper's 1:2)")
+    if stage.split != "uneven" and stage.split_ratio != DEFAULT_SPLIT_RATIO:
+        raise StageError("split",
+                         f"GrowthStage(split_ratio={stage.split_ratio!r}): only used with split='uneven' (split "
+                         f"is {stage.split!r})")
+    if not number(stage.perturb) or not (math.isfinite(stage.perturb) and stage.perturb >= 0):
+        raise StageError("perturb",
+                         f"GrowthStage(perturb={stage.perturb!r}): must be a finite number >= 0 (the standard "
+                         "deviation of the +/- perturbation relative to the RMS of the shares; 0: off)")
+    if stage.n_head is not None or stage.n_query_groups is not None:
+        for key, active in (("split", stage.split != "even"), ("perturb", stage.perturb > 0)):
+            if active:
+                raise StageError(key,
+                                 f"GrowthStage({key}={getattr(stage, key)!r}): not supported with a heads growth "
+                                 "(n_head / n_query_groups); use the default even split and no perturb")
+    if fan_in != "copy":
+        for key, active in (("split", stage.split != "even"), ("perturb", stage.perturb > 0)):
+            if active:
+                raise StageError(
+                    key,
+                    f"GrowthStage({key}={getattr(stage, key)!r}): divides or perturbs the fan-in shares of a "
+                    f"copied channel, but the init pair {stage.init!r} does not copy the fan-in side; use a pair "
+                    "ending in '-copy' (copy-copy, random-copy, zero-copy)")
+    check_choice("rewarmup_scope", stage.rewarmup_scope, REWARMUP_SCOPES)
+    if stage.rewarmup_scope == "all" and stage.rewarmup_ratio is None:
+        raise StageError("rewarmup_scope",
+                         "GrowthStage(rewarmup_scope='all'): every parameter follows this stage's re-warmup, "
+                         "but rewarmup_ratio is None (no re-warmup); give a rewarmup_ratio or use 'new'")
+    if not number(stage.decay_speedup) or not 0 <= stage.decay_speedup < 1:
+        raise StageError("decay_speedup",
+                         f"GrowthStage(decay_speedup={stage.decay_speedup!r}): must be a number in [0, 1) (the "
+                         "fraction by which the remaining decay is shortened; the paper uses 0.25 and 0.5)")
+
+
+def check_lock_breakers(stage: StageLike, fan_out: str, fan_in: str) -> None:
+    """Refuse bad values of the symmetry-lock keys (``bias_correction``, ``symmetry_*``), or one the stage cannot
+    apply (no copies, no new-entry LR)."""
+    check_choice("bias_correction", stage.bias_correction, BIAS_CORRECTIONS)
+    if stage.bias_correction == "fresh" and stage.rewarmup_ratio is None:
+        raise StageError("bias_correction",
+                         "GrowthStage(bias_correction='fresh'): the correction scales the new entries' LR, but "
+                         "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio (1.0 for the correction "
+                         "alone)")
+    if isinstance(stage.symmetry_interval, bool) or not isinstance(stage.symmetry_interval, int) \
+            or stage.symmetry_interval < 1:
+        raise StageError("symmetry_interval",
+                         f"GrowthStage(symmetry_interval={stage.symmetry_interval!r}): must be an integer >= 1 "
+                         "(optimizer steps between two symmetry checks)")
+    boost = stage.symmetry_max_boost
+    if isinstance(boost, bool) or not isinstance(boost, (int, float)) or not (math.isfinite(boost) and boost >= 1):
+        raise StageError("symmetry_max_boost",
+                         f"GrowthStage(symmetry_max_boost={boost!r}): must be a finite number >= 1 (the largest "
+                         "multiplier of the new entries' LR)")
+    check_choice("symmetry_release", stage.symmetry_release, SYMMETRY_RELEASES)
+    target = stage.symmetry_target
+    if target is None:
+        return
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
+        raise StageError("symmetry_target",
+                         f"GrowthStage(symmetry_target={target!r}): must be a number in (0, 1), the mean cosine "
+                         "of copies to their sources below which the LR boost ends (e.g. 0.5), or None")
+    if not stage.copies:
+        what = f"the init pair {stage.init!r}" if set(stage.sizes) - {"n_layer"} else ""
+        if stage.n_layer is not None:
+            what += (" and " if what else "") + f"depth_init={stage.depth_init!r}"
+        raise StageError("depth_init" if stage.n_layer is not None else "symmetry_target",
+                         f"GrowthStage(symmetry_target={target}): {what} copies nothing, so there is no symmetry "
+                         "to break; use a copied init (a pair with a copied side, depth_init 'copy' or "
+                         "'copy-zero') or drop symmetry_target")
+    if stage.rewarmup_ratio is None:
+        raise StageError("symmetry_target",
+                         f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
+                         "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio")
+    if stage.rewarmup_scope == "all":
+        raise StageError("rewarmup_scope",
+                         f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
+                         "with rewarmup_scope='all' every entry follows one LR; use rewarmup_scope='new'")
