@@ -131,6 +131,18 @@ SIZES: dict[str, dict[str, Any]] = {
         "config": {"train": {"max_steps": 336}, "eval": {"interval": 84}},
         "rewarmup_steps": 17,
     },
+    # Issue 38's size ladder on CPU: the quick regime (vocabulary 1024, 8 x 128 tokens per step) with 4 heads of 32
+    # and n_embd 64 -> 128, MLP 256 -> 512: the joint axis' grown model has 10x mini's parameters (1.31M) and its
+    # token embedding and output head hold 20% of them. Few tokens per parameter (the CPU budget of one session);
+    # the depth axes grow 4 -> 8 layers at the small widths.
+    "cpu-1m": {
+        "base": "quick",
+        "small": {"n_layer": 4, "n_head": 4, "n_query_groups": 4, "head_size": 32, "n_embd": 64,
+                  "intermediate_size": 256, "block_size": 128},
+        "large": {"n_embd": 128, "intermediate_size": 512},
+        "config": {"train": {"max_steps": 1000}, "eval": {"interval": 100, "max_iters": 20}},
+        "rewarmup_steps": 50,
+    },
     # A smoke test of the harness itself (minutes): meaningless losses.
     "tiny": {
         "base": "cpu",
