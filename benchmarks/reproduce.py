@@ -55,7 +55,7 @@ large (iso-FLOPs)". Each ratio and schedule trains in ``--out/x<ratio>-<schedule
 below it), finished runs are reused, ``--dry-run`` lists the cells and run counts. The result is one line per cell
 (paired Δ mean ± sd against that scratch, seeds above it, tokens per grown parameter, growth_at) in
 ``reproduce_<size>_scan[_<tag>].{json,md}``, and the cells of 2 seeds or more in the format of
-``lightning_sparkling/growth/measured.json`` (printed; ``--scan-export PATH`` writes them as a JSON list).
+``lightning_sparkling/pretrain/measured.json`` (printed; ``--scan-export PATH`` writes them as a JSON list).
 
 Statistics: per row the mean and sample standard deviation of the final validation loss over seeds; against
 SPARKLING the per-seed difference (same seed = same initial small model, same data order, same validation
@@ -1317,7 +1317,7 @@ def scan_where(size_name: str, ratio: int, axis: str | None = None) -> str:
 
 
 def export_cells(lines: list[dict], size_name: str) -> list[dict]:
-    """The measured lines (2 seeds or more) as cells of lightning_sparkling/growth/measured.json."""
+    """The measured lines (2 seeds or more) as cells of lightning_sparkling/pretrain/measured.json."""
     out = []
     for line in lines:
         if line.get("seeds", 0) < 2 or line.get("sd") is None or line["recipe"] is None:
@@ -1349,7 +1349,12 @@ def format_cell(cell: dict) -> str:
             + f'"where": {json.dumps(cell["where"], ensure_ascii=False)}'
             + (f', "start_delta": {cell["start_delta"]:.3f}, "start_sd": {cell["start_sd"]:.3f}, '
                f'"start_seeds_above": {cell["start_seeds_above"]}' if cell.get("start_delta") is not None else "")
+            + "".join(f', "{k}": {json.dumps(cell[k])}' for k in _SIZE_KEYS if cell.get(k) is not None)
             + "}")
+
+
+_SIZE_KEYS = ("params", "active_params", "embedding_share", "device", "precision", "corpus")
+"""The size fields of a cell (issue 38; ``lightning_sparkling.pretrain.measured_size.SIZE_KEYS``)."""
 
 
 def format_export(cells: list[dict]) -> str:

@@ -58,6 +58,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "lightning_sparkling.litgpt_compat": ("lightning_sparkling.pretrain.litgpt_compat",),
     "lightning_sparkling.plotting": ("lightning_sparkling.dashboards.plotting",),
     "lightning_sparkling.tb_layout": ("lightning_sparkling.dashboards.tb_layout",),
+    # issue 41: measured results are not growth math; the map and its advice are read by the pretrain layer
+    "lightning_sparkling.growth.measured": ("lightning_sparkling.pretrain.measured",),
 }
 
 

@@ -22,7 +22,7 @@ from lightning_sparkling.growth.axes import (
     registered_axes,
     unregister_axis,
 )
-from lightning_sparkling.growth.measured import classify_axis
+from lightning_sparkling.pretrain.measured import classify_axis
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 PACKAGE = Path(lightning_sparkling.__file__).parent
@@ -111,7 +111,7 @@ def test_an_axis_is_its_module_and_one_registration():
 
 # modules that orchestrate (plan, surgery, optimizer patch, backends, callbacks, app, dashboards): they read the
 # registry, never one axis
-_ORCHESTRATION = ["growth/plan.py", "growth/surgery.py", "growth/symmetry.py", "growth/measured.py",
+_ORCHESTRATION = ["growth/plan.py", "growth/surgery.py", "growth/symmetry.py",
                   "growth/optim_state.py", "growth/compute.py", "callbacks", "parallel", "pretrain", "dashboards"]
 _AXIS_MODULES = {"lightning_sparkling.growth.axes.width", "lightning_sparkling.growth.axes.heads",
                  "lightning_sparkling.growth.axes.depth", "lightning_sparkling.growth.axes.experts",

@@ -23,7 +23,7 @@ describes itself for ``sparkling plan``, the growth log and the summary (:meth:`
 (:meth:`GrowthAxis.cell_label`) and gives the copies the symmetry diagnostics watch (:meth:`GrowthAxis.copy_pairs`).
 
 The plan (:func:`~lightning_sparkling.growth.plan.plan_growth`), the surgery, the optimizer patch, every parallel
-backend, the callbacks, the summary and :mod:`~lightning_sparkling.growth.measured` call the registered axes
+backend, the callbacks, the summary and :mod:`~lightning_sparkling.pretrain.measured` call the registered axes
 without naming any of them. The tensors on a growing channel dimension are planned from one table of litgpt's
 layout (:func:`~lightning_sparkling.growth.axes.channels.channel_tensors`: which tensor reads or writes which
 channels); a tensor of a new module is planned like a new block's (``block_init``, ``source``), so the optimizer
@@ -139,7 +139,7 @@ class GrowthAxis(Protocol):
         """Entries of ``sparkling plan``'s JSON stage report the axis owns (present, ``None``, when inactive)."""
 
     def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        """The measured map's axis name (:func:`~lightning_sparkling.growth.measured.classify_axis`) of a one-stage
+        """The measured map's axis name (:func:`~lightning_sparkling.pretrain.measured.classify_axis`) of a one-stage
         schedule whose changed sizes are ``keys`` and whose axes are ``grown``, or ``None`` to leave it to the next
         axis in :func:`label_order`."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.growth.measured import MeasuredCell, advise, classify_axis, load_map, nearest
+from lightning_sparkling.pretrain.measured import MeasuredCell, advise, classify_axis, load_map, nearest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 INDEX_HEADING = "## The measured map, cell by cell"

@@ -1,4 +1,4 @@
-"""The measured map (lightning_sparkling/growth/measured.json) and the advice a run gets from it."""
+"""The measured map (lightning_sparkling/pretrain/measured.json) and the advice a run gets from it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import lightning_sparkling.growth.measured as measured_module
+import lightning_sparkling.pretrain.measured as measured_module
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.growth.measured import (
+from lightning_sparkling.pretrain.measured import (
     DEMO_TOKENS_PER_PARAM,
     MAP_PATH,
     NEAR_RATIO,
