@@ -217,8 +217,9 @@ class Advice:
     @property
     def demo(self) -> bool:
         """Whether the run is shorter than :data:`DEMO_TOKENS_PER_PARAM` training tokens per parameter: a demo (e.g.
-        the quickstart), far below every setting the map measured; its advice says so in one line."""
-        return 0 < self.tokens_per_param < DEMO_TOKENS_PER_PARAM
+        the quickstart), far below every setting the map measured; its advice says so in one line. A run measured
+        near its own setting (``sparkling measure``, read with ``plan --map``) is no demo to the map."""
+        return 0 < self.tokens_per_param < DEMO_TOKENS_PER_PARAM and not self.near
 
     def _nearest_message(self) -> str:
         if self.demo:
@@ -295,7 +296,8 @@ def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: 
     elsewhere) nearest in token ratio and model size (the Euclidean distance of their logs; size counts where both
     the run's ``params`` and the cell's are known), then timing, and whether it is near in token ratio and timing
     (:data:`NEAR_RATIO`, :data:`NEAR_TIMING`; how far it is in size the advice says itself, :data:`FAR_SIZE`)."""
-    same = [c for c in cells if (c.axis, c.recipe, c.schedule, c.init) == (axis, recipe, schedule, init)]
+    same = [c for c in cells if (c.axis, c.recipe, c.schedule, c.init) == (axis, recipe, schedule, init)
+            and c.tokens_per_param > 0]
     if not same or tokens_per_param <= 0:
         return None, False
 
