@@ -100,11 +100,17 @@ def read_result(run: MeasureRun) -> dict[str, float]:
 
 
 def train_runs(runs: Sequence[MeasureRun], jobs: int = 1, log: Callable[[str], None] = print,
-               env: dict[str, str] | None = None) -> list[MeasureRun]:
+               env: dict[str, str] | None = None, *, deadline: float | None = None,
+               on_done: Callable[[MeasureRun], None] | None = None) -> list[MeasureRun]:
     """Train every unfinished run, ``jobs`` at a time; returns the runs that failed (their ``run.log`` says why).
 
     Each line of progress names the run, its result and seconds, and the overall count, elapsed time and an estimate
     of what is left. ``SIGTERM`` or Ctrl-C stops the running subprocesses too; their runs are trained again next time.
+
+    Args:
+        deadline: a ``time.time()`` past which no run starts and the running ones are stopped (unfinished: trained
+            again next time); ``None``: no deadline.
+        on_done: called with each run that finished (e.g. to append it to a results file).
     """
     todo = [r for r in runs if not is_done(r)]
     log(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train ({jobs} at a time)")
@@ -116,6 +122,11 @@ def train_runs(runs: Sequence[MeasureRun], jobs: int = 1, log: Callable[[str], N
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         while todo or running:
+            if deadline is not None and time.time() >= deadline:
+                if todo:
+                    log(f"deadline: {len(todo)} run(s) not started")
+                todo.clear()
+                raise KeyboardInterrupt
             while todo and len(running) < jobs:
                 run = todo.pop(0)
                 running.append((*_start(run, env), run.flops))
@@ -132,6 +143,8 @@ def train_runs(runs: Sequence[MeasureRun], jobs: int = 1, log: Callable[[str], N
                 ok = proc.returncode == 0 and is_done(run)
                 if not ok:
                     failed.append(run)
+                elif on_done is not None:
+                    on_done(run)
                 elapsed = time.perf_counter() - t0
                 left = elapsed * (flops_left - flops_done) / flops_done if flops_done else 0.0
                 status = "ok" if ok else f"FAILED (exit {proc.returncode}, see {run.run_dir / 'run.log'})"
@@ -143,6 +156,8 @@ def train_runs(runs: Sequence[MeasureRun], jobs: int = 1, log: Callable[[str], N
             proc.wait()
             logf.close()
             log(f"stopped: {run.name} (unfinished, trained again next time)")
+        if deadline is not None and time.time() >= deadline:
+            return failed
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
