@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "measure":
         from lightning_sparkling.pretrain.measure import main_measure
 
-        return main_measure(rest)
+        return main_measure(rest, parse)
     if command not in ("pretrain", "plan"):
         print(f"sparkling: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

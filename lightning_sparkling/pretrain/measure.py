@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -81,10 +81,15 @@ def parse_budgets(text: str) -> tuple[float, ...]:
     return tuple(sorted(values | {1.0}))
 
 
-def main_measure(argv: Sequence[str]) -> int:
-    """Entry point of ``sparkling measure``: plan, train what is not finished, compare, write ``measure.json``."""
+def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tuple[Any, Any, str]]) -> int:
+    """Entry point of ``sparkling measure``: plan, train what is not finished, compare, write ``measure.json``.
+
+    Args:
+        argv: the arguments after ``sparkling measure``.
+        parse: the CLI's parser of a pretrain configuration (:func:`lightning_sparkling.pretrain.cli.parse`; passed
+            in, so this module does not import the CLI that dispatches to it).
+    """
     from lightning_sparkling.growth.compute import estimate_compute
-    from lightning_sparkling.pretrain.cli import parse
     from lightning_sparkling.pretrain.planning import regime_advice
 
     try:
