@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lightning_sparkling.growth.axes import axis_of_size, label_order, plugin_sizes, structural_sizes
+from lightning_sparkling.growth.axes import axis_of_size, plugin_sizes, structural_sizes
 from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.pretrain.measured_axes import cell_label
 from lightning_sparkling.pretrain.measured_size import format_params
 
 MAP_PATH = Path(__file__).with_name("measured.json")
@@ -261,8 +262,8 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
     ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, ``upcycle`` (dense ->
     MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``),
     ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or
-    ``none``: each axis names it (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.cell_label`, experts first, then
-    depth, heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
+    ``none``: :func:`~lightning_sparkling.pretrain.measured_axes.cell_label` names it (experts first, then depth,
+    heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
 
     Example::
 
@@ -282,11 +283,7 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
     (keys,) = grown
     owners = axis_of_size()
     axes = {owners[k].name for k in keys if k in owners}
-    for axis in label_order():  # experts alone, depth, heads, width: the first axis that names the cell
-        label = axis.cell_label(keys, stages[0], axes)
-        if label is not None:
-            return label
-    return "none"
+    return cell_label(keys, stages[0], axes)  # experts alone, depth, heads, width: the first that names the cell
 
 
 def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,

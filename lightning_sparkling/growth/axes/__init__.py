@@ -19,12 +19,12 @@ or moves (:meth:`GrowthAxis.plan`) and, when it adds or replaces modules (a *str
 experts add experts or turn an MLP into a mixture of experts), rebuilds those modules in
 :func:`~lightning_sparkling.growth.surgery.swap_in` and renames what it moves (:meth:`GrowthAxis.carry`). It
 describes itself for ``sparkling plan``, the growth log and the summary (:meth:`GrowthAxis.details`,
-:meth:`GrowthAxis.describe`, :meth:`GrowthAxis.report`), names the measured-map cell it belongs to
-(:meth:`GrowthAxis.cell_label`) and gives the copies the symmetry diagnostics watch (:meth:`GrowthAxis.copy_pairs`).
+:meth:`GrowthAxis.describe`, :meth:`GrowthAxis.report`) and gives the copies the symmetry diagnostics watch
+(:meth:`GrowthAxis.copy_pairs`). What the measured map calls a stage is the map's vocabulary, not an axis'
+(:mod:`lightning_sparkling.pretrain.measured_axes`).
 
 The plan (:func:`~lightning_sparkling.growth.plan.plan_growth`), the surgery, the optimizer patch, every parallel
-backend, the callbacks, the summary and :mod:`~lightning_sparkling.pretrain.measured` call the registered axes
-without naming any of them. The tensors on a growing channel dimension are planned from one table of litgpt's
+backend, the callbacks and the summary call the registered axes without naming any of them. The tensors on a growing channel dimension are planned from one table of litgpt's
 layout (:func:`~lightning_sparkling.growth.axes.channels.channel_tensors`: which tensor reads or writes which
 channels); a tensor of a new module is planned like a new block's (``block_init``, ``source``), so the optimizer
 patch, the re-warmup of new entries and resume carry it with no axis-specific code. Adding an axis is its module
@@ -138,10 +138,6 @@ class GrowthAxis(Protocol):
     def report(self, plan, stage) -> dict[str, Any]:
         """Entries of ``sparkling plan``'s JSON stage report the axis owns (present, ``None``, when inactive)."""
 
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        """The measured map's axis name (:func:`~lightning_sparkling.pretrain.measured.classify_axis`) of a one-stage
-        schedule whose changed sizes are ``keys`` and whose axes are ``grown``, or ``None`` to leave it to the next
-        axis in :func:`label_order`."""
 
 
 class BaseAxis:
@@ -150,8 +146,6 @@ class BaseAxis:
     name = ""
     sizes: tuple[str, ...] = ()
     structural = False
-    #: precedence when naming a measured-map cell (:func:`label_order`): lower first
-    label_rank = 100
 
     @property
     def symmetry_key(self) -> str:
@@ -195,9 +189,6 @@ class BaseAxis:
 
     def report(self, plan, stage) -> dict[str, Any]:
         return {}
-
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        return None
 
     def target_key(self, size: str, stage) -> str | None:
         """The stage's own key to name when a size a named target sets (``size``, of this axis) conflicts with it
@@ -245,11 +236,6 @@ def registered_axes() -> tuple[GrowthAxis, ...]:
     from lightning_sparkling.growth.axes.width import WIDTH
 
     return (WIDTH, HEADS, DEPTH, EXPERTS, *_EXTRA_AXES)
-
-
-def label_order() -> tuple[GrowthAxis, ...]:
-    """The axes in the precedence a measured-map cell's name follows (experts alone, depth, heads, width)."""
-    return tuple(sorted(registered_axes(), key=lambda axis: axis.label_rank))
 
 
 def active_axes(stage) -> tuple[GrowthAxis, ...]:

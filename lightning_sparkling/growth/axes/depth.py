@@ -63,7 +63,6 @@ class DepthAxis(BaseAxis):
     sizes = (DEPTH_AXIS,)
     structural = True
     symmetry_key = DEPTH_AXIS
-    label_rank = 1
 
     def target_key(self, size: str, stage) -> str | None:
         return "depth_map" if stage.depth_map is not None else None
@@ -155,12 +154,6 @@ class DepthAxis(BaseAxis):
             return {"depth": None}
         return {"depth": {"order": depth.order, "init": stage.depth_init, "map": describe_depth(depth),
                           "source": list(depth.source)}}
-
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        """``depth`` (alone), ``depth+width`` (with other sizes)."""
-        if DEPTH_AXIS not in keys:
-            return None
-        return "depth" if keys == {DEPTH_AXIS} else "depth+width"
 
 
 DEPTH = DepthAxis()

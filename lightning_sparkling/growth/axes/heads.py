@@ -36,7 +36,6 @@ class HeadsAxis(BaseAxis):
 
     name = "heads"
     sizes = HEAD_AXES
-    label_rank = 2
 
     def check_model(self, config, stage) -> None:
         """Refuse head counts that do not grow (``n_query_groups`` may repeat the model's own with ``n_head``: new
@@ -85,13 +84,6 @@ class HeadsAxis(BaseAxis):
     def report(self, plan, stage) -> dict[str, Any]:
         layout = plan.changes.get(self.name)
         return {"heads": describe_heads(layout) if layout is not None else None}
-
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        """``hidden+heads`` (with ``n_embd`` alone), ``heads`` (alone), ``width+heads`` otherwise."""
-        if not keys & set(self.sizes):
-            return None
-        widths = keys & set(WIDTH_AXES)
-        return "hidden+heads" if widths == {"n_embd"} else ("heads" if not widths else "width+heads")
 
 
 HEADS = HeadsAxis()
