@@ -28,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from lightning_sparkling.pretrain.measure_runs import MeasureRun, plan_runs, read_result, train_runs
+from lightning_sparkling.pretrain.measure_runs import (MeasureRun, is_done, plan_runs, prepare_data, read_result,
+                                                      train_runs)
 from lightning_sparkling.pretrain.measure_stats import compare
 
 DEFAULT_BUDGETS = (0.7, 1.0, 1.4, 2.0)
@@ -118,6 +119,8 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
     print(f"sparkling measure: {len(seeds)} seed(s) x (growth + scratch at {', '.join(f'{b:g}x' for b in opts['budgets'])}"
           f" of its {est.flops:.3g} FLOPs) = {len(runs)} runs in {out}")
     try:
+        if opts["jobs"] > 1 and not all(is_done(r) for r in runs):
+            prepare_data(run)
         failed = train_runs(runs, opts["jobs"])
     except KeyboardInterrupt:
         print("sparkling measure: interrupted; run it again to resume (finished runs are kept)", file=sys.stderr)

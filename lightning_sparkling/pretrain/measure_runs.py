@@ -99,6 +99,14 @@ def read_result(run: MeasureRun) -> dict[str, float]:
             "seconds": float(summary.get("fit_seconds") or summary.get("wall_clock_seconds") or 0.0)}
 
 
+def prepare_data(run: Any) -> None:
+    """Build the data cache of a resolved run (tokenizer and token files) once, before its runs start side by side:
+    ``jobs`` runs starting at once would otherwise each train the same tokenizer."""
+    from lightning_sparkling.pretrain.run import build_datamodule
+
+    build_datamodule(run).prepare_data()
+
+
 def train_runs(runs: Sequence[MeasureRun], jobs: int = 1, log: Callable[[str], None] = print,
                env: dict[str, str] | None = None, *, deadline: float | None = None,
                on_done: Callable[[MeasureRun], None] | None = None) -> list[MeasureRun]:

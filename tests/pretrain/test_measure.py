@@ -116,3 +116,14 @@ def test_compare_reads_speedup_delta_and_wall_time_per_seed():
     assert out["speedup"] is None and out["per_seed"][2]["speedup"] == "> 2.00x" and out["seeds_above"] == 0
     with pytest.raises(ValueError, match="scratch budget 1.0"):
         compare(growth, {2.0: scratch[2.0]})
+
+
+def test_plan_refuses_a_map_that_is_not_one_in_one_line(tmp_path, capsys):
+    config = _config(tmp_path)
+    (tmp_path / "bad.json").write_text('{"cells": [{"axis": "joint"}]}')
+    for path in (tmp_path / "missing.json", tmp_path / "bad.json"):
+        with pytest.raises(SystemExit) as exc:
+            main(["plan", "--config", str(config), "--map", str(path)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --map {path}: not a measured map"), err
