@@ -35,8 +35,15 @@ from lightning_sparkling.pretrain.measure_stats import compare
 DEFAULT_BUDGETS = (0.7, 1.0, 1.4, 2.0)
 """The scratch budgets, as multiples of the growth run's FLOPs (1.0, equal FLOPs, is always trained)."""
 OPTIONS = {"--budgets": str, "--seeds": int, "--jobs": int}
+HELP_OPTIONS = """
+  --budgets B,...  scratch budgets as multiples of the growth run's FLOPs (default 0.7,1,1.4,2; 1 is always trained)
+  --seeds N        seeds (the config's seed, seed + 1, ...; default 1)
+  --jobs J         runs at a time (default 1)
+
+Every other option is `sparkling pretrain`'s (`sparkling pretrain --help`)."""
 USAGE = ("sparkling measure --config RUN.yaml [--budgets 0.7,1,1.4,2] [--seeds N] [--jobs J] [--section.key VALUE ...]"
          "   (every key of `sparkling pretrain --help`)")
+HELP = f"usage: {USAGE}\n\n{__doc__.split(chr(10) * 2)[0]}\n{HELP_OPTIONS}"
 
 
 def take_options(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
@@ -93,6 +100,9 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
     from lightning_sparkling.growth.compute import estimate_compute
     from lightning_sparkling.pretrain.planning import regime_advice
 
+    if any(a in ("-h", "--help") for a in argv):
+        print(HELP)
+        return 0
     try:
         opts, rest = take_options(argv)
     except ValueError as err:

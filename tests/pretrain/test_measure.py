@@ -142,3 +142,10 @@ def test_measure_takes_a_two_rank_ddp_config(tmp_path):
     assert len(_summary(root / "growth" / "seed3")["growth_events"]) == 1
     (cell,) = json.loads((tmp_path / "run" / "measure.json").read_text())["cells"]
     assert cell["seeds"] == 1 and "speedup" not in cell or cell["speedup"] > 0
+
+
+def test_measure_help_names_its_options_and_writes_nothing(tmp_path, capsys):
+    assert main(["measure", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: sparkling measure --config RUN.yaml") and all(
+        opt in out for opt in ("--budgets", "--seeds", "--jobs", "sparkling pretrain --help"))
