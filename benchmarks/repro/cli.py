@@ -73,7 +73,7 @@ def run_scan(args, parser, size_name: str, size: dict, seeds: list[int], out: Pa
         wall = time.perf_counter() - t0
         lines = scan_lines(cells, runs)
     md = scan_markdown(size_name, lines, skipped, refused, seeds, wall)
-    exported = export_cells(lines, size_name)
+    exported = export_cells(lines, size_name, size)
     stem = f"reproduce_{size_name}_scan" + (f"_{slug(args.tag)}" if args.tag else "")
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{stem}.md").write_text(md)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 from typing import Any
 
 
 
-from .rows import DENSE_ISO, EXPERT_AXES
+from .grid import build_config
+from .rows import DENSE_ISO, EXPERT_AXES, ROWS, comparisons
 from .tables import fmt
 
 
@@ -22,8 +24,10 @@ def scan_where(size_name: str, ratio: int, axis: str | None = None) -> str:
     return f"Where growth pays: the scan ({run})"
 
 
-def export_cells(lines: list[dict], size_name: str) -> list[dict]:
-    """The measured lines (2 seeds or more) as cells of lightning_sparkling/pretrain/measured.json."""
+def export_cells(lines: list[dict], size_name: str, size: dict | None = None) -> list[dict]:
+    """The measured lines (2 seeds or more) as cells of lightning_sparkling/pretrain/measured.json; with the size
+    preset the runs trained (``size``, ``--set`` applied), each cell also records its grown model's size
+    (:func:`cell_size_of`)."""
     out = []
     for line in lines:
         if line.get("seeds", 0) < 2 or line.get("sd") is None or line["recipe"] is None:
@@ -40,7 +44,33 @@ def export_cells(lines: list[dict], size_name: str) -> list[dict]:
             out[-1].update(speedup=round(line["speedup"], 2), speedup_sd=round(line["speedup_sd"], 2))
         if line.get("init") is not None:  # an experts cell: its expert_init (the map matches a run's on it)
             out[-1]["init"] = line["init"]
+        if size is not None:
+            out[-1].update(cell_size_of(size, line["axis"], comparisons(line["axis"], line["row"])[0]))
     return out
+
+
+def cell_size_of(size: dict, axis: str, scratch_row: str) -> dict[str, Any]:
+    """The size fields of a cell (``params``, ``active_params``, ``embedding_share``, ``device``, ``precision``,
+    ``corpus``), computed from the config of its grown shape's scratch row, as the package parses it."""
+    import tempfile
+
+    from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.measured_size import cell_size
+
+    config = build_config(size, axis, ROWS[scratch_row], seed=1)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        json.dump({**config, "out_dir": "/tmp/cell_size_unused"}, f)
+    try:
+        _, run, _ = parse(["--config", f.name], "plan")
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    device = "cpu"
+    if str(config.get("accelerator")) in ("gpu", "cuda"):
+        import torch
+
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else str(config["accelerator"])
+    return cell_size(run.model_config, device=device, precision=str(config["precision"]),
+                     corpus=str(config["data"]["source"]), tie_embeddings=run.train.tie_embeddings)
 
 
 def format_cell(cell: dict) -> str:

@@ -475,6 +475,12 @@ def test_scan_table_and_export_load_as_measured_cells(repro, tmp_path):
     joint_cell = next(m for m in measured if m.axis == "joint")
     assert (joint_cell.delta, joint_cell.sd) == (round(statistics.fmean(joint), 3), round(statistics.stdev(joint), 3))
     assert joint_cell.where == "Where growth pays: the scan (tiny)"
+    # every exported cell knows its size (issue 38): the grown shape's parameters, as the package counts them
+    grown_params = {ln["axis"]: next(r for r in runs if r["axis"] == ln["axis"] and r["row"] == repro.ISO_FLOPS)
+                    ["compute"]["total_params"][-1] for ln in lines.values()}
+    assert {m.axis: m.params for m in measured} == grown_params
+    assert all(m.device == "cpu" and m.precision == "32-true" and m.corpus == "stdlib" and 0 < m.embedding_share < 1
+               for m in measured)
     assert f"{joint_cell.delta:+.3f} ± {joint_cell.sd:.3f}" in (results / "reproduce_tiny_scan_wsd.md").read_text()
     # the map's own lines come out of format_cell unchanged: the export pastes into measured.json as it is
     for line in MAP_PATH.read_text(encoding="utf-8").splitlines():
