@@ -194,7 +194,7 @@ def dry_run(cells: Sequence[Cell], done: dict, out: Path, overrides: Sequence[st
 def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: float, jobs: int | str,
                  overrides: Sequence[str] = (), log=print) -> int:
     """Train the next unfinished runs of ``cells`` until ``deadline``; append each finished run to ``results``."""
-    from lightning_sparkling.pretrain.measure_runs import prepare_data, read_result, train_runs
+    from lightning_sparkling.pretrain.measure_runs import is_done, prepare_data, read_result, train_runs
 
     done = read_results(results)
     todo, cell_of = [], {}
@@ -223,6 +223,9 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
         with results.open("a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
 
+    for run in [r for r in todo if is_done(r)]:  # finished in an earlier call on this machine, never recorded
+        append(run)
+        todo.remove(run)
     if jobs > 1:  # one data cache per size, built before the runs start side by side
         for facts in {id(f["run"].data): f for _, f in cell_of.values()}.values():
             prepare_data(facts["run"])

@@ -67,6 +67,13 @@ def test_tiny_mode_trains_appends_and_never_repeats_a_run(tmp_path, capsys):
         same = next(e for e in lines if e["cell"] == c["cell"] and e["budget"] == 1.0 and e["kind"] == "scratch")
         assert c["delta"] == pytest.approx(growth["loss"] - same["loss"], abs=1e-3)
         assert "wall_speedup" in c and "speedup" in c and c["params"] > 0
+    # a run finished on this machine but never recorded (e.g. the process died before appending): recorded, not
+    # trained again
+    results.write_text("\n".join(json.dumps(e) for e in lines[1:]) + "\n")
+    capsys.readouterr()
+    assert campaign.main(argv) == 0
+    assert "start " not in capsys.readouterr().out  # nothing trained
+    assert len(results.read_text().splitlines()) == len(lines)
     capsys.readouterr()
     assert campaign.main(argv) == 0  # a second session: nothing left
     assert "every run of the queue is in the results file" in capsys.readouterr().out
