@@ -116,6 +116,10 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
         print("error: growth.stages is empty: sparkling measure compares a growth run with the grown shape from "
               "scratch; give the config's growth.stages", file=sys.stderr)
         return 2
+    if not run.eval.final_validation:
+        print("error: eval.final_validation: false: sparkling measure compares the runs' final val loss; set "
+              "eval.final_validation: true", file=sys.stderr)
+        return 2
     est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
                            tie_embeddings=run.train.tie_embeddings)
     from lightning_sparkling.pretrain.planning import stage_plans

@@ -75,6 +75,7 @@ def test_measure_end_to_end_writes_a_cell_plan_reads_and_resumes(tmp_path, capsy
     (["--budgets", "0,2"], "--budgets '0,2': give multiples of the growth run's FLOPs"),
     (["--growth.stages", "[]"], "growth.stages is empty"),
     (["--train.max_steps", "-1"], "train.max_steps"),
+    (["--eval.final_validation", "false"], "eval.final_validation: false"),
 ])
 def test_bad_input_is_one_error_line_before_anything_is_written(tmp_path, capsys, args, message):
     config = _config(tmp_path)
