@@ -130,8 +130,9 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
     runs = plan_runs(yaml.safe_load(dumped), dataclasses.asdict(grown), growth_flops=est.flops,
                      flops_per_step=6.0 * est.active_params[-1] * run.tokens_per_step, seeds=seeds,
                      budgets=opts["budgets"], out=out)
-    print(f"sparkling measure: {len(seeds)} seed(s) x (growth + scratch at {', '.join(f'{b:g}x' for b in opts['budgets'])}"
-          f" of its {est.flops:.3g} FLOPs) = {len(runs)} runs in {out}")
+    budgets = ", ".join(f"{b:g}x" for b in opts["budgets"])
+    print(f"sparkling measure: {len(seeds)} seed(s) x (growth + scratch at {budgets} of its {est.flops:.3g} FLOPs) "
+          f"= {len(runs)} runs in {out}")
     try:
         if opts["jobs"] > 1 and not all(is_done(r) for r in runs):
             prepare_data(run)
@@ -167,8 +168,9 @@ def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, a
             "growth_at": round(advice.growth_at, 3), "tokens_per_param": float(f"{advice.tokens_per_param:.3g}"),
             "delta": round(stats["delta"], 3), "sd": round(stats["sd"], 3), "seeds": stats["seeds"],
             "seeds_above": stats["seeds_above"]}
-    if stats["speedup"] is not None:
-        cell.update(speedup=round(stats["speedup"], 2), speedup_sd=round(stats["speedup_sd"], 2))
+    has_speedup = stats["speedup"] is not None  # None: a seed's loss outside the budgets (per_seed says which way)
+    cell.update(speedup=round(stats["speedup"], 2) if has_speedup else None,
+                speedup_sd=round(stats["speedup_sd"], 2) if has_speedup else None)
     if advice.init is not None:
         cell["init"] = advice.init
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
@@ -186,9 +188,9 @@ def describe(result: dict) -> str:
     wall-clock time to the same loss, per seed."""
     cell = result["cells"][0]
     sd = lambda v: f" ± {v:.2f}" if cell["seeds"] >= 2 else ""  # noqa: E731
-    speed = (f"speed-up at equal loss {cell['speedup']:.2f}x{sd(cell['speedup_sd'])}" if "speedup" in cell else
-             "speed-up at equal loss outside the budgets (" + ", ".join(
-                 str(s["speedup"]) for s in result["per_seed"].values() if isinstance(s["speedup"], str)) + ")")
+    outside = ", ".join(str(s["speedup"]) for s in result["per_seed"].values() if isinstance(s["speedup"], str))
+    speed = (f"speed-up at equal loss {cell['speedup']:.2f}x{sd(cell['speedup_sd'])}" if cell["speedup"] is not None
+             else f"speed-up at equal loss outside the budgets ({outside})")
     delta_sd = f" ± {cell['sd']:.3f}" if cell["seeds"] >= 2 else ""
     lines = [f"{cell['axis']}, growth.recipe {cell['recipe']}, {cell['schedule']}, growth at {cell['growth_at']:.0%},"
              f" {cell['tokens_per_param']:g} tokens per parameter, {cell['params']:,} parameters on {cell['device']}:",
