@@ -162,7 +162,8 @@ def parse_deadline(text: str, now: float | None = None) -> float:
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"--deadline {text!r}: give HH:MM (UTC), an ISO date-time, +MINUTES or epoch seconds") from None
+        raise ValueError(f"--deadline {text!r}: give HH:MM (UTC), an ISO date-time, +MINUTES or epoch "
+                         "seconds") from None
     return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
@@ -283,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--deadline", help="HH:MM (UTC), ISO date-time, +MINUTES, +Ns or epoch seconds")
-    parser.add_argument("--dry-run", action="store_true", help="print the queue and estimated GPU-minutes; train nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the queue and estimated GPU-minutes; train nothing")
     parser.add_argument("--jobs", default="auto", help="runs at once (default auto: as the device's memory holds)")
     parser.add_argument("--sizes", default=",".join(GPU_SIZES), help=f"sizes in order (default {','.join(GPU_SIZES)})")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds per cell, 1..N (default 3)")
@@ -298,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
 
     unknown = [s for s in sizes if s != "tiny" and s not in repro.SIZES]
     if unknown:
-        parser.error(f"--sizes {unknown[0]!r}: not a size of benchmarks/reproduce.py ({', '.join(sorted(repro.SIZES))})")
+        parser.error(f"--sizes {unknown[0]!r}: not a size of benchmarks/reproduce.py "
+                     f"({', '.join(sorted(repro.SIZES))})")
     if args.seeds < 1:
         parser.error(f"--seeds {args.seeds}: give 1 or more")
     if args.jobs != "auto" and not (args.jobs.isdigit() and int(args.jobs) >= 1):
