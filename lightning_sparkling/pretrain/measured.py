@@ -239,7 +239,8 @@ class Advice:
                     f"{', ' + gap if gap else ''}, is too far from it to say. Before counting on the FLOPs saved, "
                     f"{MEASURE_HINT}")
         if self.far_in_size:
-            trend = f" The size trend of this axis: {self.trend}." if self.trend else ""
+            trend = (f" The size trend of this axis: {self.trend}." if self.trend else
+                     " No size trend was measured on this axis (its speed-ups come from one model size).")
             return (f"the evidence nearest to {run} is far from it in size: {self.cell.describe()}, {gap}; too far "
                     f"to say whether growth pays at this size.{trend} To know, {MEASURE_HINT}")
         if self.pays:

@@ -95,6 +95,7 @@ def test_plan_on_the_pythia_example_states_the_size_gap():
     warning = report["regime_warning"]
     assert warning is not None and "x smaller than this run's 110M" in warning
     assert "growth paid there" not in warning and "sparkling measure --config" in warning
+    assert "No size trend was measured on this axis" in warning  # depth+width: one size measured
 
 
 def test_a_bad_size_is_refused_naming_the_cell_and_the_value():
