@@ -61,6 +61,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     # renamed so that no two modules share a name (growth/axes/depth.py, growth/axes/heads.py are the plug-ins)
     "lightning_sparkling.growth.depth": ("lightning_sparkling.growth.depth_maps",),
     "lightning_sparkling.growth.heads": ("lightning_sparkling.growth.head_layout",),
+    # issue 41: measured results are not growth math; the map and its advice are read by the pretrain layer
+    "lightning_sparkling.growth.measured": ("lightning_sparkling.pretrain.measured",),
 }
 
 

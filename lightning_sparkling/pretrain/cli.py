@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lightning_sparkling.pretrain.config import ResolvedRun, resolve
@@ -34,10 +35,12 @@ from lightning_sparkling.pretrain.trainer import _build_trainer, _callbacks_modu
 
 __all__ = ["build_parser", "main", "parse", "plan", "pretrain"]
 
-USAGE = """usage: sparkling {pretrain,plan,plot} ...
+USAGE = """usage: sparkling {pretrain,plan,measure,plot} ...
 
   sparkling pretrain --config FILE.yaml [--train.max_steps 100 ...]   pretrain and grow (SPARKLING)
-  sparkling plan     --config FILE.yaml                               show what the growth stages do
+  sparkling plan     --config FILE.yaml [--map measure.json]          show what the growth stages do
+  sparkling measure  --config FILE.yaml [--budgets 0.7,1,1.4,2]       does growth pay on this config? growth run
+                     [--seeds N] [--jobs J]                           vs scratch at several budgets, measure.json
   sparkling plot     LOGDIR... --out FILE.png [--x step|tokens|flops] dashboard figure of runs
                      [--panels loss,lr,symmetry,rms,...]              (every TensorBoard chart by default)
 
@@ -269,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lightning_sparkling.dashboards.plotting import main_plot
 
         return int(main_plot(rest) or 0)
+    if command == "measure":
+        from lightning_sparkling.pretrain.measure import main_measure
+
+        return main_measure(rest, parse)
     if command not in ("pretrain", "plan"):
         print(f"sparkling: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
@@ -276,10 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no configuration: give --config FILE.yaml and/or --section.key VALUE keys (`sparkling {command} "
               "--help` lists every key)", file=sys.stderr)
         return 2
-    _, run, dumped = parse(rest, command)
     if command == "plan":
-        plan(run)
+        rest, maps = _take_maps(rest)
+        _, run, _ = parse(rest, command)
+        plan(run, cells=_read_maps(maps))
         return 0
+    _, run, dumped = parse(rest, command)
     try:
         summary = pretrain(run, hparams_yaml=dumped, argv=rest)
     except KeyboardInterrupt:  # outside the fit (data preparation, final validation, export): nothing to save
@@ -288,6 +297,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         _shutdown_distributed()
     return 130 if summary.get("status") == "interrupted" else 0
+
+
+def _take_maps(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Take ``--map FILE`` (repeatable: a ``measure.json`` of ``sparkling measure`` or a map of the package's format)
+    out of ``plan``'s arguments."""
+    rest, maps = [], []
+    while argv:
+        arg = argv.pop(0)
+        if arg == "--map" or arg.startswith("--map="):
+            value = arg.partition("=")[2] or (argv.pop(0) if argv else "")
+            if not value:
+                print("error: --map needs a file (a measure.json of `sparkling measure`)", file=sys.stderr)
+                raise SystemExit(2)
+            maps.append(value)
+        else:
+            rest.append(arg)
+    return rest, maps
+
+
+def _read_maps(paths: list[str]) -> tuple | None:
+    """The package's measured cells and those of ``paths`` (``None`` without paths: the package's map alone)."""
+    if not paths:
+        return None
+    from lightning_sparkling.pretrain.measured import load_map
+
+    cells = list(load_map())
+    for path in paths:
+        try:
+            cells += load_map(Path(path))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            print(f"error: --map {path}: not a measured map ({type(err).__name__}: {err}); give the measure.json "
+                  "that `sparkling measure` wrote", file=sys.stderr)
+            raise SystemExit(2) from err
+    return tuple(cells)
 
 
 def _shutdown_distributed() -> None:

@@ -18,7 +18,7 @@ from lightning_sparkling.pretrain.formatting import _console, _fmt_flops, _model
 __all__ = ["plan", "regime_advice", "regime_warning", "run_recipe", "stage_plans"]
 
 
-def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
+def plan(run: ResolvedRun, *, print_report: bool = True, cells: Sequence[Any] | None = None) -> dict[str, Any]:
     """What the growth stages of ``run`` do, without training: per stage the widths, alpha per axis, the tensors
     touched (grouped by kind), parameters before/after; and the run's FLOPs against a from-scratch run of the final
     width (:func:`~lightning_sparkling.growth.compute.estimate_compute`).
@@ -47,7 +47,7 @@ def plan(run: ResolvedRun, *, print_report: bool = True) -> dict[str, Any]:
     report["tokens_per_param"] = run.total_tokens / est.active_params[-1]
     deepens = any(s["depth"] is not None for s in stages_out)  # G_stack's rule is about stacking blocks
     report["gstack"] = _gstack_timing(run, est) if deepens else None
-    advice = regime_advice(run, est.active_params)
+    advice = regime_advice(run, est.active_params, cells)
     report["regime_advice"] = advice.message() if advice is not None else None
     report["regime_warning"] = advice.message() if advice is not None and not advice.pays else None
     if print_report:
@@ -216,20 +216,23 @@ def run_recipe(stages: Sequence[Any]) -> str:
     return "paper"
 
 
-def regime_advice(run: ResolvedRun, active_params: Sequence[int]):
-    """What the project's measured map (:mod:`lightning_sparkling.growth.measured`) says about ``run``: the
-    comparison nearest to its axis, recipe, schedule, timing and token ratio, or that none is near
-    (:class:`~lightning_sparkling.growth.measured.Advice`); ``None`` without growth stages."""
-    from lightning_sparkling.growth.measured import advise
+def regime_advice(run: ResolvedRun, active_params: Sequence[int], cells: Sequence[Any] | None = None):
+    """What the project's measured map (:mod:`lightning_sparkling.pretrain.measured`) says about ``run``: the
+    comparison nearest to its axis, recipe, schedule, timing, token ratio and model size, or that none is near
+    (:class:`~lightning_sparkling.pretrain.measured.Advice`); ``None`` without growth stages. ``cells``: the map to
+    read (default: the package's, :func:`~lightning_sparkling.pretrain.measured.load_map`)."""
+    from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.growth.plan import size_changes
+    from lightning_sparkling.pretrain.measured import advise
 
     if not run.stages:
         return None
     configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
     sizes = [list(size_changes(a, b)) for a, b in zip(configs[:-1], configs[1:])]
     recipe = run_recipe(run.stages)
+    _, params = count_params(configs[-1], tie_embeddings=run.train.tie_embeddings)
     advice = advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
-                    recipe=recipe, schedule=run.train.lr_schedule, sizes=sizes)
+                    recipe=recipe, schedule=run.train.lr_schedule, sizes=sizes, cells=cells, params=params)
     chosen = run.growth.recipe  # the recipe of the configuration (growth.recipe: auto resolved)
     if advice is not None and chosen != recipe and _stages_follow_the_recipe(run):
         # e.g. `recommended` on a depth-only stage sets the paper's keys: the map's cells of that stage are `paper`
@@ -246,10 +249,10 @@ def _stages_follow_the_recipe(run: ResolvedRun) -> bool:
     return all(isinstance(s, dict) and not recipe_keys & set(s) for s in run.growth.stages)
 
 
-def regime_warning(run: ResolvedRun, active_params: Sequence[int]) -> str | None:
+def regime_warning(run: ResolvedRun, active_params: Sequence[int], cells: Sequence[Any] | None = None) -> str | None:
     """The warning of :func:`regime_advice` when the run is not where growth was measured to pay (nothing measured
     near it, or the nearest comparison ended above scratch), else ``None``."""
-    advice = regime_advice(run, active_params)
+    advice = regime_advice(run, active_params, cells)
     return None if advice is None or advice.pays else advice.message()
 
 

@@ -441,7 +441,7 @@ def test_scan_skips_growth_inside_the_wsd_decay_and_the_package_agrees(repro, tm
 def test_scan_table_and_export_load_as_measured_cells(repro, tmp_path):
     """Hand-made finished runs of two cells: one line per cell with the paired Δ against its own scratch, and the
     export (--scan-export) is a JSON list of measured.json cells, written as the map writes them."""
-    from lightning_sparkling.growth.measured import MAP_PATH, MeasuredCell
+    from lightning_sparkling.pretrain.measured import MAP_PATH, MeasuredCell
 
     size = repro.resolve_size("tiny")
     out, results, export = tmp_path / "runs", tmp_path / "results", tmp_path / "cells.json"
@@ -475,6 +475,12 @@ def test_scan_table_and_export_load_as_measured_cells(repro, tmp_path):
     joint_cell = next(m for m in measured if m.axis == "joint")
     assert (joint_cell.delta, joint_cell.sd) == (round(statistics.fmean(joint), 3), round(statistics.stdev(joint), 3))
     assert joint_cell.where == "Where growth pays: the scan (tiny)"
+    # every exported cell knows its size (issue 38): the grown shape's parameters, as the package counts them
+    grown_params = {ln["axis"]: next(r for r in runs if r["axis"] == ln["axis"] and r["row"] == repro.ISO_FLOPS)
+                    ["compute"]["total_params"][-1] for ln in lines.values()}
+    assert {m.axis: m.params for m in measured} == grown_params
+    assert all(m.device == "cpu" and m.precision == "32-true" and m.corpus == "stdlib" and 0 < m.embedding_share < 1
+               for m in measured)
     assert f"{joint_cell.delta:+.3f} ± {joint_cell.sd:.3f}" in (results / "reproduce_tiny_scan_wsd.md").read_text()
     # the map's own lines come out of format_cell unchanged: the export pastes into measured.json as it is
     for line in MAP_PATH.read_text(encoding="utf-8").splitlines():
@@ -656,7 +662,7 @@ def test_experts_scan_pairs_each_comparison_and_exports_the_init(repro, tmp_path
     """Hand-made finished runs of the upcycle and experts-2x cells: each row's Δ against each of its comparisons,
     paired by seed (the K=4 row against the K=4 MoE, not the K=2 one); the exported cells name the map's axis
     (``upcycle`` / ``experts``) and the row's ``expert_init``, and load as measured cells."""
-    from lightning_sparkling.growth.measured import MeasuredCell
+    from lightning_sparkling.pretrain.measured import MeasuredCell
 
     size = repro.resolve_size("tiny")
     out, results, export = tmp_path / "runs", tmp_path / "results", tmp_path / "cells.json"
@@ -757,7 +763,7 @@ def test_experts_cells_are_named_as_the_package_classifies_their_stages(repro):
     """The axis and init a scan exports for an experts row are what ``measured.advise`` reads off that row's own
     stage, so ``plan`` on the same run finds the cell."""
     from lightning_sparkling import GrowthStage
-    from lightning_sparkling.growth.measured import classify_axis
+    from lightning_sparkling.pretrain.measured import classify_axis
 
     size = repro.resolve_size("quick")
     named = set()

@@ -23,7 +23,8 @@ from lightning_sparkling.growth.axes import (
     registered_axes,
     unregister_axis,
 )
-from lightning_sparkling.growth.measured import classify_axis
+from lightning_sparkling.pretrain.measured import classify_axis
+from lightning_sparkling.pretrain.measured_axes import register_cell_label, unregister_cell_label
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 PACKAGE = Path(lightning_sparkling.__file__).parent
@@ -55,7 +56,6 @@ class _Recorder(BaseAxis):
     """A toy axis: grows nothing itself, records every call, names the grown config, describes itself."""
 
     name = "toy"
-    label_rank = -1
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -84,14 +84,14 @@ class _Recorder(BaseAxis):
     def describe(self, plan) -> str:
         return f"toy {plan.changes[self.name]}"
 
-    def cell_label(self, keys, stage, grown):
-        return "toy" if "toy" in grown or keys else None
 
 
 def test_an_axis_is_its_module_and_one_registration():
     """Every layer reads a registered axis without naming it: the plan, the grown config, the surgery, the
-    symmetry diagnostics, the description and the measured map's cell name."""
+    symmetry diagnostics and the description; the measured map names its cells by a labeller of its own
+    (``pretrain/measured_axes.py``, not the axis)."""
     toy = register_axis(_Recorder())
+    register_cell_label("toy", lambda keys, stage, grown: "toy" if "toy" in grown or keys else None, rank=-1)
     try:
         with pytest.raises(ValueError, match="clashes with the registered axis 'toy'"):
             register_axis(_Recorder())
@@ -106,6 +106,7 @@ def test_an_axis_is_its_module_and_one_registration():
         assert classify_axis([GrowthStage(0, n_embd=2 * n)]) == "toy"
     finally:
         unregister_axis(toy)
+        unregister_cell_label("toy")
     assert classify_axis([GrowthStage(0, n_embd=64)]) == "hidden"
     assert "toy" not in plan_growth(llama_config(), GrowthStage(0, n_embd=64)).changes
 
@@ -187,7 +188,7 @@ def test_the_protocol_declares_what_the_code_calls():
 
 # modules that orchestrate (plan, surgery, optimizer patch, backends, callbacks, app, dashboards): they read the
 # registry, never one axis
-_ORCHESTRATION = ["growth/plan.py", "growth/surgery.py", "growth/symmetry.py", "growth/measured.py",
+_ORCHESTRATION = ["growth/plan.py", "growth/surgery.py", "growth/symmetry.py",
                   "growth/optim_state.py", "growth/compute.py", "callbacks", "parallel", "pretrain", "dashboards"]
 _AXIS_MODULES = {"lightning_sparkling.growth.axes.width", "lightning_sparkling.growth.axes.heads",
                  "lightning_sparkling.growth.axes.depth", "lightning_sparkling.growth.axes.experts",

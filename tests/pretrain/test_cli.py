@@ -375,7 +375,7 @@ def test_plan_matches_estimate_compute(config_file, capsys, tmp_path):
 
 
 def test_plan_advises_from_the_measured_map(config_file, capsys):
-    from lightning_sparkling.growth.measured import load_map
+    from lightning_sparkling.pretrain.measured import load_map
 
     _, run, _ = parse(["--config", str(config_file), "--growth.recipe", "paper"])
     report = plan(run, print_report=False)

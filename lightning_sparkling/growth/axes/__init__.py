@@ -21,11 +21,12 @@ or moves (:meth:`GrowthAxis.plan`) and, when it adds or replaces modules (a *str
 experts add experts or turn an MLP into a mixture of experts), rebuilds those modules in
 :func:`~lightning_sparkling.growth.surgery.swap_in` and renames what it moves (:meth:`GrowthAxis.carry`). It
 describes itself for ``sparkling plan``, the growth log and the summary (:meth:`GrowthAxis.details`,
-:meth:`GrowthAxis.describe`, :meth:`GrowthAxis.report`), names the measured-map cell it belongs to
-(:meth:`GrowthAxis.cell_label`) and gives the copies the symmetry diagnostics watch (:meth:`GrowthAxis.copy_pairs`).
+:meth:`GrowthAxis.describe`, :meth:`GrowthAxis.report`) and gives the copies the symmetry diagnostics watch
+(:meth:`GrowthAxis.copy_pairs`). The measured map's names for what a stage grows are the results' vocabulary, not an
+axis': :mod:`lightning_sparkling.pretrain.measured_axes`.
 
 The plan (:func:`~lightning_sparkling.growth.plan.plan_growth`), the surgery, the optimizer patch, every parallel
-backend, the callbacks, the summary and :mod:`~lightning_sparkling.growth.measured` call the registered axes
+backend, the callbacks, the summary and :mod:`~lightning_sparkling.pretrain.measured` call the registered axes
 without naming any of them. The tensors on a growing channel dimension are planned from one table of litgpt's
 layout (:func:`~lightning_sparkling.growth.axes.channels.channel_tensors`: which tensor reads or writes which
 channels); a tensor of a new module is planned like a new block's (``block_init``, ``source``), so the optimizer
@@ -44,7 +45,6 @@ from lightning_sparkling.growth.axes.registry import (
     active_axes,
     axis_of_size,
     describe_changes,
-    label_order,
     plan_axes,
     register_axis,
     registered_axes,
@@ -64,7 +64,7 @@ SIZE_AXES: tuple[str, ...] = (*WIDTH_AXES, *HEAD_AXES, DEPTH_AXIS)
 (``n_expert``, ...) are :func:`plugin_sizes`."""
 
 __all__ = ["DEPTH", "EXPERTS", "HEADS", "SIZE_AXES", "WIDTH", "AxisPlan", "BaseAxis", "GrowthAxis", "PlanContext",
-           "active_axes", "axis_of_size", "describe_changes", "label_order", "plan_axes", "plugin_sizes",
+           "active_axes", "axis_of_size", "describe_changes", "plan_axes", "plugin_sizes",
            "register_axis", "registered_axes", "size_details", "structural_sizes", "unregister_axis",
            "watch_registry"]
 

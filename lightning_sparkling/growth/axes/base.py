@@ -27,8 +27,6 @@ class GrowthAxis(Protocol):
     structural: bool
     #: the ``symmetry/stage_k/<key>`` tag of its copied modules (:meth:`copy_pairs`)
     symmetry_key: str
-    #: precedence when naming a measured-map cell (:func:`~lightning_sparkling.growth.axes.label_order`): lower first
-    label_rank: int
     #: the axis' own :class:`~lightning_sparkling.growth.stage.GrowthStage` keys (its options block, a frozen
     #: dataclass whose fields become stage fields: :func:`~lightning_sparkling.growth.axes.stage_keys`), or ``None``
     stage_keys: type | None
@@ -80,11 +78,6 @@ class GrowthAxis(Protocol):
     def report(self, plan, stage) -> dict[str, Any]:
         """Entries of ``sparkling plan``'s JSON stage report the axis owns (present, ``None``, when inactive)."""
 
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        """The measured map's axis name (:func:`~lightning_sparkling.growth.measured.classify_axis`) of a one-stage
-        schedule whose changed sizes are ``keys`` and whose axes are ``grown``, or ``None`` to leave it to the next
-        axis in :func:`label_order`."""
-
     def target_key(self, size: str, stage) -> str | None:
         """The stage's own key to name when a size a named target sets (``size``, of this axis) conflicts with it
         (depth: ``depth_map``), or ``None``."""
@@ -96,8 +89,6 @@ class BaseAxis:
     name = ""
     sizes: tuple[str, ...] = ()
     structural = False
-    #: precedence when naming a measured-map cell (:func:`label_order`): lower first
-    label_rank = 100
     stage_keys: type | None = None
 
     @property
@@ -145,9 +136,6 @@ class BaseAxis:
 
     def report(self, plan, stage) -> dict[str, Any]:
         return {}
-
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        return None
 
     def target_key(self, size: str, stage) -> str | None:
         """The stage's own key to name when a size a named target sets (``size``, of this axis) conflicts with it

@@ -99,7 +99,6 @@ class DepthAxis(BaseAxis):
     sizes = (DEPTH_AXIS,)
     structural = True
     symmetry_key = DEPTH_AXIS
-    label_rank = 1
     stage_keys = DepthKeys
 
     def target_key(self, size: str, stage) -> str | None:
@@ -196,12 +195,6 @@ class DepthAxis(BaseAxis):
             return {"depth": None}
         return {"depth": {"order": depth.order, "init": stage.depth_init, "map": describe_depth(depth),
                           "source": list(depth.source)}}
-
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        """``depth`` (alone), ``depth+width`` (with other sizes)."""
-        if DEPTH_AXIS not in keys:
-            return None
-        return "depth" if keys == {DEPTH_AXIS} else "depth+width"
 
 
 DEPTH = register_axis(DepthAxis())

@@ -265,7 +265,6 @@ class ExpertsAxis(BaseAxis):
     name = "experts"
     sizes = ("n_expert", "n_expert_per_token")
     structural = True
-    label_rank = 0
     stage_keys = ExpertsKeys
 
     def active(self, stage) -> bool:
@@ -534,21 +533,6 @@ class ExpertsAxis(BaseAxis):
             router += ", block 0 kept dense" if k == 1 else f", blocks 0-{k - 1} kept dense"
         return (f"{old} -> {change.new} experts, top-{change.old_k} -> top-{change.new_k}, {init}{router} "
                 f"(new {copies}): " + ("function kept" if exact else "function changes"))
-
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        """``upcycle`` (dense -> MoE), ``experts+topk`` (more experts and a new ``n_expert_per_token``: more active
-        parameters), ``experts``; ``...+<axis>`` for each other axis the stage grows (``upcycle+depth+width``: no cell
-        measured)."""
-        if self.name not in grown:
-            return None
-        if getattr(stage, "mlp_class_name", None) is not None:
-            label = "upcycle"  # dense -> MoE, measured apart from MoE -> more experts
-        elif getattr(stage, "n_expert_per_token", None) is not None:
-            label = "experts+topk"
-        else:
-            label = self.name
-        others = sorted(grown - {self.name})  # with widths, heads or depth in the stage: a cell of its own
-        return "+".join([label, *others])
 
 
 def plan_generator(plan, *keys: object) -> torch.Generator:

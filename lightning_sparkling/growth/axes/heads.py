@@ -59,7 +59,6 @@ class HeadsAxis(BaseAxis):
     name = "heads"
     sizes = HEAD_AXES
     stage_keys = HeadsKeys
-    label_rank = 2
 
     def copies(self, stage) -> bool:
         """A copied side of ``init`` on new heads."""
@@ -113,13 +112,6 @@ class HeadsAxis(BaseAxis):
         copied = stage.fan_out_init == "copy"
         return {"heads": describe_heads(layout, copied=copied) if layout is not None else None,
                 "heads_copied": copied if layout is not None else None}
-
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        """``hidden+heads`` (with ``n_embd`` alone), ``heads`` (alone), ``width+heads`` otherwise."""
-        if not keys & set(self.sizes):
-            return None
-        widths = keys & set(WIDTH_AXES)
-        return "hidden+heads" if widths == {"n_embd"} else ("heads" if not widths else "width+heads")
 
 
 HEADS = register_axis(HeadsAxis())

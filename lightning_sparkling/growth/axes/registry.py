@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from lightning_sparkling.growth.axes.base import BaseAxis, GrowthAxis  # noqa: F401 (BaseAxis: the doctest)
 
-__all__ = ["active_axes", "axis_of_size", "describe_changes", "label_order", "plan_axes", "register_axis",
+__all__ = ["active_axes", "axis_of_size", "describe_changes", "plan_axes", "register_axis",
            "registered_axes", "size_details", "structural_sizes", "unregister_axis", "watch_registry"]
 
 
@@ -71,11 +71,6 @@ def registered_axes() -> tuple[GrowthAxis, ...]:
     """Every axis, in the order plans apply them: the order they registered (the channel axes width and heads, then
     the structural depth and experts, then those a user's :func:`register_axis` added)."""
     return tuple(_AXES)
-
-
-def label_order() -> tuple[GrowthAxis, ...]:
-    """The axes in the precedence a measured-map cell's name follows (experts alone, depth, heads, width)."""
-    return tuple(sorted(registered_axes(), key=lambda axis: axis.label_rank))
 
 
 def active_axes(stage) -> tuple[GrowthAxis, ...]:

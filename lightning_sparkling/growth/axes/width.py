@@ -64,7 +64,6 @@ class WidthAxis(BaseAxis):
     name = "width"
     sizes = WIDTH_AXES
     stage_keys = WidthKeys
-    label_rank = 3
 
     def active(self, stage) -> bool:
         return bool(stage.widths)
@@ -115,15 +114,6 @@ class WidthAxis(BaseAxis):
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_embd": "alpha=0.7071"}``."""
         return {name: f"alpha={plan.axes[name].alpha:.4f}" for name in plan.changes[self.name] if name in self.sizes}
-
-    def cell_label(self, keys: set[str], stage, grown: set[str]) -> str | None:
-        """``joint`` (``n_embd`` and an MLP width), ``hidden`` (``n_embd``), ``inner`` (MLP widths)."""
-        widths = keys & set(self.sizes)
-        if not widths:
-            return None
-        if "n_embd" in widths:
-            return "joint" if len(widths) > 1 else "hidden"
-        return "inner"
 
 
 WIDTH = register_axis(WidthAxis())

@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -29,14 +30,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lightning_sparkling.growth.axes import axis_of_size, label_order, plugin_sizes, structural_sizes
+from lightning_sparkling.growth.axes import axis_of_size, plugin_sizes, structural_sizes
 from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.pretrain.measured_axes import cell_label
+from lightning_sparkling.pretrain.measured_size import format_params
 
 MAP_PATH = Path(__file__).with_name("measured.json")
 NEAR_RATIO = 1.6
 """A measured cell is near a run when their tokens per parameter differ by at most this factor ..."""
 NEAR_TIMING = 0.15
 """... and their first growths by at most this share of the run."""
+FAR_SIZE = 10.0
+"""A cell measured on a model this many times smaller (or larger) than the run's says nothing on its own: the advice
+states the gap and the size trend and points to ``sparkling measure`` instead of "growth paid there"."""
+MEASURE_HINT = "measure it on this config: sparkling measure --config RUN.yaml"
 
 
 @dataclass(frozen=True)
@@ -66,8 +73,19 @@ class MeasuredCell:
     start_delta: float | None = None
     start_sd: float | None = None
     start_seeds_above: int | None = None
+    params: int | None = None
+    active_params: int | None = None
+    embedding_share: float | None = None
+    device: str | None = None
+    precision: str | None = None
+    corpus: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("params", "active_params"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(f"measured cell {self.key()}: {name}={value!r}: must be a positive integer (the "
+                                 "grown model's parameter count)")
         start = (self.start_delta, self.start_sd, self.start_seeds_above)
         if any(v is None for v in start) and any(v is not None for v in start):
             raise ValueError(f"measured cell {self.key()}: start_delta={self.start_delta!r}, "
@@ -98,6 +116,14 @@ class MeasuredCell:
         if self.speedup is None:
             return None
         return f"speed-up at equal loss {self.speedup:.2f}x ± {self.speedup_sd:.2f} ({self.seeds} seeds)"
+
+    def describe_size(self) -> str | None:
+        """``'0.59M parameters (embedding and head 44%), cpu, 32-true'``, or ``None`` for a cell without a size."""
+        if self.params is None:
+            return None
+        share = f" (embedding and head {self.embedding_share:.0%})" if self.embedding_share is not None else ""
+        where = ", ".join(v for v in (self.device, self.precision) if v)
+        return f"{format_params(self.params)} parameters{share}{', ' + where if where else ''}"
 
     @property
     def pays(self) -> bool:
@@ -148,10 +174,38 @@ class Advice:
     near: bool
     better: MeasuredCell | None = None
     init: str | None = None
+    params: int | None = None
+    trend: str | None = None
+
+    @property
+    def size_gap(self) -> float | None:
+        """How many times larger the run's model is than the nearest cell's (below 1: smaller), or ``None`` when
+        either size is unknown."""
+        if self.cell is None or self.cell.params is None or not self.params:
+            return None
+        return self.params / self.cell.params
+
+    @property
+    def far_in_size(self) -> bool:
+        """Whether the nearest cell was measured at a model :data:`FAR_SIZE` times smaller or larger than the run's."""
+        gap = self.size_gap
+        return gap is not None and max(gap, 1 / gap) > FAR_SIZE
 
     @property
     def pays(self) -> bool:
-        return self.near and self.cell is not None and self.cell.pays
+        """Whether growth paid in a cell near the run in token ratio, timing and size."""
+        return self.near and self.cell is not None and self.cell.pays and not self.far_in_size
+
+    def describe_gap(self) -> str | None:
+        """``'measured at 0.59M parameters, 187x smaller than this run's 110M'`` (``None`` without both sizes)."""
+        gap = self.size_gap
+        if gap is None:
+            return None
+        where = self.cell.describe_size()
+        if 0.9 <= gap <= 1.1:
+            return f"measured at {where}, the size of this run's {format_params(self.params)}"
+        relation = f"{gap:.3g}x smaller" if gap > 1 else f"{1 / gap:.3g}x larger"
+        return f"measured at {where}, {relation} than this run's {format_params(self.params)}"
 
     def message(self) -> str:
         """One sentence for ``sparkling plan`` / ``pretrain``: the run, what was measured nearest, and a recipe that
@@ -164,8 +218,9 @@ class Advice:
     @property
     def demo(self) -> bool:
         """Whether the run is shorter than :data:`DEMO_TOKENS_PER_PARAM` training tokens per parameter: a demo (e.g.
-        the quickstart), far below every setting the map measured; its advice says so in one line."""
-        return 0 < self.tokens_per_param < DEMO_TOKENS_PER_PARAM
+        the quickstart), far below every setting the map measured; its advice says so in one line. A run measured
+        near its own setting (``sparkling measure``, read with ``plan --map``) is no demo to the map."""
+        return 0 < self.tokens_per_param < DEMO_TOKENS_PER_PARAM and not self.near
 
     def _nearest_message(self) -> str:
         if self.demo:
@@ -177,17 +232,23 @@ class Advice:
                f"{self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active parameter)")
         if self.cell is None:
             return (f"nothing was measured for {run}: no seeded comparison of this axis, recipe and schedule "
-                    "against same-FLOPs scratch. Check with benchmarks/reproduce.py before counting on the FLOPs "
-                    "saved")
+                    f"against same-FLOPs scratch. Before counting on the FLOPs saved, {MEASURE_HINT}")
+        gap = self.describe_gap()
         if not self.near:
-            return (f"nothing near {run} was measured; the nearest comparison, {self.cell.describe()}, is too far "
-                    "from it to say. Check with benchmarks/reproduce.py before counting on the FLOPs saved")
+            return (f"nothing near {run} was measured; the nearest comparison, {self.cell.describe()}"
+                    f"{', ' + gap if gap else ''}, is too far from it to say. Before counting on the FLOPs saved, "
+                    f"{MEASURE_HINT}")
+        if self.far_in_size:
+            trend = (f" The size trend of this axis: {self.trend}." if self.trend else
+                     " No size trend was measured on this axis (its speed-ups come from one model size).")
+            return (f"the evidence nearest to {run} is far from it in size: {self.cell.describe()}, {gap}; too far "
+                    f"to say whether growth pays at this size.{trend} To know, {MEASURE_HINT}")
         if self.pays:
-            return f"measured nearest to {run}: {self.cell.describe()}: growth paid there"
+            return f"measured nearest to {run}: {self.cell.describe()}{', ' + gap if gap else ''}: growth paid there"
         above = ("above the grown shape trained from scratch on the same FLOPs" if self.cell.delta > 0 else
                  "above the model it grew from continued on the same FLOPs")
-        return (f"growth has not been found to pay near {run}: {self.cell.describe()}, {above}. Check with "
-                "benchmarks/reproduce.py before counting on the FLOPs saved")
+        return (f"growth has not been found to pay near {run}: {self.cell.describe()}, {above}"
+                f"{'; ' + gap if gap else ''}. Before counting on the FLOPs saved, {MEASURE_HINT}")
 
 
 @lru_cache(maxsize=1)
@@ -202,8 +263,8 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
     ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, ``upcycle`` (dense ->
     MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``),
     ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or
-    ``none``: each axis names it (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.cell_label`, experts first, then
-    depth, heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
+    ``none``: :func:`~lightning_sparkling.pretrain.measured_axes.cell_label` names it (experts first, then depth,
+    heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
 
     Example::
 
@@ -223,28 +284,47 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
     (keys,) = grown
     owners = axis_of_size()
     axes = {owners[k].name for k in keys if k in owners}
-    for axis in label_order():  # experts alone, depth, heads, width: the first axis that names the cell
-        label = axis.cell_label(keys, stages[0], axes)
-        if label is not None:
-            return label
-    return "none"
+    return cell_label(keys, stages[0], axes)  # experts alone, depth, heads, width: the first that names the cell
 
 
 def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,
-            tokens_per_param: float, init: str | None = None) -> tuple[MeasuredCell | None, bool]:
+            tokens_per_param: float, init: str | None = None,
+            params: int | None = None) -> tuple[MeasuredCell | None, bool]:
     """The cell of ``axis``, ``recipe``, ``schedule`` and ``init`` (an experts stage's ``expert_init``; ``None``
-    elsewhere) nearest in token ratio (log scale), then timing, and whether it is near (:data:`NEAR_RATIO`,
-    :data:`NEAR_TIMING`)."""
-    same = [c for c in cells if (c.axis, c.recipe, c.schedule, c.init) == (axis, recipe, schedule, init)]
+    elsewhere) nearest in token ratio and model size (the Euclidean distance of their logs; size counts where both
+    the run's ``params`` and the cell's are known), then timing, and whether it is near in token ratio and timing
+    (:data:`NEAR_RATIO`, :data:`NEAR_TIMING`; how far it is in size the advice says itself, :data:`FAR_SIZE`)."""
+    same = [c for c in cells if (c.axis, c.recipe, c.schedule, c.init) == (axis, recipe, schedule, init)
+            and c.tokens_per_param > 0]
     if not same or tokens_per_param <= 0:
         return None, False
 
+    def size_gap(c: MeasuredCell) -> float:
+        return abs(math.log(c.params / params)) if params and c.params else 0.0
+
     def distance(c: MeasuredCell) -> tuple[float, float]:
-        return abs(math.log(c.tokens_per_param / tokens_per_param)), abs(c.growth_at - growth_at)
+        return math.hypot(math.log(c.tokens_per_param / tokens_per_param), size_gap(c)), abs(c.growth_at - growth_at)
 
     best = min(same, key=distance)
-    ratio_gap, timing_gap = distance(best)
+    ratio_gap, timing_gap = abs(math.log(best.tokens_per_param / tokens_per_param)), abs(best.growth_at - growth_at)
     return best, ratio_gap <= math.log(NEAR_RATIO) + 1e-9 and timing_gap <= NEAR_TIMING + 1e-9
+
+
+def size_trend(cells: Sequence[MeasuredCell], *, axis: str, schedule: str, init: str | None = None) -> str | None:
+    """What the map's speed-ups of ``axis`` under ``schedule`` show against model size: ``'1.16x at 0.13M (2.8
+    tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and token ratio), or
+    ``None`` when fewer than two sizes were measured."""
+    best: dict[tuple[int, float], MeasuredCell] = {}
+    for c in cells:
+        if (c.axis, c.schedule, c.init) != (axis, schedule, init) or c.speedup is None or c.params is None:
+            continue
+        key = (c.params, c.tokens_per_param)
+        if key not in best or c.speedup > best[key].speedup:
+            best[key] = c
+    if len({params for params, _ in best}) < 2:
+        return None
+    return ", ".join(f"{c.speedup:.2f}x at {format_params(c.params)} ({c.tokens_per_param:g} tokens/param)"
+                     for _, c in sorted(best.items()))
 
 
 def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,
@@ -274,15 +354,20 @@ def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, sche
 
 def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param: float, recipe: str,
            schedule: str = "cosine", sizes: Sequence[Sequence[str]] | None = None,
-           cells: Sequence[MeasuredCell] | None = None) -> Advice:
+           cells: Sequence[MeasuredCell] | None = None, params: int | None = None) -> Advice:
     """What the map says about a run growing by ``stages`` over ``total_steps``, with ``tokens_per_param`` training
-    tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`). A
-    one-stage experts run is matched with the cells of its ``expert_init`` only."""
+    tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`), for a
+    grown model of ``params`` parameters (``None``: size unknown, not weighed). A one-stage experts run is matched
+    with the cells of its ``expert_init`` only."""
     axis = classify_axis(stages, sizes)
     growth_at = stages[0].resolved(total_steps).at_step / total_steps if stages else 0.0
     cells = load_map() if cells is None else cells
     init = stages[0].expert_init if len(stages) == 1 and stages[0].grows_experts else None
     where = dict(axis=axis, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param, init=init)
-    cell, near = nearest(cells, recipe=recipe, **where)
+    cell, near = nearest(cells, recipe=recipe, params=params, **where)
     better = better_recipe(cells, recipe=recipe, than=cell if near else None, **where)
-    return Advice(recipe=recipe, cell=cell, near=near, better=better, **where)
+    trend = size_trend(cells, axis=axis, schedule=schedule, init=init)
+    advice = Advice(recipe=recipe, cell=cell, near=near, better=better, params=params, trend=trend, **where)
+    if better is not None and advice.far_in_size:  # a recipe "measured better" that far away is no advice either
+        advice = dataclasses.replace(advice, better=None)
+    return advice

@@ -1,4 +1,4 @@
-"""The measured map (lightning_sparkling/growth/measured.json) and the advice a run gets from it."""
+"""The measured map (lightning_sparkling/pretrain/measured.json) and the advice a run gets from it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import lightning_sparkling.growth.measured as measured_module
+import lightning_sparkling.pretrain.measured as measured_module
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.growth.measured import (
+from lightning_sparkling.pretrain.measured import (
     DEMO_TOKENS_PER_PARAM,
     MAP_PATH,
     NEAR_RATIO,
@@ -52,8 +52,8 @@ def test_every_stored_cell_is_published_in_benchmarks_with_its_seeds():
     for c in cells:
         assert 0 <= c.seeds_above <= c.seeds and c.seeds >= 2 and 0 < c.growth_at < 1 and c.tokens_per_param > 0
         assert published(c, text), c
-    keys = {(c.axis, c.recipe, c.schedule, c.growth_at, c.tokens_per_param, c.init) for c in cells}
-    assert len(keys) == len(cells)  # one cell per setting
+    keys = {(c.axis, c.recipe, c.schedule, c.growth_at, c.tokens_per_param, c.init, c.params) for c in cells}
+    assert len(keys) == len(cells)  # one cell per setting and size
     assert json.loads(MAP_PATH.read_text())["about"]
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.growth.measured import MeasuredCell, advise, classify_axis, load_map, nearest
+from lightning_sparkling.pretrain.measured import MeasuredCell, advise, classify_axis, load_map, nearest
+from lightning_sparkling.pretrain.measured_size import format_params
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 INDEX_HEADING = "## The measured map, cell by cell"
@@ -96,12 +97,14 @@ def _published_cells(text: str) -> tuple[set[tuple], str]:
     rows = [line for line in index.splitlines() if line.startswith("| ") and not line.startswith("| axis |")]
     cells = set()
     for row in rows:
-        axis, recipe, schedule, growth_at, ratio, delta, above, where = (c.strip() for c in row.strip("|").split("|"))
+        axis, recipe, schedule, growth_at, ratio, size, delta, above, where = (c.strip() for c in
+                                                                                row.strip("|").split("|"))
+        params, device = size.split(", ", 1)
         axis, _, init = axis.partition(" (expert_init ")  # an experts cell: "upcycle (expert_init copy)"
         mean, sd = delta.split(" ± ")
         seeds_above, seeds = above.split("/")
         cells.add((axis, init.rstrip(")") or None, recipe, schedule, round(float(growth_at.rstrip("%")) / 100, 6),
-                   float(ratio), float(mean), float(sd), int(seeds), int(seeds_above), where))
+                   float(ratio), params, device, float(mean), float(sd), int(seeds), int(seeds_above), where))
     assert len(cells) == len(rows), "a row is listed twice"
     return cells, before
 
@@ -109,8 +112,8 @@ def _published_cells(text: str) -> tuple[set[tuple], str]:
 def test_every_field_of_every_stored_cell_is_published_in_benchmarks():
     text = BENCHMARKS.read_text(encoding="utf-8").replace("−", "-")
     published, before = _published_cells(text)
-    stored = {(c.axis, c.init, c.recipe, c.schedule, round(c.growth_at, 6), c.tokens_per_param, c.delta, c.sd,
-               c.seeds, c.seeds_above, c.where) for c in load_map()}
+    stored = {(c.axis, c.init, c.recipe, c.schedule, round(c.growth_at, 6), c.tokens_per_param,
+               format_params(c.params), c.device, c.delta, c.sd, c.seeds, c.seeds_above, c.where) for c in load_map()}
     assert len(stored) == len(load_map())
     assert stored - published == set(), "stored in measured.json, not (or otherwise) in docs/BENCHMARKS.md's index"
     assert published - stored == set(), "in docs/BENCHMARKS.md's index, not (or otherwise) in measured.json"

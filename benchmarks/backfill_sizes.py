@@ -1,0 +1,92 @@
+"""Issue 38: give every cell of the measured map the size it was measured at, computed from the ``reproduce.py``
+configuration its runs trained (``params``, ``active_params``, ``embedding_share``, ``device``, ``precision``,
+``corpus``); nothing is typed in but which size and axis a cell's section names.
+
+    python benchmarks/backfill_sizes.py            # rewrite lightning_sparkling/pretrain/measured.json in place
+    python benchmarks/backfill_sizes.py --check    # exit 1 when a cell's stored size differs from the computed one
+
+A cell's size preset is the one its ``where`` names (``(cpu ...)``, ``cpu size``, ``(mini ...)``, else ``quick``: the
+``x4`` / ``x8`` token ratios train the same model longer); its grown shape is the reproduce axis of its map axis and
+timing (:func:`reproduce_axis`). The one cell trained on a GPU says so in ``where`` (``on one H100``): its device is
+the GPU the session recorded in docs/BENCHMARKS.md ("One NVIDIA H100 80GB HBM3").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+MAP = HERE.parent / "lightning_sparkling" / "pretrain" / "measured.json"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def size_name(where: str) -> str:
+    """The ``reproduce.py`` size preset a cell's section names."""
+    for name in ("cpu-1m", "mini"):
+        if f"({name}" in where:
+            return name
+    return "cpu" if "(cpu" in where or "cpu size" in where else "quick"
+
+
+def reproduce_axis(axis: str, growth_at: float) -> tuple[str, str]:
+    """``(reproduce axis, from-scratch row)`` whose grown shape is the map cell's."""
+    if axis == "depth":
+        return ("late-shallow" if growth_at >= 0.8 else "depth"), "scratch large (iso-token)"
+    if axis == "upcycle":
+        return "upcycle-25", "scratch large (iso-token)"
+    if axis == "experts":
+        return "experts-2x", "scratch large (iso-token)"
+    if axis == "experts+topk":
+        return "experts-2x", "scratch large K=4 (iso-FLOPs)"
+    return axis, "scratch large (iso-token)"
+
+
+def computed_size(cell: dict[str, Any]) -> dict[str, Any]:
+    """The size fields of ``cell`` from the configuration of its grown shape's scratch run."""
+    import reproduce as repro
+
+    from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.measured_size import cell_size
+
+    size = repro.resolve_size(size_name(cell["where"]))
+    axis, row = reproduce_axis(cell["axis"], cell["growth_at"])
+    config = repro.build_config(size, axis, repro.ROWS[row], seed=1)
+    path = Path("/tmp") / f"backfill_{cell['axis'].replace('+', '_')}.yaml"
+    path.write_text(json.dumps({**config, "out_dir": "/tmp/backfill_unused"}))
+    _, run, _ = parse(["--config", str(path)], "plan")
+    gpu = "on one H100" in cell["where"]
+    return cell_size(run.model_config, device=H100 if gpu else "cpu", precision=config["precision"],
+                     corpus=config["data"]["source"], tie_embeddings=run.train.tie_embeddings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare only, write nothing")
+    parser.add_argument("--map", type=Path, default=MAP, help=f"the map to fill (default {MAP})")
+    args = parser.parse_args(argv)
+    data = json.loads(args.map.read_text(encoding="utf-8"))
+    differ = 0
+    for cell in data["cells"]:
+        size = computed_size(cell)
+        if any(cell.get(k) != v for k, v in size.items()):
+            differ += 1
+        cell.update(size)
+    if args.check:
+        print(f"{differ} of {len(data['cells'])} cells differ from their computed size")
+        return 1 if differ else 0
+    import reproduce as repro
+
+    lines = ",\n".join("    " + repro.format_cell(cell) for cell in data["cells"])
+    about = json.dumps(data["about"], ensure_ascii=False)
+    args.map.write_text(f'{{\n  "about": {about},\n  "cells": [\n{lines}\n  ]\n}}\n', encoding="utf-8")
+    print(f"{len(data['cells'])} cells in {args.map}, {differ} given their size")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

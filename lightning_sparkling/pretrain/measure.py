@@ -1,0 +1,218 @@
+"""``sparkling measure``: does growth pay on *this* config? The config's growth run against its grown shape trained
+from scratch at several budgets, over seeds; the speed-up at equal loss and Δ at equal FLOPs, as one cell of the
+measured map.
+
+    sparkling measure --config RUN.yaml [--budgets 0.7,1,1.4,2] [--seeds 3] [--jobs 2] [--section.key VALUE ...]
+
+Every key and dotted override of ``sparkling pretrain`` is taken (``--growth.stages ...``, ``--train.max_steps ...``,
+``--devices 2 --strategy fsdp``). The runs go to ``<out_dir>/measure/`` (``growth/seed<k>``,
+``scratch-x<b>/seed<k>``); an interrupted measurement resumes, skipping finished runs. The result,
+``<out_dir>/measure.json``, holds the cell in the map's format (``cells``: ``speedup``, ``speedup_sd``, ``delta``,
+``sd``, ``seeds``, ``params``, ``device``, ...) and every run (``runs``); ``sparkling plan --map
+<out_dir>/measure.json`` reads it beside the package's map.
+
+Example::
+
+    sparkling measure --config examples/quickstart.yaml --seeds 2 --budgets 0.7,1,1.4 --jobs 2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lightning_sparkling.pretrain.measure_runs import (MeasureRun, is_done, plan_runs, prepare_data, read_result,
+                                                      train_runs)
+from lightning_sparkling.pretrain.measure_stats import compare
+
+DEFAULT_BUDGETS = (0.7, 1.0, 1.4, 2.0)
+"""The scratch budgets, as multiples of the growth run's FLOPs (1.0, equal FLOPs, is always trained)."""
+OPTIONS = {"--budgets": str, "--seeds": int, "--jobs": int}
+HELP_OPTIONS = """
+  --budgets B,...  scratch budgets as multiples of the growth run's FLOPs (default 0.7,1,1.4,2; 1 is always trained)
+  --seeds N        seeds (the config's seed, seed + 1, ...; default 1)
+  --jobs J         runs at a time (default 1)
+
+Every other option is `sparkling pretrain`'s (`sparkling pretrain --help`)."""
+USAGE = ("sparkling measure --config RUN.yaml [--budgets 0.7,1,1.4,2] [--seeds N] [--jobs J] [--section.key VALUE ...]"
+         "   (every key of `sparkling pretrain --help`)")
+HELP = f"usage: {USAGE}\n\n{__doc__.split(chr(10) * 2)[0]}\n{HELP_OPTIONS}"
+
+
+def take_options(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Take measure's own options (:data:`OPTIONS`) out of ``argv``; the rest is pretrain's.
+
+    Raises:
+        ValueError: a value that cannot be used, naming the option, the value and the fix.
+    """
+    argv, opts, rest = list(argv), {"budgets": DEFAULT_BUDGETS, "seeds": 1, "jobs": 1}, []
+    while argv:
+        arg = argv.pop(0)
+        key, eq, value = arg.partition("=")
+        if key not in OPTIONS:
+            rest.append(arg)
+            continue
+        if not eq:
+            if not argv:
+                raise ValueError(f"{key} needs a value ({USAGE})")
+            value = argv.pop(0)
+        name = key.lstrip("-")
+        if name == "budgets":
+            opts[name] = parse_budgets(value)
+            continue
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if number < 1:
+            raise ValueError(f"{key} {value!r}: give a whole number >= 1")
+        opts[name] = number
+    return opts, rest
+
+
+def parse_budgets(text: str) -> tuple[float, ...]:
+    """``'0.7,1.4,2'`` -> ``(0.7, 1.0, 1.4, 2.0)``: sorted, 1.0 added (equal FLOPs, where Δ is read)."""
+    try:
+        values = {float(v) for v in text.split(",") if v.strip()}
+    except ValueError:
+        values = set()
+    if not values or any(not 0 < v <= 100 for v in values):
+        raise ValueError(f"--budgets {text!r}: give multiples of the growth run's FLOPs between 0 and 100, e.g. "
+                         "0.7,1,1.4,2")
+    return tuple(sorted(values | {1.0}))
+
+
+def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tuple[Any, Any, str]]) -> int:
+    """Entry point of ``sparkling measure``: plan, train what is not finished, compare, write ``measure.json``.
+
+    Args:
+        argv: the arguments after ``sparkling measure``.
+        parse: the CLI's parser of a pretrain configuration (:func:`lightning_sparkling.pretrain.cli.parse`; passed
+            in, so this module does not import the CLI that dispatches to it).
+    """
+    from lightning_sparkling.growth.compute import estimate_compute
+    from lightning_sparkling.pretrain.planning import regime_advice
+
+    if any(a in ("-h", "--help") for a in argv):
+        print(HELP)
+        return 0
+    try:
+        opts, rest = take_options(argv)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if not rest:
+        print(f"error: no configuration: give --config RUN.yaml ({USAGE})", file=sys.stderr)
+        return 2
+    _, run, dumped = parse(rest, "plan")  # checks every key; writes nothing
+    if not run.stages:
+        print("error: growth.stages is empty: sparkling measure compares a growth run with the grown shape from "
+              "scratch; give the config's growth.stages", file=sys.stderr)
+        return 2
+    if not run.eval.final_validation:
+        print("error: eval.final_validation: false: sparkling measure compares the runs' final val loss; set "
+              "eval.final_validation: true", file=sys.stderr)
+        return 2
+    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
+                           tie_embeddings=run.train.tie_embeddings)
+    from lightning_sparkling.pretrain.planning import stage_plans
+
+    grown = stage_plans(run)[-1].new_config
+    out = Path(run.out_dir) / "measure"
+    seeds = [run.seed + k for k in range(opts["seeds"])]
+    runs = plan_runs(yaml.safe_load(dumped), dataclasses.asdict(grown), growth_flops=est.flops,
+                     flops_per_step=6.0 * est.active_params[-1] * run.tokens_per_step, seeds=seeds,
+                     budgets=opts["budgets"], out=out)
+    budgets = ", ".join(f"{b:g}x" for b in opts["budgets"])
+    print(f"sparkling measure: {len(seeds)} seed(s) x (growth + scratch at {budgets} of its {est.flops:.3g} FLOPs) "
+          f"= {len(runs)} runs in {out}")
+    try:
+        if opts["jobs"] > 1 and not all(is_done(r) for r in runs):
+            prepare_data(run)
+        failed = train_runs(runs, opts["jobs"])
+    except KeyboardInterrupt:
+        print("sparkling measure: interrupted; run it again to resume (finished runs are kept)", file=sys.stderr)
+        return 130
+    if failed:
+        print(f"error: {len(failed)} run(s) failed: {', '.join(r.name for r in failed)} (see their run.log)",
+              file=sys.stderr)
+        return 1
+    advice = regime_advice(run, est.active_params)
+    result = measurement(runs, advice, grown, run, rest)
+    path = Path(run.out_dir) / "measure.json"
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(describe(result))
+    print(f"wrote {path} (sparkling plan --config ... --map {path} reads it)")
+    return 0
+
+
+def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, argv: Sequence[str]) -> dict:
+    """``measure.json``: ``cells`` (one cell in the measured map's format), ``per_seed``, ``wall_speedup`` and
+    ``runs`` (each run's name, folder, final val loss, FLOPs and seconds)."""
+    from lightning_sparkling.pretrain.measured_size import cell_size
+
+    growth = {r.seed: read_result(r) for r in runs if r.kind == "growth"}
+    scratch: dict[float, dict[int, dict[str, float]]] = {}
+    for r in runs:
+        if r.kind == "scratch":
+            scratch.setdefault(r.budget, {})[r.seed] = read_result(r)
+    stats = compare(growth, scratch)
+    cell = {"axis": advice.axis, "recipe": advice.recipe, "schedule": advice.schedule,
+            "growth_at": round(advice.growth_at, 3), "tokens_per_param": float(f"{advice.tokens_per_param:.3g}"),
+            "delta": round(stats["delta"], 3), "sd": round(stats["sd"], 3), "seeds": stats["seeds"],
+            "seeds_above": stats["seeds_above"]}
+    has_speedup = stats["speedup"] is not None  # None: a seed's loss outside the budgets (per_seed says which way)
+    cell.update(speedup=round(stats["speedup"], 2) if has_speedup else None,
+                speedup_sd=round(stats["speedup_sd"], 2) if has_speedup else None)
+    if advice.init is not None:
+        cell["init"] = advice.init
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    cell["where"] = f"sparkling measure {' '.join(argv)} ({when})"
+    cell.update(cell_size(grown, device=_device(run), precision=str(run.precision), corpus=_corpus(run),
+                          tie_embeddings=run.train.tie_embeddings))
+    return {"cells": [cell], "per_seed": stats["per_seed"], "wall_speedup": stats["wall_speedup"],
+            "wall_speedup_sd": stats["wall_speedup_sd"],
+            "runs": [{"name": r.name, "kind": r.kind, "budget": r.budget, "seed": r.seed, "run_dir": str(r.run_dir),
+                      **read_result(r)} for r in runs]}
+
+
+def describe(result: dict) -> str:
+    """The lines ``sparkling measure`` ends with: speed-up at equal loss (± sd from 2 seeds), Δ at equal FLOPs,
+    wall-clock time to the same loss, per seed."""
+    cell = result["cells"][0]
+    sd = lambda v: f" ± {v:.2f}" if cell["seeds"] >= 2 else ""  # noqa: E731
+    outside = ", ".join(str(s["speedup"]) for s in result["per_seed"].values() if isinstance(s["speedup"], str))
+    speed = (f"speed-up at equal loss {cell['speedup']:.2f}x{sd(cell['speedup_sd'])}" if cell["speedup"] is not None
+             else f"speed-up at equal loss outside the budgets ({outside})")
+    delta_sd = f" ± {cell['sd']:.3f}" if cell["seeds"] >= 2 else ""
+    lines = [f"{cell['axis']}, growth.recipe {cell['recipe']}, {cell['schedule']}, growth at {cell['growth_at']:.0%},"
+             f" {cell['tokens_per_param']:g} tokens per parameter, {cell['params']:,} parameters on {cell['device']}:",
+             f"  {speed}; Δ at equal FLOPs {cell['delta']:+.3f}{delta_sd} val loss (growth above scratch in "
+             f"{cell['seeds_above']}/{cell['seeds']} seeds)"]
+    if result.get("wall_speedup") is not None:
+        lines.append(f"  wall-clock time to the same loss: {result['wall_speedup']:.2f}x"
+                     f"{sd(result['wall_speedup_sd'])} (scratch seconds / growth seconds)")
+    for seed, s in result["per_seed"].items():
+        speed = s["speedup"] if isinstance(s["speedup"], str) else f"{s['speedup']:.2f}x"
+        lines.append(f"  seed {seed}: speed-up {speed}, Δ {s['delta']:+.3f}")
+    return "\n".join(lines)
+
+
+def _device(run: Any) -> str:
+    import torch
+
+    if str(run.accelerator) in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return "cpu"
+
+
+def _corpus(run: Any) -> str:
+    data = getattr(run, "data", None)
+    return str(getattr(data, "source", None) or type(data).__name__)

@@ -1,0 +1,195 @@
+"""The runs of a measurement and how they are trained: the config's growth run and the grown shape trained from
+scratch at several budgets, per seed, each ``sparkling pretrain --config <its config>.yaml`` in a subprocess,
+``jobs`` at a time, a finished run (``summary.json`` completed next to the identical ``config.yaml``) never trained
+again.
+
+Example::
+
+    runs = plan_runs(config, grown_config, growth_flops=2e12, flops_per_step=4e9, seeds=[1, 2],
+                     budgets=[0.7, 1.0, 1.4], out=Path("out/measure"))
+    train_runs(runs, jobs=2)           # prints "[3/6] scratch x1 seed 1: ok, 41 s (overall 2.1 min, ~2.0 min left)"
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class MeasureRun:
+    """One training run of a measurement: ``kind`` ``"growth"`` or ``"scratch"``, its ``budget`` (a multiple of the
+    growth run's FLOPs; 1.0 for the growth run), ``seed``, the full pretrain ``config`` (``out_dir`` = ``run_dir``)
+    and ``flops`` planned."""
+
+    kind: str
+    budget: float
+    seed: int
+    config: dict[str, Any]
+    run_dir: Path
+    flops: float
+
+    @property
+    def name(self) -> str:
+        """``'growth seed 1'``, ``'scratch x1.4 seed 2'``."""
+        return f"growth seed {self.seed}" if self.kind == "growth" else f"scratch x{self.budget:g} seed {self.seed}"
+
+
+def plan_runs(config: dict[str, Any], grown: dict[str, Any], *, growth_flops: float, flops_per_step: float,
+              seeds: Sequence[int], budgets: Sequence[float], out: Path) -> list[MeasureRun]:
+    """The runs of a measurement, seed by seed (a stopped measurement is still paired).
+
+    Args:
+        config: the parsed pretrain configuration (as ``sparkling pretrain`` dumps it) of the growth run.
+        grown: the ``model_config`` of the grown shape (every litgpt ``Config`` field).
+        growth_flops: the growth run's training FLOPs (``6 N D`` per phase).
+        flops_per_step: the grown shape's training FLOPs per optimizer step.
+        seeds: the seeds (``config['seed']`` is replaced, the data order and initial model with it).
+        budgets: the scratch budgets as multiples of ``growth_flops`` (steps rounded to the nearest).
+        out: the folder of the runs (``growth/seed<k>``, ``scratch-x<b>/seed<k>``).
+    """
+    runs = []
+    for seed in seeds:
+        base = copy.deepcopy(config)
+        base.update(seed=seed, resume=False)
+        run_dir = out / "growth" / f"seed{seed}"
+        runs.append(MeasureRun("growth", 1.0, seed, {**base, "out_dir": str(run_dir)}, run_dir, growth_flops))
+        for budget in budgets:
+            scratch = copy.deepcopy(base)
+            scratch.update(model_name=None, model_config=dict(grown), initial_checkpoint_dir=None)
+            scratch["growth"] = {**scratch.get("growth", {}), "stages": []}
+            steps = max(1, round(budget * growth_flops / flops_per_step))
+            scratch["train"] = {**scratch["train"], "max_steps": steps, "max_tokens": None, "epochs": None}
+            run_dir = out / f"scratch-x{budget:g}" / f"seed{seed}"
+            runs.append(MeasureRun("scratch", budget, seed, {**scratch, "out_dir": str(run_dir)}, run_dir,
+                                   steps * flops_per_step))
+    return runs
+
+
+def is_done(run: MeasureRun) -> bool:
+    """Whether ``run`` finished (``summary.json`` status ``completed``) with exactly this configuration."""
+    summary, saved = run.run_dir / "summary.json", run.run_dir / "measure_config.yaml"
+    if not (summary.is_file() and saved.is_file()):
+        return False
+    try:
+        return (json.loads(summary.read_text()).get("status") == "completed"
+                and yaml.safe_load(saved.read_text()) == run.config)
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+
+
+def read_result(run: MeasureRun) -> dict[str, float]:
+    """``{"loss", "flops", "seconds"}`` of a finished run: its final val loss, FLOPs and fit seconds."""
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    if summary.get("val_loss") is None:
+        raise ValueError(f"{run.run_dir}/summary.json has no val_loss: measure needs eval.final_validation: true")
+    return {"loss": float(summary["val_loss"]), "flops": float(summary.get("flops") or run.flops),
+            "seconds": float(summary.get("fit_seconds") or summary.get("wall_clock_seconds") or 0.0)}
+
+
+def prepare_data(run: Any) -> None:
+    """Build the data cache of a resolved run (tokenizer and token files) once, before its runs start side by side:
+    ``jobs`` runs starting at once would otherwise each train the same tokenizer."""
+    from lightning_sparkling.pretrain.run import build_datamodule
+
+    build_datamodule(run).prepare_data()
+
+
+def train_runs(runs: Sequence[MeasureRun], jobs: int = 1, log: Callable[[str], None] = print,
+               env: dict[str, str] | None = None, *, deadline: float | None = None,
+               on_done: Callable[[MeasureRun], None] | None = None) -> list[MeasureRun]:
+    """Train every unfinished run, ``jobs`` at a time; returns the runs that failed (their ``run.log`` says why).
+
+    Each line of progress names the run, its result and seconds, and the overall count, elapsed time and an estimate
+    of what is left. ``SIGTERM`` or Ctrl-C stops the running subprocesses too; their runs are trained again next time.
+
+    Args:
+        deadline: a ``time.time()`` past which no run starts and the running ones are stopped (unfinished: trained
+            again next time); ``None``: no deadline.
+        on_done: called with each run that finished (e.g. to append it to a results file).
+    """
+    todo = [r for r in runs if not is_done(r)]
+    log(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train ({jobs} at a time)")
+    running: list[tuple[subprocess.Popen, MeasureRun, float, Any]] = []
+    failed: list[MeasureRun] = []
+    t0, done = time.perf_counter(), 0
+    flops_left = sum(r.flops for r in todo)
+    flops_done = 0.0
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        while todo or running:
+            if deadline is not None and time.time() >= deadline:
+                if todo:
+                    log(f"deadline: {len(todo)} run(s) not started")
+                todo.clear()
+                raise KeyboardInterrupt
+            while todo and len(running) < jobs:
+                run = todo.pop(0)
+                running.append((*_start(run, env), run.flops))
+                log(f"start {running[-1][1].name} ({running[-1][1].run_dir})")
+            time.sleep(1)
+            for item in list(running):
+                proc, run, logf, flops = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                logf.close()
+                done += 1
+                flops_done += flops
+                ok = proc.returncode == 0 and is_done(run)
+                if not ok:
+                    failed.append(run)
+                elif on_done is not None:
+                    on_done(run)
+                elapsed = time.perf_counter() - t0
+                left = elapsed * (flops_left - flops_done) / flops_done if flops_done else 0.0
+                status = "ok" if ok else f"FAILED (exit {proc.returncode}, see {run.run_dir / 'run.log'})"
+                log(f"[{done}/{done + len(todo) + len(running)}] {run.name}: {status}, "
+                    f"{_seconds(run.run_dir)} (overall {elapsed / 60:.1f} min, ~{left / 60:.1f} min left)")
+    except KeyboardInterrupt:
+        for proc, run, logf, _ in running:
+            proc.terminate()
+            proc.wait()
+            logf.close()
+            log(f"stopped: {run.name} (unfinished, trained again next time)")
+        if deadline is not None and time.time() >= deadline:
+            return failed
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return failed
+
+
+def _start(run: MeasureRun, env: dict[str, str] | None) -> tuple[subprocess.Popen, MeasureRun, Any]:
+    if run.run_dir.exists():  # an unfinished or stale run: from the start
+        shutil.rmtree(run.run_dir)
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "measure_config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False))
+    logf = open(run.run_dir / "run.log", "w")  # noqa: SIM115 - open while the subprocess runs
+    proc = subprocess.Popen([sys.executable, "-m", "lightning_sparkling.pretrain.cli", "pretrain", "--config",
+                             str(run.run_dir / "measure_config.yaml")], stdout=logf, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})})
+    return proc, run, logf
+
+
+def _seconds(run_dir: Path) -> str:
+    try:
+        return f"{json.loads((run_dir / 'summary.json').read_text())['wall_clock_seconds']:.0f} s"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "no summary"
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
