@@ -92,7 +92,7 @@ def _stage_step(s: dict[str, Any], key: str, tokens_per_step: int, steps: int,
 def _growth_stage(s: dict[str, Any], at_step: int, key: str, recipe: str) -> GrowthStage:
     """The :class:`GrowthStage` of the keys ``s`` sets at ``at_step``, completed by ``recipe``
     (:meth:`GrowthStage.from_recipe`, the one place a recipe is applied); a refusal names the key it is about
-    (:class:`~lightning_sparkling.growth.stage.StageError`)."""
+    (:class:`~lightning_sparkling.growth.errors.StageError`)."""
     keys = {name: value for name, value in s.items()
             if name not in ("at_step", "at_tokens", "at_fraction")}  # timing: at_step
     if keys.get("recipe", "auto") in ("auto", None):  # a stage's own recipe wins over growth.recipe

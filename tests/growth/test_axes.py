@@ -183,7 +183,8 @@ def test_the_protocol_declares_what_the_code_calls():
                 called.add(node.attr)
     assert {"name", "sizes", "target_key", "check_stage", "copies"} <= called
     assert called <= declared, sorted(called - declared)
-    assert {"label_rank", "target_key", "stage_keys", "copies"} <= declared
+    assert {"target_key", "stage_keys", "copies"} <= declared
+    assert not {"label_rank", "cell_label"} & declared  # the measured map's vocabulary is not an axis' (pretrain/measured_axes.py)
 
 
 # modules that orchestrate (plan, surgery, optimizer patch, backends, callbacks, app, dashboards): they read the

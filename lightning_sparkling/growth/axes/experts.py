@@ -79,7 +79,7 @@ def _positive_int(value: object) -> bool:
 class ExpertsKeyError(StageError, GrowthError):
     """An experts key the *model* refuses (e.g. ``first_k_dense_replace`` past the model's last block): a
     :class:`~lightning_sparkling.growth.errors.GrowthError`, as every refusal of :func:`plan_growth`, that names its
-    key like a :class:`~lightning_sparkling.growth.stage.StageError` (``err.key``)."""
+    key like a :class:`~lightning_sparkling.growth.errors.StageError` (``err.key``)."""
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes, keeping both classes
         return _experts_key_error, (self.key, str(self), self.stage)
