@@ -341,7 +341,7 @@ def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, sche
         'wsd'
     """
     best = None
-    for other in {c.recipe for c in cells} - {recipe}:
+    for other in sorted({c.recipe for c in cells} - {recipe}):  # sorted: a tie goes to the same recipe every run
         cell, near = nearest(cells, axis=axis, recipe=other, schedule=schedule, growth_at=growth_at,
                              tokens_per_param=tokens_per_param, init=init)
         if (not near or cell is None or cell.delta >= 0 or not cell.pays or 2 * cell.seeds_above >= cell.seeds

@@ -245,3 +245,30 @@ def test_a_demo_length_run_is_told_so_in_one_line():
     assert min(c.tokens_per_param for c in load_map()) >= DEMO_TOKENS_PER_PARAM
     real = advise([stage], total_steps=300, tokens_per_param=1.7, recipe="random-zero-3x")
     assert not real.demo and "demo" not in real.message()
+
+
+_TIE = """
+import dataclasses, sys
+from lightning_sparkling.pretrain.measured import MeasuredCell, better_recipe
+base = MeasuredCell(axis="joint", recipe="r", schedule="cosine", growth_at=0.5, tokens_per_param=2.8, delta=-0.1,
+                    sd=0.01, seeds=3, seeds_above=0, where="test")
+names = [f"tie-{i}" for i in range(8)]
+cells = [dataclasses.replace(base, recipe=name) for name in names]
+print(better_recipe(cells, axis="joint", recipe="paper", schedule="cosine", growth_at=0.5, tokens_per_param=2.8,
+                    than=None).recipe)
+"""
+
+
+def test_a_tie_between_recipes_is_named_the_same_under_every_hash_seed():
+    """Eight recipes with the same Δ: the advice names one, and the same one whatever Python's string hash seed
+    (it walked a set of names, whose order follows the seed)."""
+    import os
+    import subprocess
+    import sys
+
+    picked = set()
+    for seed in ("0", "1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", _TIE], env=env, capture_output=True, text=True, check=True)
+        picked.add(out.stdout.strip())
+    assert picked == {"tie-0"}, picked
