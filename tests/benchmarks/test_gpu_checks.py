@@ -42,6 +42,18 @@ def test_gpu_mode_runs_the_compiled_fused_bf16_path(tmp_path):
     assert steps["tests"].endswith("-m gpu -rs tests")
     deadline = int(steps["campaign"].split("--deadline ")[1])
     assert abs(deadline - (time.time() + 540 - 30)) < 15  # the default DEADLINE, less the packing time
+    # only $OUT comes back from the device: the campaign appends there, starting from the committed results
+    out = tmp_path / "out"
+    assert f"--results {out}/campaign.jsonl" in steps["campaign"] and "--tiny" not in steps["campaign"]
+    committed = ROOT / "benchmarks" / "results" / "campaign.jsonl"
+    assert (out / "campaign.jsonl").read_bytes() == committed.read_bytes()
+
+
+def test_cpu_mode_runs_the_tiny_campaign(tmp_path):
+    proc = _run(tmp_path, MODE="cpu", DRY="1", CAMPAIGN=str(_stub(tmp_path, "")))
+    assert proc.returncode == 0, proc.stderr
+    campaign = _steps(tmp_path)["campaign"]
+    assert "--tiny" in campaign and f"--results {tmp_path / 'out'}/campaign_tiny.jsonl" in campaign, campaign
 
 
 def test_cpu_mode_is_tiny_and_skips_a_missing_campaign(tmp_path):
