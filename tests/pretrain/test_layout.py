@@ -92,9 +92,11 @@ def test_callbacks_import_no_strategy_specific_module():
 MAX_LINES = 600
 
 
-def test_no_module_of_the_package_is_over_600_lines():
-    """Big modules are split by job (issue 41); the old import paths re-export what moved."""
-    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
+def test_no_module_of_the_package_or_of_benchmarks_is_over_600_lines():
+    """Big modules are split by job (issue 41); the old import paths re-export what moved (benchmarks/reproduce.py
+    is the package benchmarks/repro/)."""
+    folders = (ROOT, ROOT.parent / "benchmarks")
+    long = {str(p): n for folder in folders for p in folder.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
