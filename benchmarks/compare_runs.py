@@ -1,6 +1,6 @@
 """Are two ``sparkling pretrain`` runs the same run? Compares, bit for bit, the final litgpt weights, every optimizer
-state entry of the checkpoints both runs saved, and every TensorBoard scalar (``throughput/*`` and wall-clock tags
-left out), and prints what differs. For a change that must not change behaviour (a refactor): train the same config
+state entry of the checkpoints both runs saved, and every TensorBoard scalar (``throughput/*`` and wall-clock tags,
+``train/device/*_per_sec`` and ``mfu`` among them, left out), and prints what differs. For a change that must not change behaviour (a refactor): train the same config
 before and after it and compare.
 
     PYTHONPATH=<old worktree> sparkling pretrain --config benchmarks/identity/every_axis.yaml --out_dir /tmp/before
@@ -20,6 +20,10 @@ import sys
 from pathlib import Path
 
 import torch
+
+
+WALL_CLOCK = ("seconds", "time", "memory", "per_sec", "mfu")
+"""Words of the tags that measure the machine, not the run (``train/device/items_per_sec``, ``.../mfu``, ...)."""
 
 
 def _flat(obj, prefix: str = ""):
@@ -47,7 +51,7 @@ def _scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
         events = EventAccumulator(path, size_guidance={"scalars": 0})
         events.Reload()
         for tag in events.Tags()["scalars"]:
-            if tag.startswith("throughput") or "seconds" in tag or "time" in tag or "memory" in tag:
+            if tag.startswith("throughput") or any(word in tag for word in WALL_CLOCK):
                 continue
             out.setdefault(tag, []).extend((e.step, e.value) for e in events.Scalars(tag))
     return out
