@@ -1,5 +1,5 @@
-"""The per-step cost of the new-entry learning rate (``RewarmupRescale``), this checkout's against a reference one, in one
-run on one machine: a small model grown hidden 2x + MLP 2x (``growth_cost.py``'s sizes), then AdamW training steps
+"""The per-step cost of the new-entry learning rate (``RewarmupRescale``), this checkout's against a reference one, in
+one run on one machine: a small model grown hidden 2x + MLP 2x (``growth_cost.py``'s sizes), then AdamW training steps
 of the grown model taken in rotation without the hook, with the reference ``RewarmupRescale`` and with this one.
 
     git show <ref>:lightning_sparkling/growth/optim_state.py > /tmp/ref_optim_state.py
