@@ -4,7 +4,7 @@
 
 What is timed (median of repeated runs, after warm-up):
 - growth: ``grow_model`` (plan, new tensors, swap) plus the AdamW state patch, for several stages;
-- a training step (forward, backward, AdamW step) of the grown model without and with ``NewEntryLR`` (the
+- a training step (forward, backward, AdamW step) of the grown model without and with ``RewarmupRescale`` (the
   copy of new entries before ``optimizer.step()`` and the ``lerp`` after it), and the optimizer step alone; plain
   and hooked runs alternate and the cost is the median of the per-pair differences.
 """
@@ -23,7 +23,7 @@ from litgpt import GPT, Config
 
 from lightning_sparkling import GrowthStage, grow_model
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, plan_optimizer_patch
+from lightning_sparkling.growth.optim_state import RewarmupRescale, NewEntryRegion, plan_optimizer_patch
 
 
 def base_config() -> Config:
@@ -61,7 +61,7 @@ def run_case(name: str, stage: GrowthStage, repeats: int, batch: int, seq: int) 
     regions = {0: [NewEntryRegion(result.new_params[n], [(result.new_params[n].data, piece) for piece in pieces],
                                   lambda: 1.3e-3) for n, pieces in result.new_entries.items()]}
 
-    hook = NewEntryLR(optimizer, regions)  # one hook for the whole run, as the callback keeps it
+    hook = RewarmupRescale(optimizer, regions)  # one hook for the whole run, as the callback keeps it
     active = hook.regions
 
     def timed(fn, with_hook: bool) -> float:

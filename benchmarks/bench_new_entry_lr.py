@@ -1,6 +1,6 @@
-"""The per-step cost of the new-entry learning rate (``NewEntryLR``), this checkout's against a reference one, in one
-run on one machine: a small model grown hidden 2x + MLP 2x (``growth_cost.py``'s sizes), then AdamW training steps
-of the grown model taken in rotation without the hook, with the reference ``NewEntryLR`` and with this one.
+"""The per-step cost of the new-entry learning rate (``RewarmupRescale``), this checkout's against a reference one, in
+one run on one machine: a small model grown hidden 2x + MLP 2x (``growth_cost.py``'s sizes), then AdamW training steps
+of the grown model taken in rotation without the hook, with the reference ``RewarmupRescale`` and with this one.
 
     git show <ref>:lightning_sparkling/growth/optim_state.py > /tmp/ref_optim_state.py
     python benchmarks/bench_new_entry_lr.py --ref /tmp/ref_optim_state.py --sizes 12M,39M --batch 4 --repeats 15
@@ -55,7 +55,8 @@ def measure(size: str, batch: int, seq: int, repeats: int, ref) -> dict:
         lr = lambda: 1.3e-3  # noqa: E731 - one function for every region, as the callback gives per stage and group
         regions = {0: [mod.NewEntryRegion(result.new_params[n], [(result.new_params[n].data, p) for p in pieces], lr)
                        for n, pieces in result.new_entries.items()]}
-        hook = mod.NewEntryLR(opt, regions)
+        hook = getattr(mod, "RewarmupRescale", None) or mod.NewEntryLR  # a reference checkout may predate the name
+        hook = hook(opt, regions)
         hooks[name] = (hook, hook.regions)
         hook.regions = {}
     for _ in range(3):

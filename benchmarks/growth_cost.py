@@ -183,7 +183,7 @@ def worker(args) -> dict:
 
     from lightning_sparkling import GrowthStage, grow_model
     from lightning_sparkling.growth.compute import count_params
-    from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, plan_optimizer_patch
+    from lightning_sparkling.growth.optim_state import RewarmupRescale, NewEntryRegion, plan_optimizer_patch
     from lightning_sparkling.growth.plan import grown_config, plan_growth
 
     torch.set_num_threads(args.threads)
@@ -244,7 +244,7 @@ def worker(args) -> dict:
     grown_params = {**result.new_params, **{n: new for n, (_, new) in result.added.items()}}
     regions = {0: [NewEntryRegion(grown_params[n], [(grown_params[n].data, piece) for piece in pieces],
                                   lambda: 1.3e-3) for n, pieces in result.new_entries.items()]}
-    hook = NewEntryLR(opt, regions)
+    hook = RewarmupRescale(opt, regions)
     sync(device)
     t_growth = time.perf_counter() - t0
     del result, patch, plan

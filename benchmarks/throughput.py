@@ -12,7 +12,7 @@ cancels in per-pair ratios; medians reported):
    ``ratio = scratch step time / grown step time`` (target >= 0.97: growth must not leave slow, strided or
    fragmented tensors). The grown model's parameters and optimizer state are also checked for layout: contiguous,
    storage offset 0, a storage no larger than the tensor (no view into a bigger buffer).
-2. **The new-entry LR's cost.** The grown model's steps with and without ``NewEntryLR`` (the per-element re-warmup
+2. **The new-entry LR's cost.** The grown model's steps with and without ``RewarmupRescale`` (the per-element re-warmup
    of new entries: one copy of the new entries before ``optimizer.step()``, one ``lerp`` after), alternating, for
    each batch size in ``--batches``.
 """
@@ -59,7 +59,7 @@ def main() -> int:
 
     from lightning_sparkling import GrowthStage, grow_model
     from lightning_sparkling.growth.compute import count_params
-    from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion, plan_optimizer_patch
+    from lightning_sparkling.growth.optim_state import RewarmupRescale, NewEntryRegion, plan_optimizer_patch
     from lightning_sparkling.growth.plan import grown_config
 
     torch.set_num_threads(args.threads)
@@ -80,7 +80,7 @@ def main() -> int:
                                   lambda: 1.3e-3) for n, pieces in result.new_entries.items()]}
     new_entries = sum(sum(result.new_params[n][piece].numel() for piece in result.new_entries[n])
                       for n in result.new_params)
-    hook = NewEntryLR(opt_g, regions)
+    hook = RewarmupRescale(opt_g, regions)
     active = hook.regions
     hook.regions = {}
 

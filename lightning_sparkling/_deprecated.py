@@ -77,6 +77,14 @@ MOVED_NAMES: dict[str, str] = {
     "lightning_sparkling.pretrain.gpt.wrap_gpt": "lightning_sparkling.parallel.wrap_gpt",
     "lightning_sparkling.pretrain.module.shard_gpt": "lightning_sparkling.parallel.shard_gpt",
     "lightning_sparkling.pretrain.module.wrap_gpt": "lightning_sparkling.parallel.wrap_gpt",
+    # issue 41: the new-entry LR pieces are named after the paper's re-warmup (the glossary's "new-entry LR" row)
+    "lightning_sparkling.growth.new_entry_schedule.NewEntryLRHolder":
+        "lightning_sparkling.growth.new_entry_schedule.RewarmupHolder",
+    "lightning_sparkling.growth.schedules.NewEntryLRHolder":
+        "lightning_sparkling.growth.new_entry_schedule.RewarmupHolder",
+    "lightning_sparkling.growth.optim_state.NewEntryLR": "lightning_sparkling.growth.optim_state.RewarmupRescale",
+    "lightning_sparkling.callbacks.new_entry_lr.NewEntryLearningRate":
+        "lightning_sparkling.callbacks.new_entry_lr.RewarmupSchedulers",
 }
 
 

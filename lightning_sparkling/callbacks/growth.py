@@ -21,7 +21,7 @@ Timeline of one stage with ``at_step=N`` (single device and DDP):
    blocks are activation-checkpointed when the others are; a compiled model's graphs are dropped (the first step
    after the growth compiles the grown shapes; its time is logged as ``growth/first_step_seconds``).
 4. Every later optimizer step: old entries follow the user's schedule untouched; the update of new entries is
-   rescaled to their re-warmup LR (:class:`~lightning_sparkling.growth.optim_state.NewEntryLR`).
+   rescaled to their re-warmup LR (:class:`~lightning_sparkling.growth.optim_state.RewarmupRescale`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_sparkling.callbacks.new_entry_lr import (
-    NewEntryLearningRate,
+    RewarmupSchedulers,
     check_baseline_schedulers,
     check_fresh_bias_correction,
     flat_groups,
@@ -152,7 +152,7 @@ class GrowthCallback(Callback):
         self._remove_resume_hook_fn: Callable[[], None] | None = None
         self.summaries: list[dict[str, Any]] = []
         # the records are looked up through self at each use, never captured: load_state_dict replaces them
-        self.lr = NewEntryLearningRate(self.stages, lambda: self._records)  # the new entries' LR
+        self.lr = RewarmupSchedulers(self.stages, lambda: self._records)  # the new entries' LR
         self.symmetry = SymmetryLoop(self.stages, lambda: self._records)  # copies' cosines, symmetry_target loop
 
     # ------------------------------------------------------------------ state

@@ -3,13 +3,13 @@ the optimizer applies.
 
 - :func:`resolve_min_lrs`: what the re-warmup decays to (the callback's ``min_lr``, else read exactly from the
   module's schedule through the schedule registry);
-- :meth:`NewEntryLearningRate.register`: one :class:`~lightning_sparkling.growth.schedules.RewarmupLR` per applied
+- :meth:`RewarmupSchedulers.register`: one :class:`~lightning_sparkling.growth.schedules.RewarmupLR` per applied
   stage in ``trainer.lr_scheduler_configs`` (Lightning steps, saves and restores it), its lambdas rebuilt from the
   stage's :class:`~lightning_sparkling.growth.record.StageRecord`;
-- :meth:`NewEntryLearningRate.install`: the baseline hooks of ``rewarmup_scope='all'`` / ``decay_speedup``
+- :meth:`RewarmupSchedulers.install`: the baseline hooks of ``rewarmup_scope='all'`` / ``decay_speedup``
   (:class:`~lightning_sparkling.growth.baselines.BaselineLR`), then the update rescale of the new-entry slices
-  (:class:`~lightning_sparkling.growth.optim_state.NewEntryLR`);
-- :meth:`NewEntryLearningRate.log`: ``growth/lr_new/stage_k`` from the very function the rescale calls.
+  (:class:`~lightning_sparkling.growth.optim_state.RewarmupRescale`);
+- :meth:`RewarmupSchedulers.log`: ``growth/lr_new/stage_k`` from the very function the rescale calls.
 
 This module reads Lightning's trainer (its scheduler configs, ``automatic_optimization``); the LR math it drives is in
 :mod:`~lightning_sparkling.growth.schedules` and :mod:`~lightning_sparkling.growth.baselines` (pure torch).
@@ -34,7 +34,7 @@ from lightning_sparkling.growth.baselines import (
     schedule_function,
 )
 from lightning_sparkling.growth.errors import GrowthError
-from lightning_sparkling.growth.optim_state import NewEntryLR, NewEntryRegion
+from lightning_sparkling.growth.optim_state import RewarmupRescale, NewEntryRegion
 from lightning_sparkling.growth.record import StageRecord
 from lightning_sparkling.growth.schedules import (
     RewarmupLR,
@@ -269,7 +269,7 @@ def resolve_min_lrs(trainer: pl.Trainer, min_lr: float | None, pending: Sequence
     return [found[og] for og in groups]
 
 
-class NewEntryLearningRate:
+class RewarmupSchedulers:
     """The new entries' LR of a growth callback's applied stages: their re-warmup schedulers, the hooks that apply
     them, and their log.
 
@@ -285,7 +285,7 @@ class NewEntryLearningRate:
         self.records = records
         self.min_lrs: list[float] | None = None
         self.schedulers: dict[int, RewarmupLR] = {}  # stage index -> its new-entry LR scheduler
-        self.hooks: list[BaselineLR | NewEntryLR] = []
+        self.hooks: list[BaselineLR | RewarmupRescale] = []
         self._logged_step = -1
 
     def register(self, trainer: pl.Trainer, k: int) -> None:
@@ -358,7 +358,7 @@ class NewEntryLearningRate:
                                 fns[key] = self.lr_fn(trainer, k, key[1])
                             found.setdefault(g, []).append(NewEntryRegion(p, local, fns[key]))
             if found:
-                self.hooks.append(NewEntryLR(optimizer, found))
+                self.hooks.append(RewarmupRescale(optimizer, found))
 
     def remove(self) -> None:
         for hook in self.hooks:
@@ -378,3 +378,10 @@ class NewEntryLearningRate:
             if self.stages[k].symmetry_target is not None:
                 metrics[f"growth/symmetry_boost/stage_{k}"] = self.records()[k].symmetry_boost
         trainer.logger.log_metrics(metrics, step=trainer.global_step)
+
+
+def __getattr__(name: str):
+    """``NewEntryLearningRate``: the old name of :class:`RewarmupSchedulers` (the same class), with a warning."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

@@ -14,8 +14,8 @@ Mechanism: :class:`BaselineLR` sets each param group's ``lr`` to the baseline va
 ``optimizer.step()`` (a step pre-hook) and puts the user's value back right after it (a step post-hook). The
 optimizer therefore takes exactly the step it would take with that LR (any optimizer, no update rescale, no copy),
 while the user's scheduler keeps stepping and owning the group's ``lr`` between steps, and checkpoints hold the
-user's LR. The new-entry hooks (:class:`~lightning_sparkling.growth.optim_state.NewEntryLR`) are registered after this
-one, so they rescale new entries against the baseline LR of the step. ``decay_speedup`` needs ``u`` at other
+user's LR. The new-entry hooks (:class:`~lightning_sparkling.growth.optim_state.RewarmupRescale`) are registered after
+this one, so they rescale new entries against the baseline LR of the step. ``decay_speedup`` needs ``u`` at other
 steps than the current one, so it reads the user's scheduler: a ``LambdaLR`` (``base_lr * lr_lambda(tau)``, any
 lambda of a real-valued step) or a ``CosineAnnealingLR`` (its closed form), stepped every optimizer step; other
 schedulers are refused at fit start.

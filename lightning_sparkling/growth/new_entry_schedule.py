@@ -1,6 +1,6 @@
 """The new entries' learning rate of one stage: its re-warmup as a picklable ``LambdaLR`` multiplier
 (:class:`RewarmupLambda`, the formulas of :mod:`~lightning_sparkling.growth.lr_formulas`), its scheduler
-(:class:`RewarmupLR`) and the parameter-less optimizer whose param groups hold that LR (:class:`NewEntryLRHolder`), so
+(:class:`RewarmupLR`) and the parameter-less optimizer whose param groups hold that LR (:class:`RewarmupHolder`), so
 Lightning steps, checkpoints and restores it like any other scheduler.
 """
 
@@ -11,7 +11,7 @@ import torch
 from lightning_sparkling.growth.bias_correction import fresh_bias_factor
 from lightning_sparkling.growth.lr_formulas import rewarmup_lr, rewarmup_wsd_lr
 
-__all__ = ["NewEntryLRHolder", "RewarmupLR", "RewarmupLambda"]
+__all__ = ["RewarmupHolder", "RewarmupLR", "RewarmupLambda"]
 
 
 class RewarmupLambda:
@@ -53,7 +53,7 @@ class RewarmupLambda:
         return lr * fresh_bias_factor(k, self.growth_step + k, self.betas)
 
 
-class NewEntryLRHolder(torch.optim.Optimizer):
+class RewarmupHolder(torch.optim.Optimizer):
     """A parameter-less optimizer whose param groups only *hold* the learning rate of one growth stage's new
     entries: group ``j`` mirrors param group ``j`` of the trained optimizers (flattened in order). Its ``step`` does
     nothing. It exists so that a ``LambdaLR`` (:class:`RewarmupLR`) in ``trainer.lr_scheduler_configs`` is
@@ -69,7 +69,7 @@ class NewEntryLRHolder(torch.optim.Optimizer):
 
 
 class RewarmupLR(torch.optim.lr_scheduler.LambdaLR):
-    """The new-entry learning-rate scheduler of one stage: ``LambdaLR`` over a :class:`NewEntryLRHolder` with
+    """The new-entry learning-rate scheduler of one stage: ``LambdaLR`` over a :class:`RewarmupHolder` with
     base LR 1 and one :class:`RewarmupLambda` per mirrored param group, so ``holder.param_groups[j]["lr"]`` is
     ``rewarmup_lr(growth_step + last_epoch, ...)`` for that group.
 
@@ -87,7 +87,7 @@ class RewarmupLR(torch.optim.lr_scheduler.LambdaLR):
     """
 
     def __init__(self, lambdas: list[RewarmupLambda]) -> None:
-        holder = NewEntryLRHolder(len(lambdas))
+        holder = RewarmupHolder(len(lambdas))
         for group in holder.param_groups:
             group["lr"] = 1.0
         super().__init__(holder, lr_lambda=list(lambdas))
@@ -111,3 +111,10 @@ class RewarmupLR(torch.optim.lr_scheduler.LambdaLR):
         # LambdaLR restores last_epoch but not the groups' lr: refresh them (LearningRateMonitor reads them)
         for group, lam in zip(self.optimizer.param_groups, self.lr_lambdas):
             group["lr"] = float(lam(self.last_epoch))
+
+
+def __getattr__(name: str):
+    """``NewEntryLRHolder``: the old name of :class:`RewarmupHolder` (the same class), with a warning."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

@@ -10,7 +10,7 @@ Two pieces, both independent of Lightning:
   ``alpha^2``; ``scaled`` like copy, with every entry's state (old and new) scaled that way (the symmetric
   "Scaled Optimizer States" baseline, paper appendix "Comparison to Prior Dynamics-Based Strategies"). Scalar
   state (``step``) is kept. Computed first, applied in one go, undoable.
-- :class:`NewEntryLR`: per-element learning rate for new entries of fused tensors. Right before
+- :class:`RewarmupRescale`: per-element learning rate for new entries of fused tensors. Right before
   ``optimizer.step()`` it saves the new entries; right after, it rescales their update by
   ``lr_new / lr_group``: ``p_new <- before + (lr_new / lr_group) * (after - before)``. Exact for optimizers whose
   update is linear in the learning rate (SGD with or without momentum, Adam, AdamW with decoupled weight decay,
@@ -230,7 +230,7 @@ class NewEntryRegion:
         return [index(tensor.data) if callable(index) else tensor[index] for tensor, index in self.pieces]
 
 
-class NewEntryLR:
+class RewarmupRescale:
     """Drive new entries' learning rate inside fused tensors by rescaling their update after each step.
 
     One instance per optimizer. ``regions`` maps each param group index to the new-entry regions of its
@@ -323,3 +323,10 @@ class NewEntryLR:
                 if start.dtype not in (torch.float32, torch.float64):  # low precision: in float32, round once
                     view.copy_(start.float().lerp_(view.float(), ratio))
         self._saved = []
+
+
+def __getattr__(name: str):
+    """``NewEntryLR``: the old name of :class:`RewarmupRescale` (the same class), with a warning."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 MAX_STEPS = 16
 # stage 0 grows n_embd 32 -> 48 and the MLP 64 -> 128; stage 1 the MLP again, 128 -> 192; both re-warm their new
-# entries (NewEntryLR's hooks around the fused step), the first with the fan-in-scaled state recipe
+# entries (RewarmupRescale's hooks around the fused step), the first with the fan-in-scaled state recipe
 STAGES = (dict(at_step=5, n_embd=48, intermediate_size=128, rewarmup_ratio=1.5, rewarmup_steps=4,
                optimizer_state="asymmetric-scaled"),
           dict(at_step=10, intermediate_size=192, rewarmup_ratio=2.0, rewarmup_steps=3))

@@ -78,3 +78,26 @@ def test_width_growth_callback_is_the_deprecated_name_of_growth_callback(tmp_pat
     assert new.state_key == old.state_key == "WidthGrowthCallback"
     with pytest.raises(AttributeError):
         growth.NoSuchCallback  # noqa: B018
+
+
+@pytest.mark.parametrize("module, old, new", [
+    ("lightning_sparkling.growth.new_entry_schedule", "NewEntryLRHolder",
+     "lightning_sparkling.growth.new_entry_schedule.RewarmupHolder"),
+    ("lightning_sparkling.growth.schedules", "NewEntryLRHolder",
+     "lightning_sparkling.growth.new_entry_schedule.RewarmupHolder"),
+    ("lightning_sparkling.growth.optim_state", "NewEntryLR", "lightning_sparkling.growth.optim_state.RewarmupRescale"),
+    ("lightning_sparkling.callbacks.new_entry_lr", "NewEntryLearningRate",
+     "lightning_sparkling.callbacks.new_entry_lr.RewarmupSchedulers"),
+])
+def test_new_entry_lr_pieces_keep_their_old_names(module, old, new):
+    """Issue 41's re-warmup names: each old name of a new-entry LR piece still imports from its old module (the same
+    class), with a warning naming the new name and the removal release."""
+    where, _, name = new.rpartition(".")
+    renamed = getattr(importlib.import_module(where), name)
+    with pytest.warns(DeprecationWarning, match=rf"{module}\.{old} is deprecated and will be removed in "
+                                                rf"lightning-sparkling {re.escape(REMOVED_IN)}: use {re.escape(new)}"):
+        got = getattr(importlib.import_module(module), old)
+    assert got is renamed
+    with pytest.warns(DeprecationWarning):
+        exec(f"from {module} import {old}", {})  # the ``from ... import`` form too
+    assert not hasattr(importlib.import_module(module), old + "Missing")
