@@ -10,7 +10,8 @@
         --out /tmp/scan --scan-export /tmp/wsd_cells.json      # a part of it, its cells in measured.json's format
 
 Every run is ``sparkling pretrain --config <generated>.yaml`` in a subprocess (one torch thread each; ``--jobs``
-runs in parallel), in ``--out/<size>/<axis>/<row>/seed<k>/``. A finished run (``summary.json`` with status
+runs in parallel, every row of seed 1 first), in ``--out/<size>/<axis>/<row>/seed<k>/``, trained by the loop of
+``sparkling measure`` (``lightning_sparkling.pretrain.measure_runs.train_runs``). A finished run (``summary.json`` with status
 ``completed`` next to an identical ``config.yaml``) is reused, so an interrupted grid continues where it stopped,
 and rows whose configurations are identical (e.g. the ablation's "RMS only" and naive growth under copy-copy at
 2x) train once. Results: ``<results>/reproduce_<size>.json`` (every run, every curve), ``reproduce_<size>.md``

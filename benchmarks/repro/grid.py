@@ -1,5 +1,6 @@
 """A grid of runs: each run's config, checked and identified by the package (resolved_hash), its FLOPs; training the
-runs (jobs at a time, finished runs reused); reading their curves."""
+runs through the measure engine's loop (``lightning_sparkling.pretrain.measure_runs.train_runs``: jobs at a time,
+finished runs reused); reading their curves."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import io
 import json
 import os
 import re
-import subprocess
-import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
+
+from lightning_sparkling.pretrain import measure_runs
+from lightning_sparkling.pretrain.measure_runs import TrainingRun
 
 from .sizes import _MODEL, set_dotted, slug
 from .rows import REFERENCE, ROWS, axis_rows, axis_small, axis_stages, large_model, reference
@@ -172,81 +174,53 @@ def plan_grid(size_name: str, size: dict, axes: list[str], rows: list[str], seed
 
 
 # ------------------------------------------------------------------------------------------------------------ run
+@dataclass(frozen=True)
+class GridRun(TrainingRun):
+    """One distinct run of a grid for the measure engine's loop (:func:`train_runs`): its config saved as
+    ``config.yaml`` (with ``out_dir``); a run saved before ``growth.recipe`` existed (it grew by the paper's recipe)
+    or whose summary has no ``status`` is still the same finished run."""
+
+    name: str
+    config: dict[str, Any]
+    run_dir: Path
+    flops: float
+    config_file: ClassVar[str] = "config.yaml"
+
+    @classmethod
+    def of(cls, cell: dict) -> GridRun:
+        """The run of a planned cell (``plan_grid`` or ``plan_scan``), named ``axis | row seed k``."""
+        run_dir = Path(cell["run_dir"])
+        return cls(f"{cell['axis']} | {cell['row']} seed {cell['seed']}", {**cell["config"], "out_dir": str(run_dir)},
+                   run_dir, float(cell.get("compute", {}).get("flops") or 0.0))
+
+    def finished(self, summary: dict[str, Any], saved: Any) -> bool:
+        if isinstance(saved.get("growth"), dict):  # runs from before growth.recipe existed grew by the paper's
+            saved["growth"].setdefault("recipe", "paper")
+        return summary.get("status", "completed") == "completed" and saved == self.config
+
+
 def is_done(run_dir: Path, config: dict) -> bool:
-    summary, saved = run_dir / "summary.json", run_dir / "config.yaml"
-    if not (summary.is_file() and saved.is_file()):
-        return False
-    try:
-        ok = json.loads(summary.read_text()).get("status", "completed") == "completed"
-        previous = yaml.safe_load(saved.read_text())
-        if isinstance(previous.get("growth"), dict):  # runs from before growth.recipe existed grew by the paper's
-            previous["growth"].setdefault("recipe", "paper")
-        return ok and previous == {**config, "out_dir": str(run_dir)}
-    except (OSError, ValueError, yaml.YAMLError):
-        return False
+    """Whether the run of ``config`` (no ``out_dir``) in ``run_dir`` finished (see :class:`GridRun`)."""
+    return measure_runs.is_done(GridRun("", {**config, "out_dir": str(run_dir)}, Path(run_dir), 0.0))
+
+
+#: what every grid subprocess gets: one torch thread each (``--jobs`` runs share the CPUs), no warnings in run.log
+GRID_ENV = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
 def run_grid(cells: list[dict], jobs: int, log=print) -> None:
-    """Train every distinct run (``jobs`` subprocesses at a time); skip runs already finished."""
-    todo, seen = [], set()
+    """Train every distinct run of ``cells`` (by ``run_dir``), every row of seed 1 first (a stopped grid is still
+    paired), through the measure engine's loop (:func:`~lightning_sparkling.pretrain.measure_runs.train_runs`:
+    ``jobs`` subprocesses at a time, finished runs skipped). Ctrl-C or ``SIGTERM`` stops the running subprocesses
+    (trained again next time) and exits with status 130."""
+    distinct = {}
     for cell in cells:
-        if cell["run_dir"] in seen:
-            continue
-        seen.add(cell["run_dir"])
-        if not is_done(Path(cell["run_dir"]), cell["config"]):
-            todo.append(cell)
-    todo.sort(key=lambda c: c["seed"])  # every row of seed 1 first: a stopped grid is still paired
-    log(f"{len(seen)} distinct runs, {len(seen) - len(todo)} already done, {len(todo)} to train ({jobs} at a time)")
-    running: list[tuple[subprocess.Popen, dict, float, Any]] = []
-    t_grid = time.perf_counter()
-    import signal
-
-    def _terminate(signum, frame):  # `kill` of the grid stops its own training subprocesses too
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, _terminate)
+        distinct.setdefault(cell["run_dir"], cell)
+    runs = [GridRun.of(c) for c in sorted(distinct.values(), key=lambda c: c["seed"])]
     try:
-        _run_loop(todo, running, jobs, seen, log, t_grid)
+        measure_runs.train_runs(runs, jobs, log, GRID_ENV)
     except KeyboardInterrupt:
-        for proc, cell, _, logf in running:
-            proc.terminate()
-            proc.wait()
-            logf.close()
-            log(f"stopped: {cell['axis']} | {cell['row']} seed {cell['seed']} (unfinished, trained again next time)")
-        raise SystemExit(130)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _run_loop(todo: list, running: list, jobs: int, seen: set, log, t_grid: float) -> None:
-    done = 0
-    while todo or running:
-        while todo and len(running) < jobs:
-            cell = todo.pop(0)
-            run_dir = Path(cell["run_dir"])
-            if run_dir.exists():  # an unfinished or stale run: start it again from scratch
-                import shutil
-
-                shutil.rmtree(run_dir)
-            run_dir.mkdir(parents=True)
-            (run_dir / "config.yaml").write_text(yaml.safe_dump({**cell["config"], "out_dir": str(run_dir)},
-                                                                sort_keys=False))
-            logf = open(run_dir / "run.log", "w")  # noqa: SIM115 - open while the subprocess runs
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-            proc = subprocess.Popen([sys.executable, "-m", "lightning_sparkling.pretrain.cli", "pretrain", "--config",
-                                     str(run_dir / "config.yaml")], stdout=logf, stderr=subprocess.STDOUT, env=env)
-            running.append((proc, cell, time.perf_counter(), logf))
-        time.sleep(2)
-        for item in list(running):
-            proc, cell, t0, logf = item
-            if proc.poll() is None:
-                continue
-            running.remove(item)
-            logf.close()
-            done += 1
-            status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {cell['run_dir']}/run.log)"
-            log(f"[{done}/{len(seen)}] {cell['axis']:>9} | {cell['row']:<32} seed {cell['seed']}: {status}, "
-                f"{time.perf_counter() - t0:.0f} s (grid {(time.perf_counter() - t_grid) / 60:.1f} min)")
+        raise SystemExit(130) from None
 
 
 def read_symmetry(run_dir: Path) -> dict[str, float]:

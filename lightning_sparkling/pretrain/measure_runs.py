@@ -1,7 +1,7 @@
-"""The runs of a measurement and how they are trained: the config's growth run and the grown shape trained from
-scratch at several budgets, per seed, each ``sparkling pretrain --config <its config>.yaml`` in a subprocess,
-``jobs`` at a time, a finished run (``summary.json`` completed next to the identical ``config.yaml``) never trained
-again.
+"""The runs of a measurement and the one loop that trains runs: the config's growth run and the grown shape trained
+from scratch at several budgets, per seed, each ``sparkling pretrain --config <its config>.yaml`` in a subprocess,
+``jobs`` at a time, a finished run (``summary.json`` completed next to the identical saved config) never trained
+again. :func:`train_runs` trains any :class:`TrainingRun` (``benchmarks/repro``'s grid runs go through it too).
 
 Example::
 
@@ -23,13 +23,33 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 
+#: the command that trains one run; ``--config <file>`` is appended (tests put a stand-in here)
+PRETRAIN: tuple[str, ...] = (sys.executable, "-m", "lightning_sparkling.pretrain.cli", "pretrain")
+
+
+class TrainingRun:
+    """What :func:`train_runs` needs of a run: its ``name`` (progress lines), ``run_dir``, full pretrain ``config``
+    (``out_dir`` = ``run_dir``), planned ``flops`` (the estimate of time left), the file the config is saved to in
+    ``run_dir`` and :meth:`finished`, whether a saved run is this one, done."""
+
+    name: str
+    config: dict[str, Any]
+    run_dir: Path
+    flops: float
+    config_file: ClassVar[str] = "config.yaml"
+
+    def finished(self, summary: dict[str, Any], saved: Any) -> bool:
+        """Whether a run whose ``summary.json`` is ``summary`` and saved config ``saved`` is this run, completed."""
+        return summary.get("status") == "completed" and saved == self.config
+
+
 @dataclass(frozen=True)
-class MeasureRun:
+class MeasureRun(TrainingRun):
     """One training run of a measurement: ``kind`` ``"growth"`` or ``"scratch"``, its ``budget`` (a multiple of the
     growth run's FLOPs; 1.0 for the growth run), ``seed``, the full pretrain ``config`` (``out_dir`` = ``run_dir``)
     and ``flops`` planned."""
@@ -40,6 +60,7 @@ class MeasureRun:
     config: dict[str, Any]
     run_dir: Path
     flops: float
+    config_file: ClassVar[str] = "measure_config.yaml"
 
     @property
     def name(self) -> str:
@@ -78,15 +99,15 @@ def plan_runs(config: dict[str, Any], grown: dict[str, Any], *, growth_flops: fl
     return runs
 
 
-def is_done(run: MeasureRun) -> bool:
-    """Whether ``run`` finished (``summary.json`` status ``completed``) with exactly this configuration."""
-    summary, saved = run.run_dir / "summary.json", run.run_dir / "measure_config.yaml"
+def is_done(run: TrainingRun) -> bool:
+    """Whether ``run`` finished (``summary.json`` status ``completed``) with exactly this configuration
+    (:meth:`TrainingRun.finished` of its ``summary.json`` and saved config)."""
+    summary, saved = run.run_dir / "summary.json", run.run_dir / run.config_file
     if not (summary.is_file() and saved.is_file()):
         return False
     try:
-        return (json.loads(summary.read_text()).get("status") == "completed"
-                and yaml.safe_load(saved.read_text()) == run.config)
-    except (OSError, ValueError, yaml.YAMLError):
+        return bool(run.finished(json.loads(summary.read_text()), yaml.safe_load(saved.read_text())))
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
         return False
 
 
@@ -107,23 +128,25 @@ def prepare_data(run: Any) -> None:
     build_datamodule(run).prepare_data()
 
 
-def train_runs(runs: Sequence[MeasureRun], jobs: int = 1, log: Callable[[str], None] = print,
+def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], None] = print,
                env: dict[str, str] | None = None, *, deadline: float | None = None,
-               on_done: Callable[[MeasureRun], None] | None = None) -> list[MeasureRun]:
-    """Train every unfinished run, ``jobs`` at a time; returns the runs that failed (their ``run.log`` says why).
+               on_done: Callable[[TrainingRun], None] | None = None) -> list[TrainingRun]:
+    """Train every unfinished run, in order, ``jobs`` at a time; returns the runs that failed (their ``run.log``
+    says why). A run's directory is emptied before it starts (an unfinished or stale run trains from the start).
 
     Each line of progress names the run, its result and seconds, and the overall count, elapsed time and an estimate
     of what is left. ``SIGTERM`` or Ctrl-C stops the running subprocesses too; their runs are trained again next time.
 
     Args:
+        env: variables added to the subprocesses' environment.
         deadline: a ``time.time()`` past which no run starts and the running ones are stopped (unfinished: trained
             again next time); ``None``: no deadline.
         on_done: called with each run that finished (e.g. to append it to a results file).
     """
     todo = [r for r in runs if not is_done(r)]
     log(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train ({jobs} at a time)")
-    running: list[tuple[subprocess.Popen, MeasureRun, float, Any]] = []
-    failed: list[MeasureRun] = []
+    running: list[tuple[subprocess.Popen, TrainingRun, Any, float]] = []
+    failed: list[TrainingRun] = []
     t0, done = time.perf_counter(), 0
     flops_left = sum(r.flops for r in todo)
     flops_done = 0.0
@@ -172,14 +195,14 @@ def train_runs(runs: Sequence[MeasureRun], jobs: int = 1, log: Callable[[str], N
     return failed
 
 
-def _start(run: MeasureRun, env: dict[str, str] | None) -> tuple[subprocess.Popen, MeasureRun, Any]:
+def _start(run: TrainingRun, env: dict[str, str] | None) -> tuple[subprocess.Popen, TrainingRun, Any]:
     if run.run_dir.exists():  # an unfinished or stale run: from the start
         shutil.rmtree(run.run_dir)
     run.run_dir.mkdir(parents=True)
-    (run.run_dir / "measure_config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False))
+    config = run.run_dir / run.config_file
+    config.write_text(yaml.safe_dump(run.config, sort_keys=False))
     logf = open(run.run_dir / "run.log", "w")  # noqa: SIM115 - open while the subprocess runs
-    proc = subprocess.Popen([sys.executable, "-m", "lightning_sparkling.pretrain.cli", "pretrain", "--config",
-                             str(run.run_dir / "measure_config.yaml")], stdout=logf, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen([*PRETRAIN, "--config", str(config)], stdout=logf, stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})})
     return proc, run, logf
 
