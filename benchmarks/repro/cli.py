@@ -50,7 +50,9 @@ def run_scan(args, parser, size_name: str, size: dict, seeds: list[int], out: Pa
     cells, skipped = scan_cells(size, ratios, schedules, axes, rows)
     runs, refused = plan_scan(size_name, size, cells, seeds, out, budgets)
     lines = scan_lines(cells, runs)
-    distinct = {r["run_dir"]: r for r in runs}
+    distinct: dict = {}
+    for r in runs:  # the first cell of a run dir is the one run_grid trains and saves
+        distinct.setdefault(r["run_dir"], r)
     done = sum(is_done(Path(d), r["config"]) for d, r in distinct.items())
     print(f"scan {size_name}: ratios {ratios}, schedules {schedules}, axes {axes}, seeds {seeds}: {len(cells)} cells, "
           f"{len(distinct)} distinct runs ({done} already done, {len(distinct) - done} to train) in {out}")
