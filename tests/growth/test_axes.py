@@ -170,7 +170,7 @@ def test_an_axis_with_its_own_stage_key_is_its_module_and_one_registration():
 
 def test_the_protocol_declares_what_the_code_calls():
     """Every attribute the package reads on an axis (``axis.<name>``, ...) is a member of :class:`GrowthAxis`; an
-    ``AxisChange`` (a channel dimension) is never called ``axis`` (``change``)."""
+    ``ChannelChange`` (a channel dimension) is never called ``axis`` (``change``)."""
     declared = {n for n in vars(GrowthAxis) if not n.startswith("_")} | set(GrowthAxis.__annotations__)
     called = set()
     for path in PACKAGE.rglob("*.py"):
