@@ -290,9 +290,9 @@ def test_cli_keys_plan_and_refusals(tmp_path, capsys):
 def test_growth_plan_carries_the_split():
     config = llama_config()
     plan = plan_growth(config, paper_stage(0, n_embd=64, intermediate_size=96, split="uneven"))
-    for axis in plan.channels.values():
-        assert axis.split is not None and axis.split.shape == (axis.new,)
-        assert float(axis.split.sum()) == pytest.approx(axis.new)
+    for change in plan.channels.values():
+        assert change.split is not None and change.split.shape == (change.new,)
+        assert float(change.split.sum()) == pytest.approx(change.new)
     assert plan_growth(config, paper_stage(0, n_embd=64)).channels["n_embd"].split is None
     assert math.isclose(plan.channels["n_embd"].alpha, 0.5)  # alpha as before
 
