@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -29,6 +30,7 @@ import importlib.util
 import sys
 import types
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 REMOVED_IN = "0.3.0"
@@ -85,6 +87,11 @@ MOVED_NAMES: dict[str, str] = {
     "lightning_sparkling.growth.optim_state.NewEntryLR": "lightning_sparkling.growth.optim_state.RewarmupRescale",
     "lightning_sparkling.callbacks.new_entry_lr.NewEntryLearningRate":
         "lightning_sparkling.callbacks.new_entry_lr.RewarmupSchedulers",
+    # issue 41: a growing dimension of channels is a channel dimension (the glossary's row), "axis" is a plug-in
+    "lightning_sparkling.growth.types.AxisChange": "lightning_sparkling.growth.types.ChannelChange",
+    "lightning_sparkling.growth.plan.AxisChange": "lightning_sparkling.growth.types.ChannelChange",
+    "lightning_sparkling.growth.surgery.AxisChange": "lightning_sparkling.growth.types.ChannelChange",
+    "lightning_sparkling.growth.optim_state.AxisChange": "lightning_sparkling.growth.types.ChannelChange",
 }
 
 
@@ -103,6 +110,52 @@ def moved_attribute(module: str, name: str) -> Any:
                   "object)", DeprecationWarning, stacklevel=3)
     where, _, attr = new.rpartition(".")
     return getattr(importlib.import_module(where), attr)
+
+
+def _renamed(owner: str, old: str, new: str, stacklevel: int) -> None:
+    warnings.warn(f"{owner}.{old} is deprecated and will be removed in lightning-sparkling {REMOVED_IN}: use "
+                  f"{owner}.{new} (the same value)", DeprecationWarning, stacklevel=stacklevel)
+
+
+def renamed_keywords(owner: str, **renames: str) -> Callable[[Callable], Callable]:
+    """Decorate a function (or a dataclass' ``__init__``) so that each old keyword ``old=`` of ``renames`` (``old:
+    new``) still works, as ``new=``, with a ``DeprecationWarning``; giving both is a ``TypeError``. ``owner`` names
+    the function or class in the warning."""
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for old, new in renames.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{owner}() got both {old}= (its deprecated name) and {new}=")
+                    _renamed(owner, old, new, stacklevel=3)
+                    kwargs[new] = kwargs.pop(old)
+            return func(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def renamed_fields(**renames: str) -> Callable[[type], type]:
+    """Class decorator (above ``@dataclass``) for a dataclass whose fields were renamed (``old: new``): the old name
+    stays a read-only property giving the new field's value, and a keyword of the constructor, each with a
+    ``DeprecationWarning``, until :data:`REMOVED_IN`. The fields, ``repr``, equality and ``dataclasses.replace``
+    use the new names only."""
+
+    def decorate(cls: type) -> type:
+        owner = f"{cls.__module__}.{cls.__qualname__}"
+        cls.__init__ = renamed_keywords(owner, **renames)(cls.__init__)  # type: ignore[misc]
+        for old, new in renames.items():
+            def read(self: Any, old: str = old, new: str = new) -> Any:
+                _renamed(owner, old, new, stacklevel=3)
+                return getattr(self, new)
+
+            setattr(cls, old, property(read, doc=f"Deprecated: :attr:`{new}` (removed in {REMOVED_IN})."))
+        return cls
+
+    return decorate
 
 
 def _message(old: str) -> str:

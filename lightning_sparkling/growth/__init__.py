@@ -7,7 +7,7 @@
   (CLI and callback);
 - :mod:`~lightning_sparkling.growth.axes`: the growth axes (plug-ins: width, heads, depth, experts), each owning its
   stage keys, behind one protocol and one registry (:func:`register_axis`);
-- :mod:`~lightning_sparkling.growth.types`: the types the plan and the axes share (``TensorPlan``, ``AxisChange``, ...);
+- :mod:`~lightning_sparkling.growth.types`: the types the plan and the axes share (``TensorPlan``, ``ChannelChange``, ...);
 - :mod:`~lightning_sparkling.growth.errors`: ``GrowthError`` and ``StageError``;
 - :mod:`~lightning_sparkling.growth.scaling`: the RMS-preserving fan-in scale and copy index maps;
 - :mod:`~lightning_sparkling.growth.operators`: fan-out / fan-in / norm expansion of one tensor;

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.plan import AxisChange, GrowthError, TensorPlan
+from lightning_sparkling._deprecated import renamed_keywords
+from lightning_sparkling.growth.plan import ChannelChange, GrowthError, TensorPlan
 from lightning_sparkling.growth.surgery import GrowthResult, fan_in_shares, grow_tensor
 
 FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
@@ -50,8 +51,9 @@ def check_optimizer_supported(optimizer: torch.optim.Optimizer) -> None:
         )
 
 
+@renamed_keywords("lightning_sparkling.growth.optim_state.grow_state", axes="channels")
 def grow_state(
-    key: str, value: object, spec: TensorPlan, axes: Mapping[str, AxisChange], recipe: str, optimizer_name: str
+    key: str, value: object, spec: TensorPlan, channels: Mapping[str, ChannelChange], recipe: str, optimizer_name: str
 ) -> object:
     """Grow one optimizer-state entry of a grown parameter by ``recipe`` (a plain, full tensor)."""
     if not isinstance(value, torch.Tensor) or value.ndim == 0 or tuple(value.shape) == ():
@@ -62,16 +64,16 @@ def grow_state(
             f"{spec.old_shape}: this per-element layout is unknown, growth cannot patch it"
         )
     if recipe == "copy":
-        return grow_tensor(value, spec, axes, mode="copy", scale=1.0)
+        return grow_tensor(value, spec, channels, mode="copy", scale=1.0)
     if recipe == "scaled":
-        grown = grow_tensor(value, spec, axes, mode="copy", scale=1.0)
+        grown = grow_tensor(value, spec, channels, mode="copy", scale=1.0)
     else:
-        grown = grow_tensor(value, spec, axes, mode="zero", scale=1.0)
+        grown = grow_tensor(value, spec, channels, mode="zero", scale=1.0)
     if recipe == "drop":
         return torch.zeros_like(grown)
     if recipe in ("asymmetric-scaled", "scaled"):
         # scaled like the weights: alpha (and, with an uneven split, each copied fan-in column's share)
-        shares = fan_in_shares(spec, axes)
+        shares = fan_in_shares(spec, channels)
         if spec.scale == 1.0 and shares is None:
             return grown
         if key in SECOND_MOMENT_KEYS:
@@ -173,7 +175,7 @@ def plan_optimizer_patch(
         if spec is None or moves_only(spec):
             return dict(state)  # unchanged values (a sharded backend's new parameter, or a block that only moved)
         return {
-            key: like_param(grow_state(key, to_full(value), spec, result.plan.axes, recipe,
+            key: like_param(grow_state(key, to_full(value), spec, result.plan.channels, recipe,
                                        type(optimizer).__name__), new)
             if isinstance(value, torch.Tensor) and value.ndim > 0 else value
             for key, value in state.items()
@@ -326,7 +328,8 @@ class RewarmupRescale:
 
 
 def __getattr__(name: str):
-    """``NewEntryLR``: the old name of :class:`RewarmupRescale` (the same class), with a warning."""
+    """``NewEntryLR``: the old name of :class:`RewarmupRescale`; ``AxisChange``: of
+    :class:`~lightning_sparkling.growth.types.ChannelChange` (the same classes), with a warning."""
     from lightning_sparkling._deprecated import moved_attribute
 
     return moved_attribute(__name__, name)

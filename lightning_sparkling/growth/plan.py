@@ -5,7 +5,7 @@ structure comes from a ``GPT`` built on the meta device).
 
 The sizes a stage grows are the registered axes' (:mod:`~lightning_sparkling.growth.axes`: width, heads, depth,
 experts). :func:`plan_growth` runs them in three phases: each active axis' channel dimensions
-(:class:`AxisChange`), the tensors on those dimensions (litgpt's channel layout,
+(:class:`ChannelChange`), the tensors on those dimensions (litgpt's channel layout,
 :func:`~lightning_sparkling.growth.axes.channels.channel_tensors`), then each axis' own tensor plans (depth re-keys
 every block tensor to its new position, experts add new experts). Nothing here names an axis.
 """
@@ -25,15 +25,17 @@ from lightning_sparkling.growth.errors import GrowthError  # defined there; impo
 from lightning_sparkling.growth.operators import runs
 from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.stage import SIZE_AXES, GrowthStage
-from lightning_sparkling.growth.types import AxisChange, DimGrowth, TensorPlan  # importable from here as before
+from lightning_sparkling._deprecated import moved_attribute, renamed_fields
+from lightning_sparkling.growth.types import ChannelChange, DimGrowth, TensorPlan  # importable from here as before
 
-__all__ = ["SHARED_EXPERT_AXIS", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "AxisChange", "DimGrowth", "GrowthError",
+__all__ = ["SHARED_EXPERT_AXIS", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "ChannelChange", "DimGrowth", "GrowthError",
            "GrowthPlan", "TensorPlan", "build_meta_gpt", "checked_plan", "grown_config", "plan_growth",
            "resolve_stage", "size_changes", "stage_config", "target_config"]
 
 SUPPORTED_NORMS = ("RMSNorm", "LayerNorm")
 
 
+@renamed_fields(axes="channels")
 @dataclass
 class GrowthPlan:
     """Everything a growth does, decided before any tensor is touched.
@@ -41,21 +43,22 @@ class GrowthPlan:
     Attributes:
         stage: the stage. stage_index: its position in the callback's list (part of every random seed).
         old_config / new_config: litgpt ``Config`` before and after.
-        axes: the widths that grow, by name.
+        channels: the channel dimensions that grow (:class:`ChannelChange`), by name; ``axes`` is its deprecated
+            name (a read-only property and constructor keyword, until 0.3.0).
         tensors: ``{state_dict name: TensorPlan}`` for every tensor that changes, by its name in the grown model;
             tensors not listed keep their values (and names). A tied ``lm_head.weight`` / ``transformer.wte.weight``
             appears under both names. Under a depth growth every tensor of a block that moves or is new is listed.
         tied_embeddings: the plan is for a model whose ``lm_head`` and ``wte`` share one weight.
         seed: the growth seed.
         changes: each axis' record of its change (:mod:`~lightning_sparkling.growth.axes`), by axis name: the
-            widths' ``{name: AxisChange}``, the heads' ``HeadLayout``, the ``DepthChange``, the ``ExpertsChange``.
+            widths' ``{name: ChannelChange}``, the heads' ``HeadLayout``, the ``DepthChange``, the ``ExpertsChange``.
     """
 
     stage: GrowthStage
     stage_index: int
     old_config: object
     new_config: object
-    axes: dict[str, AxisChange]
+    channels: dict[str, ChannelChange]
     tensors: dict[str, TensorPlan]
     tied_embeddings: bool
     seed: int
@@ -83,17 +86,17 @@ class GrowthPlan:
     def carry_region(self, name: str, pieces: list[tuple[slice, ...]]) -> tuple[str | None, list[tuple[slice, ...]]]:
         """An earlier stage's new-entry ``pieces`` of pre-growth tensor ``name`` in the grown model: its new name
         (:meth:`carry`) and the pieces re-indexed where this growth moves old entries (heads in the fused ``qkv``
-        rows, ``attn.proj`` columns); appended axes keep their explicit slices."""
+        rows, ``attn.proj`` columns); appended channel dimensions keep their explicit slices."""
         new = self.carry(name)
         spec = self.tensors.get(new) if new is not None else None
-        moved = [d for d in spec.dims if self.axes[d.axis].layout is not None] if spec is not None else []
+        moved = [d for d in spec.dims if self.channels[d.channel].layout is not None] if spec is not None else []
         if not moved or spec.fresh:
             return new, pieces
         out = []
         for piece in pieces:
             choices = [[s] for s in piece]
             for d in moved:
-                positions = self.axes[d.axis].kept_positions()[piece[d.dim]]
+                positions = self.channels[d.channel].kept_positions()[piece[d.dim]]
                 choices[d.dim] = [slice(a, b) for a, b in _runs_of(positions)]
             out += [tuple(index) for index in itertools.product(*choices)]
         return new, out
@@ -125,7 +128,7 @@ class GrowthPlan:
         """Whether pre-growth entries change name or position (a structural axis, or channels laid out anew), so
         that what an earlier stage recorded by name and index must be carried forward (:meth:`carry_region`)."""
         return (any(axis.structural for axis in plan_axes(self))
-                or any(change.layout is not None for change in self.axes.values()))
+                or any(change.layout is not None for change in self.channels.values()))
 
     @property
     def depth(self):
@@ -141,7 +144,7 @@ class GrowthPlan:
 
     def alphas(self) -> dict[str, float]:
         """Fan-in scale per growing axis, e.g. ``{"n_embd": 0.5, "intermediate_size": 0.5}``."""
-        return {name: change.alpha for name, change in self.axes.items()}
+        return {name: change.alpha for name, change in self.channels.items()}
 
     def tensor_generator(self, name: str) -> torch.Generator:
         """The generator for ``random`` draws of tensor ``name`` (independent of growth order and rank)."""
@@ -412,11 +415,11 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     given, stage = stage, resolve_stage(config, stage)
     _check_model_kind(config, stage)
     axes_of_stage = active_axes(stage)
-    axes: dict[str, AxisChange] = {}
+    channels: dict[str, ChannelChange] = {}
     changes: dict[str, object] = {}
     for axis in axes_of_stage:  # phase 1: the channel dimensions each axis grows
         change, dims = axis.dimensions(config, stage, seed=seed, stage_index=stage_index)
-        axes.update(dims)
+        channels.update(dims)
         if change is not None:
             changes[axis.name] = change
     try:
@@ -427,16 +430,16 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     old_model = build_meta_gpt(config)
     old_shapes = _shapes(old_model)
     ctx = PlanContext(config=config, new_config=new_config, stage=stage, old_model=old_model, old_shapes=old_shapes,
-                      axes=axes, tensors={}, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings)
+                      channels=channels, tensors={}, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings)
     ctx.tensors = channel_tensors(ctx)  # phase 2: every tensor on a growing channel dimension
     for axis in axes_of_stage:  # phase 3: each axis' own tensors (new blocks, new experts)
         contribution = axis.plan(ctx)
         if contribution is None:
             continue
         ctx.tensors = contribution.tensors if contribution.replace else {**ctx.tensors, **contribution.tensors}
-        axes.update(contribution.axes)
+        channels.update(contribution.channels)
         changes[axis.name] = contribution.change
-    plan = GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, axes=axes,
+    plan = GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, channels=channels,
                       tensors=ctx.tensors, tied_embeddings=tied_embeddings, seed=seed, changes=changes,
                       _old_shapes=old_shapes, _given_stage=given)
     _check_against_grown(plan)
@@ -483,3 +486,8 @@ def checked_plan(plan: GrowthPlan | None, config, stage: GrowthStage, *, seed: i
                           f"{', another config' if plan.old_config != config else ''}); plan it on the model as it is "
                           "now (plan_growth(model.config, stage, ...)) or leave plan=None")
     return plan
+
+
+def __getattr__(name: str):
+    """``AxisChange``: the old name of :class:`ChannelChange` (the same class), with a warning."""
+    return moved_attribute(__name__, name)

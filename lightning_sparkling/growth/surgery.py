@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from lightning_sparkling._deprecated import renamed_keywords
 from lightning_sparkling.growth.axes import registered_axes
 from lightning_sparkling.growth.operators import TensorStats, expand_dim, relayout_dim
 from lightning_sparkling.growth.plan import (
-    AxisChange,
+    ChannelChange,
     GrowthError,
     GrowthPlan,
     TensorPlan,
@@ -99,14 +100,15 @@ class GrowthResult:
 
     @property
     def sources(self) -> dict[str, torch.Tensor]:
-        """Copy index map per width axis: new channel ``old + j`` of that width copies channel ``src[j]``."""
-        return {name: change.src for name, change in self.plan.axes.items()}
+        """Copy index map per channel dimension: new channel ``old + j`` of that width copies channel ``src[j]``."""
+        return {name: change.src for name, change in self.plan.channels.items()}
 
 
+@renamed_keywords("lightning_sparkling.growth.surgery.grow_tensor", axes="channels")
 def grow_tensor(
     t: torch.Tensor,
     spec: TensorPlan,
-    axes: Mapping[str, AxisChange],
+    channels: Mapping[str, ChannelChange],
     *,
     generator: torch.Generator | None = None,
     mode: str | None = None,
@@ -117,14 +119,15 @@ def grow_tensor(
 ) -> torch.Tensor:
     """Grow one tensor by its :class:`TensorPlan`: new slices dimension by dimension, then the scale.
 
-    Weights (``mode=None``) with a copied fan-in dimension also take the stage's fan-in ``split`` (the axis's
-    per-channel share multipliers, on top of the scale) and its ``perturb`` (``+delta`` on each source column,
+    Weights (``mode=None``) with a copied fan-in dimension also take the stage's fan-in ``split`` (the channel
+    dimension's per-channel share multipliers, on top of the scale) and its ``perturb`` (``+delta`` on each source column,
     ``-delta`` on its copy, per entry, standard deviation ``perturb`` times the RMS of those columns).
 
     Args:
         t: the tensor as it is (shape ``spec.old_shape``).
         spec: its plan.
-        axes: the plan's width axes (copy maps, split multipliers).
+        channels: the plan's channel dimensions (:attr:`GrowthPlan.channels`: copy maps, split multipliers);
+            ``axes=`` is its deprecated keyword (until 0.3.0).
         generator: for ``random`` slices.
         mode: override every dimension's init (optimizer state uses ``zero`` or ``copy``; no split, no perturb).
         scale: override ``spec.scale``.
@@ -141,25 +144,25 @@ def grow_tensor(
     if spec.fresh and (mode == "zero" or (mode is None and spec.block_init != "copy") or (sourceless and mode)):
         return _fresh_tensor(t, spec, spec.block_init if mode is None else "zero", generator)
     factor = spec.scale if scale is None else scale
-    if _fills_in_place(t, spec, axes, mode, factor, scale, perturb):
-        return _grow_in_place(t, spec, axes, mode, factor)
+    if _fills_in_place(t, spec, channels, mode, factor, scale, perturb):
+        return _grow_in_place(t, spec, channels, mode, factor)
     stats = stats or (TensorStats.of(t) if any(d.mode == "random" for d in spec.dims) and mode is None else None)
     out = t.detach()
     for d in spec.dims:
-        change = axes[d.axis]
+        change = channels[d.channel]
         if change.layout is not None:
             out = relayout_dim(out, d.dim, change.layout, change.fresh, mode or d.mode, generator=generator,
                                stats=stats)
         else:
             out = expand_dim(out, d.dim, change.src, mode or d.mode, generator=generator, stats=stats)
     copied_fan_in = [d for d in spec.dims if d.role == "fan_in" and d.mode == "copy"] if mode is None else []
-    shares = fan_in_shares(spec, axes) if copied_fan_in else None
+    shares = fan_in_shares(spec, channels) if copied_fan_in else None
     if shares is not None or (perturb and copied_fan_in):
         compute = torch.promote_types(t.dtype, torch.float32)
         x = out.to(compute)
         x = x * (shares * factor).to(device=x.device, dtype=compute) if shares is not None else x * factor
         if perturb:
-            x = _perturb_copies(x, copied_fan_in, axes, perturb, perturb_generator)
+            x = _perturb_copies(x, copied_fan_in, channels, perturb, perturb_generator)
         out = x.to(t.dtype)
     elif factor != 1.0:
         compute = torch.promote_types(t.dtype, torch.float32)  # at least float32; float64 stays float64
@@ -172,23 +175,23 @@ def grow_tensor(
     return out
 
 
-def _fills_in_place(t: torch.Tensor, spec: TensorPlan, axes: Mapping[str, AxisChange], mode: str | None,
+def _fills_in_place(t: torch.Tensor, spec: TensorPlan, channels: Mapping[str, ChannelChange], mode: str | None,
                     factor: float, scale: float | None, perturb: float) -> bool:
     """Whether :func:`_grow_in_place` gives ``grow_tensor``'s tensor bit for bit: every grown dim appended (no
     layout), by copy or zeros (no random draw), no uneven ``split`` or ``perturb`` on copied fan-in columns, and a
     scale that is 1 or applied in the tensor's own dtype (float32 / float64: ``x * factor`` computes there)."""
     modes = [mode or d.mode for d in spec.dims]
-    if any(m not in ("copy", "zero") for m in modes) or any(axes[d.axis].layout is not None for d in spec.dims):
+    if any(m not in ("copy", "zero") for m in modes) or any(channels[d.channel].layout is not None for d in spec.dims):
         return False
     copied_fan_in = mode is None and any(d.role == "fan_in" and d.mode == "copy" for d in spec.dims)
-    if copied_fan_in and (perturb or fan_in_shares(spec, axes) is not None):
+    if copied_fan_in and (perturb or fan_in_shares(spec, channels) is not None):
         return False
     if factor == 1.0:
         return True
     return t.dtype in (torch.float32, torch.float64) and not (spec.unit_offset and scale is None)
 
 
-def _grow_in_place(t: torch.Tensor, spec: TensorPlan, axes: Mapping[str, AxisChange], mode: str | None,
+def _grow_in_place(t: torch.Tensor, spec: TensorPlan, channels: Mapping[str, ChannelChange], mode: str | None,
                    factor: float) -> torch.Tensor:
     """``grow_tensor`` of appended copy / zero dims, written once into one tensor of the new shape: the old block
     (times ``factor``) first, then each grown dim's new slices gathered from the part already filled (last dim
@@ -203,7 +206,7 @@ def _grow_in_place(t: torch.Tensor, spec: TensorPlan, axes: Mapping[str, AxisCha
     else:
         torch.mul(t.detach(), factor, out=old)  # the same kernel as (t * factor): bit-identical
     for d in sorted(spec.dims, key=lambda d: d.dim, reverse=True):
-        change = axes[d.axis]
+        change = channels[d.channel]
         new = out[tuple(filled[:d.dim] + [slice(change.old, change.new)] + filled[d.dim + 1:])]
         if (mode or d.mode) == "zero":
             new.zero_()
@@ -245,7 +248,7 @@ def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[
         if not spec.dims and spec.scale == 1.0 and not spec.fresh:
             out[name] = t  # a kept block's tensor under its new position's name
             continue
-        out[name] = grow_tensor(t, spec, plan.axes, generator=plan.tensor_generator(name), perturb=perturb,
+        out[name] = grow_tensor(t, spec, plan.channels, generator=plan.tensor_generator(name), perturb=perturb,
                                 perturb_generator=plan.perturb_generator(name) if perturb else None)
     for axis in registered_axes():  # plug-in axes' post-processing (e.g. drop-upcycle's re-drawn channels)
         if axis.name in plan.changes:
@@ -253,12 +256,13 @@ def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[
     return out
 
 
-def fan_in_shares(spec: TensorPlan, axes: Mapping[str, AxisChange]) -> torch.Tensor | None:
+@renamed_keywords("lightning_sparkling.growth.surgery.fan_in_shares", axes="channels")
+def fan_in_shares(spec: TensorPlan, channels: Mapping[str, ChannelChange]) -> torch.Tensor | None:
     """The per-entry multipliers an uneven ``split`` puts on a tensor's copied fan-in columns (float64, shaped to
     broadcast over the grown tensor), or ``None`` when its fan-in shares are even."""
     factor = None
     for d in spec.dims:
-        split = axes[d.axis].split
+        split = channels[d.channel].split
         if d.role != "fan_in" or d.mode != "copy" or split is None:
             continue
         shape = [1] * len(spec.new_shape)
@@ -267,7 +271,7 @@ def fan_in_shares(spec: TensorPlan, axes: Mapping[str, AxisChange]) -> torch.Ten
     return factor
 
 
-def _perturb_copies(x: torch.Tensor, dims: list, axes: Mapping[str, AxisChange], relative: float,
+def _perturb_copies(x: torch.Tensor, dims: list, channels: Mapping[str, ChannelChange], relative: float,
                     generator: torch.Generator | None) -> torch.Tensor:
     """``+delta`` on each source's fan-in column, ``-delta`` on its copy's (paper appendix "Comparison to Prior
     Function-Preserving Symmetry-Breaking Heuristics", "Perturb"): a group's sum is unchanged, so the layer's
@@ -275,7 +279,7 @@ def _perturb_copies(x: torch.Tensor, dims: list, axes: Mapping[str, AxisChange],
     if generator is None:
         raise ValueError("perturb needs a generator")
     for d in dims:
-        change = axes[d.axis]
+        change = channels[d.channel]
         n_new = change.new - change.old
         src = change.src.to(x.device)
         members = torch.cat([torch.unique(src), torch.arange(change.old, change.new, device=x.device)])
@@ -493,3 +497,11 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
     old_params, new_params, added = result_params(plan, old_named, new_named)
     return GrowthResult(plan=plan, old_params=old_params, new_params=new_params, added=added,
                         order=tuple(new_named.values()), seconds=time.perf_counter() - start, _swap=swap)
+
+
+def __getattr__(name: str):
+    """``AxisChange``: the old name of :class:`~lightning_sparkling.growth.types.ChannelChange` (the same class), with
+    a warning."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

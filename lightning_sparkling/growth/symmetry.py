@@ -51,7 +51,7 @@ class CopySpec:
         pairs = tuple((plan.carry(a), plan.carry(b)) for a, b in self.pairs
                       if plan.carry(a) is not None and plan.carry(b) is not None)
         positions = self.positions
-        moved = plan.axes.get(self.axis)
+        moved = plan.channels.get(self.axis)
         if tensors and moved is not None and moved.layout is not None:  # a later heads growth moves these channels
             kept = moved.kept_positions()
             positions = tuple(kept[p] for p in self.copy_positions())
@@ -61,14 +61,14 @@ class CopySpec:
 def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
     """Per axis of ``plan``, where its new channels were copied (axes with no copy-initialized tensor are left out)."""
     specs = {}
-    for axis, change in plan.axes.items():
+    for channel, change in plan.channels.items():
         tensors = tuple(
             (name, d.dim) for name, t in plan.tensors.items() for d in t.dims
-            if d.axis == axis and d.mode == "copy" and not (plan.tied_embeddings and name == "lm_head.weight")
+            if d.channel == channel and d.mode == "copy" and not (plan.tied_embeddings and name == "lm_head.weight")
         )
         if tensors:
             positions = change.copy_positions() if change.layout is not None else None
-            specs[axis] = CopySpec(axis, change.old, change.src, tensors, positions=positions)
+            specs[channel] = CopySpec(channel, change.old, change.src, tensors, positions=positions)
     for axis in plan_axes(plan):  # axes whose new modules copy old ones (new blocks, new experts)
         pairs = axis.copy_pairs(plan)
         if pairs:  # compared as whole tensors: no channel map

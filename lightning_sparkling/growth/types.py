@@ -1,9 +1,14 @@
-"""The types the growth plan and the axes (plug-ins) share: a growing channel dimension (:class:`AxisChange`), one
+"""The types the growth plan and the axes (plug-ins) share: a growing channel dimension (:class:`ChannelChange`), one
 grown dimension of a tensor (:class:`DimGrowth`), one tensor's plan (:class:`TensorPlan`), what an axis adds to a
 plan (:class:`AxisPlan`) and what the plan hands every axis (:class:`PlanContext`).
 
-They sit in a module of their own, importing nothing of the package, so that :mod:`~lightning_sparkling.growth.plan`
+They sit in a module of their own, importing nothing of the package (but its deprecation helpers), so that :mod:`~lightning_sparkling.growth.plan`
 (which runs the axes) and the axes (which build these) import them without importing each other.
+
+Issue 41 renamed what named a channel dimension "axis" (an axis is a growth plug-in): ``AxisChange`` is
+:class:`ChannelChange`, ``DimGrowth.axis`` is :attr:`DimGrowth.channel`, ``AxisPlan.axes`` / ``PlanContext.axes`` are
+``channels``. The old names still work (the class from this module and :mod:`~lightning_sparkling.growth.plan`, the
+fields as read-only properties and constructor keywords), with a ``DeprecationWarning``, until 0.3.0.
 """
 
 from __future__ import annotations
@@ -15,15 +20,18 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-__all__ = ["AxisChange", "AxisPlan", "DimGrowth", "PlanContext", "TensorPlan"]
+from lightning_sparkling._deprecated import moved_attribute, renamed_fields
+
+__all__ = ["AxisPlan", "ChannelChange", "DimGrowth", "PlanContext", "TensorPlan"]
 
 
 @dataclass(frozen=True)
-class AxisChange:
-    """One width that grows in a stage.
+class ChannelChange:
+    """One channel dimension that grows in a stage (a width, the heads' ``attn_q`` / ``attn_qkv`` / ``attn_kv``, the
+    experts' router rows), shared by every tensor on it.
 
     Attributes:
-        name: ``n_embd``, ``intermediate_size``, ``moe_intermediate_size`` or ``shared_expert_size``.
+        name: ``n_embd``, ``intermediate_size``, ``moe_intermediate_size``, ``shared_expert_size``, ``attn_q``, ...
         old: width before. new: width after.
         alpha: the fan-in scale for the readers of this width.
         src: copy index map, shape ``(new - old,)``: new channel ``old + j`` copies ``src[j]``. Shared by every
@@ -31,9 +39,9 @@ class AxisChange:
         split: ``None`` (even split), or the per-channel multipliers of the even fan-in share, shape ``(new,)``
             (:func:`~lightning_sparkling.growth.scaling.split_shares`), applied on top of ``alpha`` to every copied fan-in
             dimension of this width.
-        layout / fresh: for an axis whose old channels move (attention heads in litgpt's fused layout), the old
-            channel each new channel takes and which new channels are new entries, shape ``(new,)``; ``None`` for an
-            appended axis (old channels stay at ``0..old-1``, new ones follow and copy ``src``).
+        layout / fresh: for a channel dimension whose old channels move (attention heads in litgpt's fused layout),
+            the old channel each new channel takes and which new channels are new entries, shape ``(new,)``; ``None``
+            for an appended one (old channels stay at ``0..old-1``, new ones follow and copy ``src``).
     """
 
     name: str
@@ -64,15 +72,18 @@ class AxisChange:
         return kept
 
 
+@renamed_fields(axis="channel")
 @dataclass(frozen=True)
 class DimGrowth:
-    """One growing dimension of a tensor: ``dim`` grows along ``axis`` as ``role`` with init ``mode``.
+    """One growing dimension of a tensor: ``dim`` grows along channel dimension ``channel`` (a
+    :class:`ChannelChange`'s name) as ``role`` with init ``mode``.
 
-    ``new_runs`` / ``old_runs``: on an axis laid out anew (heads), the ``(start, stop)`` runs of new and of old
-    entries along ``dim`` of the grown tensor; ``None`` on an appended axis (old ``0..old``, new ``old..new``)."""
+    ``new_runs`` / ``old_runs``: on a channel dimension laid out anew (heads), the ``(start, stop)`` runs of new and of
+    old entries along ``dim`` of the grown tensor; ``None`` on an appended one (old ``0..old``, new ``old..new``).
+    ``axis``: the deprecated name of ``channel`` (a read-only property and constructor keyword, until 0.3.0)."""
 
     dim: int
-    axis: str
+    channel: str
     role: str  # "fan_out" | "fan_in"
     mode: str  # "copy" | "random" | "zero"
     new_runs: tuple[tuple[int, int], ...] | None = None
@@ -146,6 +157,7 @@ class TensorPlan:
         return pieces
 
 
+@renamed_fields(axes="channels")
 @dataclass
 class AxisPlan:
     """What one axis contributes to a :class:`~lightning_sparkling.growth.plan.GrowthPlan`.
@@ -153,17 +165,19 @@ class AxisPlan:
     Attributes:
         change: the axis' own description of the growth (kept in ``GrowthPlan.changes[axis.name]``).
         tensors: ``{grown name: TensorPlan}`` of the tensors it adds, moves or grows.
-        axes: ``{name: AxisChange}`` of the dimensions it grows (e.g. the router's expert rows).
+        channels: ``{name: ChannelChange}`` of the channel dimensions it grows (e.g. the router's expert rows);
+            ``axes`` is its deprecated name (a read-only property and constructor keyword, until 0.3.0).
         replace: ``tensors`` is the whole plan so far, re-keyed (depth: every block tensor under its new position),
             instead of entries added to it.
     """
 
     change: Any
     tensors: dict = field(default_factory=dict)
-    axes: dict = field(default_factory=dict)
+    channels: dict = field(default_factory=dict)
     replace: bool = False
 
 
+@renamed_fields(axes="channels")
 @dataclass
 class PlanContext:
     """What :func:`~lightning_sparkling.growth.plan.plan_growth` hands every axis' :meth:`GrowthAxis.plan`.
@@ -171,7 +185,8 @@ class PlanContext:
     Attributes:
         config / new_config: litgpt ``Config`` before and after. stage: the (resolved) stage.
         old_model: ``GPT(config)`` on the meta device. old_shapes: its ``{state_dict name: shape}``.
-        axes: the channel dimensions that grow (every axis' :meth:`GrowthAxis.dimensions`).
+        channels: the channel dimensions that grow (every axis' :meth:`GrowthAxis.dimensions`), by name; ``axes``
+            is its deprecated name (a read-only property and constructor keyword, until 0.3.0).
         tensors: the tensor plans so far (channels first, then each axis' in registry order).
         seed / stage_index / tied_embeddings: as given to ``plan_growth``.
     """
@@ -181,8 +196,13 @@ class PlanContext:
     stage: Any
     old_model: nn.Module
     old_shapes: dict
-    axes: dict
+    channels: dict
     tensors: dict
     seed: int
     stage_index: int
     tied_embeddings: bool
+
+
+def __getattr__(name: str):
+    """``AxisChange``: the old name of :class:`ChannelChange` (the same class), with a warning."""
+    return moved_attribute(__name__, name)

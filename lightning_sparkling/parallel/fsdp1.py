@@ -417,7 +417,7 @@ def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1Gr
                         continue
                     spec = plan.tensors.get(n)
                     grown[n] = full[source] if spec is None or moves_only(spec) else grow_state(
-                        key, full[source], spec, plan.axes, recipe, type(optimizer).__name__)
+                        key, full[source], spec, plan.channels, recipe, type(optimizer).__name__)
                 shards = scatter_values(new_wrapper, new_unit, grown)
                 for n in grown:
                     patch.new_state[new_param[n]][key] = shards[n]

@@ -30,8 +30,8 @@ from lightning_sparkling.pretrain.resume import (GROWTH_STATE_KEY, _newest_to_re
                                                  check_resume_checkpoint, find_resume_checkpoint,
                                                  newest_readable_checkpoint)
 from lightning_sparkling.pretrain.schema import (PRECISIONS, STRATEGIES, _SECTIONS, DataArgs, EvalArgs,  # noqa: F401
-                                                 GrowthArgs, LogArgs, RMSMonitorArgs, StageArgs, TrainArgs, _as, _get,
-                                                 check_keys, pretrain_arguments)
+                                                 GrowthArgs, LogArgs, RMSMonitorArgs, TrainArgs, _as, _get,
+                                                 check_keys, pretrain_arguments, stage_args)
 from lightning_sparkling.pretrain.stages import _resolve_stages, lr_decay_start  # noqa: F401
 
 __all__ = [
@@ -554,3 +554,11 @@ def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list
         notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=train.tie_embeddings,
                                          num_optimizers=2 if uses_muon else 1)
     return out_dir, resume, resume_path
+
+
+def __getattr__(name: str) -> Any:
+    """``StageArgs``: the stage keys of the axes registered now (:func:`~lightning_sparkling.pretrain.schema.stage_args`),
+    never a copy taken when this module was imported."""
+    if name == "StageArgs":
+        return stage_args()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

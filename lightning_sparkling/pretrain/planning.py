@@ -97,7 +97,7 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
     report = {
         "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
         "at_fraction": stage.at_step / run.steps,
-        "widths": {axis: [ax.old, ax.new] for axis, ax in gp.axes.items()},
+        "widths": {name: [change.old, change.new] for name, change in gp.channels.items()},
         "sizes": {axis: list(pair) for axis, pair in size_changes(config, gp.new_config).items()},
         "into": gp.new_config.name if stage.model_name or stage.model_config else None,
         **{key: value for axis in registered_axes() for key, value in axis.report(gp, stage).items()},  # depth, heads
@@ -144,7 +144,7 @@ def _describe_dims(tensor_plan) -> str:
                  else tensor_plan.block_init)
         parts.append(f"new ({start})")
     for d in tensor_plan.dims:
-        parts.append(f"{d.role.replace('_', '-')} {d.axis} ({d.mode})")
+        parts.append(f"{d.role.replace('_', '-')} {d.channel} ({d.mode})")
     return ", ".join(parts)
 
 

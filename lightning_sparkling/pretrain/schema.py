@@ -35,6 +35,7 @@ __all__ = [
     "TrainArgs",
     "check_keys",
     "pretrain_arguments",
+    "stage_args",
 ]
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
@@ -194,7 +195,8 @@ def _stage_args() -> type:
         else:  # a field GrowthStage requires is still optional here: its own check names it when missing
             default = field(default=None)
         keys.append((f.name, f.type, default))
-    return dataclasses.make_dataclass("StageArgs", keys, namespace={"__module__": __name__, "__doc__": (
+    return dataclasses.make_dataclass("StageArgs", keys, bases=(_StageArgsBase,), namespace={
+        "__module__": __name__, "__doc__": (
         "One growth. Exactly one of ``at_step`` (grow after this many optimizer steps) / ``at_tokens`` (grow once "
         "this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``) / "
         "``at_fraction`` (grow after this fraction of the run: ``at_step = ceil(at_fraction * max_steps)``); the other "
@@ -202,7 +204,31 @@ def _stage_args() -> type:
         "keys fill those a stage does not set: ``growth.recipe``).")})
 
 
-StageArgs = _stage_args()
+class _StageArgsBase:
+    """The base of every :func:`stage_args` class (one per set of stage keys), for ``isinstance`` checks."""
+
+
+_derived: tuple[tuple[dataclasses.Field, ...], type] | None = None
+"""The last :func:`stage_args` class and the ``GrowthStage`` fields it was derived from."""
+
+
+def stage_args() -> type:
+    """The keys of one ``growth.stages`` entry as a dataclass (``StageArgs``, :func:`_stage_args`), derived again
+    whenever ``GrowthStage``'s fields changed: an axis registered (or unregistered) after this module was imported
+    (:func:`~lightning_sparkling.growth.axes.register_axis`) has its stage keys here, and in every configuration the
+    CLI reads from then on. ``StageArgs``, a module attribute, is this function's class."""
+    global _derived
+    fields = tuple(dataclasses.fields(GrowthStage))  # new Field objects whenever GrowthStage is re-assembled
+    if _derived is None or len(_derived[0]) != len(fields) or any(a is not b for a, b in zip(_derived[0], fields)):
+        _derived = (fields, _stage_args())
+    return _derived[1]
+
+
+def __getattr__(name: str) -> Any:
+    """``StageArgs``: :func:`stage_args` (the stage keys of the axes registered now)."""
+    if name == "StageArgs":
+        return stage_args()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -360,7 +386,7 @@ def _check_dataclass_keys(cls: type, value: dict, path: str) -> None:
         if cls is GrowthArgs and key == "stages" and isinstance(item, list):
             for k, stage in enumerate(item):
                 if isinstance(stage, dict):
-                    _check_dataclass_keys(StageArgs, stage, f"{path}.stages[{k}]")
+                    _check_dataclass_keys(stage_args(), stage, f"{path}.stages[{k}]")
 
 
 # ------------------------------------------------------------------------------------------------------------ namespace
@@ -396,11 +422,11 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
         stages = []
         for k, s in enumerate(values.get("stages") or []):
             s = s.as_dict() if hasattr(s, "as_dict") else s
-            if isinstance(s, StageArgs):  # every key given: the recipe fills nothing
+            if isinstance(s, _StageArgsBase):  # every key given: the recipe fills nothing
                 s = dataclasses.asdict(s)
             if not isinstance(s, dict):
                 raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {s!r}")
-            _check_dataclass_keys(StageArgs, s, f"growth.stages[{k}]")
+            _check_dataclass_keys(stage_args(), s, f"growth.stages[{k}]")
             stages.append(dict(s))
         values["stages"] = stages
     return cls(**{k: v for k, v in values.items() if k in names})

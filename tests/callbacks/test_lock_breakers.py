@@ -197,7 +197,7 @@ def test_symmetry_target_boosts_the_new_entries_lr_until_the_copies_part(accumul
     entries (from the updates) is the re-warmup schedule times a boost that doubles at each check whose cosine
     (measured here, from the weights) is above the target; at the first check below it the checks stop and the
     boost drops to 1 for good (``schedule``) or stays where it is (``hold``)."""
-    src = plan_growth(tiny_config(), paper_stage(AT, intermediate_size=96), seed=0).axes["intermediate_size"].src
+    src = plan_growth(tiny_config(), paper_stage(AT, intermediate_size=96), seed=0).channels["intermediate_size"].src
     # the target: the cosine the copies reach 8 steps after growth without a boost, so the boost must end
     _, plain = _symmetry_run(None, accumulate, target=0.999999, max_boost=1.0)
     after = {r["step"] + 1: r["after"] for r in plain.records}

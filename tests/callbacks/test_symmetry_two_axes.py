@@ -127,7 +127,7 @@ def loop_run(tmp_path_factory):
     assert callbacks[1].done
     assert [r["step"] for r in recorder.records] == list(range(MAX_STEPS))
     plan = plan_growth(tiny_config(), paper_stage(AT, n_embd=NEW_E, intermediate_size=NEW_I), seed=0)
-    src_e, src_i = plan.axes["n_embd"].src, plan.axes["intermediate_size"].src
+    src_e, src_i = plan.channels["n_embd"].src, plan.channels["intermediate_size"].src
     # the copy maps are those of the run: right after growth, the new embedding columns are their sources' columns
     wte = recorder.records[AT]["before"]["transformer.wte.weight"]
     assert torch.equal(wte[:, OLD_E:], wte[:, src_e])

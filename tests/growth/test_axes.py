@@ -139,7 +139,7 @@ def test_an_axis_with_its_own_stage_key_is_its_module_and_one_registration():
     """Registering an axis adds its ``stage_keys`` to ``GrowthStage`` (the same class object every module
     imported) and to the CLI's stage keys; its check runs at construction; unregistering takes the key away."""
     from lightning_sparkling.growth import register_axis as public_register
-    from lightning_sparkling.pretrain.schema import _stage_args
+    from lightning_sparkling.pretrain import schema
 
     assert public_register is register_axis
     kept = GrowthStage(0, n_embd=64)
@@ -154,7 +154,7 @@ def test_an_axis_with_its_own_stage_key_is_its_module_and_one_registration():
         with pytest.raises(StageError, match=r"twist=-1") as caught:
             GrowthStage(0, n_embd=64, twist=-1)
         assert caught.value.key == "twist"
-        assert "twist" in {f.name for f in dataclasses.fields(_stage_args())}
+        assert "twist" in {f.name for f in dataclasses.fields(schema.StageArgs)}  # the CLI's keys now, too
         assert plan_growth(llama_config(), stage).changes["twist"] == ("twist", 3)
         with pytest.raises(ValueError, match="'twist' is already a GrowthStage key"):
             clash = type("Clash", (_Twist,), {"name": "clash"})()
@@ -165,12 +165,13 @@ def test_an_axis_with_its_own_stage_key_is_its_module_and_one_registration():
     with pytest.raises(TypeError, match="twist"):
         GrowthStage(0, n_embd=64, twist=3)
     assert "twist" not in {f.name for f in dataclasses.fields(GrowthStage)}
+    assert "twist" not in {f.name for f in dataclasses.fields(schema.StageArgs)}
     assert GrowthStage(0, n_embd=64) == kept
 
 
 def test_the_protocol_declares_what_the_code_calls():
     """Every attribute the package reads on an axis (``axis.<name>``, ...) is a member of :class:`GrowthAxis`; an
-    ``AxisChange`` (a channel dimension) is never called ``axis`` (``change``)."""
+    ``ChannelChange`` (a channel dimension) is never called ``axis`` (``change``)."""
     declared = {n for n in vars(GrowthAxis) if not n.startswith("_")} | set(GrowthAxis.__annotations__)
     called = set()
     for path in PACKAGE.rglob("*.py"):

@@ -190,7 +190,7 @@ def test_scaled_state_copies_and_scales_like_the_weights(split):
         result = grow_model(model, paper_stage(0, n_embd=64, intermediate_size=128, split=split))
         plan_optimizer_patch(opt, result, recipe).apply()
         states[recipe] = opt.state[dict(model.named_parameters())[name]]
-    alpha = result.plan.axes["intermediate_size"].alpha
+    alpha = result.plan.channels["intermediate_size"].alpha
     shares = (torch.tensor([2 / 3] * 64 + [4 / 3] * 64) if split == "uneven" else torch.ones(128)).view(1, -1)
     factor = alpha * shares  # the factor each column of the weight was multiplied by
     for key, power in (("exp_avg", 1), ("exp_avg_sq", 2)):
@@ -290,11 +290,11 @@ def test_cli_keys_plan_and_refusals(tmp_path, capsys):
 def test_growth_plan_carries_the_split():
     config = llama_config()
     plan = plan_growth(config, paper_stage(0, n_embd=64, intermediate_size=96, split="uneven"))
-    for axis in plan.axes.values():
-        assert axis.split is not None and axis.split.shape == (axis.new,)
-        assert float(axis.split.sum()) == pytest.approx(axis.new)
-    assert plan_growth(config, paper_stage(0, n_embd=64)).axes["n_embd"].split is None
-    assert math.isclose(plan.axes["n_embd"].alpha, 0.5)  # alpha as before
+    for change in plan.channels.values():
+        assert change.split is not None and change.split.shape == (change.new,)
+        assert float(change.split.sum()) == pytest.approx(change.new)
+    assert plan_growth(config, paper_stage(0, n_embd=64)).channels["n_embd"].split is None
+    assert math.isclose(plan.channels["n_embd"].alpha, 0.5)  # alpha as before
 
 
 # ------------------------------------------------------------------------------------------------------------ DDP/FSDP2

@@ -46,10 +46,10 @@ def test_in_place_fill_is_bit_identical_to_appending_dim_by_dim(monkeypatch, fac
         for recipe in ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled"):
             for name, spec in plan.tensors.items():
                 state = tensors[spec.source_name].abs()
-                grown = [grow_state("exp_avg_sq", state, spec, plan.axes, recipe, "AdamW")]
+                grown = [grow_state("exp_avg_sq", state, spec, plan.channels, recipe, "AdamW")]
                 with monkeypatch.context() as m:
                     m.setattr(surgery, "_fills_in_place", lambda *args: False)
-                    grown.append(grow_state("exp_avg_sq", state, spec, plan.axes, recipe, "AdamW"))
+                    grown.append(grow_state("exp_avg_sq", state, spec, plan.channels, recipe, "AdamW"))
                 assert torch.equal(*grown), (keys, recipe, name)
 
 

@@ -172,8 +172,8 @@ def test_zero_state_growth_fast_path_equals_appending_zeros_dim_by_dim(widths):
     for name, spec in plan.tensors.items():
         slow = state[name]
         for d in spec.dims:
-            slow = expand_dim(slow, d.dim, plan.axes[d.axis].src, "zero")
-        fast = grow_tensor(state[name], spec, plan.axes, mode="zero", scale=1.0)
+            slow = expand_dim(slow, d.dim, plan.channels[d.channel].src, "zero")
+        fast = grow_tensor(state[name], spec, plan.channels, mode="zero", scale=1.0)
         assert fast.shape == spec.new_shape and torch.equal(fast, slow), name
         assert fast.data_ptr() != state[name].data_ptr()
         checked += 1

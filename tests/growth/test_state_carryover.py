@@ -514,7 +514,7 @@ def test_tied_embeddings_head_scale_folded_into_ln_f(init):
     result = grow_model(tied, paper_stage(0, n_embd=64, init=init))
     grow_model(untied, paper_stage(0, n_embd=64, init=init))
     assert tied.lm_head.weight is tied.transformer.wte.weight
-    src = result.plan.axes["n_embd"].src
+    src = result.plan.channels["n_embd"].src
     lm_alpha = fan_in_scale(32, 64, init="copy-copy")
     assert lm_alpha == 0.5 and fan_in_scale(32, 64, init=init) == (0.5 if init == "copy-copy" else math.sqrt(0.5))
     # the shared matrix: old columns untouched (an embedding is fan-out), new columns copies

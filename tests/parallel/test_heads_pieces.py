@@ -50,7 +50,7 @@ def _regions_and_truth(name: str):
         plan = plan_growth(config, stage, seed=3, stage_index=k)
         carried = [[plan.carry_region(n, pieces) for n, pieces in stage_regions.items()] for stage_regions in regions]
         regions = [{n: pieces for n, pieces in found if n is not None} for found in carried]
-        truth = [{plan.carry(n): grow_tensor(m, plan.tensors[plan.carry(n)], plan.axes, mode="zero", scale=1.0)
+        truth = [{plan.carry(n): grow_tensor(m, plan.tensors[plan.carry(n)], plan.channels, mode="zero", scale=1.0)
                   if plan.carry(n) in plan.tensors else m for n, m in masks.items() if plan.carry(n) is not None}
                  for masks in truth]
         new = {n: pieces for n, spec in plan.tensors.items() if (pieces := spec.new_region())}

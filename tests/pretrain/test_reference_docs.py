@@ -87,7 +87,7 @@ def symmetry_tags() -> list[str]:
     from lightning_sparkling.growth.stage import WIDTH_AXES, GrowthStage
 
     plan = plan_growth(llama_config(norm_qk=True), GrowthStage(1, n_head=8, n_query_groups=4))
-    head_axes = sorted(a for a in plan.axes if a.startswith("attn_"))
+    head_axes = sorted(a for a in plan.channels if a.startswith("attn_"))
     assert "attn_q" in head_axes and "attn_qkv" in head_axes, head_axes
     return [f"symmetry/stage_k/{axis}" for axis in (*WIDTH_AXES, *head_axes, DEPTH_AXIS)]
 

@@ -16,7 +16,7 @@ axis        sizes (``litgpt.Config``)                    kind
 An axis owns its :class:`~lightning_sparkling.growth.stage.GrowthStage` keys (its ``stage_keys`` block, a frozen
 dataclass whose fields become the stage's) and checks them, refuses
 a model it cannot grow, gives the grown ``litgpt.Config`` fields, gives the channel dimensions it grows
-(:class:`~lightning_sparkling.growth.types.AxisChange`\\ s: :meth:`GrowthAxis.dimensions`), plans the tensors it adds
+(:class:`~lightning_sparkling.growth.types.ChannelChange`\\ s: :meth:`GrowthAxis.dimensions`), plans the tensors it adds
 or moves (:meth:`GrowthAxis.plan`) and, when it adds or replaces modules (a *structural* change: depth adds blocks,
 experts add experts or turn an MLP into a mixture of experts), rebuilds those modules in
 :func:`~lightning_sparkling.growth.surgery.swap_in` and renames what it moves (:meth:`GrowthAxis.carry`). It

@@ -48,7 +48,7 @@ class GrowthAxis(Protocol):
         """The ``litgpt.Config`` fields the growth sets."""
 
     def dimensions(self, config, stage, *, seed: int, stage_index: int) -> tuple[Any, dict]:
-        """``(change, {name: AxisChange})``: the channel dimensions the axis grows (before any tensor is planned),
+        """``(change, {name: ChannelChange})``: the channel dimensions the axis grows (before any tensor is planned),
         and its record of the change (``None``: recorded by :meth:`plan`, or nothing to record)."""
 
     def plan(self, ctx: PlanContext) -> AxisPlan | None:

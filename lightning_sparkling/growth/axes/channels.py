@@ -1,6 +1,6 @@
 """The channel layout of a litgpt ``GPT``: which dimension of which tensor reads or writes which channels, and the
 per-tensor plans of every channel dimension that grows (the width axis' widths and the heads axis' attention
-channels, :class:`~lightning_sparkling.growth.types.AxisChange` objects by name).
+channels, :class:`~lightning_sparkling.growth.types.ChannelChange` objects by name).
 
 =========================  ==========================================  ===========================================
 channels                   fan-out (writers: new rows / coords)        fan-in (readers: new columns, scaled alpha)
@@ -36,25 +36,26 @@ SHARED_EXPERT_AXIS = "shared_expert_size"
 
 def channel_tensors(ctx) -> dict:
     """``{state_dict name: TensorPlan}`` of every tensor of ``ctx.old_model`` with a dimension on a growing channel
-    axis of ``ctx.axes`` (or a scale to apply), by its pre-growth name.
+    dimension of ``ctx.channels`` (or a scale to apply), by its pre-growth name.
 
     Args:
-        ctx: the :class:`~lightning_sparkling.growth.axes.PlanContext` (``axes``: the channel dimensions).
+        ctx: the :class:`~lightning_sparkling.growth.axes.PlanContext` (``channels``: the channel dimensions).
     """
-    config, stage, axes, old_model = ctx.config, ctx.stage, ctx.axes, ctx.old_model
+    config, stage, channels, old_model = ctx.config, ctx.stage, ctx.channels, ctx.old_model
     old_shapes = ctx.old_shapes
     fan_out, fan_in = stage.fan_out_init, stage.fan_in_init
     tensors: dict = {}
-    E = axes.get("n_embd")
+    E = channels.get("n_embd")
 
     def add(name: str, dims: list, scale: float = 1.0, unit_offset: bool = False) -> None:
-        dims = [d if axes[d.axis].layout is None else dataclasses.replace(
-            d, new_runs=runs(axes[d.axis].fresh), old_runs=runs(~axes[d.axis].fresh)) for d in dims if d.axis in axes]
+        dims = [d if channels[d.channel].layout is None else dataclasses.replace(
+            d, new_runs=runs(channels[d.channel].fresh), old_runs=runs(~channels[d.channel].fresh))
+                for d in dims if d.channel in channels]
         if not dims and scale == 1.0:
             return
         shape = list(old_shapes[name])
         for d in dims:
-            shape[d.dim] = axes[d.axis].new
+            shape[d.dim] = channels[d.channel].new
         tensors[name] = TensorPlan(name, old_shapes[name], tuple(shape), tuple(sorted(dims, key=lambda d: d.dim)),
                                    scale, unit_offset)
 
@@ -70,11 +71,11 @@ def channel_tensors(ctx) -> dict:
         if getattr(module, "bias", None) is not None:
             add(f"{prefix}.bias", [DimGrowth(0, "n_embd", "fan_out", fan_out)], scale)
 
-    def alpha_of(axis: str) -> float:
-        return axes[axis].alpha if axis in axes else 1.0
+    def alpha_of(channel: str) -> float:
+        return channels[channel].alpha if channel in channels else 1.0
 
-    def add_linear_fan_in(prefix: str, axis: str) -> None:  # readers of `axis`: new columns, bias unchanged
-        add(f"{prefix}.weight", [DimGrowth(1, axis, "fan_in", fan_in)], alpha_of(axis))
+    def add_linear_fan_in(prefix: str, channel: str) -> None:  # readers of `channel`: new columns, bias unchanged
+        add(f"{prefix}.weight", [DimGrowth(1, channel, "fan_in", fan_in)], alpha_of(channel))
 
     def add_mlp(prefix: str, mlp: nn.Module, inner: str) -> None:
         cls = type(mlp).__name__
@@ -134,12 +135,12 @@ def channel_tensors(ctx) -> dict:
         add(f"{p}.attn.proj.weight", [DimGrowth(0, "n_embd", "fan_out", fan_out),
                                       DimGrowth(1, "attn_q", "fan_in", fan_in)], alpha_of("attn_q"))
         if config.norm_qk and config.norm_qk_type == "olmo2":  # norms over the whole query / key projection
-            for norm, axis in (("norm_q", "attn_q"), ("norm_k", "attn_kv")):
+            for norm, channel in (("norm_q", "attn_q"), ("norm_k", "attn_kv")):
                 module = getattr(block.attn, norm)
                 if getattr(module, "weight", None) is not None:
-                    add(f"{p}.attn.{norm}.weight", [DimGrowth(0, axis, "fan_out", norm_mode())])
+                    add(f"{p}.attn.{norm}.weight", [DimGrowth(0, channel, "fan_out", norm_mode())])
                 if getattr(module, "bias", None) is not None:
-                    add(f"{p}.attn.{norm}.bias", [DimGrowth(0, axis, "fan_out", fan_out)])
+                    add(f"{p}.attn.{norm}.bias", [DimGrowth(0, channel, "fan_out", fan_out)])
         if block.attn.proj.bias is not None:
             add(f"{p}.attn.proj.bias", [DimGrowth(0, "n_embd", "fan_out", fan_out)])
         mlp = block.mlp

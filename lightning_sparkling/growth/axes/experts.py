@@ -59,7 +59,7 @@ from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.depth_maps import litgpt_init_std
 from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
 from lightning_sparkling.growth.scaling import make_generator
-from lightning_sparkling.growth.types import AxisChange, AxisPlan, DimGrowth, PlanContext, TensorPlan
+from lightning_sparkling.growth.types import AxisPlan, ChannelChange, DimGrowth, PlanContext, TensorPlan
 
 MOE_CLASS = "LLaMAMoE"
 EXPERT_INITS: tuple[str, ...] = ("copy", "drop-upcycle", "random")
@@ -385,7 +385,7 @@ class ExpertsAxis(BaseAxis):
         std = litgpt_init_std(ctx.new_config.n_embd)
         new_init = "normal" if change.init == "random" else "copy"
         tensors: dict[str, TensorPlan] = dict(ctx.tensors)
-        axes: dict[str, AxisChange] = {}
+        channels: dict[str, ChannelChange] = {}
         shapes = ctx.old_shapes
 
         def planned(name: str) -> TensorPlan:  # the plan so far of a grown-model tensor, or an unchanged one
@@ -433,9 +433,9 @@ class ExpertsAxis(BaseAxis):
                     tensors[bias] = TensorPlan(bias, shapes[bias], (change.new,),
                                                (DimGrowth(0, EXPERT_AXIS, "fan_out", "copy"),))
         if not change.upcycle:
-            axes[EXPERT_AXIS] = AxisChange(name=EXPERT_AXIS, old=change.old, new=change.new, alpha=1.0,
-                                           src=torch.tensor(change.source, dtype=torch.long))
-        return AxisPlan(change=change, tensors=tensors, axes=axes, replace=True)
+            channels[EXPERT_AXIS] = ChannelChange(name=EXPERT_AXIS, old=change.old, new=change.new, alpha=1.0,
+                                                  src=torch.tensor(change.source, dtype=torch.long))
+        return AxisPlan(change=change, tensors=tensors, channels=channels, replace=True)
 
     def finish_tensors(self, plan, grown: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Drop-upcycle: in each new expert, re-draw ``expert_reinit_fraction`` of the inner channels (the same

@@ -4,7 +4,7 @@ groups copy old ones, laid out anew in litgpt's fused ``qkv``; the layout itself
 
 Its channel dimensions: ``attn_q`` (the query channels: ``attn.proj``'s fan-in, OLMo-2's ``norm_q``), ``attn_kv``
 (key/value channels: OLMo-2's ``norm_k``) and ``attn_qkv`` (the fused ``qkv`` rows), each an
-:class:`~lightning_sparkling.growth.plan.AxisChange` whose old channels move (``layout`` / ``fresh``).
+:class:`~lightning_sparkling.growth.plan.ChannelChange` whose old channels move (``layout`` / ``fresh``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from lightning_sparkling.growth.axes.width import WIDTH_AXES, check_larger
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.head_layout import describe_heads, head_layout, qkv_layout
 from lightning_sparkling.growth.scaling import fan_in_scale, make_generator
-from lightning_sparkling.growth.types import AxisChange
+from lightning_sparkling.growth.types import ChannelChange
 
 HEAD_AXES: tuple[str, ...] = ("n_head", "n_query_groups")
 """The heads axis' size keys."""
@@ -88,23 +88,24 @@ class HeadsAxis(BaseAxis):
         q, q_fresh = qkv_layout(layout, H, G, hs)
         q_channels, kv_channels = new_head * hs, new_groups * hs
 
-        def axis(name: str, old: int, layout_: torch.Tensor, fresh: torch.Tensor, alpha: float = 1.0) -> AxisChange:
-            return AxisChange(name=name, old=old, new=int(layout_.numel()), alpha=alpha, src=layout_[fresh],
-                              layout=layout_, fresh=fresh)
+        def channel(name: str, old: int, layout_: torch.Tensor, fresh: torch.Tensor,
+                    alpha: float = 1.0) -> ChannelChange:
+            return ChannelChange(name=name, old=old, new=int(layout_.numel()), alpha=alpha, src=layout_[fresh],
+                                 layout=layout_, fresh=fresh)
 
         alpha = fan_in_scale(H * hs, q_channels, init=stage.init, rms_preserving=stage.rms_preserving) \
             if q_channels > H * hs else 1.0
-        axes = {"attn_q": axis("attn_q", H * hs, q[:q_channels], q_fresh[:q_channels], alpha),
-                "attn_qkv": axis("attn_qkv", (H + 2 * G) * hs, q, q_fresh)}
+        channels = {"attn_q": channel("attn_q", H * hs, q[:q_channels], q_fresh[:q_channels], alpha),
+                    "attn_qkv": channel("attn_qkv", (H + 2 * G) * hs, q, q_fresh)}
         if new_groups > G:
-            axes["attn_kv"] = axis("attn_kv", G * hs, q[q_channels:q_channels + kv_channels] - H * hs,
-                                   q_fresh[q_channels:q_channels + kv_channels])
-        return layout, axes
+            channels["attn_kv"] = channel("attn_kv", G * hs, q[q_channels:q_channels + kv_channels] - H * hs,
+                                          q_fresh[q_channels:q_channels + kv_channels])
+        return layout, channels
 
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_head": "alpha=0.7071: new q 2<-0, 3<-1"}`` for each head count that changed."""
         copied = plan.stage.fan_out_init == "copy"  # otherwise new heads start random (no source)
-        detail = f"alpha={plan.axes['attn_q'].alpha:.4f}: {describe_heads(plan.changes[self.name], copied=copied)}"
+        detail = f"alpha={plan.channels['attn_q'].alpha:.4f}: {describe_heads(plan.changes[self.name], copied=copied)}"
         return {size: detail for size in self.sizes}
 
     def report(self, plan, stage) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The width axis: ``n_embd`` (the hidden size), ``intermediate_size`` (dense MLPs) and ``moe_intermediate_size``
 (every expert, and the shared experts with it), the paper's width growth (sections 3-4).
 
-Each width that grows is one :class:`~lightning_sparkling.growth.plan.AxisChange`: new channel ``old + j`` copies
+Each width that grows is one :class:`~lightning_sparkling.growth.plan.ChannelChange`: new channel ``old + j`` copies
 channel ``src[j]`` (a seeded random map), the readers of the width take the fan-in scale ``alpha`` (RMS-preserving,
 :func:`~lightning_sparkling.growth.scaling.fan_in_scale`), and an uneven ``split`` puts per-channel shares on the
 copied fan-in columns. Which tensors read or write each width is litgpt's channel layout
@@ -18,7 +18,7 @@ from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_AXIS
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
-from lightning_sparkling.growth.types import AxisChange
+from lightning_sparkling.growth.types import ChannelChange
 
 WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
 """The width axis' size keys, in the order ``GrowthStage.widths`` lists them."""
@@ -93,7 +93,7 @@ class WidthAxis(BaseAxis):
         return dict(stage.widths)
 
     def dimensions(self, config, stage, *, seed: int, stage_index: int):
-        """One :class:`~lightning_sparkling.growth.plan.AxisChange` per width that grows (the shared experts' inner
+        """One :class:`~lightning_sparkling.growth.plan.ChannelChange` per width that grows (the shared experts' inner
         size with the experts'); the change recorded is that dict."""
         old_widths = {"n_embd": config.n_embd, "intermediate_size": config.intermediate_size,
                       "moe_intermediate_size": config.moe_intermediate_size}
@@ -108,12 +108,12 @@ class WidthAxis(BaseAxis):
             alpha = fan_in_scale(old, new, init=stage.init, rms_preserving=stage.rms_preserving)
             split = split_shares(old, new, src, stage.split, ratio=stage.split_ratio,
                                  generator=make_generator(seed, "stage", stage_index, "axis", name, "split"))
-            changes[name] = AxisChange(name=name, old=old, new=new, alpha=alpha, src=src, split=split)
+            changes[name] = ChannelChange(name=name, old=old, new=new, alpha=alpha, src=src, split=split)
         return changes, changes
 
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_embd": "alpha=0.7071"}``."""
-        return {name: f"alpha={plan.axes[name].alpha:.4f}" for name in plan.changes[self.name] if name in self.sizes}
+        return {name: f"alpha={plan.channels[name].alpha:.4f}" for name in plan.changes[self.name] if name in self.sizes}
 
 
 WIDTH = register_axis(WidthAxis())
