@@ -3,7 +3,8 @@
 - :mod:`~lightning_sparkling.parallel.base`: the :class:`GrowthBackend` protocol, the shared steps
   (:class:`BaseBackend`, :class:`ShardedBackend`);
 - :mod:`~lightning_sparkling.parallel.registry`: the backends by name (:func:`register_backend`), read by
-  :func:`select_backend` and the CLI's strategy choices;
+  :func:`select_backend`, the CLI's strategy choices and checks, its Trainer and its module
+  (:func:`backend_class_for`);
 - :mod:`~lightning_sparkling.parallel.single`: one device and DDP (grow in place; DDP re-wraps);
 - :mod:`~lightning_sparkling.parallel.fsdp2`: FSDP2 through ``ModelParallelStrategy`` (DTensor round trip);
 - :mod:`~lightning_sparkling.parallel.fsdp1`: FSDP1 through ``FSDPStrategy(use_orig_params=True)``;
@@ -25,7 +26,9 @@ from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blo
 from lightning_sparkling.parallel.base import BaseBackend, GrowthBackend, ShardedBackend
 from lightning_sparkling.parallel.compile import compile_gpt
 from lightning_sparkling.parallel.registry import (
-    backend_class,
+    backend_class_for,
+    backend_entry_for,
+    cli_backend,
     cli_strategies,
     register_backend,
     registered_backends,
@@ -33,17 +36,21 @@ from lightning_sparkling.parallel.registry import (
 )
 from lightning_sparkling.parallel.sharding import shard_gpt, wrap_gpt
 
-__all__ = ["SUPPORTED", "BaseBackend", "GrowthBackend", "ShardedBackend", "check_strategy_supported",
-           "checkpoint_blocks", "cli_strategies", "compile_gpt", "register_backend", "registered_backends",
-           "select_backend", "shard_gpt", "unregister_backend", "wrap_gpt"]
+__all__ = ["SUPPORTED", "BaseBackend", "GrowthBackend", "ShardedBackend", "backend_class_for", "backend_entry_for",
+           "check_strategy_supported", "checkpoint_blocks", "cli_backend", "cli_strategies", "compile_gpt",
+           "register_backend", "registered_backends", "select_backend", "shard_gpt", "unregister_backend", "wrap_gpt"]
 
-# the built-in backends, in the order select_backend tries them (and its message lists them)
+# the built-in backends, in the order select_backend tries them (and its message lists them); `strategy: fsdp` is
+# fsdp1's old CLI value, a deprecated alias until 0.3.0
 register_backend("single", "lightning_sparkling.parallel.single:SingleBackend", usage="a single device")
 register_backend("ddp", "lightning_sparkling.parallel.single:DDPBackend", usage="strategy='ddp'", cli_strategy="ddp")
 register_backend("fsdp2", "lightning_sparkling.parallel.fsdp2:FSDP2Backend",
-                 usage="FSDP2 via ModelParallelStrategy(tensor_parallel_size=1)", cli_strategy="fsdp2")
+                 usage="FSDP2 via ModelParallelStrategy(tensor_parallel_size=1)", cli_strategy="fsdp2",
+                 cli_help="FSDP2 sharding")
 register_backend("fsdp1", "lightning_sparkling.parallel.fsdp1:FSDP1Backend",
-                 usage="FSDPStrategy(use_orig_params=True)", cli_strategy="fsdp")
+                 usage="FSDPStrategy(use_orig_params=True)", cli_strategy="fsdp1", cli_aliases=("fsdp",),
+                 alias_until="0.3.0", cli_help="FSDP1", cuda_only=True, supports_compile=False,
+                 supports_activation_checkpointing=False, whole_matrices=False)
 
 
 def select_backend(strategy: Any) -> GrowthBackend:
@@ -71,11 +78,10 @@ def select_backend(strategy: Any) -> GrowthBackend:
 
     if not isinstance(strategy, Strategy):  # a Trainer (or anything holding one as .strategy)
         strategy = strategy.strategy
-    for entry in registered_backends():
-        cls = backend_class(entry)
-        if cls.accepts(strategy):
-            cls.check_strategy(strategy)
-            return cls()
+    cls = backend_class_for(strategy)
+    if cls is not None:
+        cls.check_strategy(strategy)
+        return cls()
     raise GrowthError(
         f"strategy {type(strategy).__name__} is not supported by GrowthCallback: use "
         f"{', '.join(e.usage for e in registered_backends())} (DeepSpeed and tensor parallelism cannot be grown "

@@ -14,7 +14,11 @@ Adding a strategy is one new module with a subclass of :class:`BaseBackend` (a m
 differ and saying which strategies it takes (:meth:`BaseBackend.accepts`), and one
 :func:`~lightning_sparkling.parallel.registry.register_backend` line:
 :func:`~lightning_sparkling.parallel.select_backend`, its error message and the CLI's ``strategy`` choices are read
-from the registry.
+from the registry. What the CLI needs of it comes from the backend too: the Lightning strategy the CLI trains under
+(:meth:`BaseBackend.make_strategy`), what the LightningModule's ``configure_model`` does to the GPT so that the
+backend can grow it (:meth:`BaseBackend.prepare_model`, :attr:`BaseBackend.compile_per_block`), and the facts its
+configuration checks need before Lightning is imported, on the registry entry
+(:class:`~lightning_sparkling.parallel.registry.BackendEntry`).
 """
 
 from __future__ import annotations
@@ -136,6 +140,8 @@ class BaseBackend:
     Attributes:
         name: short name for messages and the registry (``"single"``, ``"ddp"``, ``"fsdp2"``, ``"fsdp1"``).
         restores_after_fit_start: see :class:`GrowthBackend`.
+        compile_per_block: ``compile`` compiles each block rather than the whole GPT (a sharded GPT: torchtitan's
+            way under FSDP2).
 
     Example::
 
@@ -146,11 +152,16 @@ class BaseBackend:
             def accepts(cls, strategy) -> bool:
                 return type(strategy).__name__ == "MyStrategy"
 
-        register_backend("mine", "my_package.my_backend:MyBackend", usage="MyStrategy()")
+            @classmethod
+            def make_strategy(cls, world_size):
+                return MyStrategy(world_size)
+
+        register_backend("mine", "my_package.my_backend:MyBackend", usage="MyStrategy()", cli_strategy="mine")
     """
 
     name = ""
     restores_after_fit_start = False
+    compile_per_block = False
 
     @classmethod
     def accepts(cls, strategy: Any) -> bool:
@@ -162,6 +173,48 @@ class BaseBackend:
         """Refuse (``GrowthError``, naming the setting and the fix) a strategy it accepts but cannot grow under as
         configured (e.g. FSDP1 without ``use_orig_params=True``)."""
         return None
+
+    @classmethod
+    def make_strategy(cls, world_size: int) -> Any:
+        """The Lightning strategy (a ``Strategy``, or a name Lightning knows) the CLI trains under when its
+        ``strategy`` value selects this backend. A strategy that writes sharded checkpoint directories gets them
+        written atomically by the CLI.
+
+        Args:
+            world_size: devices x nodes of the run.
+
+        Raises:
+            NotImplementedError: for a backend the CLI cannot select (no ``cli_strategy`` of its own).
+
+        Example::
+
+            DDPBackend.make_strategy(2)    # "ddp"
+            FSDP2Backend.make_strategy(2)  # ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
+        """
+        raise NotImplementedError(f"backend {cls.name or cls.__name__!r} makes no Lightning strategy for the CLI: "
+                                  "override make_strategy(world_size)")
+
+    @classmethod
+    def prepare_model(cls, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> torch.nn.Module:
+        """What ``LightningModule.configure_model`` does to the GPT so that this backend can grow it under its
+        strategy (FSDP2: shard it over the module's ``device_mesh``; FSDP1: wrap it; one device, DDP: nothing).
+        Idempotent: a growth calls ``configure_model`` again on a grown GPT.
+
+        Args:
+            pl_module: the LightningModule (its ``device_mesh``, its ``trainer``).
+            gpt: the litgpt ``GPT`` (or what an earlier call returned).
+
+        Returns:
+            The module to keep as the GPT (``gpt`` itself, or its wrapper: assign it back).
+
+        Example::
+
+            def configure_model(self):
+                cls = backend_class_for(self.trainer.strategy)
+                if cls is not None:
+                    self.model = cls.prepare_model(self, self.model)
+        """
+        return gpt
 
     def check_model(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> None:
         pass  # grow_model checks the GPT itself when it grows

@@ -48,6 +48,7 @@ from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import GrowthResult, UndoLog, clean_name, result_params
 from lightning_sparkling.parallel.base import ShardedBackend, parent_and_attr
 from lightning_sparkling.parallel.fsdp2 import check_sharding_supported, grown_values, place_meta_gpt
+from lightning_sparkling.parallel.sharding import wrap_gpt
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -68,17 +69,13 @@ def check_fsdp1_layout(pl_module: nn.Module, gpt: nn.Module) -> None:
     (``configure_model``: ``self.model = wrap_gpt(self.model)``), with ``use_orig_params=True``."""
     wrapper = fsdp1_wrapper(pl_module, gpt)
     if wrapper is None or wrapper is pl_module:
-        raise GrowthError(
-            "under FSDPStrategy the GPT must be wrapped by the LightningModule's configure_model(), not by the "
-            "strategy's auto_wrap_policy around the whole LightningModule: in configure_model() call "
-            "`self.model = lightning_sparkling.parallel.wrap_gpt(self.model)` (wraps each block, then the GPT)"
-        )
-    for unit in FSDP.fsdp_modules(wrapper):
-        if not unit._use_orig_params:
-            raise GrowthError(
-                "FSDPStrategy(use_orig_params=False) flattens the parameters the optimizer sees, so growth cannot "
-                "patch them: pass FSDPStrategy(use_orig_params=True)"
-            )
+        raise GrowthError("under FSDPStrategy the GPT must be wrapped by the LightningModule's configure_model(), not "
+                          "by the strategy's auto_wrap_policy around the whole LightningModule: in configure_model() "
+                          "call `self.model = lightning_sparkling.parallel.wrap_gpt(self.model)` (wraps each block, "
+                          "then the GPT)")
+    if any(not unit._use_orig_params for unit in FSDP.fsdp_modules(wrapper)):
+        raise GrowthError("FSDPStrategy(use_orig_params=False) flattens the parameters the optimizer sees, so growth "
+                          "cannot patch them: pass FSDPStrategy(use_orig_params=True)")
 
 
 def _unit_prefix(wrapper: FSDP, unit: FSDP) -> str:
@@ -194,12 +191,8 @@ def gather_values(wrapper: FSDP, unit: FSDP, values: Mapping[str, torch.Tensor |
     owned = owned_params(wrapper, unit)
     params = {name: getattr(module, attr) for name, (module, attr) in owned.items()}
     with torch.no_grad(), _stashed(list(params.values())):
-        for name, p in params.items():
-            value = values.get(name)
-            if value is None:
-                p.zero_()
-            else:
-                p.copy_(value.reshape(p.shape))
+        for name, p in params.items():  # a missing value reads as zeros
+            p.zero_() if values.get(name) is None else p.copy_(values[name].reshape(p.shape))
         with _gathered(wrapper, unit) as full:
             return {name: full[name].detach().clone() for name in values if name in full}
 
@@ -212,10 +205,7 @@ def scatter_values(wrapper: FSDP, unit: FSDP, fulls: Mapping[str, torch.Tensor])
     with torch.no_grad(), _stashed(list(params.values())):
         with _gathered(wrapper, unit, writeback=True) as full:
             for name, p in full.items():
-                if name in fulls:
-                    p.copy_(fulls[name])
-                else:
-                    p.zero_()
+                p.copy_(fulls[name]) if name in fulls else p.zero_()
         return {name: params[name].detach().clone() for name in fulls}
 
 
@@ -539,6 +529,16 @@ class FSDP1Backend(ShardedBackend):
         from lightning.pytorch.strategies import FSDPStrategy
 
         return isinstance(strategy, FSDPStrategy)
+
+    @classmethod
+    def make_strategy(cls, world_size: int) -> Any:
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        return FSDPStrategy(use_orig_params=True, state_dict_type="sharded")
+
+    @classmethod
+    def prepare_model(cls, pl_module: pl.LightningModule, gpt: nn.Module) -> nn.Module:
+        return wrap_gpt(gpt)  # each block, then the GPT (as one unit inside the LightningModule)
 
     @classmethod
     def check_strategy(cls, strategy: Any) -> None:

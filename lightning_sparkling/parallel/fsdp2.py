@@ -285,12 +285,25 @@ class FSDP2Backend(ShardedBackend):
     """
 
     name = "fsdp2"
+    compile_per_block = True
 
     @classmethod
     def accepts(cls, strategy: Any) -> bool:
         from lightning.pytorch.strategies import ModelParallelStrategy
 
         return isinstance(strategy, ModelParallelStrategy)
+
+    @classmethod
+    def make_strategy(cls, world_size: int) -> Any:
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        return ModelParallelStrategy(data_parallel_size=world_size, tensor_parallel_size=1)
+
+    @classmethod
+    def prepare_model(cls, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> torch.nn.Module:
+        from lightning_sparkling.parallel.sharding import shard_gpt
+
+        return gpt if pl_module.device_mesh is None else shard_gpt(gpt, pl_module.device_mesh)
 
     @classmethod
     def check_strategy(cls, strategy: Any) -> None:

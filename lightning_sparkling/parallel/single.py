@@ -58,5 +58,9 @@ class DDPBackend(SingleBackend):
         # DeepSpeed is a DDPStrategy that owns the parameters and optimizer state (ZeRO partitions): not this one
         return isinstance(strategy, DDPStrategy) and not isinstance(strategy, DeepSpeedStrategy)
 
+    @classmethod
+    def make_strategy(cls, world_size: int) -> Any:
+        return "ddp"  # Lightning's own, by name
+
     def rewrap(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         rewrap_after_growth(trainer, pl_module)

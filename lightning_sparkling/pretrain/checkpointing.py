@@ -5,7 +5,9 @@ into place once complete, so a process killed mid-write (preemption, SIGKILL, ou
 - :class:`AtomicCheckpointIO`: Lightning's ``TorchCheckpointIO`` for whole-file checkpoints (single device, DDP):
   ``torch.save`` into ``.<name>.<random>.tmp`` beside the target, ``fsync``, ``os.replace``.
 - :class:`AtomicModelParallelStrategy` / :class:`AtomicFSDPStrategy`: Lightning's FSDP2 / FSDP1 strategies whose
-  sharded checkpoint *directories* are written by every rank into ``.<name>.tmp/``, then renamed by rank 0.
+  sharded checkpoint *directories* are written by every rank into ``.<name>.tmp/``, then renamed by rank 0;
+  :func:`atomic_strategy` does the same to whatever strategy a growth backend makes for the CLI (:func:`atomic_class`:
+  the strategy's class with the :class:`_AtomicShardedSave` mixin).
 - :func:`remove_stale_temporaries`: the temporaries a killed write left behind (removed before each new write).
 
 Temporary names start with ``.`` and do not end in ``.ckpt``, so :func:`~lightning_sparkling.pretrain.config.
@@ -15,6 +17,7 @@ find_resume_checkpoint` never takes one for a checkpoint.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -25,8 +28,8 @@ from typing import IO, Any, Callable, Optional
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
-__all__ = ["AtomicCheckpointIO", "AtomicFSDPStrategy", "AtomicModelParallelStrategy", "atomic_save", "publish_dir",
-           "remove_stale_temporaries"]
+__all__ = ["AtomicCheckpointIO", "AtomicFSDPStrategy", "AtomicModelParallelStrategy", "atomic_class", "atomic_save",
+           "atomic_strategy", "publish_dir", "remove_stale_temporaries"]
 
 _TEMPORARY = re.compile(r"\.(?P<name>.+\.ckpt)\.(?:[0-9a-f]+\.tmp|tmp|old-[0-9a-f]+)")
 """Names of the temporaries: ``.<name>.<hex>.tmp`` (file being written), ``.<name>.tmp`` (sharded directory being
@@ -194,3 +197,50 @@ class AtomicModelParallelStrategy(_AtomicShardedSave, ModelParallelStrategy):
 
 class AtomicFSDPStrategy(_AtomicShardedSave, FSDPStrategy):
     """Lightning's ``FSDPStrategy`` (FSDP1) writing its sharded checkpoint directories atomically."""
+
+
+@functools.cache
+def atomic_class(cls: type) -> type:
+    """``cls`` (a Lightning ``Strategy`` class) writing its sharded checkpoint directories atomically: the
+    :class:`_AtomicShardedSave` mixin before it, one class per ``cls`` (``ModelParallelStrategy`` gives
+    :class:`AtomicModelParallelStrategy`, ``FSDPStrategy`` :class:`AtomicFSDPStrategy`; an ``Atomic`` class itself).
+
+    Example::
+
+        >>> atomic_class(FSDPStrategy) is AtomicFSDPStrategy, atomic_class(AtomicFSDPStrategy) is AtomicFSDPStrategy
+        (True, True)
+    """
+    if issubclass(cls, _AtomicShardedSave):
+        return cls
+    return _KNOWN.get(cls) or type(f"Atomic{cls.__name__}", (_AtomicShardedSave, cls),
+                                   {"__module__": __name__, "__doc__": f"``{cls.__name__}`` writing its sharded "
+                                                                       "checkpoint directories atomically."})
+
+
+_KNOWN = {ModelParallelStrategy: AtomicModelParallelStrategy, FSDPStrategy: AtomicFSDPStrategy}
+
+
+def atomic_strategy(strategy: Any) -> Any:
+    """``strategy`` as the CLI trains under it: a ``Strategy`` that writes sharded checkpoint directories
+    (:func:`_writes_sharded`) gives an instance of its :func:`atomic_class` with the same attributes (its settings:
+    it is freshly made, not set up yet); anything else (a strategy name, a strategy writing whole files through its
+    ``checkpoint_io``) is returned as it is.
+
+    Args:
+        strategy: what a backend's ``make_strategy`` returned.
+
+    Example::
+
+        >>> type(atomic_strategy(ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1))).__name__
+        'AtomicModelParallelStrategy'
+        >>> atomic_strategy("ddp")
+        'ddp'
+    """
+    from lightning.pytorch.strategies import Strategy
+
+    if not isinstance(strategy, Strategy) or not _writes_sharded(strategy):
+        return strategy
+    cls = atomic_class(type(strategy))
+    atomic = cls.__new__(cls)
+    vars(atomic).update(vars(strategy))
+    return atomic

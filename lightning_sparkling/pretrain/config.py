@@ -21,6 +21,7 @@ from typing import Any, Optional, Union
 
 from lightning_sparkling.growth.schedules import DECAY_SHAPES, SCHEDULES
 from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.parallel.registry import cli_backend, registered_backends
 from lightning_sparkling.pretrain import litgpt_compat, litgpt_data
 from lightning_sparkling.pretrain.errors import ConfigError, _positive_int
 from lightning_sparkling.pretrain.model_config import _initial_model_config, model_config_from
@@ -69,7 +70,7 @@ class ResolvedRun:
     num_nodes: int
     world_size: int
     accelerator: str
-    strategy: str  # "auto" | "ddp" | "fsdp2" | "fsdp"
+    strategy: str  # "auto" or a registered backend's CLI value ("ddp", "fsdp2", "fsdp1"; never a deprecated alias)
     precision: str
     optimizer: Union[str, dict]
     optimizer_name: str
@@ -124,7 +125,7 @@ def resolve(ns: Any) -> ResolvedRun:
     if train.tie_embeddings is None:  # litgpt's TrainArgs default
         train.tie_embeddings = False
     notes: list[str] = []
-    strategy, num_nodes, accelerator, num_devices, world, precision = _resolve_hardware(ns)
+    strategy, num_nodes, accelerator, num_devices, world, precision = _resolve_hardware(ns, notes)
     notes += _cpu_processes_note(accelerator, num_devices, _get(ns, "num_threads"))
     compile_model, checkpointing = _resolve_runtime(ns, accelerator, strategy, notes)
     logger_name = _check_litgpt_keys(ns, train, evaluation, log, notes)
@@ -159,23 +160,44 @@ def resolve(ns: Any) -> ResolvedRun:
 
 
 # ------------------------------------------------------------------------------------------------------------ hardware
-def _resolve_hardware(ns: Any) -> tuple[str, int, str, int, int, str]:
-    """``(strategy, num_nodes, accelerator, num_devices, world size, precision)`` of a run."""
+def _strategy_choices(fits: Any = None) -> str:
+    """The CLI's ``strategy`` values for messages, from the backend registry: ``"auto, ddp, fsdp2 (FSDP2 sharding) or
+    fsdp1 (FSDP1, CUDA only)"``; ``fits``: only the backends (registry entries) it is true of, ``auto`` left out."""
+    entries = [e for e in registered_backends() if e.cli_strategy is not None and (fits is None or fits(e))]
+    labels = (["auto"] if fits is None else []) + [e.cli_label() for e in entries]
+    return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} or {labels[-1]}"
+
+
+def _named(entry: Any) -> str:
+    """``strategy 'fsdp1' (FSDP1)``: a registered backend's CLI value and its few words, for messages."""
+    return f"strategy {entry.cli_strategy!r}" + (f" ({entry.cli_help})" if entry.cli_help else "")
+
+
+def _resolve_hardware(ns: Any, notes: Optional[list[str]] = None) -> tuple[str, int, str, int, int, str]:
+    """``(strategy, num_nodes, accelerator, num_devices, world size, precision)`` of a run. ``strategy`` is ``auto``
+    or a registered backend's CLI value (:func:`~lightning_sparkling.parallel.registry.cli_backend`); a deprecated
+    alias is resolved to it with a note appended to ``notes``."""
     strategy = str(_get(ns, "strategy", "auto") or "auto")
-    if strategy not in STRATEGIES:
+    entry = cli_backend(strategy)
+    if strategy != "auto" and entry is None:
         unsupported = ("deepspeed" in strategy.lower() or "tensor" in strategy.lower()
                        or strategy.lower() in ("tp", "model_parallel"))
         why = (" (DeepSpeed and tensor parallelism cannot be grown in place: the callback rebuilds plain, DDP or "
                "FSDP-sharded litgpt modules only)" if unsupported else "")
-        raise ConfigError("strategy", f"{strategy!r} is not supported{why}; use auto, ddp, fsdp2 (FSDP2 sharding) or "
-                                      "fsdp (FSDP1, CUDA only)")
+        raise ConfigError("strategy", f"{strategy!r} is not supported{why}; use {_strategy_choices()}")
+    if entry is not None and strategy != entry.cli_strategy:  # a deprecated alias
+        until = f" (it goes in {entry.alias_until})" if entry.alias_until else ""
+        if notes is not None:
+            notes.append(f"strategy: {strategy} is a deprecated alias of strategy: {entry.cli_strategy}{until}; "
+                         f"write {entry.cli_strategy}")
+        strategy = str(entry.cli_strategy)
     num_nodes = _get(ns, "num_nodes", 1)
     accelerator, num_devices = _resolve_devices(_get(ns, "accelerator", "auto"), _get(ns, "devices", "auto"),
                                                 num_nodes)
-    if strategy == "fsdp" and accelerator != "cuda":
-        raise ConfigError("strategy", f"'fsdp' (FSDP1, Lightning's FSDPStrategy) runs on CUDA GPUs only, and the "
-                                      f"accelerator here is {accelerator!r}: use 'fsdp2' (FSDP2 sharding, CPU or GPU) "
-                                      "or 'ddp'")
+    if entry is not None and entry.cuda_only and accelerator != "cuda":
+        raise ConfigError("strategy", f"{_named(entry)} runs on CUDA GPUs only, and the accelerator here is "
+                                      f"{accelerator!r}: use "
+                                      f"{_strategy_choices(lambda e: not e.cuda_only)} (CPU or GPU)")
     world = num_devices * num_nodes
     if strategy == "auto" and world > 1:
         strategy = "ddp"
@@ -187,23 +209,28 @@ def _resolve_hardware(ns: Any) -> tuple[str, int, str, int, int, str]:
 
 
 def _resolve_runtime(ns: Any, accelerator: str, strategy: str, notes: list[str]) -> tuple[bool, bool]:
-    """``(compile, activation_checkpointing)``: ``compile: auto`` is on for CUDA; neither with FSDP1."""
+    """``(compile, activation_checkpointing)``: ``compile: auto`` is on for CUDA; each refused (and ``auto`` off,
+    with a note) under a strategy whose registered backend does not support it (FSDP1's)."""
     compile_model = _get(ns, "compile", "auto")
     checkpointing = _get(ns, "activation_checkpointing", False)
     if compile_model not in (True, False, "auto"):
         raise ConfigError("compile", f"expected auto, true or false, got {compile_model!r}")
     if not isinstance(checkpointing, bool):
         raise ConfigError("activation_checkpointing", f"expected true or false, got {checkpointing!r}")
-    if strategy == "fsdp":
-        for key, value in (("compile", compile_model is True), ("activation_checkpointing", checkpointing)):
-            if value:
-                raise ConfigError(key, "is not supported with strategy 'fsdp' (FSDP1) yet: use strategy 'fsdp2' "
-                                       f"(FSDP2 sharding) or 'ddp', or set {key}: false")
-        if compile_model == "auto":
-            notes.append("compile: auto is off under strategy 'fsdp' (FSDP1); use 'fsdp2' to compile")
-        return False, False
+    entry = cli_backend(strategy)
+    supported = {"compile": entry is None or entry.supports_compile,
+                 "activation_checkpointing": entry is None or entry.supports_activation_checkpointing}
+    for key, value in (("compile", compile_model is True), ("activation_checkpointing", checkpointing)):
+        if value and not supported[key]:
+            fits = (lambda e: e.supports_compile) if key == "compile" else (
+                lambda e: e.supports_activation_checkpointing)
+            raise ConfigError(key, f"is not supported with {_named(entry)} yet: use strategy "
+                                   f"{_strategy_choices(fits)}, or set {key}: false")
     if compile_model == "auto":
-        compile_model = accelerator == "cuda"
+        compile_model = accelerator == "cuda" and supported["compile"]
+        if not supported["compile"]:
+            notes.append(f"compile: auto is off under {_named(entry)}; use "
+                         f"{_strategy_choices(lambda e: e.supports_compile)} to compile")
     return bool(compile_model), checkpointing
 
 
@@ -515,9 +542,11 @@ def _resolve_optimizer(ns: Any, train: TrainArgs, strategy: str, precision: str)
             raise ConfigError("train.min_lr", f"must be >= 0, got {train.min_lr}")
         if train.min_lr > lr:
             raise ConfigError("train.min_lr", f"{train.min_lr} is larger than the optimizer's lr={lr}")
-    if uses_muon and strategy == "fsdp":
-        raise ConfigError("optimizer", "Muon orthogonalizes whole 2-D matrices, and FSDP1 ('fsdp') hands the optimizer "
-                                       "flattened 1-D shards: use strategy 'fsdp2' or 'ddp' with Muon, or AdamW")
+    entry = cli_backend(strategy)
+    if uses_muon and entry is not None and not entry.whole_matrices:
+        raise ConfigError("optimizer", f"Muon orthogonalizes whole 2-D matrices, and {_named(entry)} "
+                                       "hands the optimizer flattened 1-D shards: use strategy "
+                                       f"{_strategy_choices(lambda e: e.whole_matrices)} with Muon, or AdamW")
     if uses_muon and precision in ("16-mixed", "16"):
         raise ConfigError("precision", "16-mixed (gradient scaling) is not supported with Muon: use bf16-mixed, "
                                        "bf16-true or 32-true")

@@ -5,7 +5,7 @@ measured map.
     sparkling measure --config RUN.yaml [--budgets 0.7,1,1.4,2] [--seeds 3] [--jobs 2] [--section.key VALUE ...]
 
 Every key and dotted override of ``sparkling pretrain`` is taken (``--growth.stages ...``, ``--train.max_steps ...``,
-``--devices 2 --strategy fsdp``). The runs go to ``<out_dir>/measure/`` (``growth/seed<k>``,
+``--devices 2 --strategy fsdp1``). The runs go to ``<out_dir>/measure/`` (``growth/seed<k>``,
 ``scratch-x<b>/seed<k>``); an interrupted measurement resumes, skipping finished runs. The result,
 ``<out_dir>/measure.json``, holds the cell in the map's format (``cells``: ``speedup``, ``speedup_sd``, ``delta``,
 ``sd``, ``seeds``, ``params``, ``device``, ...) and every run (``runs``); ``sparkling plan --map

@@ -27,8 +27,6 @@ from lightning_sparkling.growth.compute import active_parameter_count, count_par
 from lightning_sparkling.growth.schedules import WarmupStableDecay, build_schedule, schedule_kind
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
 from lightning_sparkling.parallel.compile import compile_gpt
-from lightning_sparkling.parallel.sharding import shard_gpt as _shard_gpt
-from lightning_sparkling.parallel.sharding import wrap_gpt as _wrap_gpt
 from lightning_sparkling.pretrain.gpt import _as_config, _rebuilt_gpt, build_gpt, init_gpt_weights
 from lightning_sparkling.pretrain.optim import (DEFAULT_MIN_LR_RATIO, DEFAULT_WARMUP_FRACTION, _build_optimizers,
                                                 _clip_global_norm, _is_muon, _min_lr_ratio, _schedule_steps,
@@ -97,14 +95,31 @@ def _flops_params(model: nn.Module, tie_embeddings: bool) -> int:
     return active_parameter_count(model)
 
 
+def _check_runtime_supported(entry: Any, strategy: Any, compile: bool, activation_checkpointing: bool) -> None:
+    """Refuse (``ValueError``) ``compile`` / ``activation_checkpointing`` under a strategy whose growth backend's
+    registry entry (``entry``) says they do not work there, naming the strategies that support them."""
+    from lightning_sparkling.parallel.registry import registered_backends
+
+    refused = [key for key, on, ok in (("compile", compile, entry.supports_compile),
+                                       ("activation_checkpointing", activation_checkpointing,
+                                        entry.supports_activation_checkpointing)) if on and not ok]
+    if refused:
+        others = [e.usage for e in registered_backends() if e.supports_compile and e.supports_activation_checkpointing]
+        raise ValueError(f"{' and '.join(refused)} {'is' if len(refused) == 1 else 'are'} not supported under "
+                         f"{type(strategy).__name__} (backend {entry.name}) yet: use {', '.join(others)}, or turn "
+                         f"{'it' if len(refused) == 1 else 'them'} off")
+
+
 # ---------------------------------------------------------------------------------------------------------- module
 class LitGPTPretrainModule(L.LightningModule):
     """Pretrains a ``litgpt.GPT`` on batches of token ids ``(B, T + 1)`` (inputs ``[:, :-1]``, targets ``[:, 1:]``).
 
     - The model is a plain ``litgpt.GPT`` at ``self.model``, built in ``__init__`` with litgpt's init
       (:func:`build_gpt`); :meth:`configure_model` builds it only if it is ``None`` and, under
-      ``ModelParallelStrategy`` (``self.device_mesh`` set), FSDP2-shards it with :func:`~lightning_sparkling.parallel.shard_gpt` (idempotent: a
-      growth callback may call it again after swapping ``self.model``).
+      ``ModelParallelStrategy`` (``self.device_mesh`` set), FSDP2-shards it with
+      :func:`~lightning_sparkling.parallel.shard_gpt`, under ``FSDPStrategy`` FSDP1-wraps it with
+      :func:`~lightning_sparkling.parallel.wrap_gpt` (what the strategy's growth backend's ``prepare_model`` does;
+      idempotent: a growth callback may call it again after swapping ``self.model``).
     - Optimizer from a litgpt-style spec, weight decay on every parameter (litgpt and the paper). With
       ``torch.optim.Muon``: Muon for the 2-D weights of the transformer blocks, AdamW (``muon_adamw``) for
       everything else (embeddings, ``lm_head``, norms, biases), as two optimizers under manual optimization.
@@ -216,22 +231,30 @@ class LitGPTPretrainModule(L.LightningModule):
 
     # ------------------------------------------------------------------ model
     def configure_model(self) -> None:
-        """Build ``self.model`` if it is ``None`` (never twice), then FSDP2-shard it when a device mesh is set
-        (``ModelParallelStrategy``) or FSDP1-wrap it under ``FSDPStrategy`` (:func:`~lightning_sparkling.parallel.wrap_gpt`); already-sharded
-        modules are left alone, so calling it again is safe."""
-        from lightning.pytorch.strategies import FSDPStrategy
-
+        """Build ``self.model`` if it is ``None`` (never twice), then prepare it for the growth backend of the
+        Trainer's strategy (:func:`~lightning_sparkling.parallel.backend_class_for`, its settings unchecked: a
+        strategy trained without growth works too): ``prepare_model`` FSDP2-shards it over ``self.device_mesh``
+        under ``ModelParallelStrategy``, FSDP1-wraps it under ``FSDPStrategy``
+        (:func:`~lightning_sparkling.parallel.wrap_gpt`), leaves it as it is on one device and under DDP. A
+        strategy no backend accepts leaves it as it is. Already-sharded modules are left alone, so calling it again
+        is safe. ``compile`` and ``activation_checkpointing`` come first (per block where the backend says so), and
+        are refused where its registry entry says they do not work."""
         if self.model is None:
             self.model = build_gpt(self._initial_config, seed=self.seed, tie_embeddings=self.tie_embeddings)
-        fsdp1 = self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy)
-        if fsdp1 and (self.compile_options is not None or self.activation_checkpointing):
-            raise ValueError("compile and activation_checkpointing are not supported under FSDPStrategy (FSDP1) yet: "
-                             "use ModelParallelStrategy (FSDP2) or DDP, or turn them off")
-        self._apply_runtime(per_block=self.device_mesh is not None)
-        if self.device_mesh is not None:
-            _shard_gpt(self.model, self.device_mesh)
-        elif fsdp1:
-            self.model = _wrap_gpt(self.model)
+        self._prepare_model()
+
+    def _prepare_model(self) -> None:
+        """:meth:`configure_model` on ``self.model`` as it is (also after a checkpoint rebuilt it)."""
+        from lightning_sparkling.parallel.registry import backend_class, backend_entry_for
+
+        strategy = self.trainer.strategy if self._trainer is not None else None
+        entry = None if strategy is None else backend_entry_for(strategy)
+        backend = None if entry is None else backend_class(entry)
+        if entry is not None:
+            _check_runtime_supported(entry, strategy, self.compile_options is not None, self.activation_checkpointing)
+        self._apply_runtime(per_block=backend is not None and backend.compile_per_block)
+        if backend is not None:
+            self.model = backend.prepare_model(self, self.model)
 
     def _apply_runtime(self, per_block: bool) -> None:
         """Activation checkpointing, then ``torch.compile`` (torchtitan's order: both before sharding); both skip
@@ -411,9 +434,7 @@ class LitGPTPretrainModule(L.LightningModule):
     def _rebuild_model(self, config: Config) -> None:
         self.model = _rebuilt_gpt(self.model, config, seed=self.seed, tie_embeddings=self.tie_embeddings)
         self._flops_key = None
-        self._apply_runtime(per_block=self.device_mesh is not None)
-        if self.device_mesh is not None:
-            _shard_gpt(self.model, self.device_mesh)
+        self._prepare_model()
 
 
 def __getattr__(name: str):

@@ -40,7 +40,9 @@ __all__ = [
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
 STRATEGIES = cli_strategies()
-"""The ``strategy`` choices: ``auto`` and each registered growth backend's (:mod:`lightning_sparkling.parallel`)."""
+"""The ``strategy`` choices: ``auto`` and each growth backend's registered at import
+(:mod:`lightning_sparkling.parallel`); the configuration checks read the registry itself
+(:func:`~lightning_sparkling.parallel.registry.cli_backend`: a backend registered later, deprecated aliases)."""
 
 
 @dataclass
@@ -320,8 +322,9 @@ def pretrain_arguments(
         num_nodes: number of nodes.
         accelerator: ``auto``, ``cpu``, ``gpu``/``cuda``.
         strategy: ``auto`` (one device, or DDP for several), ``ddp``, ``fsdp2`` (``ModelParallelStrategy``,
-            data parallel only), ``fsdp`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only).
-            DeepSpeed and tensor parallelism are refused.
+            data parallel only), ``fsdp1`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only; ``fsdp``
+            is its deprecated alias until 0.3.0), or a registered growth backend's value. DeepSpeed and tensor
+            parallelism are refused.
         tokenizer_dir: use the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of training
             a BPE on the corpus; with a litgpt data module, the tokenizer it prepares its data with (as in litgpt).
         logger_name: ``tensorboard`` (the RMS dashboard's custom-scalars layout needs it), ``csv``, ``wandb`` or
@@ -332,9 +335,9 @@ def pretrain_arguments(
         compile: ``torch.compile`` the model as ``litgpt pretrain`` does (inductor): ``auto`` (on CUDA, not on CPU),
             ``true`` or ``false``. The whole GPT on one device and under DDP, each block under ``fsdp2``; a growth
             drops the compiled graphs and the next step compiles the grown shapes (its time is logged). Not with
-            ``strategy: fsdp``.
+            ``strategy: fsdp1``.
         activation_checkpointing: recompute every block's activations in the backward instead of keeping them
-            (less memory, about one more forward of compute); a growth's new blocks too. Not with ``strategy: fsdp``.
+            (less memory, about one more forward of compute); a growth's new blocks too. Not with ``strategy: fsdp1``.
         growth: growth stages and recipe (see ``growth.*``).
         rms_monitor: activation RMS dashboard settings; ``null`` disables it.
     """

@@ -57,15 +57,22 @@ def quiet_lightning() -> None:
 
 
 def _strategy(run: ResolvedRun):
-    """The Lightning strategy of ``run``: its name, or for ``fsdp2`` / ``fsdp`` a strategy whose sharded checkpoint
-    directories are written atomically (:mod:`~lightning_sparkling.pretrain.checkpointing`)."""
-    from lightning_sparkling.pretrain.checkpointing import AtomicFSDPStrategy, AtomicModelParallelStrategy
+    """The Lightning strategy of ``run``: the one its growth backend makes (the registry's entry for the CLI value:
+    :meth:`~lightning_sparkling.parallel.base.BaseBackend.make_strategy`; ``auto`` is Lightning's own), with its sharded
+    checkpoint directories written atomically (:func:`~lightning_sparkling.pretrain.checkpointing.atomic_strategy`).
 
-    if run.strategy == "fsdp2":
-        return AtomicModelParallelStrategy(data_parallel_size=run.world_size, tensor_parallel_size=1)
-    if run.strategy == "fsdp":  # FSDP1: the module's configure_model wraps each block, then the GPT (wrap_gpt)
-        return AtomicFSDPStrategy(use_orig_params=True, state_dict_type="sharded")
-    return run.strategy
+    Example::
+
+        run.strategy, run.world_size = "fsdp2", 2
+        _strategy(run)  # AtomicModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
+    """
+    from lightning_sparkling.parallel.registry import backend_class, cli_backend
+    from lightning_sparkling.pretrain.checkpointing import atomic_strategy
+
+    entry = cli_backend(run.strategy)
+    if entry is None:  # auto
+        return run.strategy
+    return atomic_strategy(backend_class(entry).make_strategy(run.world_size))
 
 
 @dataclasses.dataclass

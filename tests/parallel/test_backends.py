@@ -113,29 +113,60 @@ def test_single_backend_pieces():
 
 
 _TOY_MODULE = '''
-"""A toy growth backend: its own module, every step the shared base's."""
+"""A toy growth backend: its own module, every growth step the shared base's; its CLI pieces its own."""
 from lightning_sparkling.parallel import BaseBackend
 
 
 class ToyStrategy:
     """Stands for a strategy of a third-party package."""
 
+    def __init__(self, world_size=1):
+        self.world_size = world_size
+
 
 class ToyBackend(BaseBackend):
     name = "toy"
+    compile_per_block = True
 
     @classmethod
     def accepts(cls, strategy):
         return isinstance(strategy, ToyStrategy)
+
+    @classmethod
+    def make_strategy(cls, world_size):
+        return ToyStrategy(world_size)
+
+    @classmethod
+    def prepare_model(cls, pl_module, gpt):
+        gpt.prepared_by = (cls.name, pl_module)  # what a sharding backend's wrap or shard stands for
+        return gpt
 '''
+
+
+def _toy_run_config(tmp_path, strategy: str) -> list[str]:
+    """``sparkling plan`` arguments of a tiny run under ``strategy`` (nothing is trained or tokenized)."""
+    import yaml
+
+    config = {"model_config": dict(n_layer=2, n_embd=32, n_head=4, intermediate_size=64, mlp_class_name="LLaMAMLP",
+                                   norm_class_name="RMSNorm", bias=False),
+              "precision": "32-true", "accelerator": "cpu", "devices": 1, "strategy": strategy,
+              "data": {"vocab_size": 512, "seq_len": 32, "cache_dir": str(tmp_path / "cache")},
+              "train": {"global_batch_size": 8, "micro_batch_size": 4, "max_steps": 12, "lr_warmup_steps": 2}}
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return ["--config", str(path), "--out_dir", str(tmp_path / "out")]
 
 
 def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
     """A new backend: a module with a ``BaseBackend`` subclass, and one ``register_backend`` line; select_backend,
-    its message and the CLI's strategy choices follow the registry; no select_backend branch, no list to edit."""
+    its message, the CLI's strategy choices, its checks, its Trainer strategy and its module's ``configure_model``
+    follow the registry; no select_backend branch, no list to edit, no CLI branch."""
     from lightning.pytorch.strategies import Strategy
 
     from lightning_sparkling.parallel import cli_strategies, register_backend, registered_backends, unregister_backend
+    from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+    from lightning_sparkling.pretrain.trainer import _strategy
 
     (tmp_path / "toy_backend.py").write_text(_TOY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -148,7 +179,10 @@ def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
     with pytest.raises(GrowthError, match="ToyStrategy is not supported") as refused:
         select_backend(strategy)
     assert "toy_strategy()" not in str(refused.value)
-    entry = register_backend("toy", "toy_backend:ToyBackend", usage="toy_strategy()", cli_strategy="toy")
+    with pytest.raises(SystemExit):  # not a CLI strategy yet
+        parse(_toy_run_config(tmp_path, "toy"), "plan")
+    entry = register_backend("toy", "toy_backend:ToyBackend", usage="toy_strategy()", cli_strategy="toy",
+                             cli_aliases=("toy-old",), alias_until="9.9", cli_help="a toy", supports_compile=False)
     try:
         backend = select_backend(strategy)
         assert type(backend) is toy_backend.ToyBackend and isinstance(backend, GrowthBackend)
@@ -157,11 +191,32 @@ def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
             select_backend(_OtherStrategy.__new__(_OtherStrategy))
         with pytest.raises(ValueError, match="clashes with the registered backend 'toy'"):
             register_backend("toy", "toy_backend:ToyBackend", usage="again")
+        with pytest.raises(ValueError, match="clashes with the registered backend 'toy'"):
+            register_backend("toy2", "toy_backend:ToyBackend", usage="again", cli_strategy="toy-old")
         torch.manual_seed(0)
         gpt = GPT(tiny_config())  # the shared steps grow it as on one device
         result = backend.grow(SimpleNamespace(), None, gpt, GrowthStage(1, n_embd=2 * gpt.config.n_embd), seed=0,
                               stage_index=0)
         assert gpt.config.n_embd == 2 * result.old_config.n_embd and backend.forward_module(None, gpt) is gpt
+
+        # the CLI: `sparkling plan` resolves `strategy: toy` (its alias with a note), the Trainer trains under the
+        # toy's strategy, the module's configure_model prepares the GPT the toy's way and reads the toy's facts
+        _, run, _ = parse(_toy_run_config(tmp_path, "toy"), "plan")
+        assert run.strategy == "toy" and not run.compile and not any("deprecated" in n for n in run.notes)
+        _, old, _ = parse(_toy_run_config(tmp_path, "toy-old"), "plan")
+        assert old.strategy == "toy"
+        assert [n for n in old.notes if "deprecated" in n] == [
+            "strategy: toy-old is a deprecated alias of strategy: toy (it goes in 9.9); write toy"]
+        made = _strategy(run)
+        assert type(made) is toy_backend.ToyStrategy and made.world_size == run.world_size == 1
+        module = LitGPTPretrainModule(run.model_config, max_steps=2)
+        module._trainer = SimpleNamespace(strategy=strategy)  # what configure_model reads of the Trainer
+        module.configure_model()
+        assert module.model.prepared_by == ("toy", module)
+        module = LitGPTPretrainModule(run.model_config, max_steps=2, compile=True)
+        module._trainer = SimpleNamespace(strategy=strategy)
+        with pytest.raises(ValueError, match=r"compile is not supported under ToyStrategy \(backend toy\)"):
+            module.configure_model()
     finally:
         unregister_backend(entry)
     assert "toy" not in cli_strategies() and isinstance(strategy, Strategy)
@@ -170,9 +225,43 @@ def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
 
 
 def test_the_cli_strategies_are_the_registry_s():
+    from lightning_sparkling.parallel import cli_backend
     from lightning_sparkling.pretrain.schema import STRATEGIES
 
-    assert STRATEGIES == ("auto", "ddp", "fsdp2", "fsdp")
+    assert STRATEGIES == ("auto", "ddp", "fsdp2", "fsdp1")
+    assert cli_backend("fsdp").name == cli_backend("fsdp1").name == "fsdp1" and cli_backend("fsdp").cli_aliases
+    assert cli_backend("auto") is None and cli_backend("deepspeed") is None
+
+
+def test_configure_model_prepares_the_gpt_per_backend_without_checking_the_strategy(monkeypatch):
+    """The module's configure_model calls the strategy's backend's prepare_model (FSDP1: wrap_gpt, even for a
+    user's FSDPStrategy that growth would refuse; FSDP2: shard_gpt over the device mesh; one device: nothing), and
+    leaves the GPT as it is under a strategy no backend accepts."""
+    from lightning_sparkling.parallel import sharding
+    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+
+    calls = []
+    monkeypatch.setattr(sharding, "wrap_gpt", lambda gpt: calls.append(("wrap", gpt)) or gpt)
+    monkeypatch.setattr(sharding, "shard_gpt", lambda gpt, mesh: calls.append(("shard", mesh)) or gpt)
+    import lightning_sparkling.parallel.fsdp1 as fsdp1
+
+    monkeypatch.setattr(fsdp1, "wrap_gpt", sharding.wrap_gpt)
+    cfg = dict(n_layer=1, n_embd=16, n_head=2, vocab_size=32, block_size=8)
+    for strategy, expected in ((FSDPStrategy(use_orig_params=False), "wrap"), (SingleDeviceStrategy("cpu"), None),
+                               (_OtherStrategy.__new__(_OtherStrategy), None), (DDPStrategy(), None)):
+        calls.clear()
+        module = LitGPTPretrainModule(cfg)
+        module._trainer = SimpleNamespace(strategy=strategy)
+        module.configure_model()
+        assert [c[0] for c in calls] == ([expected] if expected else []), strategy
+        assert isinstance(module.model, GPT)
+    module = LitGPTPretrainModule(cfg)
+    module._trainer = SimpleNamespace(strategy=ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1))
+    mesh = object()
+    monkeypatch.setattr(type(module), "device_mesh", property(lambda self: mesh))
+    calls.clear()
+    module.configure_model()
+    assert calls == [("shard", mesh)]
 
 
 def test_backends_import_no_private_name_of_another_module():

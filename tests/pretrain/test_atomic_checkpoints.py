@@ -64,8 +64,34 @@ def test_cli_trainer_writes_through_the_atomic_checkpoint_io(run, tmp_path):
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     resolved.strategy, resolved.world_size = "fsdp2", 1
     assert isinstance(_strategy(resolved), AtomicModelParallelStrategy) and _writes_sharded(_strategy(resolved))
-    resolved.strategy = "fsdp"  # FSDP1 runs on CUDA only: its save is the FSDP2 one (the mixin), checked here by type
-    assert isinstance(_strategy(resolved), AtomicFSDPStrategy) and _writes_sharded(_strategy(resolved))
+    fsdp2 = _strategy(resolved)
+    assert type(fsdp2) is AtomicModelParallelStrategy
+    assert (fsdp2._data_parallel_size, fsdp2._tensor_parallel_size) == (1, 1)
+    resolved.strategy = "fsdp1"  # FSDP1 runs on CUDA only: its save is the FSDP2 one (the mixin), checked here by type
+    fsdp1 = _strategy(resolved)
+    assert type(fsdp1) is AtomicFSDPStrategy and _writes_sharded(fsdp1) and fsdp1.kwargs["use_orig_params"] is True
+    resolved.strategy = "ddp"
+    assert _strategy(resolved) == "ddp"
+
+
+def test_any_sharded_strategy_a_backend_makes_is_written_atomically():
+    """``atomic_strategy``: the strategy object a backend made, re-classed (cached) with the atomic mixin when it
+    writes sharded directories; the built-in classes map to the named ones."""
+    from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+
+    from lightning_sparkling.pretrain.checkpointing import _AtomicShardedSave, atomic_class, atomic_strategy
+
+    class MyShardedStrategy(ModelParallelStrategy):
+        pass
+
+    made = MyShardedStrategy(data_parallel_size=1, tensor_parallel_size=1)
+    atomic = atomic_strategy(made)
+    assert type(atomic).__name__ == "AtomicMyShardedStrategy" and isinstance(atomic, _AtomicShardedSave)
+    assert isinstance(atomic, MyShardedStrategy) and type(atomic) is atomic_class(MyShardedStrategy)
+    assert vars(atomic) == vars(made) and atomic._data_parallel_size == 1
+    assert atomic_class(ModelParallelStrategy) is AtomicModelParallelStrategy
+    ddp = DDPStrategy()
+    assert type(atomic_strategy(ddp)) is DDPStrategy  # whole files: its checkpoint_io writes them atomically
 
 
 # ------------------------------------------------------------------------------------------------------------ files

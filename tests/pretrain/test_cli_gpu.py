@@ -19,7 +19,7 @@ from test_cli import _tb_scalars, tiny_config, write_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-CASES = [("auto", "bf16-mixed"), ("auto", "bf16-true"), ("fsdp", "bf16-mixed")]
+CASES = [("auto", "bf16-mixed"), ("auto", "bf16-true"), ("fsdp1", "bf16-mixed")]
 
 
 def _weights(folder) -> dict:

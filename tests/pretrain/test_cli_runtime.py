@@ -44,11 +44,12 @@ def test_compile_auto_is_on_for_cuda_only(given, accelerator, strategy, expected
 
 def test_fsdp1_refuses_both_and_auto_notes_it():
     for key in ("compile", "activation_checkpointing"):
-        with pytest.raises(ConfigError, match=f"{key}.*not supported with strategy 'fsdp'.*'fsdp2'"):
-            _resolve_runtime({key: True}, "cuda", "fsdp", [])
+        with pytest.raises(ConfigError, match=f"{key}.*not supported with strategy 'fsdp1'.*ddp or fsdp2"):
+            _resolve_runtime({key: True}, "cuda", "fsdp1", [])
     notes: list[str] = []
-    assert _resolve_runtime({"compile": "auto"}, "cuda", "fsdp", notes) == (False, False)
-    assert "compile: auto is off under strategy 'fsdp'" in notes[0]
+    assert _resolve_runtime({"compile": "auto"}, "cuda", "fsdp1", notes) == (False, False)
+    assert notes == ["compile: auto is off under strategy 'fsdp1' (FSDP1); use ddp or fsdp2 (FSDP2 sharding) to "
+                     "compile"]
 
 
 def _final_state(out: Path) -> dict:
