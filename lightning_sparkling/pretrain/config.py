@@ -30,7 +30,7 @@ from lightning_sparkling.pretrain.optim import (_check_fresh_bias_correction, _o
 from lightning_sparkling.pretrain.resume import (GROWTH_STATE_KEY, _newest_to_resume, check_out_dir,  # noqa: F401
                                                  check_resume_checkpoint, find_resume_checkpoint,
                                                  newest_readable_checkpoint)
-from lightning_sparkling.pretrain.schema import (PRECISIONS, STRATEGIES, _SECTIONS, DataArgs, EvalArgs,  # noqa: F401
+from lightning_sparkling.pretrain.schema import (PRECISIONS, _SECTIONS, DataArgs, EvalArgs,  # noqa: F401
                                                  GrowthArgs, LogArgs, RMSMonitorArgs, TrainArgs, _as, _get,
                                                  check_keys, pretrain_arguments, stage_args)
 from lightning_sparkling.pretrain.stages import _resolve_stages, lr_decay_start  # noqa: F401
@@ -586,8 +586,10 @@ def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list
 
 
 def __getattr__(name: str) -> Any:
-    """``StageArgs``: the stage keys of the axes registered now (:func:`~lightning_sparkling.pretrain.schema.stage_args`),
-    never a copy taken when this module was imported."""
-    if name == "StageArgs":
-        return stage_args()
+    """``StageArgs``: the stage keys of the axes registered now (:func:`~lightning_sparkling.pretrain.schema.stage_args`);
+    ``STRATEGIES``: the backends' CLI values registered now; never copies taken when this module was imported."""
+    if name in ("StageArgs", "STRATEGIES"):
+        from lightning_sparkling.pretrain import schema
+
+        return getattr(schema, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,10 +39,6 @@ __all__ = [
 ]
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
-STRATEGIES = cli_strategies()
-"""The ``strategy`` choices: ``auto`` and each growth backend's registered at import
-(:mod:`lightning_sparkling.parallel`); the configuration checks read the registry itself
-(:func:`~lightning_sparkling.parallel.registry.cli_backend`: a backend registered later, deprecated aliases)."""
 
 
 @dataclass
@@ -227,9 +223,13 @@ def stage_args() -> type:
 
 
 def __getattr__(name: str) -> Any:
-    """``StageArgs``: :func:`stage_args` (the stage keys of the axes registered now)."""
+    """``StageArgs``: :func:`stage_args` (the stage keys of the axes registered now); ``STRATEGIES``: the
+    ``strategy`` choices, ``auto`` and each growth backend's registered now
+    (:func:`~lightning_sparkling.parallel.registry.cli_strategies`; deprecated aliases are not listed)."""
     if name == "StageArgs":
         return stage_args()
+    if name == "STRATEGIES":
+        return cli_strategies()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -187,6 +187,9 @@ def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
         backend = select_backend(strategy)
         assert type(backend) is toy_backend.ToyBackend and isinstance(backend, GrowthBackend)
         assert cli_strategies()[-1] == "toy" and registered_backends()[-1] is entry
+        from lightning_sparkling.pretrain import config, schema
+
+        assert schema.STRATEGIES[-1] == config.STRATEGIES[-1] == "toy"  # read now, not at import
         with pytest.raises(GrowthError, match=r"_OtherStrategy is not supported.*toy_strategy\(\)"):
             select_backend(_OtherStrategy.__new__(_OtherStrategy))
         with pytest.raises(ValueError, match="clashes with the registered backend 'toy'"):
