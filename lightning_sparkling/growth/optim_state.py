@@ -9,7 +9,8 @@ Two pieces, both independent of Lightning:
   ``asymmetric-scaled`` like asymmetric with fan-in first moments scaled by ``alpha`` and second moments by
   ``alpha^2``; ``scaled`` like copy, with every entry's state (old and new) scaled that way (the symmetric
   "Scaled Optimizer States" baseline, paper appendix "Comparison to Prior Dynamics-Based Strategies"). Scalar
-  state (``step``) is kept. Computed first, applied in one go, undoable.
+  state (``step``) is kept. Computed first, applied in one go, undoable. The swaps, a depth growth's new blocks and
+  the regrouping are :func:`plan_param_moves`, which the sharded backends' planners call with their own state.
 - :class:`RewarmupRescale`: per-element learning rate for new entries of fused tensors. Right before
   ``optimizer.step()`` it saves the new entries; right after, it rescales their update by
   ``lr_new / lr_group``: ``p_new <- before + (lr_new / lr_group) * (after - before)``. Exact for optimizers whose
@@ -167,10 +168,11 @@ def plan_optimizer_patch(
         GrowthError: for an unsupported optimizer or a state entry whose layout is unknown.
     """
     check_optimizer_supported(optimizer)
-    name_of = {id(p): n for n, p in result.old_params.items()}
-    group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
 
-    def grown_state(state: dict, name: str, new: nn.Parameter) -> dict:
+    def grown_state(old: nn.Parameter, name: str, new: nn.Parameter) -> dict | None:
+        state = optimizer.state.get(old)
+        if not state:
+            return None
         spec = result.plan.tensors.get(name)
         if spec is None or moves_only(spec):
             return dict(state)  # unchanged values (a sharded backend's new parameter, or a block that only moved)
@@ -181,6 +183,31 @@ def plan_optimizer_patch(
             for key, value in state.items()
         }
 
+    return plan_param_moves(optimizer, result, grown_state)
+
+
+#: ``(old parameter, or a new block parameter's source; grown name; new parameter) -> the new parameter's state``
+#: (``None``: no state) for :func:`plan_param_moves`
+StateOf = Callable[[nn.Parameter, str, nn.Parameter], "dict | None"]
+
+
+def plan_param_moves(optimizer: torch.optim.Optimizer, result: GrowthResult, state_of: StateOf) -> OptimizerPatch:
+    """The steps every optimizer patch shares, whatever the strategy (one device, FSDP2, FSDP1): each parameter of
+    ``result.old_params`` the optimizer holds is swapped for its successor; each new block's parameter
+    (``result.added``) joins the param group of its source, and such a group is listed in the grown model's
+    parameter order (``result.order``: what the module's own ``configure_optimizers`` builds on the grown model
+    at a resume, and optimizer state loads by position). ``state_of`` gives each new parameter's state, in that
+    order (replacements by param group, then ``result.added``: the same on every rank, so it may gather); a new
+    block's scalar state (Adam's ``step``) is cloned, since torch updates it in place once per parameter
+    (per-element state is the strategy's to build: grown afresh, or filled in later under FSDP1).
+
+    Args:
+        optimizer: a torch optimizer holding (some of) the model's parameters.
+        result: the growth (old -> new parameters, new blocks' parameters and their sources).
+        state_of: ``(old or source parameter, grown name, new parameter) -> state`` (``None``: none).
+    """
+    name_of = {id(p): n for n, p in result.old_params.items()}
+    group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
     patch = OptimizerPatch(optimizer)
     for g, group in enumerate(optimizer.param_groups):
         for i, p in enumerate(group["params"]):
@@ -189,9 +216,9 @@ def plan_optimizer_patch(
                 continue
             new = result.new_params[name]
             patch.replacements.append((g, i, p, new))
-            state = optimizer.state.get(p)
-            if state:
-                patch.new_state[new] = grown_state(state, name, new)
+            state = state_of(p, name, new)
+            if state is not None:
+                patch.new_state[new] = state
     for name, (source, new) in result.added.items():
         g = group_of.get(id(source))
         if g is None:
@@ -201,14 +228,12 @@ def plan_optimizer_patch(
             patch.regrouped[g] = [result.new_params.get(name_of.get(id(p), ""), p)
                                   for p in optimizer.param_groups[g]["params"]]
         patch.regrouped[g].append(new)
-        state = optimizer.state.get(source)
-        if state:  # scalar state (Adam's step) is cloned: torch updates it in place, once per parameter
+        state = state_of(source, name, new)
+        if state is not None:
             patch.new_state[new] = {key: value.clone() if isinstance(value, torch.Tensor) and value.ndim == 0
-                                    else value for key, value in grown_state(state, name, new).items()}
-    # A group that gains a new block's parameters lists them in the grown model's order: what the module's own
-    # configure_optimizers builds on the grown model when a checkpoint is resumed (optimizer state loads by position)
+                                    else value for key, value in state.items()}
     rank = {id(p): i for i, p in enumerate(result.order)}
-    for g, params in patch.regrouped.items():
+    for params in patch.regrouped.values():
         params.sort(key=lambda p: rank.get(id(p), len(rank)))
     return patch
 

@@ -23,7 +23,7 @@ configuration checks need before Lightning is imported, on the registry entry
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -33,7 +33,7 @@ from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
 from lightning_sparkling.growth.plan import GrowthPlan
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import GrowthResult, grow_model
+from lightning_sparkling.growth.surgery import GrowthResult, grow_model, result_params
 
 if TYPE_CHECKING:  # Lightning is imported once a fit runs, never by this module
     import lightning.pytorch as pl
@@ -268,14 +268,57 @@ class BaseBackend:
 class ShardedBackend(BaseBackend):
     """The shared steps of a strategy that loads a checkpoint's weights and optimizer state straight into the live
     sharded model after ``on_fit_start`` (FSDP1, FSDP2): a resume is hooked on ``strategy.load_checkpoint``
-    (:func:`hook_strategy_resume`) and regrows the model and its optimizers there; a grown model is wrapped or
-    sharded by the module's ``configure_model`` when it is built, so nothing is re-wrapped after."""
+    (:func:`hook_strategy_resume`) and regrows the model and its optimizers there (:meth:`rebuild`, then the
+    strategy's ``setup_optimizers``); a grown model is wrapped or sharded by the module's ``configure_model`` when it
+    is built, so nothing is re-wrapped after; a tensor-parallel DTensor layout is refused at fit start
+    (:func:`check_sharding_supported`). A subclass grows by rebuilding too, pairing the parameters of the rebuilt
+    GPT with the old ones by :func:`rebuilt_result_params`."""
 
     restores_after_fit_start = True
+
+    def check_model(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> None:
+        check_sharding_supported(gpt)
 
     def hook_resume(self, trainer: pl.Trainer, pl_module: pl.LightningModule, state_key: str,
                     on_state: ResumeFn) -> Callable[[], None]:
         return hook_strategy_resume(trainer, state_key, on_state)
+
+    def rebuild(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
+                config: object) -> None:
+        """Put a ``GPT(config)`` where ``gpt`` sits, wrapped or sharded by the module's ``configure_model`` as the
+        strategy wants it (values unset: a resume loads them)."""
+        raise NotImplementedError(f"backend {self.name or type(self).__name__!r}: override rebuild()")
+
+    def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
+               plans: Sequence[GrowthPlan]) -> None:
+        self.rebuild(trainer, pl_module, gpt, plans[-1].new_config)  # values come from the checkpoint
+        trainer.strategy.setup_optimizers(trainer)
+
+
+def check_sharding_supported(model: torch.nn.Module) -> None:
+    """Refuse DTensor layouts other than FSDP2's ``Shard(0)`` over a 1-D mesh (e.g. tensor parallel plans)."""
+    from torch.distributed.tensor import DTensor
+
+    for name, p in model.named_parameters():
+        if isinstance(p, DTensor) and (p.device_mesh.ndim != 1 or not all(
+                place.is_shard(0) or place.is_replicate() for place in p.placements)):
+            raise GrowthError(
+                f"parameter {name!r} is laid out as {p.placements} on a {p.device_mesh.ndim}-D mesh: only FSDP2 "
+                "(fully_shard, Shard(0) on one data-parallel dimension) can be grown; tensor parallel plans cannot"
+            )
+
+
+def rebuilt_result_params(plan: GrowthPlan, old_named: Mapping[str, torch.nn.Parameter],
+                          new_named: Mapping[str, torch.nn.Parameter]) -> tuple[dict, dict, dict]:
+    """``(old_params, new_params, added)`` of a growth that rebuilt the GPT
+    (:func:`~lightning_sparkling.growth.surgery.result_params`: every parameter is a new object), each new parameter
+    trained or frozen like its predecessor (a new block's like its source)."""
+    old_params, new_params, added = result_params(plan, old_named, new_named)
+    for name, new_param in new_params.items():
+        new_param.requires_grad_(old_params[name].requires_grad)
+    for source, new_param in added.values():
+        new_param.requires_grad_(source.requires_grad)
+    return old_params, new_params, added
 
 
 def peek_callback_state(checkpoint_path: Any, state_key: str) -> dict[str, Any] | None:

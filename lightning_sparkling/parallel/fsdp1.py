@@ -42,12 +42,18 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-from lightning_sparkling.growth.optim_state import OptimizerPatch, check_optimizer_supported, grow_state, moves_only
+from lightning_sparkling.growth.optim_state import (
+    OptimizerPatch,
+    check_optimizer_supported,
+    grow_state,
+    moves_only,
+    plan_param_moves,
+)
 from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import GrowthResult, UndoLog, clean_name, result_params
-from lightning_sparkling.parallel.base import ShardedBackend, parent_and_attr
-from lightning_sparkling.parallel.fsdp2 import check_sharding_supported, grown_values, place_meta_gpt
+from lightning_sparkling.growth.surgery import GrowthResult, UndoLog, clean_name
+from lightning_sparkling.parallel.base import ShardedBackend, parent_and_attr, rebuilt_result_params
+from lightning_sparkling.parallel.fsdp2 import grown_values, place_meta_gpt
 from lightning_sparkling.parallel.sharding import wrap_gpt
 
 if TYPE_CHECKING:
@@ -277,11 +283,7 @@ def grow_fsdp1(pl_module: Any, strategy: Any, gpt: nn.Module, stage: GrowthStage
                         p.copy_(grown[name])
             del old_full, grown
         old_named, new_named = named_params(old_wrapper), named_params(new_wrapper)
-        old_params, new_params, added = result_params(plan, old_named, new_named)
-        for name, new_param in new_params.items():
-            new_param.requires_grad_(old_params[name].requires_grad)
-        for source, new_param in added.values():
-            new_param.requires_grad_(source.requires_grad)
+        old_params, new_params, added = rebuilt_result_params(plan, old_named, new_named)
     except BaseException:
         swap.undo()
         raise
@@ -357,41 +359,22 @@ def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1Gr
     plan = result.plan
     old_wrapper, new_wrapper = result.old_wrapper, result.new_wrapper
     old_by_name = named_params(old_wrapper)  # pre-growth names
-    grown_name = {id(p): n for n, p in result.old_params.items()}  # a kept parameter's name in the grown model
-    group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
-    patch = OptimizerPatch(optimizer)
-    in_optimizer = {n for n, p in old_by_name.items() if id(p) in group_of}
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    in_optimizer = {n for n, p in old_by_name.items() if id(p) in held}
     keys = {n: k for n, k in _agreed_state_keys(optimizer, {id(p): n for n, p in old_by_name.items()}).items()
             if n in in_optimizer}
     template = next((s for s in optimizer.state.values() if s), None)
     scalars = _agreed_scalars(optimizer, {id(p): n for n, p in old_by_name.items()})  # a collective
-    for g, group in enumerate(optimizer.param_groups):
-        for i, p in enumerate(group["params"]):
-            name = grown_name.get(id(p))
-            if name is None:
-                continue
-            new = result.new_params[name]
-            patch.replacements.append((g, i, p, new))
-            state = optimizer.state.get(p, {})
-            if state or keys.get(_source_name(plan, name)):
-                patch.new_state[new] = _scalar_state(state, template, scalars.get(_source_name(plan, name)))
-    for name, (source, new) in result.added.items():
-        g = group_of.get(id(source))
-        if g is None:
-            continue  # the source is not trained by this optimizer
-        patch.additions.append((g, new))
-        if g not in patch.regrouped:
-            patch.regrouped[g] = [result.new_params.get(grown_name.get(id(p), ""), p)
-                                  for p in optimizer.param_groups[g]["params"]]
-        patch.regrouped[g].append(new)
-        state = optimizer.state.get(source, {})
-        if state or keys.get(_source_name(plan, name)):  # its own step tensor: torch updates it in place
-            patch.new_state[new] = {k: v.clone() if isinstance(v, torch.Tensor) else v
-                                    for k, v in _scalar_state(state, template,
-                                                              scalars.get(_source_name(plan, name))).items()}
-    rank = {id(p): i for i, p in enumerate(result.order)}
-    for params in patch.regrouped.values():
-        params.sort(key=lambda p: rank.get(id(p), len(rank)))
+
+    def scalar_state(old: nn.Parameter, name: str, new: nn.Parameter) -> dict | None:
+        """Only the scalar state (every tensor 0-dim, so a new block's gets cloned whole), at the ranks' agreed
+        value; per-element state is gathered, grown and scattered below, one old unit at a time."""
+        state = optimizer.state.get(old, {})
+        if state or keys.get(_source_name(plan, name)):
+            return _scalar_state(state, template, scalars.get(_source_name(plan, name)))
+        return None
+
+    patch = plan_param_moves(optimizer, result, scalar_state)
     new_param = {**result.new_params, **{n: new for n, (_, new) in result.added.items()}}
     for old_unit, new_units in unit_sources(plan, old_wrapper, new_wrapper):
         unit_names = [n for n in owned_params(old_wrapper, old_unit) if keys.get(n)]
@@ -550,7 +533,7 @@ class FSDP1Backend(ShardedBackend):
             )
 
     def check_model(self, pl_module: pl.LightningModule, gpt: nn.Module) -> None:
-        check_sharding_supported(gpt)
+        super().check_model(pl_module, gpt)
         check_fsdp1_layout(pl_module, gpt)
 
     def grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: nn.Module, stage: GrowthStage, *,
@@ -572,10 +555,10 @@ class FSDP1Backend(ShardedBackend):
     def new_entry_pieces(self, pl_module: pl.LightningModule,
                          gpt: nn.Module) -> Callable[[torch.Tensor, Sequence[tuple[slice, ...]]], list]:
         wrapper = fsdp1_wrapper(pl_module, gpt)
+        if wrapper is None:
+            return super().new_entry_pieces(pl_module, gpt)
 
         def pieces_of(param: torch.Tensor, pieces: Sequence[tuple[slice, ...]]) -> list:
-            if wrapper is None:
-                return [(param.data, piece) for piece in pieces]
             held = shard_range(param, wrapper)  # param is this rank's 1-D view of its flattened values
             if held is None:
                 return []
@@ -589,12 +572,8 @@ class FSDP1Backend(ShardedBackend):
         wrapper = fsdp1_wrapper(pl_module, gpt)
         if wrapper is not None:  # gathered one unit at a time
             return iter_full_params(wrapper, list(names))
-        params = dict(gpt.named_parameters(remove_duplicate=False))
-        return ((name, params[name].detach()) for name in names)
+        return super().full_tensors(pl_module, gpt, names)
 
-    def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: nn.Module,
-               plans: Sequence[GrowthPlan]) -> None:
+    def rebuild(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: nn.Module, config: object) -> None:
         check_fsdp1_layout(pl_module, gpt)
-        wrapper = fsdp1_wrapper(pl_module, gpt)  # values come from the checkpoint
-        build_wrapped_gpt(pl_module, trainer.strategy, wrapper, plans[-1].new_config, UndoLog())
-        trainer.strategy.setup_optimizers(trainer)
+        build_wrapped_gpt(pl_module, trainer.strategy, fsdp1_wrapper(pl_module, gpt), config, UndoLog())

@@ -30,15 +30,15 @@ from lightning_sparkling.growth.surgery import (
     GrowthResult,
     UndoLog,
     clean_name,
-    grow_model,
     grow_tensors,
-    result_params,
 )
 from lightning_sparkling.parallel.base import (  # noqa: F401 (the old names stay importable here)
     ShardedBackend,
+    check_sharding_supported,
     hook_strategy_resume,
     parent_and_attr,
     peek_callback_state,
+    rebuilt_result_params,
 )
 
 if TYPE_CHECKING:
@@ -49,17 +49,6 @@ if TYPE_CHECKING:
 def is_sharded(model: torch.nn.Module) -> bool:
     """Whether ``model``'s parameters are DTensors (FSDP2 ``fully_shard`` / ``ModelParallelStrategy``)."""
     return any(isinstance(p, DTensor) for p in model.parameters())
-
-
-def check_sharding_supported(model: torch.nn.Module) -> None:
-    """Refuse DTensor layouts other than FSDP2's ``Shard(0)`` over a 1-D mesh (e.g. tensor parallel plans)."""
-    for name, p in model.named_parameters():
-        if isinstance(p, DTensor) and (p.device_mesh.ndim != 1 or not all(
-                pl.is_shard(0) or pl.is_replicate() for pl in p.placements)):
-            raise GrowthError(
-                f"parameter {name!r} is laid out as {p.placements} on a {p.device_mesh.ndim}-D mesh: only FSDP2 "
-                "(fully_shard, Shard(0) on one data-parallel dimension) can be grown; tensor parallel plans cannot"
-            )
 
 
 def reshard(model: torch.nn.Module) -> None:
@@ -245,11 +234,7 @@ def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: Gro
         missing = sorted(set(new_named) - filled)
         if missing:
             raise GrowthError(f"FSDP2 growth left parameters of the grown GPT unfilled: {missing[:6]}")
-        old_params, new_params, added = result_params(plan, old_named, new_named)
-        for name, new_param in new_params.items():
-            new_param.requires_grad_(old_params[name].requires_grad)
-        for source, new_param in added.values():
-            new_param.requires_grad_(source.requires_grad)
+        old_params, new_params, added = rebuilt_result_params(plan, old_named, new_named)
     except BaseException:
         swap.undo()
         raise
@@ -315,23 +300,17 @@ class FSDP2Backend(ShardedBackend):
                 "tensor_parallel_size=1) for FSDP2"
             )
 
-    def check_model(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> None:
-        check_sharding_supported(gpt)
-
     def grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *,
              seed: int, stage_index: int, plan: GrowthPlan | None = None) -> GrowthResult:
-        if not is_sharded(gpt):
-            return grow_model(gpt, stage, seed=seed, stage_index=stage_index, plan=plan)
+        if not is_sharded(gpt):  # in place, as on one device
+            return super().grow(trainer, pl_module, gpt, stage, seed=seed, stage_index=stage_index, plan=plan)
         return grow_sharded(pl_module, gpt, stage, seed=seed, stage_index=stage_index, plan=plan)
 
     def plan_optimizer_patch(self, optimizer: torch.optim.Optimizer, result: GrowthResult,
                              recipe: str) -> OptimizerPatch:
         if any(isinstance(p, DTensor) for p in result.new_params.values()):
             return plan_sharded_optimizer_patch(optimizer, result, recipe)
-        return plan_optimizer_patch(optimizer, result, recipe)
-
-    def forward_module(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> torch.nn.Module:
-        return gpt
+        return super().plan_optimizer_patch(optimizer, result, recipe)
 
     def reshard(self, pl_module: pl.LightningModule, gpt: torch.nn.Module) -> None:
         if is_sharded(gpt):
@@ -347,7 +326,6 @@ class FSDP2Backend(ShardedBackend):
         params = dict(gpt.named_parameters(remove_duplicate=False))  # tied: wte and lm_head both by name
         return ((name, full_tensor(params[name].detach())) for name in names)
 
-    def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
-               plans: Sequence[GrowthPlan]) -> None:
-        build_sharded_gpt(pl_module, gpt, plans[-1].new_config, UndoLog())  # values come from the checkpoint
-        trainer.strategy.setup_optimizers(trainer)
+    def rebuild(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
+                config: object) -> None:
+        build_sharded_gpt(pl_module, gpt, config, UndoLog())

@@ -14,7 +14,7 @@ from litgpt import GPT
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, rewarmup_lr
 from lightning_sparkling.growth.depth_maps import depth_source_map
-from lightning_sparkling.growth.optim_state import plan_optimizer_patch
+from lightning_sparkling.growth.optim_state import plan_optimizer_patch, plan_param_moves
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
@@ -220,6 +220,35 @@ def test_new_blocks_join_their_sources_param_group_with_grown_state(recipe):
     assert sum(len(g["params"]) for g in opt.param_groups) == len(decay) + len(no_decay)
     assert all(p in opt.state for p in decay + no_decay) and len(opt.state) == len(decay) + len(no_decay)
     assert before  # the grown model itself is untouched by the optimizer undo
+
+
+def test_the_shared_parameter_moves_take_any_state_construction():
+    """``plan_param_moves`` (what the one-device, FSDP2 and FSDP1 planners share) with FSDP1's kind of state: scalars
+    only. It asks for replacements by param group, then new blocks; a new block's step is a clone; a group that
+    gains new blocks lists them in the grown model's parameter order."""
+    model = make_gpt(llama_config(n_layer=2))
+    opt = torch.optim.AdamW([{"params": [p for p in model.parameters() if p.ndim == 2]},
+                             {"params": [p for p in model.parameters() if p.ndim < 2]}])
+    model(make_tokens(model.config)).sum().backward()
+    opt.step()
+    result = grow_model(model, paper_stage(1, n_layer=4, depth_init="copy", depth_order="interleave"))
+    asked = []
+
+    def scalars(old, name, new):
+        asked.append(name)
+        return {k: v for k, v in opt.state[old].items() if v.ndim == 0}
+
+    patch = plan_param_moves(opt, result, scalars)
+    replaced = [name for _, _, _, new in patch.replacements for name, p in result.new_params.items() if p is new]
+    assert asked == replaced + list(result.added)
+    for source, new in result.added.values():
+        assert torch.equal(patch.new_state[new]["step"], opt.state[source]["step"])
+        assert patch.new_state[new]["step"] is not opt.state[source]["step"]
+    order = [id(p) for p in model.parameters()]
+    for g, params in patch.regrouped.items():
+        ids = [id(p) for p in params]
+        assert ids == [i for i in order if i in ids], g
+    assert sum(map(len, patch.regrouped.values())) == len(order)
 
 
 # ----------------------------------------------------------------------------------------------- symmetry
