@@ -10,7 +10,8 @@ tokenized by the byte-level BPE that ``sparkling`` trains (its ``final/`` folder
 one micro-batch per optimizer step, AdamW with the same arguments, clipping at 1.0, one data-loader worker and no
 validation or checkpoint inside the timed steps. Each tool's own optimizer default is kept (litgpt: fused AdamW on
 CUDA only; sparkling: fused on CUDA and the CPU); ``--sparkling-foreach`` adds a sparkling variant with litgpt's CPU
-kernel.
+kernel, ``--activation-checkpointing`` one with ``activation_checkpointing: true`` (every block's activations
+recomputed in the backward; litgpt's pretrain has no such switch, so its ratio is its cost against litgpt).
 
 **What is timed, the same way on both sides.** Both log fabric's ``Throughput`` counters after every optimizer step
 (litgpt's pretrain loop does; ``sparkling`` through ``TokenThroughputMonitor``): ``time``, seconds since the training
@@ -106,6 +107,8 @@ def sparkling_config(args, size: dict, text: Path, out: Path, variant: str) -> d
     cfg["train"]["max_steps"] = args.steps
     if variant == "sparkling-foreach":
         cfg["optimizer"]["init_args"]["foreach"] = True
+    if variant == "sparkling+ac":
+        cfg["activation_checkpointing"] = True
     return cfg
 
 
@@ -260,6 +263,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--compile", choices=("true", "false"), default="false")
     p.add_argument("--rms-every", type=int, default=50, help="the RMS monitor's every_n_steps when on")
     p.add_argument("--sparkling-foreach", action="store_true", help="also sparkling with foreach AdamW")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="also sparkling with activation_checkpointing: true")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every run")
     p.add_argument("--max-bytes", type=int, default=3_000_000, help="text copied from the stdlib")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run")
@@ -280,7 +285,8 @@ def main(argv: list[str] | None = None) -> dict:
               f"{args.warmup + 1}..{args.steps - 1}): 'sparkling+rms' times its hooks' absence, not a measurement")
     args.workdir.mkdir(parents=True, exist_ok=True)
     text, tokenizer = prepare(args, size)
-    variants = list(VARIANTS) + (["sparkling-foreach"] if args.sparkling_foreach else [])
+    variants = (list(VARIANTS) + (["sparkling-foreach"] if args.sparkling_foreach else [])
+                + (["sparkling+ac"] if args.activation_checkpointing else []))
     import torch
 
     record = {"size": args.size, "model": model_config(size), "params": param_count(size),

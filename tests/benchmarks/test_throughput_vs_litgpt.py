@@ -68,6 +68,8 @@ def test_both_tools_get_the_same_model_batch_precision_and_optimizer(tmp_path):
     assert spark["data"]["seq_len"] == lit["model_config"]["block_size"] == size["seq"]
     assert spark["rms_monitor"] == {"every_n_steps": 50}
     assert tvl.sparkling_config(args, size, tmp_path, tmp_path, "sparkling")["rms_monitor"] is None
+    assert tvl.sparkling_config(args, size, tmp_path, tmp_path, "sparkling+ac")["activation_checkpointing"] is True
+    assert "activation_checkpointing" not in spark
     cmd, env = tvl.command("litgpt", tmp_path / "c.yaml", args)
     assert env["TORCHDYNAMO_DISABLE"] == "1" and cmd[1:4] == ["-m", "litgpt", "pretrain"]
 
@@ -82,17 +84,17 @@ def test_rms_steps_timed_counts_the_measured_steps_inside_the_window():
 
 @pytest.mark.slow
 def test_tiny_mode_end_to_end(tmp_path):
-    record = _module().main(["--tiny", "--repeats", "1", "--workdir", str(tmp_path / "work"),
-                             "--out", str(tmp_path / "out.json")])
+    record = _module().main(["--tiny", "--repeats", "1", "--activation-checkpointing", "--workdir",
+                             str(tmp_path / "work"), "--out", str(tmp_path / "out.json")])
     saved = json.loads((tmp_path / "out.json").read_text())
     assert saved["summary"] == record["summary"] and saved["params"] == record["params"] > 0
     assert saved["rms_steps_timed"] == 1  # the monitor measured step 4, inside the window
-    assert [r["variant"] for r in saved["runs"]] == ["litgpt", "sparkling", "sparkling+rms"]
+    assert [r["variant"] for r in saved["runs"]] == ["litgpt", "sparkling", "sparkling+rms", "sparkling+ac"]
     for run in saved["runs"]:
         assert run["steps_logged"] == 6 and run["tokens_per_sec"] > 0, run
     for figure in ("tokens_per_sec", "median_step_tokens_per_sec"):
         summary = saved["summary"][figure]
-        for variant in ("sparkling", "sparkling+rms"):
+        for variant in ("sparkling", "sparkling+rms", "sparkling+ac"):
             s = summary[variant]
             assert s["ratio_median"] == pytest.approx(s["median"] / summary["litgpt"]["median"])
     again = _module().main(["--report-only", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out.json")])
