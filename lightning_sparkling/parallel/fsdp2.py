@@ -12,9 +12,7 @@ way (:func:`plan_sharded_optimizer_patch`). :class:`FSDP2Backend` is the
 
 from __future__ import annotations
 
-import re
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,22 +20,22 @@ import lightning.pytorch as pl
 import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from lightning_sparkling.growth.depth_maps import split_block_name
 from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
 from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import (
     GrowthResult,
     UndoLog,
-    clean_name,
     grow_tensors,
 )
 from lightning_sparkling.parallel.base import (  # noqa: F401 (the old names stay importable here)
     ShardedBackend,
     check_sharding_supported,
+    grown_values,
     hook_strategy_resume,
     parent_and_attr,
     peek_callback_state,
+    place_meta_gpt,
     rebuilt_result_params,
 )
 
@@ -113,44 +111,6 @@ def shard0_piece(size: int, world: int, rank: int, piece: tuple[slice, ...]) -> 
     return (slice(lo - start, hi - start), *piece[1:])
 
 
-def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: torch.nn.Module, config: object,
-                   swap: UndoLog) -> torch.nn.Module:
-    """Build ``GPT(config)`` on the meta device, tied and with the sequence length like ``old_gpt``, and put it in
-    ``where``'s place on the LightningModule (the GPT itself under FSDP2, its FSDP1 wrapper under FSDP1), in ``swap``."""
-    from litgpt.model import GPT
-
-    parent, attr = parent_and_attr(pl_module, where)
-    with torch.device("meta"):
-        new = GPT(config)
-    # the dtype of every parameter as in old_gpt (GPT(config) builds in the default dtype: a bf16-true or float64
-    # model would otherwise come back float32); FSDP1 and activation checkpointing prefix the names. A new block of
-    # a depth growth takes the dtypes of the old blocks' tensors of the same name.
-    dtypes = {clean_name(name): p.dtype for name, p in old_gpt.named_parameters()}
-    block_dtypes = {found[1]: dtype for name, dtype in dtypes.items() if (found := split_block_name(name)) is not None}
-    # a new module of a plug-in axis (a new expert, a new router): the dtype of the old tensors of its pattern
-    # (indices as *), else the dtype most of the model has
-    pattern_dtypes = {_index_pattern(name): dtype for name, dtype in dtypes.items()}
-    counts = Counter(dtypes.values())
-    model_dtype = counts.most_common(1)[0][0] if counts else None
-    for name, param in list(new.named_parameters()):
-        found = split_block_name(name)
-        fallback = pattern_dtypes.get(_index_pattern(name), model_dtype or param.dtype)
-        dtype = dtypes.get(name, block_dtypes.get(found[1], fallback) if found is not None else fallback)
-        if dtype != param.dtype:
-            owner, _, leaf = name.rpartition(".")
-            setattr(new.get_submodule(owner), leaf, torch.nn.Parameter(param.to(dtype), param.requires_grad))
-    if old_gpt.lm_head.weight is old_gpt.transformer.wte.weight:
-        new.transformer.wte.weight = new.lm_head.weight
-    new.max_seq_length = old_gpt.max_seq_length
-    swap.set(parent, attr, new)
-    return new
-
-
-def _index_pattern(name: str) -> str:
-    """``name`` with every module index as ``*`` (``transformer.h.*.mlp.experts.*.fc_1.weight``)."""
-    return re.sub(r"(?<=\.)\d+(?=\.)", "*", name)
-
-
 def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, config: object,
                       swap: UndoLog) -> torch.nn.Module:
     """Put a ``GPT(config)`` built on the meta device where ``old_gpt`` sits, let the module's own
@@ -181,19 +141,6 @@ def _param_groups(gpt: torch.nn.Module) -> list[list[str]]:
         key = ".".join(parts[:3]) if name.startswith("transformer.h.") else name
         groups.setdefault(key, []).append(name)
     return list(groups.values())
-
-
-def grown_values(plan: GrowthPlan, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every tensor of the grown model that derives from the pre-growth tensors ``full`` (one unit gathered, by
-    pre-growth names), by grown name: the planned ones (:func:`~lightning_sparkling.growth.surgery.grow_tensors`:
-    under a depth growth, an old block's kept tensors under their new position and every new block's copy of them)
-    and the unplanned ones (unchanged, under :meth:`~lightning_sparkling.growth.plan.GrowthPlan.carry`'s name)."""
-    grown = grow_tensors(plan, full)
-    for name, value in full.items():
-        carried = plan.carry(name)
-        if carried is not None and carried not in grown:
-            grown[carried] = value
-    return grown
 
 
 @torch.no_grad()

@@ -212,9 +212,14 @@ def atomic_class(cls: type) -> type:
     """
     if issubclass(cls, _AtomicShardedSave):
         return cls
-    return _KNOWN.get(cls) or type(f"Atomic{cls.__name__}", (_AtomicShardedSave, cls),
-                                   {"__module__": __name__, "__doc__": f"``{cls.__name__}`` writing its sharded "
-                                                                       "checkpoint directories atomically."})
+    if cls in _KNOWN:
+        return _KNOWN[cls]
+    name = f"Atomic{cls.__name__}"
+    made = type(name, (_AtomicShardedSave, cls), {"__module__": __name__, "__doc__": f"``{cls.__name__}`` writing "
+                                                                                      "its sharded checkpoint "
+                                                                                      "directories atomically."})
+    globals().setdefault(name, made)  # found by name, so pickling an instance (spawn launchers) works
+    return made
 
 
 _KNOWN = {ModelParallelStrategy: AtomicModelParallelStrategy, FSDPStrategy: AtomicFSDPStrategy}
@@ -222,9 +227,10 @@ _KNOWN = {ModelParallelStrategy: AtomicModelParallelStrategy, FSDPStrategy: Atom
 
 def atomic_strategy(strategy: Any) -> Any:
     """``strategy`` as the CLI trains under it: a ``Strategy`` that writes sharded checkpoint directories
-    (:func:`_writes_sharded`) gives an instance of its :func:`atomic_class` with the same attributes (its settings:
-    it is freshly made, not set up yet); anything else (a strategy name, a strategy writing whole files through its
-    ``checkpoint_io``) is returned as it is.
+    (:func:`_writes_sharded`) gives an instance of its :func:`atomic_class` holding the same attribute objects (its
+    settings: it is freshly made, not set up yet; the two share them, so use the returned one only, as
+    :func:`~lightning_sparkling.pretrain.trainer._strategy` does); anything else (a strategy name, a strategy writing
+    whole files through its ``checkpoint_io``) is returned as it is.
 
     Args:
         strategy: what a backend's ``make_strategy`` returned.

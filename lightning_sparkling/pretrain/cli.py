@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_sparkling.parallel.registry import cli_backend
 from lightning_sparkling.pretrain.config import ResolvedRun, resolve
 from lightning_sparkling.pretrain.errors import ConfigError, _one_line_error
 from lightning_sparkling.pretrain.planning import plan, regime_advice, regime_warning, run_recipe  # noqa: F401
@@ -117,6 +118,9 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
     except ConfigError as err:
         parser.error(str(err))
     ns.optimizer = run.optimizer  # normalized: `--optimizer.lr` overrides moved into init_args
+    entry = cli_backend(ns.strategy)
+    if entry is not None:  # a deprecated alias (`strategy: fsdp`) is saved as the value it stands for (`fsdp1`)
+        ns.strategy = entry.cli_strategy
     dumped = parser.dump(ns, skip_none=False, skip_validation=True)
     return ns, run, dumped
 

@@ -136,8 +136,7 @@ def resolve(ns: Any) -> ResolvedRun:
     accumulate, tokens_per_step, steps = _resolve_length(ns, train, evaluation, num_devices, num_nodes, world, seq_len,
                                                          notes)
     spec, optimizer_name, uses_muon, lr = _resolve_optimizer(ns, train, strategy, precision)
-    stages, plans = _resolve_stages(growth, config, train, steps, tokens_per_step, strategy, num_devices, num_nodes,
-                                    notes)
+    stages, plans = _resolve_stages(growth, config, train, steps, tokens_per_step, notes)
     if stages and _get(_get(ns, "growth"), "recipe", GrowthArgs.recipe) == "auto":
         notes.append(f"growth.recipe: auto is {growth.recipe!r}, the recipe measured best under train.lr_schedule "
                      f"{train.lr_schedule!r} (docs/BENCHMARKS.md, 'Where growth pays')")

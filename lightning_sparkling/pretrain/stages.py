@@ -20,8 +20,7 @@ __all__ = ["lr_decay_start"]
 
 
 def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: int, tokens_per_step: int,
-                    strategy: str, num_devices: int, num_nodes: int, notes: list[str] | None = None
-                    ) -> tuple[list[GrowthStage], list[Any]]:
+                    notes: list[str] | None = None) -> tuple[list[GrowthStage], list[Any]]:
     """``(the GrowthStage list of growth.stages, the GrowthPlan of each)``: ``at_tokens`` turned into steps, the
     recipe applied, each stage planned once on the model it grows (a dry run on meta; a named target takes the run's
     vocabulary: :func:`_target_with_run_vocabulary`). ``sparkling plan`` reports those plans."""
@@ -51,8 +50,6 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
         step_keys.append(where)
     _check_wsd_growth(stages, step_keys, train, steps)
     _check_stage_sequence(stages)
-    if stages and strategy == "fsdp2" and num_devices * num_nodes < 1:
-        raise ConfigError("devices", "fsdp2 needs at least one device")
     return stages, plans
 
 

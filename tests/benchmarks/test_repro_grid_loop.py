@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -143,19 +142,18 @@ def test_done_check_accepts_old_runs_and_retrains_changed_or_stale_ones(repro, p
 
 
 def test_ctrl_c_stops_the_subprocesses_and_exits_130(repro, planned, fake, tmp_path, monkeypatch):
-    started, _ = fake
+    _ = fake  # the stand-in for sparkling pretrain
     cells = _fresh(planned, tmp_path)
     monkeypatch.setenv("FAKE_PRETRAIN_SLEEP", "1")
     lines = []
 
-    def kill_when_started():
-        while len(started()) < 2:
-            threading.Event().wait(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)  # `kill` of the grid
+    def log(line: str) -> None:
+        lines.append(line)
+        if line.startswith("start ") and sum(ln.startswith("start ") for ln in lines) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # `kill` of the grid, once both runs are going
 
-    threading.Thread(target=kill_when_started, daemon=True).start()
     with pytest.raises(SystemExit) as exc:
-        repro.run_grid(cells, 2, log=lines.append)
+        repro.run_grid(cells, 2, log=log)
     assert exc.value.code == 130
     stopped = [ln for ln in lines if ln.startswith("stopped: ")]
     assert stopped == ["stopped: joint | naive growth seed 1 (unfinished, trained again next time)",

@@ -5,9 +5,11 @@ The DDP, FSDP2 and FSDP1 backends are exercised end to end, through the callback
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import pytest
+import yaml
 import torch
 from _tiny import TinyModule, paper_stage, tiny_config
 from lightning.pytorch.strategies import (
@@ -206,8 +208,10 @@ def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
         # toy's strategy, the module's configure_model prepares the GPT the toy's way and reads the toy's facts
         _, run, _ = parse(_toy_run_config(tmp_path, "toy"), "plan")
         assert run.strategy == "toy" and not run.compile and not any("deprecated" in n for n in run.notes)
-        _, old, _ = parse(_toy_run_config(tmp_path, "toy-old"), "plan")
+        _, old, dumped = parse(_toy_run_config(tmp_path, "toy-old"), "plan")
         assert old.strategy == "toy"
+        # the saved config (hparams.yaml, a resume's command) names the value, not the alias
+        assert yaml.safe_load(dumped)["strategy"] == "toy"
         assert [n for n in old.notes if "deprecated" in n] == [
             "strategy: toy-old is a deprecated alias of strategy: toy (it goes in 9.9); write toy"]
         made = _strategy(run)
@@ -222,6 +226,7 @@ def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
             module.configure_model()
     finally:
         unregister_backend(entry)
+        sys.modules.pop("toy_backend", None)  # this test's module: gone with it
     assert "toy" not in cli_strategies() and isinstance(strategy, Strategy)
     with pytest.raises(GrowthError, match="ToyStrategy is not supported"):
         select_backend(strategy)
@@ -280,4 +285,23 @@ def test_backends_import_no_private_name_of_another_module():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lightning_sparkling"):
                 bad += [f"{path.name}: {node.module}.{a.name}" for a in node.names
                         if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, bad
+
+
+def test_no_backend_module_imports_another_backend_module():
+    """What the backends share lives in ``parallel/base.py`` (and ``sharding.py``), not in one of them: a backend's
+    module imports no other backend's module (fsdp1 took ``place_meta_gpt`` / ``grown_values`` from fsdp2)."""
+    import ast
+    from pathlib import Path
+
+    from lightning_sparkling.parallel.registry import backend_class, registered_backends
+
+    modules = {backend_class(e).__module__ for e in registered_backends()}
+    assert modules >= {"lightning_sparkling.parallel.fsdp1", "lightning_sparkling.parallel.fsdp2"}
+    bad = []
+    for module in sorted(modules):
+        path = Path(sys.modules[module].__file__)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in modules - {module}:
+                bad.append(f"{path.name}: from {node.module} import ...")
     assert not bad, bad

@@ -89,6 +89,10 @@ def test_any_sharded_strategy_a_backend_makes_is_written_atomically():
     assert type(atomic).__name__ == "AtomicMyShardedStrategy" and isinstance(atomic, _AtomicShardedSave)
     assert isinstance(atomic, MyShardedStrategy) and type(atomic) is atomic_class(MyShardedStrategy)
     assert vars(atomic) == vars(made) and atomic._data_parallel_size == 1
+    assert type(atomic).save_checkpoint is _AtomicShardedSave.save_checkpoint  # a save goes through the mixin
+    import pickle
+
+    assert pickle.loads(pickle.dumps(type(atomic))) is type(atomic)  # found by name (spawn launchers pickle it)
     assert atomic_class(ModelParallelStrategy) is AtomicModelParallelStrategy
     ddp = DDPStrategy()
     assert type(atomic_strategy(ddp)) is DDPStrategy  # whole files: its checkpoint_io writes them atomically
