@@ -258,7 +258,7 @@ def write_cells(results: Path, cells: Sequence[Cell], out: Path, overrides: Sequ
         est = estimate_compute(run.model_config, run.stages, total_steps=run.steps,
                                tokens_per_step=run.tokens_per_step, tie_embeddings=run.train.tie_embeddings)
         advice = regime_advice(run, est.active_params)
-        entry = {"cell": cell.key, "axis": advice.axis, "recipe": advice.recipe, "schedule": advice.schedule,
+        entry = {"cell": cell.key, "axis": advice.category, "recipe": advice.recipe, "schedule": advice.schedule,
                  "growth_at": round(advice.growth_at, 3), "tokens_per_param": round(advice.tokens_per_param, 1),
                  "delta": round(stats["delta"], 3), "seeds": 1, "seeds_above": stats["seeds_above"],
                  "speedup": stats["speedup"] and round(stats["speedup"], 3),

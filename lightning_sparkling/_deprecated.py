@@ -94,6 +94,29 @@ MOVED_NAMES: dict[str, str] = {
     "lightning_sparkling.growth.optim_state.AxisChange": "lightning_sparkling.growth.types.ChannelChange",
 }
 
+#: names renamed where they stand, ``{module: {old: new}}`` (each ``module.new``): issue 41, "axis" names a growth
+#: plug-in only; a tuple of ``litgpt.Config`` sizes is of *size keys*, a channel's name is a *channel*, and what the
+#: measured map calls a run is its *category* (the glossary's rows). Added to :data:`MOVED_NAMES`.
+RENAMED_NAMES: dict[str, dict[str, str]] = {
+    "lightning_sparkling.growth.axes": {"WIDTH_AXES": "WIDTH_SIZE_KEYS", "HEAD_AXES": "HEAD_SIZE_KEYS",
+                                        "SIZE_AXES": "SIZE_KEYS", "DEPTH_AXIS": "DEPTH_SIZE_KEY"},
+    "lightning_sparkling.growth.axes.width": {"WIDTH_AXES": "WIDTH_SIZE_KEYS"},
+    "lightning_sparkling.growth.axes.heads": {"HEAD_AXES": "HEAD_SIZE_KEYS", "WIDTH_AXES": "WIDTH_SIZE_KEYS"},
+    "lightning_sparkling.growth.axes.depth": {"DEPTH_AXIS": "DEPTH_SIZE_KEY"},
+    "lightning_sparkling.growth.depth_maps": {"DEPTH_AXIS": "DEPTH_SIZE_KEY"},
+    "lightning_sparkling.growth.stage": {"WIDTH_AXES": "WIDTH_SIZE_KEYS", "HEAD_AXES": "HEAD_SIZE_KEYS",
+                                         "SIZE_AXES": "SIZE_KEYS"},
+    "lightning_sparkling.growth.recipes": {"WIDTH_AXES": "WIDTH_SIZE_KEYS", "HEAD_AXES": "HEAD_SIZE_KEYS"},
+    "lightning_sparkling.growth.plan": {"SIZE_AXES": "SIZE_KEYS", "SHARED_EXPERT_AXIS": "SHARED_EXPERT_CHANNEL"},
+    "lightning_sparkling.growth.axes.channels": {"SHARED_EXPERT_AXIS": "SHARED_EXPERT_CHANNEL"},
+    "lightning_sparkling.growth.axes.experts": {"EXPERT_AXIS": "EXPERT_CHANNEL"},
+    "lightning_sparkling.callbacks.growth": {"WIDTH_AXES": "WIDTH_SIZE_KEYS", "SIZE_AXES": "SIZE_KEYS"},
+    "lightning_sparkling.pretrain.measured_axes": {"WIDTH_AXES": "WIDTH_SIZE_KEYS"},
+    "lightning_sparkling.pretrain.measured": {"classify_axis": "classify_category"},
+}
+MOVED_NAMES.update({f"{module}.{old}": f"{module}.{new}" for module, names in RENAMED_NAMES.items()
+                    for old, new in names.items()})
+
 
 def moved_attribute(module: str, name: str) -> Any:
     """For a module's ``__getattr__``: the object an old name ``module.name`` of :data:`MOVED_NAMES` now is, with a

@@ -224,7 +224,7 @@ def run_grid(cells: list[dict], jobs: int, log=print) -> None:
 
 
 def read_symmetry(run_dir: Path) -> dict[str, float]:
-    """The last logged ``symmetry/stage_k/<axis>`` values (mean cosine of copies to their sources) of a run."""
+    """The last logged ``symmetry/stage_k/<channel>`` values (mean cosine of copies to their sources) of a run."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir / "logs"), size_guidance={"scalars": 0})

@@ -44,7 +44,7 @@ def map_axis(axis: str, row: str | None = None) -> str:
     """The map's axis of a reproduce.py axis: the timing suffix dropped (``joint-25`` -> ``joint``); the 4x depth
     axes are ``depth`` (as the package classifies their stage); the experts axes ``upcycle``, ``experts`` or, for a
     ``row`` that grows ``n_expert_per_token`` too, ``experts+topk``."""
-    if axis in EXPERT_AXES:  # as growth.measured.classify_axis names an experts stage
+    if axis in EXPERT_AXES:  # as growth.measured.classify_category names an experts stage
         if axis in UPCYCLE_AXES:
             return "upcycle"
         return "experts+topk" if row and ROWS[row].get("stage", {}).get("n_expert_per_token") else "experts"

@@ -55,8 +55,8 @@ from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
 from lightning_sparkling.growth.recipes import AUTO, resolve_recipe, same_keys, schedule_of, schedule_recipe
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord
 from lightning_sparkling.growth.stage import (
-    SIZE_AXES,
-    WIDTH_AXES,
+    SIZE_KEYS,
+    WIDTH_SIZE_KEYS,
     GrowthStage,
     check_rewarmup_fits,
     check_stage_order,
@@ -96,8 +96,9 @@ class GrowthCallback(Callback):
             :class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`, or ``CosineAnnealingLR``'s ``eta_min``);
             otherwise setup fails with an error asking for it.
         seed: growth seed (copy maps and random init); identical on every rank.
-        symmetry_every_n_steps: how often to log ``symmetry/stage_{k}/{axis}`` (mean cosine of copied channels to
-            their sources); ``None`` follows ``Trainer(log_every_n_steps)``, ``0`` turns it off. Each log reads every
+        symmetry_every_n_steps: how often to log ``symmetry/stage_{k}/{channel}`` (mean cosine of copied channels
+            to their sources, per channel dimension; a depth or experts copy under its axis' ``symmetry_key``);
+            ``None`` follows ``Trainer(log_every_n_steps)``, ``0`` turns it off. Each log reads every
             copy-initialized tensor (under FSDP2 it gathers them), so raise it for very large models.
 
     Raises:
@@ -169,7 +170,7 @@ class GrowthCallback(Callback):
 
     @property
     def last_symmetry(self) -> dict[str, float]:
-        """The last logged ``symmetry/stage_{k}/{axis}`` cosines."""
+        """The last logged ``symmetry/stage_{k}/{channel}`` cosines."""
         return self.symmetry.last
 
     @property
@@ -535,7 +536,7 @@ class GrowthCallback(Callback):
                    params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
                    device: torch.device) -> None:
         old, new = result.old_config, result.new_config
-        sizes = {size: (getattr(old, size), getattr(new, size)) for size in SIZE_AXES
+        sizes = {size: (getattr(old, size), getattr(new, size)) for size in SIZE_KEYS
                  if getattr(old, size, None) != getattr(new, size, None)}
         if device.type == "cuda":
             peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
@@ -545,7 +546,7 @@ class GrowthCallback(Callback):
             peak_what = "peak process RSS so far"
         summary = {
             "stage": k, "global_step": trainer.global_step, "sizes": sizes,
-            "widths": {size: pair for size, pair in sizes.items() if size in WIDTH_AXES},  # the widths alone
+            "widths": {size: pair for size, pair in sizes.items() if size in WIDTH_SIZE_KEYS},  # the widths alone
             "alpha": result.plan.alphas(),
             "params_before": params_before[1], "params_after": params_after[1],
             "active_params_before": params_before[0], "active_params_after": params_after[0],
@@ -574,7 +575,8 @@ class GrowthCallback(Callback):
 
 
 def __getattr__(name: str):
-    """``WidthGrowthCallback``: the old name of :class:`GrowthCallback` (the same class), with a warning."""
+    """``WidthGrowthCallback``: the old name of :class:`GrowthCallback` (the same class); ``WIDTH_AXES`` /
+    ``SIZE_AXES``: of ``WIDTH_SIZE_KEYS`` / ``SIZE_KEYS``; each with a warning."""
     from lightning_sparkling._deprecated import moved_attribute
 
     return moved_attribute(__name__, name)

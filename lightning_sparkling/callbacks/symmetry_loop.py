@@ -1,5 +1,6 @@
 """The symmetry diagnostics and loop of a growth callback: how close copied channels still are to their sources
-(``symmetry/stage_k/axis``, mean cosine; 1 = still locked), and ``GrowthStage(symmetry_target=...)``'s closed loop
+(``symmetry/stage_k/{channel}``, mean cosine per channel dimension, or per depth / experts copy under the axis'
+``symmetry_key``; 1 = still locked), and ``GrowthStage(symmetry_target=...)``'s closed loop
 that boosts the new entries' LR while they stay locked.
 
 The cosines are read through the strategy's growth backend (it gathers sharded tensors, so every rank calls in).
@@ -37,12 +38,12 @@ class SymmetryLoop:
     def carry_forward(self, plan: GrowthPlan) -> None:
         """Earlier stages' copies under the names and indices of ``plan``'s grown model (depth and heads growths
         move them)."""
-        self.copies = [{axis: carried for axis, spec in specs.items() if (carried := spec.carried(plan)) is not None}
+        self.copies = [{key: carried for key, spec in specs.items() if (carried := spec.carried(plan)) is not None}
                        for specs in self.copies]
 
     def metrics(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, backend,
                 stages: Sequence[int] | None = None) -> dict[str, float]:
-        """``{"symmetry/stage_{k}/{axis}": mean cosine}`` for the applied stages ``stages`` (default all).
+        """``{"symmetry/stage_{k}/{channel}": mean cosine}`` for the applied stages ``stages`` (default all).
         Runs on every rank (the backend gathers sharded tensors)."""
         metrics = {}
         for k, specs in enumerate(self.copies):
@@ -55,7 +56,7 @@ class SymmetryLoop:
         return metrics
 
     def log(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module, backend) -> None:
-        """``symmetry/stage_{k}/{axis}``: mean cosine of copied channels to their sources (1 = still locked).
+        """``symmetry/stage_{k}/{channel}``: mean cosine of copied channels to their sources (1 = still locked).
         Runs on every rank (gathers under FSDP2); rank zero's logger writes it."""
         metrics = self.metrics(pl_module, gpt, backend)
         self.last = metrics
@@ -66,7 +67,7 @@ class SymmetryLoop:
                 backend) -> None:
         """``GrowthStage(symmetry_target=...)``: every ``symmetry_interval`` optimizer steps after a growth, double
         the stage's new-entry LR boost (up to ``symmetry_max_boost``) while its copies' mean cosine to their sources
-        (the largest over its axes) is above the target; below it, stop checking, and keep the boost
+        (the largest over its channel dimensions and copied modules) is above the target; below it, stop checking, and keep the boost
         (``symmetry_release='hold'``) or drop it to 1 (``'schedule'``).
 
         Once per optimizer step (not per micro-batch), after it. The decision is stored in the stage's record, which

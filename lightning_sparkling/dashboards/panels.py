@@ -268,7 +268,7 @@ def _line_label(run: RunScalars, text: str, single: bool) -> str:
 
 
 def _symmetry_panel(ax: Axes, runs: list[RunScalars], mappers, colors) -> None:
-    """``symmetry/stage_k/<axis>`` (mean cosine of each copy to its source) of every run; the symmetry loop's
+    """``symmetry/stage_k/<channel>`` (mean cosine of each copy to its source) of every run; the symmetry loop's
     ``growth/symmetry_boost/stage_k`` (the new entries' LR multiplier) on the right axis."""
     single, drew, twin = len(runs) == 1, False, None
     styles = ["-", "--", "-.", ":"]

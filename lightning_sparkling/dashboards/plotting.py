@@ -7,8 +7,8 @@ layout (:data:`lightning_sparkling.dashboards.tb_layout.CHARTS`, so the two cann
 * ``loss``: ``train_loss`` of every run (lightly smoothed over a faint raw curve) and ``val_loss`` when logged;
 * ``lr``: the learning rate of old entries (``lr-*`` tags of Lightning's ``LearningRateMonitor``) and of each stage's
   new entries (``growth/lr_new/stage_*``);
-* ``symmetry``: ``symmetry/stage_k/<axis>`` (mean cosine of the copied channels to their sources, per axis: widths,
-  heads' ``attn_q*``, depth's ``n_layer``) and, on the right axis, the symmetry loop's LR boost
+* ``symmetry``: ``symmetry/stage_k/<channel>`` (mean cosine of the copied channels to their sources, per channel
+  dimension: widths, heads' ``attn_q*``, depth's ``n_layer``) and, on the right axis, the symmetry loop's LR boost
   (``growth/symmetry_boost/stage_k``);
 * ``residual``, ``attn_ratio``, ``mlp_ratio``: heatmaps (block x step) of ``rms/residual/block_*``,
   ``rms/attn_ratio/block_*`` and ``rms/mlp_ratio/block_*`` for one run: the first that has them and grew, else the

@@ -9,7 +9,7 @@ category            chart                            tags (regex)
 ==================  ===============================  ========================================================
 SPARKLING / loss    loss (growth/event marks ...)    ``train_loss``, ``val_loss``, ``growth/event``
 SPARKLING / growth  learning rate: old vs new        ``lr-.*`` (LearningRateMonitor), ``growth/lr_new/.*``
-                    symmetry of copied channels      ``symmetry/.*`` (``symmetry/stage_k/<axis>``)
+                    symmetry of copied channels      ``symmetry/.*`` (``symmetry/stage_k/<channel>``)
                     symmetry loop: LR boost          ``growth/symmetry_boost/.*``
                     growth events                    ``growth/event`` (stage index + 1 at the growth step)
 SPARKLING / RMS     residual stream RMS (inputs)     ``rms/residual/block_.*``

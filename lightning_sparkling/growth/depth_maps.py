@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 from lightning_sparkling.growth.errors import StageError
 
-DEPTH_AXIS = "n_layer"
+DEPTH_SIZE_KEY = "n_layer"
+"""The depth axis' size key (``DEPTH_AXIS`` until 0.3.0)."""
 DEPTH_INITS: tuple[str, ...] = ("copy-zero", "copy", "random-zero")
 DEPTH_ORDERS: tuple[str, ...] = ("stack", "interleave", "middle")
 _BLOCK = re.compile(r"^transformer\.h\.(\d+)\.(.+)$")
@@ -308,3 +309,10 @@ def depth_config_values(config, change: DepthChange) -> dict:
                 f"copy of a dense block at position {dense.index(True, new_k)} of {change.new}; {fix}")
         values["first_k_dense_replace"] = new_k
     return values
+
+
+def __getattr__(name: str):
+    """``DEPTH_AXIS``: the old name of :data:`DEPTH_SIZE_KEY` (the same object), with a warning (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

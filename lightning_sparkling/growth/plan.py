@@ -20,15 +20,15 @@ import torch
 import torch.nn as nn
 
 from lightning_sparkling.growth.axes import PlanContext, active_axes, axis_of_size, plan_axes, plugin_sizes
-from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_AXIS, SUPPORTED_MLPS, channel_tensors
+from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_CHANNEL, SUPPORTED_MLPS, channel_tensors
 from lightning_sparkling.growth.errors import GrowthError  # defined there; importable from here as before
 from lightning_sparkling.growth.operators import runs
 from lightning_sparkling.growth.scaling import make_generator
-from lightning_sparkling.growth.stage import SIZE_AXES, GrowthStage
+from lightning_sparkling.growth.stage import SIZE_KEYS, GrowthStage
 from lightning_sparkling._deprecated import moved_attribute, renamed_fields
 from lightning_sparkling.growth.types import ChannelChange, DimGrowth, TensorPlan  # importable from here as before
 
-__all__ = ["SHARED_EXPERT_AXIS", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "ChannelChange", "DimGrowth", "GrowthError",
+__all__ = ["SHARED_EXPERT_CHANNEL", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "ChannelChange", "DimGrowth", "GrowthError",
            "GrowthPlan", "TensorPlan", "build_meta_gpt", "checked_plan", "grown_config", "plan_growth",
            "resolve_stage", "size_changes", "stage_config", "target_config"]
 
@@ -224,7 +224,7 @@ def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
         old, new = getattr(config, key), getattr(target, key)
         if key in _FREE_FIELDS or key in _PER_BLOCK_FIELDS or key in _DERIVED_FIELDS or old == new:
             continue
-        if key not in SIZE_AXES and key not in plugin_sizes():  # plug-in sizes: e.g. an MoE target's n_expert
+        if key not in SIZE_KEYS and key not in plugin_sizes():  # plug-in sizes: e.g. an MoE target's n_expert
             raise GrowthError(f"GrowthStage({what}): the target's {key}={new!r} differs from the model's {key}={old!r}; "
                               "only sizes (n_embd, n_head, n_query_groups, intermediate_size, moe_intermediate_size, "
                               f"n_layer, n_expert, n_expert_per_token) can grow; grow into a config with {key}={old!r}")
@@ -353,7 +353,7 @@ def axis_config_values(config, stage: GrowthStage) -> dict:
 
 
 def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
-    """``{size: (old, new)}`` of every size in :data:`SIZE_AXES` and of the plug-in axes
+    """``{size: (old, new)}`` of every size in :data:`SIZE_KEYS` and of the plug-in axes
     (:func:`~lightning_sparkling.growth.axes.plugin_sizes`, e.g. ``n_expert``) that differs between two litgpt
     configs: what a stage changed, whichever keys set it (explicit sizes or a ``model_name``; an MHA model's
     ``n_query_groups`` follows its ``n_head``). A size the old config does not have (``moe_intermediate_size`` of a
@@ -366,8 +366,8 @@ def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
         {'n_embd': (512, 768), 'intermediate_size': (2048, 3072), 'n_head': (8, 12), 'n_query_groups': (8, 12), \
 'n_layer': (6, 12)}
     """
-    return {axis: (getattr(old_config, axis), getattr(new_config, axis)) for axis in (*SIZE_AXES, *plugin_sizes())
-            if getattr(old_config, axis) != getattr(new_config, axis) and getattr(old_config, axis) is not None}
+    return {size: (getattr(old_config, size), getattr(new_config, size)) for size in (*SIZE_KEYS, *plugin_sizes())
+            if getattr(old_config, size) != getattr(new_config, size) and getattr(old_config, size) is not None}
 
 
 def _check_model_kind(config, stage: GrowthStage) -> None:
@@ -489,5 +489,6 @@ def checked_plan(plan: GrowthPlan | None, config, stage: GrowthStage, *, seed: i
 
 
 def __getattr__(name: str):
-    """``AxisChange``: the old name of :class:`ChannelChange` (the same class), with a warning."""
+    """``AxisChange``: the old name of :class:`ChannelChange` (the same class); ``SIZE_AXES`` / ``SHARED_EXPERT_AXIS``:
+    of :data:`SIZE_KEYS` / :data:`SHARED_EXPERT_CHANNEL`; each with a warning."""
     return moved_attribute(__name__, name)

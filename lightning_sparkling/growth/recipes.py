@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
-from lightning_sparkling.growth.axes import HEAD_AXES, WIDTH_AXES
+from lightning_sparkling.growth.axes import HEAD_SIZE_KEYS, WIDTH_SIZE_KEYS
 from lightning_sparkling.growth.errors import StageError
 from lightning_sparkling.growth.schedules import SCHEDULES, baseline_of
 
@@ -75,7 +75,7 @@ def grows_channels(keys: dict[str, Any]) -> bool:
         >>> grows_channels({"n_embd": 128}), grows_channels({"n_layer": 12}), grows_channels({"model_name": "x"})
         (True, False, True)
     """
-    return any(keys.get(axis) is not None for axis in (*WIDTH_AXES, *HEAD_AXES, "model_name", "model_config"))
+    return any(keys.get(key) is not None for key in (*WIDTH_SIZE_KEYS, *HEAD_SIZE_KEYS, "model_name", "model_config"))
 
 
 def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
@@ -216,3 +216,11 @@ def same_keys(a: Any, b: Any) -> bool:
     """Whether two stages grow alike, whatever recipe name they carry (every field but ``recipe`` equal): how a
     checkpoint written before stages named their recipe is matched."""
     return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name != "recipe")
+
+
+def __getattr__(name: str):
+    """``WIDTH_AXES`` / ``HEAD_AXES``: the old names of the size-key tuples (the same objects), with a warning
+    (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

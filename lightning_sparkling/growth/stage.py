@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from lightning_sparkling.growth.axes import (
-    HEAD_AXES,
-    SIZE_AXES,
-    WIDTH_AXES,
+    HEAD_SIZE_KEYS,
+    SIZE_KEYS,
+    WIDTH_SIZE_KEYS,
     GrowthAxis,
     registered_axes,
     watch_registry,
@@ -54,10 +54,10 @@ from lightning_sparkling.growth.timing import (
     rewarmup_window,
 )
 
-__all__ = ["BIAS_CORRECTIONS", "DEFAULT_SPLIT_RATIO", "DEPTH_INITS", "DEPTH_ORDERS", "HEAD_AXES", "OPTIMIZER_STATES",
-           "RECIPES", "REWARMUP_SCOPES", "SCHEDULE_RECIPES", "SIZE_AXES", "SYMMETRY_RELEASES", "WIDTH_AXES",
-           "WIDTH_ONLY_RECIPES", "GrowthStage", "StageError", "apply_recipe", "check_choice", "check_rewarmup_fits",
-           "check_stage_order", "check_stage_sequence", "decay_end", "fraction_step", "grows_channels",
+__all__ = ["BIAS_CORRECTIONS", "DEFAULT_SPLIT_RATIO", "DEPTH_INITS", "DEPTH_ORDERS", "HEAD_SIZE_KEYS",
+           "OPTIMIZER_STATES", "RECIPES", "REWARMUP_SCOPES", "SCHEDULE_RECIPES", "SIZE_KEYS", "SYMMETRY_RELEASES",
+           "WIDTH_ONLY_RECIPES", "WIDTH_SIZE_KEYS", "GrowthStage", "StageError", "apply_recipe", "check_choice",
+           "check_rewarmup_fits", "check_stage_order", "check_stage_sequence", "decay_end", "fraction_step", "grows_channels",
            "resolve_timing", "rewarmup_window"]
 
 
@@ -299,19 +299,19 @@ class GrowthStage:
 
     @property
     def widths(self) -> dict[str, int]:
-        """The widths this stage sets, ``{axis: new size}``, in the order of :data:`WIDTH_AXES`."""
-        return {axis: getattr(self, axis) for axis in WIDTH_AXES if getattr(self, axis) is not None}
+        """The widths this stage sets, ``{size key: new size}``, in the order of :data:`WIDTH_SIZE_KEYS`."""
+        return {size: getattr(self, size) for size in WIDTH_SIZE_KEYS if getattr(self, size) is not None}
 
     @property
     def sizes(self) -> dict[str, int]:
-        """Every size this stage sets, ``{axis: new size}``: :attr:`widths`, then ``n_layer``.
+        """Every size this stage sets, ``{size key: new size}``: :attr:`widths`, then ``n_layer``.
 
         Example::
 
             >>> GrowthStage(500, n_layer=12, n_embd=1024).sizes
             {'n_embd': 1024, 'n_layer': 12}
         """
-        return {axis: getattr(self, axis) for axis in SIZE_AXES if getattr(self, axis) is not None}
+        return {size: getattr(self, size) for size in SIZE_KEYS if getattr(self, size) is not None}
 
     @property
     def copies(self) -> bool:
@@ -428,3 +428,11 @@ def _assemble() -> None:
 
 _assemble()
 watch_registry(_assemble)
+
+
+def __getattr__(name: str):
+    """``WIDTH_AXES`` / ``HEAD_AXES`` / ``SIZE_AXES``: the old names of the size-key tuples (the same objects), with
+    a warning (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

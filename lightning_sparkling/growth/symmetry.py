@@ -2,10 +2,11 @@
 
 Under copy-copy growth with a symmetric optimizer state and no re-warmup, each copied channel stays equal to its
 source forever (the *symmetry lock*); SPARKLING's asymmetric state and re-warmup must break it. The measure here is,
-per width axis, the mean cosine similarity between each new channel and the channel it was copied from, over every
-tensor in which that axis was initialized by copy: 1 at growth, falling under SPARKLING, staying 1 when locked.
-For an axis that adds modules (depth: tag ``n_layer``; experts: ``experts``) it is the mean cosine of each copied new
-module's weight matrices to its source's (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.copy_pairs`; for depth,
+per channel dimension (``n_embd``, ``attn_q``, ...), the mean cosine similarity between each new channel and the
+channel it was copied from, over every tensor in which that channel dimension was initialized by copy: 1 at growth,
+falling under SPARKLING, staying 1 when locked. For an axis that adds modules (depth: tag ``n_layer``; experts:
+``experts``, the axis' ``symmetry_key``) it is the mean cosine of each copied new module's weight matrices to its
+source's (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.copy_pairs`; for depth,
 the kept block at its position in the grown model).
 """
 
@@ -17,16 +18,21 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from lightning_sparkling._deprecated import renamed_fields
 from lightning_sparkling.growth.axes import plan_axes
 from lightning_sparkling.growth.plan import GrowthPlan
 
 
+@renamed_fields(axis="channel")
 @dataclass(frozen=True)
 class CopySpec:
-    """The copied channels of one width axis in one stage: ``old`` channels before growth, the copy map ``src`` and
-    the ``(tensor name, dimension)`` pairs where that axis was initialized by copy."""
+    """What one stage copied, measured under one tag: ``channel`` is a channel dimension's name (``n_embd``,
+    ``attn_q``, ...; ``old`` channels before growth, the copy map ``src`` and the ``(tensor name, dimension)`` pairs
+    where that channel dimension was initialized by copy) or, for an axis that adds modules, that axis'
+    ``symmetry_key`` (``n_layer``, ``experts``: no channels, the ``pairs`` of copied tensors). It names the logged
+    tag ``symmetry/stage_k/{channel}``. ``CopySpec.axis`` is its deprecated name (until 0.3.0)."""
 
-    axis: str
+    channel: str
     old: int
     src: torch.Tensor
     tensors: tuple[tuple[str, int], ...]
@@ -51,15 +57,17 @@ class CopySpec:
         pairs = tuple((plan.carry(a), plan.carry(b)) for a, b in self.pairs
                       if plan.carry(a) is not None and plan.carry(b) is not None)
         positions = self.positions
-        moved = plan.channels.get(self.axis)
+        moved = plan.channels.get(self.channel)
         if tensors and moved is not None and moved.layout is not None:  # a later heads growth moves these channels
             kept = moved.kept_positions()
             positions = tuple(kept[p] for p in self.copy_positions())
-        return CopySpec(self.axis, self.old, self.src, tensors, pairs, positions) if tensors or pairs else None
+        return CopySpec(self.channel, self.old, self.src, tensors, pairs, positions) if tensors or pairs else None
 
 
 def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
-    """Per axis of ``plan``, where its new channels were copied (axes with no copy-initialized tensor are left out)."""
+    """Per channel dimension of ``plan``, where its new channels were copied (channel dimensions with no
+    copy-initialized tensor are left out); per axis that adds modules by copy (depth, experts), under its
+    ``symmetry_key``, the pairs of copied tensors."""
     specs = {}
     for channel, change in plan.channels.items():
         tensors = tuple(
@@ -98,10 +106,11 @@ def copy_cosine(weight: torch.Tensor, dim: int, old: int, src: torch.Tensor,
 
 def symmetry_metrics(specs: Mapping[str, CopySpec], tensors: Iterable[tuple[str, torch.Tensor]],
                      prefix: str) -> dict[str, float]:
-    """``{f"{prefix}/{axis}": mean cosine}`` over every copy-initialized tensor of each axis.
+    """``{f"{prefix}/{channel}": mean cosine}`` over every copy-initialized tensor of each spec (a channel dimension,
+    or an axis' ``symmetry_key``).
 
     Args:
-        specs: the copied channels per axis (:func:`copy_specs`).
+        specs: the copied channels per channel dimension (:func:`copy_specs`).
         tensors: ``(name, full tensor)`` pairs, consumed one at a time (so a sharded model can be gathered one
             tensor or one unit at a time); names no spec uses are skipped.
         prefix: tag prefix, e.g. ``symmetry/stage_0``.
@@ -109,22 +118,22 @@ def symmetry_metrics(specs: Mapping[str, CopySpec], tensors: Iterable[tuple[str,
     uses: dict[str, list[tuple[str, int]]] = {}
     sources: dict[str, set[str]] = {}  # depth: the tensors to hold until their copy arrives
     copy_of: dict[str, list[tuple[str, str]]] = {}
-    for axis, spec in specs.items():
+    for key, spec in specs.items():
         for name, dim in spec.tensors:
-            uses.setdefault(name, []).append((axis, dim))
+            uses.setdefault(name, []).append((key, dim))
         for source, copy in spec.pairs:
-            sources.setdefault(source, set()).add(axis)
-            copy_of.setdefault(copy, []).append((axis, source))
-    cosines: dict[str, list[torch.Tensor]] = {axis: [] for axis in specs}
+            sources.setdefault(source, set()).add(key)
+            copy_of.setdefault(copy, []).append((key, source))
+    cosines: dict[str, list[torch.Tensor]] = {key: [] for key in specs}
     held: dict[str, torch.Tensor] = {}
     for name, tensor in tensors:
-        for axis, dim in uses.get(name, ()):
-            new, src = specs[axis].copy_positions()
-            cosines[axis].append(copy_cosine(tensor, dim, specs[axis].old, src, new).mean().cpu())
-        for axis, source in copy_of.get(name, ()):
+        for key, dim in uses.get(name, ()):
+            new, src = specs[key].copy_positions()
+            cosines[key].append(copy_cosine(tensor, dim, specs[key].old, src, new).mean().cpu())
+        for key, source in copy_of.get(name, ()):
             if source in held:
-                cosines[axis].append(F.cosine_similarity(tensor.detach().flatten().float(), held[source].flatten(),
-                                                         dim=0, eps=1e-12).cpu())
+                cosines[key].append(F.cosine_similarity(tensor.detach().flatten().float(), held[source].flatten(),
+                                                        dim=0, eps=1e-12).cpu())
         if name in sources:
             held = {name: tensor.detach().float().clone()}  # the next tensor is its copy (CopySpec.names order)
-    return {f"{prefix}/{axis}": float(torch.stack(values).mean()) for axis, values in cosines.items() if values}
+    return {f"{prefix}/{key}": float(torch.stack(values).mean()) for key, values in cosines.items() if values}

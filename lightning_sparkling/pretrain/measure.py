@@ -164,7 +164,8 @@ def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, a
         if r.kind == "scratch":
             scratch.setdefault(r.budget, {})[r.seed] = read_result(r)
     stats = compare(growth, scratch)
-    cell = {"axis": advice.axis, "recipe": advice.recipe, "schedule": advice.schedule,
+    cell = {"axis": advice.category, "recipe": advice.recipe,  # the map category, under the files' key "axis"
+            "schedule": advice.schedule,
             "growth_at": round(advice.growth_at, 3), "tokens_per_param": float(f"{advice.tokens_per_param:.3g}"),
             "delta": round(stats["delta"], 3), "sd": round(stats["sd"], 3), "seeds": stats["seeds"],
             "seeds_above": stats["seeds_above"]}

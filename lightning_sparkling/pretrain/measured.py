@@ -1,15 +1,16 @@
 """What the project measured: the seeded comparisons of ``benchmarks/reproduce.py`` as data, and the advice a run
 gets from them.
 
-``measured.json`` (beside this module) holds one cell per published comparison (docs/BENCHMARKS.md): the axis grown,
-the recipe, the LR schedule, when the first growth came (share of the run), the training tokens per final active
+``measured.json`` (beside this module) holds one cell per published comparison (docs/BENCHMARKS.md): the map
+category of what grew (``joint``, ``depth``, ``upcycle``, ...; the file's key ``"axis"``,
+:attr:`MeasuredCell.category` in code), the recipe, the LR schedule, when the first growth came (share of the run), the training tokens per final active
 parameter, and the paired Δ of final validation loss against the grown shape trained from scratch on the same FLOPs
 (mean, sd, seeds, seeds above scratch) and, where measured, the speed-up at equal loss (``speedup``, ``speedup_sd``:
 scratch compute / growth compute at the growth run's final loss, mean and sd over the seeds; optional, a cell without
-them loads as before). An experts cell (axis ``upcycle``: dense -> MoE; ``experts``: MoE -> more experts;
+them loads as before). An experts cell (category ``upcycle``: dense -> MoE; ``experts``: MoE -> more experts;
 ``experts+topk``: with a larger top-K) also names its ``init`` (the stage's ``expert_init``), and a run is matched
-only with cells of its own ``init``; every other cell has none. :func:`advise` finds the cell nearest to a run and says what it measured, or
-that nothing near the run was measured; no ratio is typed into code.
+only with cells of its own ``init``; every other cell has none. :func:`advise` finds the cell nearest to a run and
+says what it measured, or that nothing near the run was measured; no ratio is typed into code.
 
 Example::
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from lightning_sparkling._deprecated import renamed_fields, renamed_keywords
 from lightning_sparkling.growth.axes import axis_of_size, plugin_sizes, structural_sizes
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.measured_axes import cell_label
@@ -44,20 +46,28 @@ FAR_SIZE = 10.0
 """A cell measured on a model this many times smaller (or larger) than the run's says nothing on its own: the advice
 states the gap and the size trend and points to ``sparkling measure`` instead of "growth paid there"."""
 MEASURE_HINT = "measure it on this config: sparkling measure --config RUN.yaml"
+FILE_KEY = "axis"
+"""The key of a cell's :attr:`MeasuredCell.category` in ``measured.json`` and ``measure.json`` (the files keep it)."""
 
 
+@renamed_fields(axis="category")
 @dataclass(frozen=True)
 class MeasuredCell:
     """One seeded comparison: ``delta`` (mean ± ``sd`` over ``seeds``, ``seeds_above`` of them above scratch) of the
-    final validation loss of ``recipe`` growing ``axis`` at ``growth_at`` of a ``schedule`` run of
-    ``tokens_per_param``, against same-FLOPs scratch. ``where``: its section of docs/BENCHMARKS.md. ``init``: an
-    experts cell's ``expert_init`` (``copy``, ``drop-upcycle``, ``random``), ``None`` on the other axes.
+    final validation loss of ``recipe`` growing what the map category ``category`` names (``joint``, ``depth``,
+    ``upcycle``, ...: :func:`classify_category`) at ``growth_at`` of a ``schedule`` run of ``tokens_per_param``,
+    against same-FLOPs scratch. ``where``: its section of docs/BENCHMARKS.md. ``init``: an experts cell's
+    ``expert_init`` (``copy``, ``drop-upcycle``, ``random``), ``None`` in the other categories.
     ``start_delta`` (± ``start_sd``, ``start_seeds_above`` seeds above): where measured, the same run against the
     model it grew *from* continued on the same FLOPs (an ``upcycle`` cell: the dense model). Growth pays only where
     it ends at or below both: a dense -> MoE run that beats the MoE from scratch but not the dense model it started
-    from does not save the user compute."""
+    from does not save the user compute.
 
-    axis: str
+    A file's cell (``measured.json``) names its category ``"axis"``: read one with :meth:`from_json`, write one with
+    :meth:`to_json`. ``MeasuredCell.axis`` (and the ``axis=`` keyword) is the deprecated name of ``category`` (until
+    0.3.0)."""
+
+    category: str
     recipe: str
     schedule: str
     growth_at: float
@@ -104,11 +114,24 @@ class MeasuredCell:
                     or not ok(value):
                 raise ValueError(f"measured cell {self.key()}: {name}={value!r}: must be a finite number {what}")
 
+    @classmethod
+    def from_json(cls, cell: dict) -> MeasuredCell:
+        """The cell of one entry of a map file's ``cells`` (its ``"axis"`` is :attr:`category`)."""
+        data = dict(cell)
+        if FILE_KEY in data:
+            data["category"] = data.pop(FILE_KEY)
+        return cls(**data)
+
+    def to_json(self) -> dict:
+        """This cell as an entry of a map file's ``cells`` (``"axis"`` first, as the files have it)."""
+        data = dataclasses.asdict(self)
+        return {FILE_KEY: data.pop("category"), **data}
+
     def key(self) -> str:
         """The cell's setting, ``'depth/paper/cosine@5%/31'`` (``'upcycle[copy]/paper/...'`` for an experts cell), for
         messages."""
-        axis = self.axis if self.init is None else f"{self.axis}[{self.init}]"
-        return f"{axis}/{self.recipe}/{self.schedule}@{self.growth_at:.0%}/{self.tokens_per_param:g}"
+        category = self.category if self.init is None else f"{self.category}[{self.init}]"
+        return f"{category}/{self.recipe}/{self.schedule}@{self.growth_at:.0%}/{self.tokens_per_param:g}"
 
     def describe_speedup(self) -> str | None:
         """``'speed-up at equal loss 1.35x ± 0.08 (3 seeds)'`` (scratch compute / growth compute at the growth run's
@@ -144,8 +167,8 @@ class MeasuredCell:
         scratch in 0/3 seeds)'``, led by the speed-up at equal loss where the cell has one (``'...: speed-up at
         equal loss 1.35x ± 0.08 (3 seeds), Δ ...'``)."""
         speedup = self.describe_speedup()
-        axis = self.axis if self.init is None else f"{self.axis} (expert_init {self.init})"
-        return (f"{axis}, {self.recipe}, {self.schedule}, growth at {self.growth_at:.0%}, "
+        category = self.category if self.init is None else f"{self.category} (expert_init {self.init})"
+        return (f"{category}, {self.recipe}, {self.schedule}, growth at {self.growth_at:.0%}, "
                 f"{self.tokens_per_param:g} tokens per parameter: {speedup + ', ' if speedup else ''}"
                 f"Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
                 f"(above scratch in {self.seeds_above}/{self.seeds} seeds"
@@ -157,15 +180,17 @@ DEMO_TOKENS_PER_PARAM = 1.0
 """Below this many training tokens per final active parameter a run is a demo: the map's smallest setting is 1.7."""
 
 
+@renamed_fields(axis="category")
 @dataclass(frozen=True)
 class Advice:
-    """What the map says about a run: ``cell`` the nearest measured comparison of the run's axis, recipe and
-    schedule (``None``: none of them measured), ``near`` whether it is within :data:`NEAR_RATIO` and
-    :data:`NEAR_TIMING` of the run, ``pays`` whether it is near and ended at or below scratch on average, ``better``
-    the comparison of another recipe near the run (same axis and schedule) that paid and ended lower than ``cell``
-    (``None``: none did); ``init`` the run's ``expert_init`` on an experts axis (``None`` elsewhere)."""
+    """What the map says about a run: ``category`` the run's map category (:func:`classify_category`), ``cell`` the
+    nearest measured comparison of the run's category, recipe and schedule (``None``: none of them measured), ``near``
+    whether it is within :data:`NEAR_RATIO` and :data:`NEAR_TIMING` of the run, ``pays`` whether it is near and ended
+    at or below scratch on average, ``better`` the comparison of another recipe near the run (same category and
+    schedule) that paid and ended lower than ``cell`` (``None``: none did); ``init`` the run's ``expert_init`` in an
+    experts category (``None`` elsewhere). ``Advice.axis`` is the deprecated name of ``category`` (until 0.3.0)."""
 
-    axis: str
+    category: str
     recipe: str
     schedule: str
     growth_at: float
@@ -227,11 +252,11 @@ class Advice:
             return (f"this run is a demo ({self.tokens_per_param:.2f} training tokens per final active parameter, "
                     f"below the {DEMO_TOKENS_PER_PARAM:g} of every measured setting): its FLOPs saved are arithmetic, "
                     "not a measured saving")
-        axis = self.axis if self.init is None else f"{self.axis}, expert_init {self.init}"
-        run = (f"this run ({axis}, growth.recipe {self.recipe}, {self.schedule} schedule, first growth at "
+        category = self.category if self.init is None else f"{self.category}, expert_init {self.init}"
+        run = (f"this run ({category}, growth.recipe {self.recipe}, {self.schedule} schedule, first growth at "
                f"{self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active parameter)")
         if self.cell is None:
-            return (f"nothing was measured for {run}: no seeded comparison of this axis, recipe and schedule "
+            return (f"nothing was measured for {run}: no seeded comparison of this growth category, recipe and schedule "
                     f"against same-FLOPs scratch. Before counting on the FLOPs saved, {MEASURE_HINT}")
         gap = self.describe_gap()
         if not self.near:
@@ -239,8 +264,8 @@ class Advice:
                     f"{', ' + gap if gap else ''}, is too far from it to say. Before counting on the FLOPs saved, "
                     f"{MEASURE_HINT}")
         if self.far_in_size:
-            trend = (f" The size trend of this axis: {self.trend}." if self.trend else
-                     " No size trend was measured on this axis (its speed-ups come from one model size).")
+            trend = (f" The size trend of this growth category: {self.trend}." if self.trend else
+                     " No size trend was measured in this growth category (its speed-ups come from one model size).")
             return (f"the evidence nearest to {run} is far from it in size: {self.cell.describe()}, {gap}; too far "
                     f"to say whether growth pays at this size.{trend} To know, {MEASURE_HINT}")
         if self.pays:
@@ -255,11 +280,11 @@ class Advice:
 def load_map(path: Path = MAP_PATH) -> tuple[MeasuredCell, ...]:
     """The measured cells of ``path`` (default: the package's ``measured.json``)."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return tuple(MeasuredCell(**cell) for cell in data["cells"])
+    return tuple(MeasuredCell.from_json(cell) for cell in data["cells"])
 
 
-def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] | None = None) -> str:
-    """The map's name for what ``stages`` grow: ``two-stage`` (several width stages), ``depth``, ``depth+width``,
+def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] | None = None) -> str:
+    """The map category of what ``stages`` grow: ``two-stage`` (several width stages), ``depth``, ``depth+width``,
     ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, ``upcycle`` (dense ->
     MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``),
     ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or
@@ -268,13 +293,13 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
 
     Example::
 
-        >>> classify_axis([GrowthStage(10, n_embd=64, intermediate_size=256)])
+        >>> classify_category([GrowthStage(10, n_embd=64, intermediate_size=256)])
         'joint'
-        >>> classify_axis([GrowthStage(10, n_layer=8)])
+        >>> classify_category([GrowthStage(10, n_layer=8)])
         'depth'
-        >>> classify_axis([GrowthStage(10, n_expert=8)])
+        >>> classify_category([GrowthStage(10, n_expert=8)])
         'experts'
-        >>> classify_axis([GrowthStage(10, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)])
+        >>> classify_category([GrowthStage(10, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)])
         'upcycle'
     """
     grown = [set(s) for s in sizes] if sizes is not None else [
@@ -287,14 +312,15 @@ def classify_axis(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] 
     return cell_label(keys, stages[0], axes)  # experts alone, depth, heads, width: the first that names the cell
 
 
-def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,
+@renamed_keywords(f"{__name__}.nearest", axis="category")
+def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedule: str, growth_at: float,
             tokens_per_param: float, init: str | None = None,
             params: int | None = None) -> tuple[MeasuredCell | None, bool]:
-    """The cell of ``axis``, ``recipe``, ``schedule`` and ``init`` (an experts stage's ``expert_init``; ``None``
+    """The cell of the map category ``category``, ``recipe``, ``schedule`` and ``init`` (an experts stage's ``expert_init``; ``None``
     elsewhere) nearest in token ratio and model size (the Euclidean distance of their logs; size counts where both
     the run's ``params`` and the cell's are known), then timing, and whether it is near in token ratio and timing
     (:data:`NEAR_RATIO`, :data:`NEAR_TIMING`; how far it is in size the advice says itself, :data:`FAR_SIZE`)."""
-    same = [c for c in cells if (c.axis, c.recipe, c.schedule, c.init) == (axis, recipe, schedule, init)
+    same = [c for c in cells if (c.category, c.recipe, c.schedule, c.init) == (category, recipe, schedule, init)
             and c.tokens_per_param > 0]
     if not same or tokens_per_param <= 0:
         return None, False
@@ -310,13 +336,14 @@ def nearest(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: 
     return best, ratio_gap <= math.log(NEAR_RATIO) + 1e-9 and timing_gap <= NEAR_TIMING + 1e-9
 
 
-def size_trend(cells: Sequence[MeasuredCell], *, axis: str, schedule: str, init: str | None = None) -> str | None:
-    """What the map's speed-ups of ``axis`` under ``schedule`` show against model size: ``'1.16x at 0.13M (2.8
+@renamed_keywords(f"{__name__}.size_trend", axis="category")
+def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, init: str | None = None) -> str | None:
+    """What the map's speed-ups of the category ``category`` under ``schedule`` show against model size: ``'1.16x at 0.13M (2.8
     tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and token ratio), or
     ``None`` when fewer than two sizes were measured."""
     best: dict[tuple[int, float], MeasuredCell] = {}
     for c in cells:
-        if (c.axis, c.schedule, c.init) != (axis, schedule, init) or c.speedup is None or c.params is None:
+        if (c.category, c.schedule, c.init) != (category, schedule, init) or c.speedup is None or c.params is None:
             continue
         key = (c.params, c.tokens_per_param)
         if key not in best or c.speedup > best[key].speedup:
@@ -327,22 +354,23 @@ def size_trend(cells: Sequence[MeasuredCell], *, axis: str, schedule: str, init:
                      for _, c in sorted(best.items()))
 
 
-def better_recipe(cells: Sequence[MeasuredCell], *, axis: str, recipe: str, schedule: str, growth_at: float,
+@renamed_keywords(f"{__name__}.better_recipe", axis="category")
+def better_recipe(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedule: str, growth_at: float,
                   tokens_per_param: float, than: MeasuredCell | None, init: str | None = None) -> MeasuredCell | None:
-    """The lowest-Δ cell of a recipe other than ``recipe``, of ``axis`` and ``schedule``, near the run, that ended
+    """The lowest-Δ cell of a recipe other than ``recipe``, of ``category`` and ``schedule``, near the run, that ended
     below scratch on average and in most seeds, and below ``than`` (the run's own nearest cell, if near) by more than
     the larger of the two sds (a gap inside the seeds' spread is no reason to switch), or ``None``.
 
     Example::
 
         >>> cells = load_map()
-        >>> better_recipe(cells, axis="joint", recipe="recommended", schedule="wsd", growth_at=0.5,
+        >>> better_recipe(cells, category="joint", recipe="recommended", schedule="wsd", growth_at=0.5,
         ...               tokens_per_param=2.8, than=None).recipe
         'wsd'
     """
     best = None
     for other in sorted({c.recipe for c in cells} - {recipe}):  # sorted: a tie goes to the same recipe every run
-        cell, near = nearest(cells, axis=axis, recipe=other, schedule=schedule, growth_at=growth_at,
+        cell, near = nearest(cells, category=category, recipe=other, schedule=schedule, growth_at=growth_at,
                              tokens_per_param=tokens_per_param, init=init)
         if (not near or cell is None or cell.delta >= 0 or not cell.pays or 2 * cell.seeds_above >= cell.seeds
                 or (than is not None and than.delta - cell.delta <= max(cell.sd, than.sd))):
@@ -359,15 +387,22 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`), for a
     grown model of ``params`` parameters (``None``: size unknown, not weighed). A one-stage experts run is matched
     with the cells of its ``expert_init`` only."""
-    axis = classify_axis(stages, sizes)
+    category = classify_category(stages, sizes)
     growth_at = stages[0].resolved(total_steps).at_step / total_steps if stages else 0.0
     cells = load_map() if cells is None else cells
     init = stages[0].expert_init if len(stages) == 1 and stages[0].grows_experts else None
-    where = dict(axis=axis, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param, init=init)
+    where = dict(category=category, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param, init=init)
     cell, near = nearest(cells, recipe=recipe, params=params, **where)
     better = better_recipe(cells, recipe=recipe, than=cell if near else None, **where)
-    trend = size_trend(cells, axis=axis, schedule=schedule, init=init)
+    trend = size_trend(cells, category=category, schedule=schedule, init=init)
     advice = Advice(recipe=recipe, cell=cell, near=near, better=better, params=params, trend=trend, **where)
     if better is not None and advice.far_in_size:  # a recipe "measured better" that far away is no advice either
         advice = dataclasses.replace(advice, better=None)
     return advice
+
+
+def __getattr__(name: str):
+    """``classify_axis``: the old name of :func:`classify_category` (the same object), with a warning (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

@@ -1,5 +1,6 @@
-"""The measured map's names for what a stage grows (``joint``, ``depth+width``, ``upcycle``, ...): vocabulary of the
-results, kept out of the growth axes (``growth/axes/``), which grow models and know nothing of what was measured.
+"""The measured map's categories, its names for what a stage grows (``joint``, ``depth+width``, ``upcycle``, ...):
+vocabulary of the results, kept out of the growth axes (``growth/axes/``), which grow models and know nothing of what
+was measured. (The module keeps its name: it holds one category labeller per growth axis.)
 
 One labeller per axis name, tried in rank order (experts alone, then depth, heads, width); the first that names the
 stage names the cell. An axis registered by a plug-in names its cells with :func:`register_cell_label`.
@@ -17,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lightning_sparkling.growth.stage import WIDTH_AXES
+from lightning_sparkling.growth.stage import WIDTH_SIZE_KEYS
 
 CellLabel = Callable[[set[str], Any, set[str]], "str | None"]
-"""``(changed sizes, the stage, the names of the axes it grows) -> the cell's axis name`` or ``None``."""
+"""``(changed sizes, the stage, the names of the axes it grows) -> the cell's map category`` or ``None``."""
 
 
 def _experts(keys: set[str], stage: Any, grown: set[str]) -> str | None:
@@ -48,13 +49,13 @@ def _heads(keys: set[str], stage: Any, grown: set[str]) -> str | None:
     """``hidden+heads`` (with ``n_embd`` alone), ``heads`` (alone), ``width+heads`` otherwise."""
     if not keys & {"n_head", "n_query_groups"}:
         return None
-    widths = keys & set(WIDTH_AXES)
+    widths = keys & set(WIDTH_SIZE_KEYS)
     return "hidden+heads" if widths == {"n_embd"} else ("heads" if not widths else "width+heads")
 
 
 def _width(keys: set[str], stage: Any, grown: set[str]) -> str | None:
     """``joint`` (``n_embd`` and an MLP width), ``hidden`` (``n_embd``), ``inner`` (MLP widths)."""
-    widths = keys & set(WIDTH_AXES)
+    widths = keys & set(WIDTH_SIZE_KEYS)
     if not widths:
         return None
     if "n_embd" in widths:
@@ -78,10 +79,17 @@ def unregister_cell_label(axis: str) -> None:
 
 
 def cell_label(keys: set[str], stage: Any, grown: set[str]) -> str:
-    """The cell's axis name of a one-stage schedule whose changed sizes are ``keys`` and whose axes are ``grown``
+    """The map category of a one-stage schedule whose changed sizes are ``keys`` and whose axes are ``grown``
     (``'none'`` when no labeller names it)."""
     for _, label in sorted(_LABELS.values(), key=lambda entry: entry[0]):
         name = label(keys, stage, grown)
         if name is not None:
             return name
     return "none"
+
+
+def __getattr__(name: str):
+    """``WIDTH_AXES``: the old name of ``WIDTH_SIZE_KEYS`` (the same object), with a warning (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

@@ -1,7 +1,7 @@
 """``sparkling plan``: what the growth stages of a resolved run do, without training (:func:`plan`: per stage the
-sizes, alpha per axis, the tensors touched, parameters before and after, the new entries' LR; the run's FLOPs against
-a from-scratch run of the final size), what the project's measured map says about the run (:func:`regime_advice`),
-and the report printed (:func:`_print_plan`).
+sizes, alpha per channel dimension, the tensors touched, parameters before and after, the new entries' LR; the run's
+FLOPs against a from-scratch run of the final size), what the project's measured map says about the run
+(:func:`regime_advice`), and the report printed (:func:`_print_plan`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ __all__ = ["plan", "regime_advice", "regime_warning", "run_recipe", "stage_plans
 
 
 def plan(run: ResolvedRun, *, print_report: bool = True, cells: Sequence[Any] | None = None) -> dict[str, Any]:
-    """What the growth stages of ``run`` do, without training: per stage the widths, alpha per axis, the tensors
-    touched (grouped by kind), parameters before/after; and the run's FLOPs against a from-scratch run of the final
-    width (:func:`~lightning_sparkling.growth.compute.estimate_compute`).
+    """What the growth stages of ``run`` do, without training: per stage the widths, alpha per channel dimension, the
+    tensors touched (grouped by kind), parameters before/after; and the run's FLOPs against a from-scratch run of the
+    final width (:func:`~lightning_sparkling.growth.compute.estimate_compute`).
 
     Returns:
-        a dict: ``stages`` (list of per-stage dicts), ``flops``, ``flops_from_scratch``, ``flops_saved``,
+        a dict: ``stages`` (list of per-stage dicts: ``sizes`` every size key the stage changes, ``widths`` the widths
+        among them, ``channels`` every channel dimension it grows (``n_embd``, ``attn_q``, ``n_expert``, ...), each
+        ``[old, new]``; ``alpha`` per channel dimension; ...), ``flops``, ``flops_from_scratch``, ``flops_saved``,
         ``active_params``, ``total_params``, ``phase_steps``, ``steps``, ``tokens_per_step``, ``total_tokens``,
         ``gstack`` (what G_stack's fitted timing rule gives for the run: ``tokens``, ``step``, ``n_params``,
         ``flops``; ``None`` without growth stages).
@@ -90,15 +92,16 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
     from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.growth.axes import describe_changes, registered_axes
     from lightning_sparkling.growth.plan import size_changes
-    from lightning_sparkling.growth.stage import grows_channels
+    from lightning_sparkling.growth.stage import WIDTH_SIZE_KEYS, grows_channels
 
     tied = run.train.tie_embeddings
     before, after = count_params(config, tie_embeddings=tied), count_params(gp.new_config, tie_embeddings=tied)
     report = {
         "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
         "at_fraction": stage.at_step / run.steps,
-        "widths": {name: [change.old, change.new] for name, change in gp.channels.items()},
-        "sizes": {axis: list(pair) for axis, pair in size_changes(config, gp.new_config).items()},
+        "widths": {name: [change.old, change.new] for name, change in gp.channels.items() if name in WIDTH_SIZE_KEYS},
+        "channels": {name: [change.old, change.new] for name, change in gp.channels.items()},
+        "sizes": {size: list(pair) for size, pair in size_changes(config, gp.new_config).items()},
         "into": gp.new_config.name if stage.model_name or stage.model_config else None,
         **{key: value for axis in registered_axes() for key, value in axis.report(gp, stage).items()},  # depth, heads
         "alpha": gp.alphas(), "grows_channels": grows_channels(stage.to_dict()), "init": stage.init,

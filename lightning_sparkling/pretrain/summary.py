@@ -33,7 +33,7 @@ def _run_summary(run: ResolvedRun, trainer: Any, module: Any, callbacks: _RunCal
         start: ``time.perf_counter()`` at the start of the run.
     """
     from lightning_sparkling.growth.compute import estimate_compute
-    from lightning_sparkling.growth.stage import SIZE_AXES
+    from lightning_sparkling.growth.stage import SIZE_KEYS
 
     out_dir = run.out_dir
     step = trainer.global_step
@@ -52,7 +52,7 @@ def _run_summary(run: ResolvedRun, trainer: Any, module: Any, callbacks: _RunCal
         "flops_logged": token_counter.flops,
         "active_params": list(est.active_params), "total_params": list(est.total_params),
         "phase_steps": list(est.phase_steps),
-        "final_model_config": {k: getattr(module.model.config, k) for k in SIZE_AXES},
+        "final_model_config": {k: getattr(module.model.config, k) for k in SIZE_KEYS},
         "growth": _growth_summary(applied, est.configs),
         "growth_events": list(growth.summaries) if growth is not None else [],
         **_losses(token_counter, trainer.callback_metrics, step),

@@ -469,16 +469,16 @@ def test_scan_table_and_export_load_as_measured_cells(repro, tmp_path):
     assert repro.export_cells([{**lines["joint"], "recipe": None}], "tiny") == []  # a row that is no recipe
     exported = json.loads(export.read_text())
     assert exported == payload["measured_cells"] and len(exported) == 2
-    measured = [MeasuredCell(**cell) for cell in exported]
-    assert {(m.axis, m.recipe, m.schedule, m.growth_at) for m in measured} == {
+    measured = [MeasuredCell.from_json(cell) for cell in exported]  # the file's "axis" is the map category
+    assert {(m.category, m.recipe, m.schedule, m.growth_at) for m in measured} == {
         ("joint", "recommended", "wsd", 0.5), ("depth", "paper", "wsd", 0.25)}
-    joint_cell = next(m for m in measured if m.axis == "joint")
+    joint_cell = next(m for m in measured if m.category == "joint")
     assert (joint_cell.delta, joint_cell.sd) == (round(statistics.fmean(joint), 3), round(statistics.stdev(joint), 3))
     assert joint_cell.where == "Where growth pays: the scan (tiny)"
     # every exported cell knows its size (issue 38): the grown shape's parameters, as the package counts them
     grown_params = {ln["axis"]: next(r for r in runs if r["axis"] == ln["axis"] and r["row"] == repro.ISO_FLOPS)
                     ["compute"]["total_params"][-1] for ln in lines.values()}
-    assert {m.axis: m.params for m in measured} == grown_params
+    assert {m.category: m.params for m in measured} == grown_params
     assert all(m.device == "cpu" and m.precision == "32-true" and m.corpus == "stdlib" and 0 < m.embedding_share < 1
                for m in measured)
     assert f"{joint_cell.delta:+.3f} ± {joint_cell.sd:.3f}" in (results / "reproduce_tiny_scan_wsd.md").read_text()
@@ -706,7 +706,7 @@ def test_experts_scan_pairs_each_comparison_and_exports_the_init(repro, tmp_path
     md = (results / "reproduce_tiny_scan_moe.md").read_text()
     assert f"{statistics.fmean(dense):+.3f} ± {statistics.stdev(dense):.3f}" in md
     exported = json.loads(export.read_text())
-    measured = {(m.axis, m.init): m for m in (MeasuredCell(**cell) for cell in exported)}
+    measured = {(m.category, m.init): m for m in (MeasuredCell.from_json(cell) for cell in exported)}
     assert set(measured) == {("upcycle", "copy"), ("upcycle", "random"), ("experts+topk", "copy")}
     assert measured[("upcycle", "copy")].delta == round(statistics.fmean(moe), 3)
     assert measured[("upcycle", "copy")].recipe == "paper" and measured[("experts+topk", "copy")].growth_at == 0.25
@@ -716,7 +716,7 @@ def test_experts_scan_pairs_each_comparison_and_exports_the_init(repro, tmp_path
         round(statistics.fmean(dense), 3), round(statistics.stdev(dense), 3), 2)
     assert measured[("experts+topk", "copy")].start_delta is None
     assert measured[("experts+topk", "copy")].where == "Experts: dense -> MoE and MoE -> more experts (tiny)"
-    assert repro.map_axis("experts-2x", "experts 2x n_expert") == "experts"  # as classify_axis names the stages
+    assert repro.map_axis("experts-2x", "experts 2x n_expert") == "experts"  # as classify_category names the stages
     for cell in exported:
         assert json.loads(repro.format_cell(cell)) == cell  # the export pastes into measured.json as it is
 
@@ -763,7 +763,7 @@ def test_experts_cells_are_named_as_the_package_classifies_their_stages(repro):
     """The axis and init a scan exports for an experts row are what ``measured.advise`` reads off that row's own
     stage, so ``plan`` on the same run finds the cell."""
     from lightning_sparkling import GrowthStage
-    from lightning_sparkling.pretrain.measured import classify_axis
+    from lightning_sparkling.pretrain.measured import classify_category
 
     size = repro.resolve_size("quick")
     named = set()
@@ -773,7 +773,7 @@ def test_experts_cells_are_named_as_the_package_classifies_their_stages(repro):
                 continue
             (stage,) = repro.build_config(size, axis, repro.ROWS[row], 1)["growth"]["stages"]
             stage = GrowthStage(**stage)
-            assert classify_axis([stage]) == repro.map_axis(axis, row)
+            assert classify_category([stage]) == repro.map_axis(axis, row)
             assert stage.expert_init == repro.map_init(axis, row)
             named.add((repro.map_axis(axis, row), repro.map_init(axis, row)))
     assert named == {("upcycle", "copy"), ("upcycle", "drop-upcycle"), ("upcycle", "random"), ("experts", "copy"),

@@ -23,7 +23,7 @@ from lightning_sparkling.growth.axes import (
     registered_axes,
     unregister_axis,
 )
-from lightning_sparkling.pretrain.measured import classify_axis
+from lightning_sparkling.pretrain.measured import classify_category
 from lightning_sparkling.pretrain.measured_axes import register_cell_label, unregister_cell_label
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
@@ -103,11 +103,11 @@ def test_an_axis_is_its_module_and_one_registration():
         assert plan.changes["toy"] == ("toy", n, 2 * n) and model.config.name == "toyed"
         assert describe_changes(plan) == {"toy": f"toy ('toy', {n}, {2 * n})"}
         assert "toy" in copy_specs(plan)
-        assert classify_axis([GrowthStage(0, n_embd=2 * n)]) == "toy"
+        assert classify_category([GrowthStage(0, n_embd=2 * n)]) == "toy"
     finally:
         unregister_axis(toy)
         unregister_cell_label("toy")
-    assert classify_axis([GrowthStage(0, n_embd=64)]) == "hidden"
+    assert classify_category([GrowthStage(0, n_embd=64)]) == "hidden"
     assert "toy" not in plan_growth(llama_config(), GrowthStage(0, n_embd=64)).changes
 
 
@@ -294,10 +294,10 @@ def test_experts_with_widths_is_a_cell_of_its_own():
     """No measured cell holds experts grown with widths: the map names it apart instead of advising from the
     width or upcycle cells."""
     upcycle = dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)
-    assert classify_axis([GrowthStage(0, **upcycle)]) == "upcycle"
-    assert classify_axis([GrowthStage(0, **upcycle, n_embd=64, intermediate_size=256)]) == "upcycle+width"
-    assert classify_axis([GrowthStage(0, n_expert=8, n_head=8)]) == "experts+heads"
-    assert classify_axis([GrowthStage(0, **upcycle, n_layer=8, n_embd=64)]) == "upcycle+depth+width"
+    assert classify_category([GrowthStage(0, **upcycle)]) == "upcycle"
+    assert classify_category([GrowthStage(0, **upcycle, n_embd=64, intermediate_size=256)]) == "upcycle+width"
+    assert classify_category([GrowthStage(0, n_expert=8, n_head=8)]) == "experts+heads"
+    assert classify_category([GrowthStage(0, **upcycle, n_layer=8, n_embd=64)]) == "upcycle+depth+width"
 
 
 def test_architecture_protocol_table_is_the_protocol():

@@ -112,7 +112,7 @@ def test_register_axis_refuses_a_plugin_that_claims_a_registered_size():
 
 # ------------------------------------------------------------------------ 5. better_recipe and half the seeds
 def _cell(recipe: str, delta: float, seeds_above: int, seeds: int = 4) -> MeasuredCell:
-    return MeasuredCell(axis="joint", recipe=recipe, schedule="wsd", growth_at=0.25, tokens_per_param=11.3,
+    return MeasuredCell(category="joint", recipe=recipe, schedule="wsd", growth_at=0.25, tokens_per_param=11.3,
                         delta=delta, sd=0.005, seeds=seeds, seeds_above=seeds_above, where="test")
 
 
@@ -121,7 +121,7 @@ def _cell(recipe: str, delta: float, seeds_above: int, seeds: int = 4) -> Measur
 def test_better_recipe_needs_most_seeds_below_scratch(seeds_above, seeds, switch):
     """A cell below scratch on average but above it in half its seeds (or more) is no reason to switch recipe."""
     cells = [_cell("paper", 0.05, seeds, seeds), _cell("wsd", -0.04, seeds_above, seeds)]
-    found = better_recipe(cells, axis="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3,
+    found = better_recipe(cells, category="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3,
                           than=cells[0])
     if switch:
         assert found is cells[1]
@@ -193,7 +193,7 @@ def test_the_maps_cells_are_read_only():
     cell = load_map()[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         cell.delta = -1.0  # type: ignore[misc]
-    advice = Advice(axis=cell.axis, recipe=cell.recipe, schedule=cell.schedule, growth_at=cell.growth_at,
+    advice = Advice(category=cell.category, recipe=cell.recipe, schedule=cell.schedule, growth_at=cell.growth_at,
                     tokens_per_param=cell.tokens_per_param, cell=cell, near=True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         advice.near = False  # type: ignore[misc]
@@ -202,10 +202,10 @@ def test_the_maps_cells_are_read_only():
 def test_a_cell_level_with_scratch_but_above_its_start_model_is_said_to_be_above_the_start_model():
     """Δ 0 against scratch (level with it) but +0.05 against the model it grew from: growth did not pay, and the
     reason named is the model it grew from, not scratch."""
-    cell = MeasuredCell(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=10.0,
+    cell = MeasuredCell(category="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=10.0,
                         delta=0.0, sd=0.01, seeds=3, seeds_above=1, where="test", init="copy", start_delta=0.05,
                         start_sd=0.01, start_seeds_above=3)
-    advice = Advice(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=10.0,
+    advice = Advice(category="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=10.0,
                     cell=cell, near=True, init="copy")
     message = advice.message()
     assert not advice.pays and "growth has not been found to pay" in message
@@ -217,9 +217,9 @@ def test_a_cell_level_with_scratch_but_above_its_start_model_is_said_to_be_above
 def test_better_recipe_switches_only_for_a_gap_larger_than_the_seeds_spread():
     """0.5 - (-0.25) = 0.75 exactly: a gap equal to the larger sd is inside the seeds' spread (no switch); a gap a
     little larger is not."""
-    run = MeasuredCell(axis="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3, delta=0.5,
+    run = MeasuredCell(category="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3, delta=0.5,
                        sd=0.75, seeds=4, seeds_above=4, where="test")
-    kw = dict(axis="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3, than=run)
+    kw = dict(category="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3, than=run)
     level = _cell("wsd", -0.25, 0)
     assert better_recipe([run, level], **kw) is None
     lower = _cell("wsd", -0.375, 0)
@@ -227,7 +227,7 @@ def test_better_recipe_switches_only_for_a_gap_larger_than_the_seeds_spread():
 
 
 def test_a_speedup_measured_without_spread_is_accepted_and_a_negative_spread_refused():
-    base = dict(axis="depth", recipe="paper", schedule="cosine", growth_at=0.05, tokens_per_param=31.0, delta=-0.05,
+    base = dict(category="depth", recipe="paper", schedule="cosine", growth_at=0.05, tokens_per_param=31.0, delta=-0.05,
                 sd=0.01, seeds=3, seeds_above=0, where="test")
     assert MeasuredCell(**base, speedup=1.2, speedup_sd=0.0).describe_speedup() == \
         "speed-up at equal loss 1.20x ± 0.00 (3 seeds)"

@@ -1,6 +1,6 @@
 """Behaviours of the measured map that no other test pinned (issue 31's mutation audit): the nearest cell is chosen by
 token ratio first, then timing; a cell 0.2 of the run away is not near; a Δ of exactly 0 counts as paying and is
-never named "better"; ``n_embd`` + ``moe_intermediate_size`` is the ``joint`` axis; a multi-stage run is timed by
+never named "better"; ``n_embd`` + ``moe_intermediate_size`` is the ``joint`` category; a multi-stage run is timed by
 its first stage; a non-positive token ratio was never measured; and every field of every stored cell is the one
 docs/BENCHMARKS.md publishes."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.pretrain.measured import MeasuredCell, advise, classify_axis, load_map, nearest
+from lightning_sparkling.pretrain.measured import MeasuredCell, advise, classify_category, load_map, nearest
 from lightning_sparkling.pretrain.measured_size import format_params
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
@@ -19,12 +19,12 @@ INDEX_HEADING = "## The measured map, cell by cell"
 
 
 def cell(**kw) -> MeasuredCell:
-    base = dict(axis="joint", recipe="recommended", schedule="cosine", growth_at=0.5, tokens_per_param=2.8,
+    base = dict(category="joint", recipe="recommended", schedule="cosine", growth_at=0.5, tokens_per_param=2.8,
                 delta=-0.02, sd=0.01, seeds=3, seeds_above=0, where="test")
     return MeasuredCell(**{**base, **kw})
 
 
-WHERE = dict(axis="joint", recipe="recommended", schedule="cosine")
+WHERE = dict(category="joint", recipe="recommended", schedule="cosine")
 
 
 # ------------------------------------------------------------------------------------------------------------ nearest
@@ -61,21 +61,21 @@ def test_a_delta_of_exactly_zero_pays_and_is_never_named_better():
     assert advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", cells=cells).better == cells[1]
 
 
-@pytest.mark.parametrize("sizes, axis", [
+@pytest.mark.parametrize("sizes, category", [
     (dict(n_embd=64, moe_intermediate_size=32), "joint"),
     (dict(n_embd=64, intermediate_size=128, moe_intermediate_size=32), "joint"),
     (dict(n_embd=64, intermediate_size=128), "joint"),
     (dict(moe_intermediate_size=32), "inner"),
     (dict(intermediate_size=128, moe_intermediate_size=32), "inner"),
 ])
-def test_n_embd_with_any_mlp_size_is_the_joint_axis(sizes, axis):
-    assert classify_axis([GrowthStage(10, **sizes)]) == axis
+def test_n_embd_with_any_mlp_size_is_the_joint_category(sizes, category):
+    assert classify_category([GrowthStage(10, **sizes)]) == category
 
 
 def test_a_multi_stage_run_is_timed_by_its_first_stage():
     stages = [GrowthStage(300, n_embd=48), GrowthStage(600, n_embd=64)]
     advice = advise(stages, total_steps=1000, tokens_per_param=2.8, recipe="recommended",
-                    cells=[cell(axis="two-stage", growth_at=0.3)])
+                    cells=[cell(category="two-stage", growth_at=0.3)])
     assert advice.growth_at == 0.3 and advice.near
     assert "first growth at 30%" in advice.message()
 
@@ -112,7 +112,7 @@ def _published_cells(text: str) -> tuple[set[tuple], str]:
 def test_every_field_of_every_stored_cell_is_published_in_benchmarks():
     text = BENCHMARKS.read_text(encoding="utf-8").replace("−", "-")
     published, before = _published_cells(text)
-    stored = {(c.axis, c.init, c.recipe, c.schedule, round(c.growth_at, 6), c.tokens_per_param,
+    stored = {(c.category, c.init, c.recipe, c.schedule, round(c.growth_at, 6), c.tokens_per_param,
                format_params(c.params), c.device, c.delta, c.sd, c.seeds, c.seeds_above, c.where) for c in load_map()}
     assert len(stored) == len(load_map())
     assert stored - published == set(), "stored in measured.json, not (or otherwise) in docs/BENCHMARKS.md's index"

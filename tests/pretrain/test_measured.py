@@ -16,7 +16,7 @@ from lightning_sparkling.pretrain.measured import (
     NEAR_RATIO,
     MeasuredCell,
     advise,
-    classify_axis,
+    classify_category,
     load_map,
     nearest,
 )
@@ -25,7 +25,7 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 
 
 def cell(**kw) -> MeasuredCell:
-    base = dict(axis="joint", recipe="recommended", schedule="cosine", growth_at=0.5, tokens_per_param=2.8,
+    base = dict(category="joint", recipe="recommended", schedule="cosine", growth_at=0.5, tokens_per_param=2.8,
                 delta=-0.02, sd=0.01, seeds=3, seeds_above=0, where="test")
     return MeasuredCell(**{**base, **kw})
 
@@ -52,7 +52,7 @@ def test_every_stored_cell_is_published_in_benchmarks_with_its_seeds():
     for c in cells:
         assert 0 <= c.seeds_above <= c.seeds and c.seeds >= 2 and 0 < c.growth_at < 1 and c.tokens_per_param > 0
         assert published(c, text), c
-    keys = {(c.axis, c.recipe, c.schedule, c.growth_at, c.tokens_per_param, c.init, c.params) for c in cells}
+    keys = {(c.category, c.recipe, c.schedule, c.growth_at, c.tokens_per_param, c.init, c.params) for c in cells}
     assert len(keys) == len(cells)  # one cell per setting and size
     assert json.loads(MAP_PATH.read_text())["about"]
 
@@ -68,36 +68,36 @@ def test_every_stored_cell_is_published_in_benchmarks_with_its_seeds():
     ([GrowthStage(5, n_layer=8), GrowthStage(9, n_embd=64)], "several stages"),
 ])
 def test_classify_axis(stages, expected):
-    assert classify_axis(stages) == expected
+    assert classify_category(stages) == expected
 
 
 def test_a_named_target_is_classified_by_the_sizes_it_changes():
     stage = GrowthStage(5, model_name="pythia-31m")
-    assert classify_axis([stage], sizes=[["n_embd", "intermediate_size", "n_head", "n_query_groups"]]) == \
+    assert classify_category([stage], sizes=[["n_embd", "intermediate_size", "n_head", "n_query_groups"]]) == \
         "width+heads"
-    assert classify_axis([stage], sizes=[["n_embd", "n_head", "n_query_groups"]]) == "hidden+heads"
+    assert classify_category([stage], sizes=[["n_embd", "n_head", "n_query_groups"]]) == "hidden+heads"
 
 
 def test_nearest_picks_the_closest_ratio_then_timing_and_says_when_it_is_too_far():
     cells = [cell(tokens_per_param=2.8), cell(tokens_per_param=11.0, delta=0.01), cell(tokens_per_param=2.8,
                                                                                         growth_at=0.25),
              cell(recipe="paper", tokens_per_param=4.0), cell(schedule="wsd", tokens_per_param=4.0)]
-    best, near = nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.3,
+    best, near = nearest(cells, category="joint", recipe="recommended", schedule="cosine", growth_at=0.3,
                          tokens_per_param=3.0)
     assert (best.tokens_per_param, best.growth_at, near) == (2.8, 0.25, True)
-    best, near = nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.5,
+    best, near = nearest(cells, category="joint", recipe="recommended", schedule="cosine", growth_at=0.5,
                          tokens_per_param=8.0)
     assert (best.tokens_per_param, near) == (11.0, True)
     # the factor NEAR_RATIO is the edge: just inside is near, just outside is not
-    assert nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.5,
+    assert nearest(cells, category="joint", recipe="recommended", schedule="cosine", growth_at=0.5,
                    tokens_per_param=11.0 * NEAR_RATIO * 0.999)[1]
-    assert not nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.5,
+    assert not nearest(cells, category="joint", recipe="recommended", schedule="cosine", growth_at=0.5,
                        tokens_per_param=11.0 * NEAR_RATIO * 1.001)[1]
     # timing too far: the closest cell is named but not near
-    best, near = nearest(cells, axis="joint", recipe="recommended", schedule="cosine", growth_at=0.9,
+    best, near = nearest(cells, category="joint", recipe="recommended", schedule="cosine", growth_at=0.9,
                          tokens_per_param=2.8)
     assert best.growth_at == 0.5 and not near
-    assert nearest(cells, axis="depth", recipe="recommended", schedule="cosine", growth_at=0.5,
+    assert nearest(cells, category="depth", recipe="recommended", schedule="cosine", growth_at=0.5,
                    tokens_per_param=2.8) == (None, False)
 
 
@@ -131,7 +131,7 @@ def test_advice_for_an_unmeasured_schedule_or_axis_says_nothing_was_measured():
                   recipe="recommended", schedule="wsd")
     assert rand.cell.growth_at == 0.5  # 60%: nearest timing among the WSD cells (50%, 25%)
     depth = advise([GrowthStage(250, n_layer=8)], total_steps=1000, tokens_per_param=5.0, recipe="paper")
-    assert depth.pays and depth.cell.axis == "depth" and "growth paid there" in depth.message()
+    assert depth.pays and depth.cell.category == "depth" and "growth paid there" in depth.message()
 
 
 def test_the_advice_follows_the_stored_data(tmp_path):
@@ -250,11 +250,11 @@ def test_a_demo_length_run_is_told_so_in_one_line():
 _TIE = """
 import dataclasses, sys
 from lightning_sparkling.pretrain.measured import MeasuredCell, better_recipe
-base = MeasuredCell(axis="joint", recipe="r", schedule="cosine", growth_at=0.5, tokens_per_param=2.8, delta=-0.1,
+base = MeasuredCell(category="joint", recipe="r", schedule="cosine", growth_at=0.5, tokens_per_param=2.8, delta=-0.1,
                     sd=0.01, seeds=3, seeds_above=0, where="test")
 names = [f"tie-{i}" for i in range(8)]
 cells = [dataclasses.replace(base, recipe=name) for name in names]
-print(better_recipe(cells, axis="joint", recipe="paper", schedule="cosine", growth_at=0.5, tokens_per_param=2.8,
+print(better_recipe(cells, category="joint", recipe="paper", schedule="cosine", growth_at=0.5, tokens_per_param=2.8,
                     than=None).recipe)
 """
 

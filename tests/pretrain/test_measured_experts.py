@@ -1,19 +1,19 @@
-"""The measured map and the experts axis (issue 30): a dense -> MoE stage is the ``upcycle`` axis and MoE -> more
-experts the ``experts`` axis; a run is advised from the cells of its own axis and ``expert_init`` only, never from
-a width or depth cell however near that one is, and a map without an experts cell says nothing was measured."""
+"""The measured map and the experts axis (issue 30): a dense -> MoE stage is the ``upcycle`` map category and MoE ->
+more experts the ``experts`` category; a run is advised from the cells of its own category and ``expert_init`` only,
+never from a width or depth cell however near that one is, and a map without an experts cell says nothing was measured."""
 
 from __future__ import annotations
 
 import pytest
 
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.pretrain.measured import MeasuredCell, advise, classify_axis
+from lightning_sparkling.pretrain.measured import MeasuredCell, advise, classify_category
 
 UPCYCLE = dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)
 
 
 def cell(**kw) -> MeasuredCell:
-    base = dict(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7,
+    base = dict(category="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7,
                 delta=-0.05, sd=0.01, seeds=3, seeds_above=0, where="test", init="copy")
     return MeasuredCell(**{**base, **kw})
 
@@ -25,21 +25,21 @@ def cell(**kw) -> MeasuredCell:
     (GrowthStage(5, n_expert=8, n_expert_per_token=4), [["n_expert", "n_expert_per_token"]], "experts+topk"),
 ])
 def test_dense_to_moe_and_more_experts_are_two_axes(stage, sizes, expected):
-    assert classify_axis([stage], sizes) == expected
+    assert classify_category([stage], sizes) == expected
 
 
 # a width, a depth and a joint cell exactly at the run's ratio and timing: none may answer for an experts stage
-OTHERS = [cell(axis=axis, init=None, delta=-0.3) for axis in ("inner", "depth", "joint", "hidden")]
+OTHERS = [cell(category=category, init=None, delta=-0.3) for category in ("inner", "depth", "joint", "hidden")]
 
 
 @pytest.mark.parametrize("init", ["copy", "drop-upcycle", "random"])
 def test_an_upcycle_run_gets_the_cell_of_its_own_expert_init(init):
     cells = [*OTHERS, cell(init="copy", delta=-0.05), cell(init="drop-upcycle", delta=-0.04),
-             cell(init="random", delta=0.02, seeds_above=3), cell(axis="experts", delta=-0.2)]
+             cell(init="random", delta=0.02, seeds_above=3), cell(category="experts", delta=-0.2)]
     advice = advise([GrowthStage(250, **UPCYCLE, expert_init=init)], total_steps=1000, tokens_per_param=5.7,
                     recipe="paper", cells=cells)
-    assert (advice.axis, advice.init) == ("upcycle", init)
-    assert advice.near and (advice.cell.axis, advice.cell.init) == ("upcycle", init)
+    assert (advice.category, advice.init) == ("upcycle", init)
+    assert advice.near and (advice.cell.category, advice.cell.init) == ("upcycle", init)
     assert advice.pays == (init != "random")
     assert f"upcycle (expert_init {init})" in advice.message() and "upcycle, expert_init" in advice.message()
 
@@ -47,21 +47,21 @@ def test_an_upcycle_run_gets_the_cell_of_its_own_expert_init(init):
 def test_an_experts_run_never_gets_a_width_or_depth_cell():
     grow = [GrowthStage(250, n_expert=8, expert_init="copy")]
     advice = advise(grow, total_steps=1000, tokens_per_param=5.7, recipe="paper", cells=[*OTHERS, cell()])
-    assert advice.cell is None and not advice.pays  # the upcycle cell is another axis
+    assert advice.cell is None and not advice.pays  # the upcycle cell is another category
     assert advice.message().startswith("nothing was measured for this run (experts, expert_init copy")
     advice = advise(grow, total_steps=1000, tokens_per_param=5.7, recipe="paper",
-                    cells=[*OTHERS, cell(axis="experts", delta=0.01, seeds_above=2)])
-    assert advice.cell.axis == "experts" and not advice.pays
+                    cells=[*OTHERS, cell(category="experts", delta=0.01, seeds_above=2)])
+    assert advice.cell.category == "experts" and not advice.pays
     # and a width run never gets an experts cell
     width = advise([GrowthStage(250, intermediate_size=256)], total_steps=1000, tokens_per_param=5.7,
-                   recipe="paper", cells=[cell(axis="inner"), cell(axis="upcycle")])
+                   recipe="paper", cells=[cell(category="inner"), cell(category="upcycle")])
     assert width.init is None and width.cell is None  # the inner cell here carries an init, as no width cell does
 
 
 def test_a_cell_describes_its_expert_init():
     assert cell(init="drop-upcycle").key() == "upcycle[drop-upcycle]/paper/cosine@25%/5.7"
     assert cell(init="random").describe().startswith("upcycle (expert_init random), paper, cosine, growth at 25%")
-    assert cell(axis="joint", init=None).describe().startswith("joint, paper, cosine")
+    assert cell(category="joint", init=None).describe().startswith("joint, paper, cosine")
 
 
 QUICK = {  # benchmarks/reproduce.py's --size quick, the setting the experts cells were measured at
@@ -89,7 +89,7 @@ def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init
     path.write_text(yaml.safe_dump({**QUICK, "growth": {"stages": [stage]}}))
     _, run, _ = parse(["--config", str(path)])
     report = plan(run, print_report=False)
-    (cell,) = [c for c in load_map() if (c.axis, c.init, c.growth_at) == ("upcycle", init, at_step / 1000)]
+    (cell,) = [c for c in load_map() if (c.category, c.init, c.growth_at) == ("upcycle", init, at_step / 1000)]
     advice = report["regime_advice"]
     speedup = f"{cell.describe_speedup()}, " if cell.speedup is not None else ""  # measured at 25% (vs MoE scratch)
     assert f"upcycle (expert_init {init}), paper, cosine, growth at {at_step / 10:.0f}%, 5.7 tokens per parameter: " \
@@ -107,23 +107,23 @@ def test_a_cell_pays_only_at_or_below_both_scratch_and_the_model_it_grew_from():
     start fields come together or not at all."""
     from lightning_sparkling.pretrain.measured import Advice, MeasuredCell
 
-    base = dict(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7, delta=-0.03,
+    base = dict(category="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7, delta=-0.03,
                 sd=0.01, seeds=3, seeds_above=0, where="w", init="copy")
     assert MeasuredCell(**base).pays
     assert MeasuredCell(**base, start_delta=-0.01, start_sd=0.01, start_seeds_above=0).pays
     assert MeasuredCell(**base, start_delta=0.0, start_sd=0.01, start_seeds_above=1).pays
     lost = MeasuredCell(**base, start_delta=0.05, start_sd=0.01, start_seeds_above=3)
     assert not lost.pays and not MeasuredCell(**{**base, "delta": 0.01}).pays
-    advice = Advice(axis="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7,
+    advice = Advice(category="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7,
                     cell=lost, near=True, init="copy")
     assert not advice.pays and "above the model it grew from continued on the same FLOPs" in advice.message()
     with pytest.raises(ValueError, match="give all three"):
         MeasuredCell(**base, start_delta=0.05)
 
 
-@pytest.mark.parametrize("stage, axis", [({"n_expert": 8}, "experts"),
-                                         ({"n_expert": 8, "n_expert_per_token": 4}, "experts+topk")])
-def test_sparkling_plan_of_a_more_experts_run_names_its_measured_cell(tmp_path, stage, axis):
+@pytest.mark.parametrize("stage, category", [({"n_expert": 8}, "experts"),
+                                             ({"n_expert": 8, "n_expert_per_token": 4}, "experts+topk")])
+def test_sparkling_plan_of_a_more_experts_run_names_its_measured_cell(tmp_path, stage, category):
     """MoE -> 2x experts on the measured MoE (E=4, K=2): ``n_expert`` alone gets its own cell (it ended above the E=8
     MoE from scratch: a warning), with K doubled the ``experts+topk`` cell; never the upcycle ones."""
     import yaml
@@ -138,8 +138,8 @@ def test_sparkling_plan_of_a_more_experts_run_names_its_measured_cell(tmp_path, 
                                     "growth": {"stages": [{"at_step": 250, **stage, "rewarmup_steps": 50}]}}))
     _, run, _ = parse(["--config", str(path)])
     report = plan(run, print_report=False)
-    (cell,) = [c for c in load_map() if c.axis == axis]
+    (cell,) = [c for c in load_map() if c.category == category]
     text = report["regime_warning"] or report["regime_advice"]
-    assert f"{axis} (expert_init copy), paper, cosine, growth at 25%" in text
+    assert f"{category} (expert_init copy), paper, cosine, growth at 25%" in text
     assert f"Δ {cell.delta:+.3f} ± {cell.sd:.3f}" in text and "upcycle" not in text
     assert (report["regime_warning"] is not None) == (cell.delta > 0)

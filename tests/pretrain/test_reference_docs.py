@@ -79,17 +79,17 @@ def logged_tag_patterns() -> set[str]:
 
 
 def symmetry_tags() -> list[str]:
-    """``symmetry/stage_k/<axis>`` for every axis a growth can copy: the width axes, the heads' query/key/value
-    channel axes (the plan's head layout), depth."""
+    """``symmetry/stage_k/<channel>`` for every channel dimension a growth can copy: the widths, the heads' query /
+    key / value channel dimensions (the plan's head layout), and depth's ``symmetry_key``."""
     from conftest import llama_config
-    from lightning_sparkling.growth.depth_maps import DEPTH_AXIS
+    from lightning_sparkling.growth.depth_maps import DEPTH_SIZE_KEY
     from lightning_sparkling.growth.plan import plan_growth
-    from lightning_sparkling.growth.stage import WIDTH_AXES, GrowthStage
+    from lightning_sparkling.growth.stage import WIDTH_SIZE_KEYS, GrowthStage
 
     plan = plan_growth(llama_config(norm_qk=True), GrowthStage(1, n_head=8, n_query_groups=4))
-    head_axes = sorted(a for a in plan.channels if a.startswith("attn_"))
-    assert "attn_q" in head_axes and "attn_qkv" in head_axes, head_axes
-    return [f"symmetry/stage_k/{axis}" for axis in (*WIDTH_AXES, *head_axes, DEPTH_AXIS)]
+    head_channels = sorted(c for c in plan.channels if c.startswith("attn_"))
+    assert "attn_q" in head_channels and "attn_qkv" in head_channels, head_channels
+    return [f"symmetry/stage_k/{channel}" for channel in (*WIDTH_SIZE_KEYS, *head_channels, DEPTH_SIZE_KEY)]
 
 
 def _matches_documented(pattern: str, documented: set[str]) -> bool:

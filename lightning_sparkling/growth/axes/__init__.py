@@ -53,17 +53,17 @@ from lightning_sparkling.growth.axes.registry import (
     unregister_axis,
     watch_registry,
 )
-from lightning_sparkling.growth.axes.width import WIDTH, WIDTH_AXES  # noqa: I001 (the registration order)
-from lightning_sparkling.growth.axes.heads import HEAD_AXES, HEADS
-from lightning_sparkling.growth.axes.depth import DEPTH, DEPTH_AXIS
+from lightning_sparkling.growth.axes.width import WIDTH, WIDTH_SIZE_KEYS  # noqa: I001 (the registration order)
+from lightning_sparkling.growth.axes.heads import HEAD_SIZE_KEYS, HEADS
+from lightning_sparkling.growth.axes.depth import DEPTH, DEPTH_SIZE_KEY
 from lightning_sparkling.growth.axes.experts import EXPERTS
 from lightning_sparkling.growth.types import AxisPlan, PlanContext  # importable from here as before
 
-SIZE_AXES: tuple[str, ...] = (*WIDTH_AXES, *HEAD_AXES, DEPTH_AXIS)
+SIZE_KEYS: tuple[str, ...] = (*WIDTH_SIZE_KEYS, *HEAD_SIZE_KEYS, DEPTH_SIZE_KEY)
 """The size keys of a stage's width, heads and depth (``GrowthStage.sizes``); the structural axes' other sizes
 (``n_expert``, ...) are :func:`plugin_sizes`."""
 
-__all__ = ["DEPTH", "EXPERTS", "HEADS", "SIZE_AXES", "WIDTH", "AxisPlan", "BaseAxis", "GrowthAxis", "PlanContext",
+__all__ = ["DEPTH", "EXPERTS", "HEADS", "SIZE_KEYS", "WIDTH", "AxisPlan", "BaseAxis", "GrowthAxis", "PlanContext",
            "active_axes", "axis_of_size", "describe_changes", "plan_axes", "plugin_sizes",
            "register_axis", "registered_axes", "size_details", "structural_sizes", "unregister_axis",
            "watch_registry"]
@@ -78,4 +78,12 @@ def plugin_sizes() -> dict[str, str]:
         >>> plugin_sizes()["n_expert"]
         'experts'
     """
-    return {size: axis.name for axis in registered_axes() for size in axis.sizes if size not in SIZE_AXES}
+    return {size: axis.name for axis in registered_axes() for size in axis.sizes if size not in SIZE_KEYS}
+
+
+def __getattr__(name: str):
+    """``WIDTH_AXES`` / ``HEAD_AXES`` / ``SIZE_AXES`` / ``DEPTH_AXIS``: the old names of the size-key constants
+    (``WIDTH_SIZE_KEYS``, ...: the same objects), with a warning (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

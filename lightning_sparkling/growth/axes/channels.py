@@ -31,7 +31,9 @@ from lightning_sparkling.growth.scaling import fan_in_scale
 from lightning_sparkling.growth.types import DimGrowth, TensorPlan
 
 SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
-SHARED_EXPERT_AXIS = "shared_expert_size"
+SHARED_EXPERT_CHANNEL = "shared_expert_size"
+"""The channel dimension of the shared experts' inner width (``moe_intermediate_size * n_shared_expert``
+channels): a channel's name, not an axis (``SHARED_EXPERT_AXIS`` until 0.3.0)."""
 
 
 def channel_tensors(ctx) -> dict:
@@ -149,7 +151,15 @@ def channel_tensors(ctx) -> dict:
             for e in range(len(mlp.experts)):
                 add_mlp(f"{p}.mlp.experts.{e}", mlp.experts[e], "moe_intermediate_size")
             if getattr(mlp, "shared_experts", None) is not None:
-                add_mlp(f"{p}.mlp.shared_experts", mlp.shared_experts, SHARED_EXPERT_AXIS)
+                add_mlp(f"{p}.mlp.shared_experts", mlp.shared_experts, SHARED_EXPERT_CHANNEL)
         else:
             add_mlp(f"{p}.mlp", mlp, "intermediate_size")
     return tensors
+
+
+def __getattr__(name: str):
+    """``SHARED_EXPERT_AXIS``: the old name of :data:`SHARED_EXPERT_CHANNEL` (the same object), with a warning
+    (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

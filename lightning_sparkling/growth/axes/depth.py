@@ -18,7 +18,7 @@ from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.axes.width import check_larger
 from lightning_sparkling.growth.depth_maps import (
-    DEPTH_AXIS,
+    DEPTH_SIZE_KEY,
     DepthChange,
     block_name,
     depth_change,
@@ -96,9 +96,9 @@ class DepthAxis(BaseAxis):
     """The depth plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "depth"
-    sizes = (DEPTH_AXIS,)
+    sizes = (DEPTH_SIZE_KEY,)
     structural = True
-    symmetry_key = DEPTH_AXIS
+    symmetry_key = DEPTH_SIZE_KEY
     stage_keys = DepthKeys
 
     def target_key(self, size: str, stage) -> str | None:
@@ -187,7 +187,7 @@ class DepthAxis(BaseAxis):
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_layer": "stack, copy-zero: new 4<-0, 5<-1, 6<-2, 7<-3"}``."""
         depth: DepthChange = plan.changes[self.name]
-        return {DEPTH_AXIS: f"{depth.order}, {depth.init}: {describe_depth(depth)}"}
+        return {DEPTH_SIZE_KEY: f"{depth.order}, {depth.init}: {describe_depth(depth)}"}
 
     def report(self, plan, stage) -> dict[str, Any]:
         depth = plan.changes.get(self.name)
@@ -199,3 +199,10 @@ class DepthAxis(BaseAxis):
 
 DEPTH = register_axis(DepthAxis())
 """The registered depth axis."""
+
+
+def __getattr__(name: str):
+    """``DEPTH_AXIS``: the old name of ``DEPTH_SIZE_KEY`` (the same object), with a warning (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

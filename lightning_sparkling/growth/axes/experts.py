@@ -64,7 +64,9 @@ from lightning_sparkling.growth.types import AxisPlan, ChannelChange, DimGrowth,
 MOE_CLASS = "LLaMAMoE"
 EXPERT_INITS: tuple[str, ...] = ("copy", "drop-upcycle", "random")
 ROUTER_INITS: tuple[str, ...] = ("random", "zero")
-EXPERT_AXIS = "n_expert"
+EXPERT_CHANNEL = "n_expert"
+"""The channel dimension of the experts (dimension 0 of a router's weight, one entry per expert): a channel's name,
+not an axis (``EXPERT_AXIS`` until 0.3.0)."""
 DEFAULT_REINIT_FRACTION = 0.5
 _EXPERT_TENSOR = re.compile(r"^transformer\.h\.(\d+)\.mlp\.experts\.(\d+)\.(fc_1|fc_2|proj)\.(weight|bias)$")
 
@@ -427,13 +429,14 @@ class ExpertsAxis(BaseAxis):
                 grown = planned(gate)  # its n_embd columns, where the hidden size grows too
                 tensors[gate] = dataclasses.replace(
                     grown, new_shape=(change.new, *grown.new_shape[1:]),
-                    dims=tuple(sorted((DimGrowth(0, EXPERT_AXIS, "fan_out", mode), *grown.dims), key=lambda d: d.dim)))
+                    dims=tuple(sorted((DimGrowth(0, EXPERT_CHANNEL, "fan_out", mode), *grown.dims),
+                                      key=lambda d: d.dim)))
                 bias = f"{p}.mlp.gate.e_score_correction_bias"  # a buffer: restructure() copies its entries
                 if bias in shapes:
                     tensors[bias] = TensorPlan(bias, shapes[bias], (change.new,),
-                                               (DimGrowth(0, EXPERT_AXIS, "fan_out", "copy"),))
+                                               (DimGrowth(0, EXPERT_CHANNEL, "fan_out", "copy"),))
         if not change.upcycle:
-            channels[EXPERT_AXIS] = ChannelChange(name=EXPERT_AXIS, old=change.old, new=change.new, alpha=1.0,
+            channels[EXPERT_CHANNEL] = ChannelChange(name=EXPERT_CHANNEL, old=change.old, new=change.new, alpha=1.0,
                                                   src=torch.tensor(change.source, dtype=torch.long))
         return AxisPlan(change=change, tensors=tensors, channels=channels, replace=True)
 
@@ -542,3 +545,10 @@ def plan_generator(plan, *keys: object) -> torch.Generator:
 
 EXPERTS = register_axis(ExpertsAxis())
 """The registered experts axis."""
+
+
+def __getattr__(name: str):
+    """``EXPERT_AXIS``: the old name of :data:`EXPERT_CHANNEL` (the same object), with a warning (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

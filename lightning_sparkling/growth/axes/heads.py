@@ -16,13 +16,13 @@ import torch
 
 from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.registry import register_axis
-from lightning_sparkling.growth.axes.width import WIDTH_AXES, check_larger
+from lightning_sparkling.growth.axes.width import WIDTH_SIZE_KEYS, check_larger
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.head_layout import describe_heads, head_layout, qkv_layout
 from lightning_sparkling.growth.scaling import fan_in_scale, make_generator
 from lightning_sparkling.growth.types import ChannelChange
 
-HEAD_AXES: tuple[str, ...] = ("n_head", "n_query_groups")
+HEAD_SIZE_KEYS: tuple[str, ...] = ("n_head", "n_query_groups")
 """The heads axis' size keys."""
 
 
@@ -57,7 +57,7 @@ class HeadsAxis(BaseAxis):
     """The heads plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "heads"
-    sizes = HEAD_AXES
+    sizes = HEAD_SIZE_KEYS
     stage_keys = HeadsKeys
 
     def copies(self, stage) -> bool:
@@ -117,3 +117,10 @@ class HeadsAxis(BaseAxis):
 
 HEADS = register_axis(HeadsAxis())
 """The registered heads axis."""
+
+
+def __getattr__(name: str):
+    """``HEAD_AXES``: the old name of :data:`HEAD_SIZE_KEYS` (the same object), with a warning (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)

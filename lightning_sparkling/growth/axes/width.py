@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_sparkling.growth.axes.base import BaseAxis
-from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_AXIS
+from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_CHANNEL
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
 from lightning_sparkling.growth.types import ChannelChange
 
-WIDTH_AXES: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
+WIDTH_SIZE_KEYS: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermediate_size")
 """The width axis' size keys, in the order ``GrowthStage.widths`` lists them."""
 
 
@@ -62,7 +62,7 @@ class WidthAxis(BaseAxis):
     """The width plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "width"
-    sizes = WIDTH_AXES
+    sizes = WIDTH_SIZE_KEYS
     stage_keys = WidthKeys
 
     def active(self, stage) -> bool:
@@ -100,8 +100,8 @@ class WidthAxis(BaseAxis):
         changes = {}
         targets = dict(stage.widths)
         if "moe_intermediate_size" in targets and config.n_shared_expert:
-            old_widths[SHARED_EXPERT_AXIS] = config.moe_intermediate_size * config.n_shared_expert
-            targets[SHARED_EXPERT_AXIS] = stage.moe_intermediate_size * config.n_shared_expert
+            old_widths[SHARED_EXPERT_CHANNEL] = config.moe_intermediate_size * config.n_shared_expert
+            targets[SHARED_EXPERT_CHANNEL] = stage.moe_intermediate_size * config.n_shared_expert
         for name, new in targets.items():
             old = old_widths[name]
             src = copy_source_index(old, new, make_generator(seed, "stage", stage_index, "axis", name))
@@ -118,3 +118,10 @@ class WidthAxis(BaseAxis):
 
 WIDTH = register_axis(WidthAxis())
 """The registered width axis."""
+
+
+def __getattr__(name: str):
+    """``WIDTH_AXES``: the old name of :data:`WIDTH_SIZE_KEYS` (the same object), with a warning (issue 41)."""
+    from lightning_sparkling._deprecated import moved_attribute
+
+    return moved_attribute(__name__, name)
