@@ -75,24 +75,14 @@ SIZES: dict[str, dict[str, Any]] = {
     # Issue 38's GPU ladder (benchmarks/campaign.py), bf16 on stdlib+site-packages, 20+ tokens per grown parameter.
     # gpu-s: 6 layers, 4 heads of 64, n_embd 128 -> 256, MLP 512 -> 1024, vocabulary 4096: the joint axis' grown
     # model has 8.4M parameters (embedding + head 25%); 5200 steps of 64 x 512 tokens = 170M tokens (20 per grown
-    # parameter). Not run by the session that wrote it (no GPU).
+    # parameter). Not run by the session that wrote it (no GPU). The `gpu` size's settings, heads of 64.
     "gpu-s": {
+        "base": "gpu",
         "small": {"n_layer": 6, "n_head": 4, "n_query_groups": 4, "head_size": 64, "n_embd": 128,
                   "intermediate_size": 512, "block_size": 512},
-        "large": {"n_embd": 256, "intermediate_size": 1024},
-        "config": {
-            "precision": "bf16-mixed", "accelerator": "gpu", "devices": 1,
-            "data": {"source": "stdlib+site-packages", "vocab_size": 4096, "seq_len": 512, "num_workers": 2},
-            "train": {"global_batch_size": 64, "micro_batch_size": 64, "max_steps": 5200, "max_norm": 1.0,
-                      "log_interval": 50, "save_interval": None},
-            "eval": {"interval": 520, "max_iters": 20},
-            "optimizer": {"class_path": "torch.optim.AdamW",
-                          "init_args": {"lr": 0.002, "weight_decay": 0.1, "betas": [0.9, 0.95]}},
-            "rms_monitor": None,
-        },
+        "config": {"train": {"max_steps": 5200, "log_interval": 50}, "eval": {"interval": 520, "max_iters": 20}},
         "rewarmup_steps": 260,
         "axes": ["joint", "depth"],
-        "rows": None,
     },
     # gpu-m: 12 layers, 8 heads of 64, n_embd 256 -> 512, MLP 1024 -> 2048: the joint grown model has 54.5M
     # parameters (embedding + head 8%); 16700 steps of 64 x 1024 tokens = 1.09B tokens (20 per grown parameter).

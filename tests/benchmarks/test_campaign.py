@@ -36,6 +36,9 @@ def test_dry_run_lists_the_gpu_ladder_with_sizes_tokens_and_gpu_minutes(tmp_path
     # the joint cells are the ladder's rungs: 5-20M and 50-100M parameters
     assert 5 <= float(small[0].split()[1].removesuffix("M")) <= 20
     assert 50 <= float(medium[0].split()[1].removesuffix("M")) <= 100
+    # the rungs docs/BENCHMARKS.md ("The size ladder") and the README name: a change to a size's table changes them
+    assert {line.split()[1] + " " + line.split()[3] for line in small + medium} == {
+        "8.39M 20.3", "4.98M 34.2", "54.54M 20.1", "33.57M 32.6"}
     minutes = [float(line.split("~")[1].split()[0]) for line in small]
     assert all(5 <= m <= 12 for m in minutes), minutes  # a gpu-s cell: about 8 minutes of one H100
 
