@@ -57,6 +57,17 @@ class BackendEntry:
         words = ", ".join(w for w in (self.cli_help, "CUDA only" if self.cuda_only else "") if w)
         return f"{self.cli_strategy} ({words})" if words else str(self.cli_strategy)
 
+    def supports(self, key: str) -> bool:
+        """Whether ``key`` (``"compile"`` or ``"activation_checkpointing"``) works under this backend's strategy.
+
+        Example::
+
+            >>> BackendEntry("x", "m:X", "X()", supports_compile=False).supports("compile")
+            False
+        """
+        return {"compile": self.supports_compile,
+                "activation_checkpointing": self.supports_activation_checkpointing}[key]
+
 
 _BACKENDS: list[BackendEntry] = []
 

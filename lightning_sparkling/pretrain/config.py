@@ -217,19 +217,15 @@ def _resolve_runtime(ns: Any, accelerator: str, strategy: str, notes: list[str])
     if not isinstance(checkpointing, bool):
         raise ConfigError("activation_checkpointing", f"expected true or false, got {checkpointing!r}")
     entry = cli_backend(strategy)
-    supported = {"compile": entry is None or entry.supports_compile,
-                 "activation_checkpointing": entry is None or entry.supports_activation_checkpointing}
     for key, value in (("compile", compile_model is True), ("activation_checkpointing", checkpointing)):
-        if value and not supported[key]:
-            fits = (lambda e: e.supports_compile) if key == "compile" else (
-                lambda e: e.supports_activation_checkpointing)
+        if value and entry is not None and not entry.supports(key):
             raise ConfigError(key, f"is not supported with {_named(entry)} yet: use strategy "
-                                   f"{_strategy_choices(fits)}, or set {key}: false")
+                                   f"{_strategy_choices(lambda e, key=key: e.supports(key))}, or set {key}: false")
     if compile_model == "auto":
-        compile_model = accelerator == "cuda" and supported["compile"]
-        if not supported["compile"]:
+        compile_model = accelerator == "cuda" and (entry is None or entry.supports("compile"))
+        if entry is not None and not entry.supports("compile"):
             notes.append(f"compile: auto is off under {_named(entry)}; use "
-                         f"{_strategy_choices(lambda e: e.supports_compile)} to compile")
+                         f"{_strategy_choices(lambda e: e.supports('compile'))} to compile")
     return bool(compile_model), checkpointing
 
 

@@ -100,11 +100,10 @@ def _check_runtime_supported(entry: Any, strategy: Any, compile: bool, activatio
     registry entry (``entry``) says they do not work there, naming the strategies that support them."""
     from lightning_sparkling.parallel.registry import registered_backends
 
-    refused = [key for key, on, ok in (("compile", compile, entry.supports_compile),
-                                       ("activation_checkpointing", activation_checkpointing,
-                                        entry.supports_activation_checkpointing)) if on and not ok]
+    refused = [key for key, on in (("compile", compile), ("activation_checkpointing", activation_checkpointing))
+               if on and not entry.supports(key)]
     if refused:
-        others = [e.usage for e in registered_backends() if e.supports_compile and e.supports_activation_checkpointing]
+        others = [e.usage for e in registered_backends() if all(e.supports(key) for key in refused)]
         raise ValueError(f"{' and '.join(refused)} {'is' if len(refused) == 1 else 'are'} not supported under "
                          f"{type(strategy).__name__} (backend {entry.name}) yet: use {', '.join(others)}, or turn "
                          f"{'it' if len(refused) == 1 else 'them'} off")
