@@ -1,7 +1,8 @@
+from lightning_sparkling.callbacks.clipping import clip_gradients
 from lightning_sparkling.callbacks.growth import GrowthCallback
 from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
 
-__all__ = ["ActivationRMSMonitor", "GrowthCallback"]
+__all__ = ["ActivationRMSMonitor", "GrowthCallback", "clip_gradients"]
 
 
 def __getattr__(name: str):

@@ -45,6 +45,7 @@ from lightning_sparkling.callbacks.new_entry_lr import (
     flat_groups,
     resolve_min_lrs,
 )
+from lightning_sparkling.callbacks.clipping import check_gradient_clipping
 from lightning_sparkling.callbacks.module_parts import find_gpt, token_batch
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
 from lightning_sparkling.growth.axes import describe_changes, size_details
@@ -371,6 +372,7 @@ class GrowthCallback(Callback):
         self.backend.check_model(pl_module, find_gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
+        check_gradient_clipping(trainer, pl_module)
         check_fresh_bias_correction(trainer, self.stages)
         check_baseline_schedulers(trainer, self.stages)  # decay_speedup reads the module's schedule
         if any(s.rewarmup_ratio is not None for s in self.stages):

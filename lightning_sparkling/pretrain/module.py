@@ -23,6 +23,7 @@ from litgpt.utils import chunked_cross_entropy
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torchmetrics import MeanMetric
 
+from lightning_sparkling.callbacks.clipping import clip_gradients
 from lightning_sparkling.growth.compute import active_parameter_count, count_params
 from lightning_sparkling.growth.schedules import WarmupStableDecay, build_schedule, schedule_kind
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
@@ -388,16 +389,15 @@ class LitGPTPretrainModule(L.LightningModule):
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Clip by global norm: the Trainer's ``gradient_clip_val`` when set, else ``max_norm``."""
+        """Clip by global norm: the Trainer's ``gradient_clip_val`` when set, else ``max_norm``; fused AdamW under
+        mixed precision included, where Lightning's own clipping refuses it
+        (:func:`~lightning_sparkling.callbacks.clipping.clip_gradients`: no scaler, clipped directly; a scaler,
+        unscaled first)."""
         if gradient_clip_val is None:
             if not self.max_norm:
                 return
             gradient_clip_val, gradient_clip_algorithm = self.max_norm, "norm"
-        if isinstance(self.model, FullyShardedDataParallel) and gradient_clip_algorithm in (None, "norm"):
-            self.model.clip_grad_norm_(gradient_clip_val)  # FSDP1: the root unit computes the global norm
-            return
-        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
-                            gradient_clip_algorithm=gradient_clip_algorithm)
+        clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_fit_start(self) -> None:
         """Checks the Trainer settings that must agree with the module's."""

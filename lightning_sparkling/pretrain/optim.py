@@ -173,6 +173,67 @@ def fused_kwargs(cls: type[torch.optim.Optimizer], init_args: dict[str, Any],
     return {}
 
 
+#: the param-group flags that choose an optimizer's kernel; a checkpoint's groups carry the saving run's
+KERNEL_FLAGS = ("fused", "foreach")
+
+
+def keep_kernel_on_load(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Make ``optimizer`` keep the kernel it was built with across ``load_state_dict``: torch restores each param
+    group from the checkpoint, ``fused`` and ``foreach`` included, so a resume would run the saving run's kernel
+    whatever this run's spec and precision chose (and ``_step_supports_amp_scaling``, set at construction, would
+    disagree with the groups). A post-hook sets the flags back to ``optimizer.defaults`` and hosts each ``step``
+    where that kernel keeps it (on the parameter's device, float32, for fused or capturable; on the CPU otherwise,
+    as torch's own init does), and says once, on rank 0, when the checkpoint ran another kernel.
+
+    Args:
+        optimizer: the optimizer to protect (returned, for chaining).
+
+    Example::
+
+        >>> p = torch.nn.Parameter(torch.zeros(2))
+        >>> foreach = torch.optim.AdamW([p], foreach=True)
+        >>> p.grad = torch.ones(2); foreach.step()
+        >>> fused = keep_kernel_on_load(torch.optim.AdamW([p], fused=True))
+        >>> fused.load_state_dict(foreach.state_dict())
+        >>> fused.param_groups[0]["fused"], fused.param_groups[0]["foreach"]
+        (True, None)
+    """
+    optimizer.register_load_state_dict_pre_hook(_note_saved_kernel)
+    optimizer.register_load_state_dict_post_hook(_restore_kernel)
+    return optimizer
+
+
+def _kernel_name(group: dict[str, Any]) -> str:
+    return "fused" if group.get("fused") else "foreach" if group.get("foreach") else "the default (for-loop or foreach)"
+
+
+def _note_saved_kernel(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> None:
+    """Remember the checkpoint's kernel (for the post-hook's note); changes nothing."""
+    groups = state_dict.get("param_groups") or [{}]
+    optimizer._sparkling_saved_kernel = _kernel_name(groups[0])  # type: ignore[attr-defined]
+
+
+def _restore_kernel(optimizer: torch.optim.Optimizer) -> None:
+    """The post-hook of :func:`keep_kernel_on_load`."""
+    for group in optimizer.param_groups:
+        for flag in KERNEL_FLAGS:
+            if flag in optimizer.defaults:
+                group[flag] = optimizer.defaults[flag]
+        on_device = bool(group.get("fused") or group.get("capturable"))
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                device = p.device if on_device else torch.device("cpu")
+                optimizer.state[p]["step"] = step.to(dtype=torch.float32, device=device)
+    saved = getattr(optimizer, "_sparkling_saved_kernel", None)
+    ours = _kernel_name(optimizer.defaults)
+    if saved is not None and saved != ours:
+        from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+        rank_zero_info(f"[sparkling] note: the checkpoint's {type(optimizer).__name__} ran {saved}; this run's optimizer spec "
+                       f"chooses {ours}, and the run goes on with it (the moments and step carry over)")
+
+
 def _split_muon_params(model: GPT) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """``(muon, adamw)``: the trainable 2-D weights of the transformer blocks, and every other trainable parameter
     (embeddings, ``lm_head``, norms, biases), each parameter once (tied weights too)."""
@@ -190,7 +251,8 @@ def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
                       muon_adamw: dict[str, Any]) -> list[torch.optim.Optimizer]:
     """The optimizer of ``optimizer_spec`` over the trainable parameters of ``model``; with Muon, Muon over the
     block matrices and AdamW (Muon's ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``, updated by
-    ``muon_adamw``) over the rest, in that order. Adam and AdamW are fused where :func:`fused_kwargs` allows it.
+    ``muon_adamw``) over the rest, in that order. Adam and AdamW are fused where :func:`fused_kwargs` allows it, and keep that
+    kernel across a resume (:func:`keep_kernel_on_load`).
 
     Args:
         model: the GPT.
@@ -201,7 +263,7 @@ def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
     cls, init_args = resolve_optimizer(optimizer_spec)
     if not uses_muon:
         params = [p for p in model.parameters() if p.requires_grad]
-        return [cls(params, **init_args, **fused_kwargs(cls, init_args, params))]
+        return [keep_kernel_on_load(cls(params, **init_args, **fused_kwargs(cls, init_args, params)))]
     muon_params, adamw_params = _split_muon_params(model)
     main = cls(muon_params, **init_args)
     aux_args = {"lr": main.defaults["lr"], "betas": (0.9, 0.95), "eps": 1e-8,
@@ -210,7 +272,7 @@ def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
     if isinstance(aux_args.get("betas"), list):
         aux_args["betas"] = tuple(aux_args["betas"])
     aux_args.update(fused_kwargs(torch.optim.AdamW, aux_args, adamw_params))
-    return [main, torch.optim.AdamW(adamw_params, **aux_args)]
+    return [main, keep_kernel_on_load(torch.optim.AdamW(adamw_params, **aux_args))]
 
 
 def _clip_global_norm(optimizers: list[Any], max_norm: float | None) -> None:
