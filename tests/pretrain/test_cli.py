@@ -477,8 +477,8 @@ def test_muon_existing_tokenizer_initial_validation_and_checkpoint_pruning(first
 # ----------------------------------------------------------------------------------------------------- distributed
 @pytest.mark.slow
 def test_fsdp2_two_cpu_ranks_through_the_console_script(config_file, tmp_path):
-    """``sparkling pretrain --strategy fsdp2 --devices 2`` (gloo on CPU): Lightning relaunches the console script per
-    rank; the growth gathers and re-shards; ``final/`` is a gathered plain litgpt state dict (tied embeddings)."""
+    """``sparkling pretrain --strategy fsdp2 --devices 2`` (gloo on CPU) in bf16-mixed with the default fused AdamW
+    and clipping: Lightning relaunches the console script per rank; the growth gathers and re-shards; ``final/`` is a gathered plain litgpt state dict (tied embeddings)."""
     script = Path(sys.executable).parent / "sparkling"
     if not script.exists():
         pytest.skip("the sparkling console script is not installed next to this Python")
@@ -486,6 +486,7 @@ def test_fsdp2_two_cpu_ranks_through_the_console_script(config_file, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run([str(script), "pretrain", "--config", str(config_file), "--out_dir", str(out),
                              "--devices", "2", "--strategy", "fsdp2", "--train.tie_embeddings", "true",
+                             "--precision", "bf16-mixed",  # a GPU user's path: fused AdamW, clipped at 1.0
                              "--train.max_steps", "8", "--train.save_interval", "null", "--rms_monitor", "null",
                              "--growth.stages", "[{at_step: 6, n_embd: 64, intermediate_size: 128, rewarmup_steps: 1}]"],
                             capture_output=True, text=True, timeout=300, env=env)

@@ -131,14 +131,16 @@ def test_plan_refuses_a_map_that_is_not_one_in_one_line(tmp_path, capsys):
 
 
 def test_measure_takes_a_two_rank_ddp_config(tmp_path):
-    """Multi-device keys reach every run: each is a 2-rank DDP run (gloo on CPU), with accumulation 1 there."""
+    """Multi-device keys reach every run: each is a 2-rank DDP run (gloo on CPU), with accumulation 1 there, in
+    bf16-mixed with fused AdamW and clipping (issue 45: every such run failed at step 1)."""
     config = _config(tmp_path)
     assert main(["measure", "--config", str(config), "--budgets", "1", "--devices", "2", "--strategy", "ddp",
-                 "--train.max_steps", "10"]) == 0
+                 "--precision", "bf16-mixed", "--train.max_steps", "10"]) == 0  # a GPU user's path (fused, clipped)
     root = tmp_path / "run" / "measure"
     for run_dir in (root / "growth" / "seed3", root / "scratch-x1" / "seed3"):
         log = (run_dir / "run.log").read_text()
         assert "micro_batch_size 4 x 2 device(s) x 1 accumulation" in log, log[:400]
+        assert "precision bf16-mixed, optimizer AdamW" in log, log[:400]
         assert _summary(run_dir)["status"] == "completed"
     assert len(_summary(root / "growth" / "seed3")["growth_events"]) == 1
     (cell,) = json.loads((tmp_path / "run" / "measure.json").read_text())["cells"]
