@@ -22,6 +22,14 @@ both sides equally. The variants (litgpt, sparkling with the RMS monitor off, an
 another within each repeat, so a shared machine's drift hits all of them alike; the ratio is taken per repeat and
 its median and range reported. Writes a table and ``--out`` (JSON).
 
+**FLOPs per batch and MFU, read the same way.** Both tools count a micro-batch's training FLOPs with Lightning's
+``measure_flops`` on a meta-device copy of the model (litgpt once, ``sparkling`` again after each growth) and log
+``flops_per_sec`` over a window of 5 micro-batches (:data:`FLOPS_WINDOW`). The FLOPs per batch each tool counted are
+read back from that: ``flops_per_sec`` at the last step times the window's seconds over its 4 batches
+(:func:`flops_per_batch_from_log`); ``sparkling`` also logs its figure as ``train/flops_per_batch``. The two tools
+agree within 1% on the same config (``flops_per_batch``'s ``ratio_median``); MFU (``device/mfu``, median over the
+timed steps) is logged where Lightning knows the device's peak (CUDA GPUs; ``null`` on a CPU).
+
 ``--compile false`` runs litgpt eager by ``TORCHDYNAMO_DISABLE=1`` (its pretrain always calls ``torch.compile``);
 ``--compile true`` passes ``--compile true`` to ``sparkling`` (the ``compile`` key) and lets litgpt compile.
 """
@@ -50,6 +58,13 @@ SIZES = {
     "gpu": dict(n_layer=12, n_embd=768, n_head=12, intermediate_size=2048, vocab=16384, seq=1024, batch=8),
 }
 VARIANTS = ("litgpt", "sparkling", "sparkling+rms")
+#: micro-batches in both tools' FLOP/s window: litgpt's ``ThroughputMonitor(window_size=5)`` gets one update per
+#: logged step (``log_interval`` 1, one micro-batch per step), ``sparkling``'s ``TokenThroughputMonitor`` one per
+#: micro-batch over ``5 * accumulate`` (accumulation 1 here)
+FLOPS_WINDOW = 5
+#: the metrics.csv keys of each tool: (time, input tokens, FLOP/s per device, MFU)
+KEYS = {"litgpt": ("time", "lengths", "device/flops_per_sec", "device/mfu"),
+        "sparkling": ("train/time", "train/lengths", "train/device/flops_per_sec", "train/device/mfu")}
 
 
 def model_config(size: dict) -> dict:
@@ -164,6 +179,60 @@ def read_csv(out: Path, time_key: str, tokens_key: str) -> list[tuple[float, flo
     return sorted(rows, key=lambda r: r[1])
 
 
+def read_steps(out: Path) -> dict[int, dict[str, float]]:
+    """``{step: {key: value}}`` of every numeric cell of the run's ``metrics.csv`` files (rows of one step merged)."""
+    steps: dict[int, dict[str, float]] = {}
+    for path in sorted(out.rglob("metrics.csv")):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if not row.get("step"):
+                    continue
+                cells = steps.setdefault(int(float(row["step"])), {})
+                for key, value in row.items():
+                    if key != "step" and value not in ("", None):
+                        try:
+                            cells[key] = float(value)
+                        except ValueError:
+                            pass
+    return steps
+
+
+def flops_per_batch_from_log(steps: dict[int, dict[str, float]], time_key: str, flops_key: str,
+                             window: int = FLOPS_WINDOW) -> float | None:
+    """The FLOPs of one micro-batch a tool counted, read back from its log: Lightning's ``flops_per_sec`` at the last
+    step that has it is the window's FLOPs but its first batch's (``window - 1`` batches, one per step here) over the
+    window's seconds (``time`` of the last step minus that of ``window - 1`` steps before). ``None`` when the log has
+    no FLOP/s.
+
+    Args:
+        steps: :func:`read_steps` of the run.
+        time_key: the tool's cumulative-seconds key (``time``, ``train/time``).
+        flops_key: its FLOP/s key (``device/flops_per_sec``, ``train/device/flops_per_sec``).
+        window: micro-batches in the tool's FLOP/s window (one per logged step).
+
+    Example::
+
+        >>> steps = {s: {"time": 2.0 * s} for s in range(6)}
+        >>> steps[5]["device/flops_per_sec"] = 4 * 1000 / (10.0 - 2.0)   # 1000 FLOPs per batch
+        >>> flops_per_batch_from_log(steps, "time", "device/flops_per_sec")
+        1000.0
+    """
+    logged = [s for s, cells in steps.items() if flops_key in cells]
+    if not logged:
+        return None
+    last = max(logged)
+    first = last - (window - 1)
+    if first not in steps or time_key not in steps[first]:
+        raise RuntimeError(f"step {first} has no {time_key!r}: the FLOP/s window needs every step logged")
+    return steps[last][flops_key] * (steps[last][time_key] - steps[first][time_key]) / (window - 1)
+
+
+def median_mfu(steps: dict[int, dict[str, float]], mfu_key: str, warmup: int) -> float | None:
+    """The median logged MFU of the steps after ``warmup`` (``None`` where Lightning knows no peak, e.g. a CPU)."""
+    values = [cells[mfu_key] for s, cells in sorted(steps.items()) if s >= warmup and mfu_key in cells]
+    return statistics.median(values) if values else None
+
+
 def steady_tokens_per_sec(rows: list[tuple[float, float]], warmup: int) -> float:
     """Tokens/s between the end of step ``warmup`` and the last step (time and tokens are cumulative)."""
     if len(rows) <= warmup + 1:
@@ -200,10 +269,21 @@ def run_one(variant: str, args, size: dict, text: Path, tokenizer: Path, rep: in
 
 
 def measure(out: Path, variant: str, warmup: int) -> dict:
-    """The steady-state figures of one finished run's ``metrics.csv``."""
-    rows = read_csv(out, *(("time", "lengths") if variant == "litgpt" else ("train/time", "train/lengths")))
-    return {"tokens_per_sec": steady_tokens_per_sec(rows, warmup),
-            "median_step_tokens_per_sec": median_step_tokens_per_sec(rows, warmup), "steps_logged": len(rows)}
+    """The steady-state figures of one finished run's ``metrics.csv``: tokens/s (over the window, and from the median
+    step), the FLOPs per batch read back from the logged FLOP/s (:func:`flops_per_batch_from_log`; ``sparkling``'s
+    own ``train/flops_per_batch`` too) and the median MFU (``None`` without a known peak)."""
+    time_key, tokens_key, flops_key, mfu_key = KEYS["litgpt" if variant == "litgpt" else "sparkling"]
+    rows = read_csv(out, time_key, tokens_key)
+    steps = read_steps(out)
+    result = {"tokens_per_sec": steady_tokens_per_sec(rows, warmup),
+              "median_step_tokens_per_sec": median_step_tokens_per_sec(rows, warmup), "steps_logged": len(rows),
+              "flops_per_batch": flops_per_batch_from_log(steps, time_key, flops_key),
+              "mfu": median_mfu(steps, mfu_key, warmup)}
+    if variant != "litgpt":
+        logged = [cells["train/flops_per_batch"] for _, cells in sorted(steps.items())
+                  if "train/flops_per_batch" in cells]
+        result["flops_per_batch_logged"] = logged[-1] if logged else None
+    return result
 
 
 def prepare(args, size: dict) -> tuple[Path, Path]:
@@ -238,16 +318,28 @@ def summarize(results: list[dict], variants: list[str], key: str = "tokens_per_s
 def print_table(by_figure: dict) -> None:
     for key, summary in by_figure.items():
         print(f"{key}:")
-        print(f"{'variant':<20} {'tokens/s (median)':>18} {'min..max':>20} {'ratio to litgpt (median, min..max)':>36}")
+        print(f"{'variant':<20} {'median':>18} {'min..max':>20} {'ratio to litgpt (median, min..max)':>36}")
         for v, s in summary.items():
             ratio = (f"{s['ratio_median']:.3f} ({s['ratio_min']:.3f}..{s['ratio_max']:.3f})"
                      if "ratio_median" in s else "1")
-            print(f"{v:<20} {s['median']:>18.1f} {s['min']:>9.1f}..{s['max']:<9.1f} {ratio:>36}")
+            print(f"{v:<20} {_fmt(s['median']):>18} {_fmt(s['min']):>9}..{_fmt(s['max']):<9} {ratio:>36}")
+
+
+def _fmt(x: float) -> str:
+    """Tokens/s with one decimal; FLOPs (large) and MFU (below 1) with four significant digits."""
+    return f"{x:.1f}" if 1 <= abs(x) < 1e6 else f"{x:.4g}"
+
+
+#: the figures :func:`summaries` summarizes: tokens/s always; FLOPs per batch and MFU where every run logged them
+FIGURES = ("tokens_per_sec", "median_step_tokens_per_sec", "flops_per_batch", "mfu")
 
 
 def summaries(results: list[dict], variants: list[str]) -> dict:
-    """The two steady-state figures' summaries: over the whole window, and from the median step time."""
-    return {key: summarize(results, variants, key) for key in ("tokens_per_sec", "median_step_tokens_per_sec")}
+    """The figures' summaries: tokens/s over the whole window and from the median step time; the FLOPs per batch each
+    tool counted (their ratio: how far the two counts agree) and MFU, where every run has them (a run of an older
+    record, or MFU on a CPU, has none)."""
+    return {key: summarize(results, variants, key) for key in FIGURES
+            if all(r.get(key) is not None for r in results)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -299,7 +391,9 @@ def main(argv: list[str] | None = None) -> dict:
         for v in variants:
             result = run_one(v, args, size, text, tokenizer, rep)
             record["runs"].append(result)
-            print(f"repeat {rep} {v}: {result['tokens_per_sec']:.1f} tokens/s (load {result['load_1min']:.2f})",
+            flops = result["flops_per_batch"]
+            print(f"repeat {rep} {v}: {result['tokens_per_sec']:.1f} tokens/s, "
+                  f"{'no' if flops is None else f'{flops:.4g}'} FLOPs per batch (load {result['load_1min']:.2f})",
                   flush=True)
         # written after every repeat: a run stopped by its deadline keeps the repeats it finished
         record["repeats_done"] = rep + 1

@@ -237,11 +237,11 @@ def module(out: dict, out_dir: Path, precision: str = "32-true") -> None:
                         log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=str(out_dir))
     trainer.fit(lit, data)
-    from lightning_sparkling.growth.compute import count_params
+    from _litgpt_flops import litgpt_measured_flops
 
     out.update(wrapped=type(lit.model).__name__, n_embd=lit.model.config.n_embd, step=trainer.global_step,
                flops_per_batch=lit.flops_per_batch,
-               expected_flops=6 * count_params(lit.model.config)[0] * 4 * 16,
+               expected_flops=litgpt_measured_flops(lit.model.config, 4),  # block_size 16: the batches' length
                loss_after=growth.summaries[0]["loss_after"], symmetry=growth.last_symmetry,
                rms_step=monitor.last_step, rms=monitor.last_values,
                checkpointed_blocks=sum(isinstance(m, CheckpointWrapper) for m in lit.model.modules()),

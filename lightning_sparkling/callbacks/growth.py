@@ -462,7 +462,10 @@ class GrowthCallback(Callback):
             self.lr.register(trainer, k)
         self._install_lr_hooks(trainer, pl_module)
         params_after = count_params(gpt.config, tie_embeddings=tied)
-        if isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
+        # a module that counts its own FLOPs (LitGPTPretrainModule: measure_flops) counts the grown model's at its
+        # next step; another module's flops_per_batch is scaled by the ratio of active parameters
+        if not hasattr(pl_module, "update_flops_per_batch") and \
+                isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
             pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
         self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, loss, device)
         self.summaries[-1].update(compiled=recompiled, checkpointed_new_blocks=checkpointed)

@@ -20,11 +20,11 @@ import torch.nn as nn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from litgpt import GPT, Config
 from litgpt.utils import chunked_cross_entropy
-from torch.distributed.fsdp import FullyShardedDataParallel
 from torchmetrics import MeanMetric
 
 from lightning_sparkling.callbacks.clipping import clip_gradients
-from lightning_sparkling.growth.compute import active_parameter_count, count_params
+from lightning_sparkling.callbacks.throughput import measured_flops_per_batch
+from lightning_sparkling.growth.compute import active_parameter_count
 from lightning_sparkling.growth.schedules import WarmupStableDecay, build_schedule, schedule_kind
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
 from lightning_sparkling.parallel.compile import compile_gpt
@@ -88,14 +88,6 @@ def _next_token_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     return chunked_cross_entropy(logits, targets, chunk_size=0)
 
 
-def _flops_params(model: nn.Module, tie_embeddings: bool) -> int:
-    """Active parameters of ``model`` for the FLOPs count: counted from its config under FSDP1 (whose parameters
-    are this rank's flat shards), from its parameters otherwise (:func:`active_parameter_count`)."""
-    if isinstance(model, FullyShardedDataParallel):
-        return count_params(model.config, tie_embeddings=tie_embeddings)[0]
-    return active_parameter_count(model)
-
-
 def _check_runtime_supported(entry: Any, strategy: Any, compile: bool, activation_checkpointing: bool) -> None:
     """Refuse (``ValueError``) ``compile`` / ``activation_checkpointing`` under a strategy whose growth backend's
     registry entry (``entry``) says they do not work there, naming the strategies that support them."""
@@ -134,8 +126,10 @@ class LitGPTPretrainModule(L.LightningModule):
       :attr:`gradient_clip_val` is the value that is safe to pass to the Trainer.
     - Checkpoints store ``checkpoint["model_config"] = asdict(self.model.config)``; on load, a different config
       rebuilds ``self.model`` before the weights load (a grown checkpoint loads into a fresh small module).
-    - ``flops_per_batch`` (read by ``ThroughputMonitor``) = ``6 * active params * tokens per micro-batch``, refreshed
-      by every training step (so it follows growth) or by :meth:`update_flops_per_batch`.
+    - ``flops_per_batch`` (read by ``ThroughputMonitor`` for FLOP/s and MFU): the training FLOPs of one micro-batch
+      as litgpt counts them (``measure_flops`` on a meta-device copy of the current config), counted again by the
+      first training step after the model, its config or the batch shape changed (so it follows growth; a count
+      takes 0.1 s at our CPU sizes, about 1 s at 1B parameters, once per shape), or by :meth:`update_flops_per_batch`.
 
     Args:
         model_config: ``litgpt.Config``, a dict of its fields, or a litgpt model name.
@@ -273,15 +267,26 @@ class LitGPTPretrainModule(L.LightningModule):
 
     # ------------------------------------------------------------------ FLOPs
     def update_flops_per_batch(self, micro_batch_size: int, seq_len: int) -> int:
-        """Set and return ``flops_per_batch = 6 * active params * micro_batch_size * seq_len`` (training FLOPs of
-        one micro-batch, forward + backward, the paper's ``6 N D``), for the model as it is now.
+        """Set and return ``flops_per_batch``: the training FLOPs (forward + backward) of one micro-batch of the model
+        as it is now, counted as ``litgpt pretrain`` counts them for its MFU (Lightning's ``measure_flops`` on a
+        meta-device ``GPT(self.model.config)``,
+        :func:`~lightning_sparkling.callbacks.throughput.measured_flops_per_batch`). Not the paper's ``6 N D``
+        (:func:`~lightning_sparkling.growth.compute.estimate_compute` and the ``flops`` tag keep that): the
+        embedding lookup costs no matmul, attention's score and value products do.
 
         Args:
             micro_batch_size: sequences per micro-batch (per device).
             seq_len: tokens per sequence (the model input length, i.e. window length - 1).
+
+        Example::
+
+            >>> module = LitGPTPretrainModule(dict(n_embd=32, n_head=4, n_layer=2, block_size=16, vocab_size=64,
+            ...     padded_vocab_size=64, mlp_class_name="LLaMAMLP", intermediate_size=64,
+            ...     norm_class_name="RMSNorm", bias=False), max_steps=1)
+            >>> module.update_flops_per_batch(2, 16)
+            4718592
         """
-        n_active = _flops_params(self.model, self.tie_embeddings)
-        self.flops_per_batch = 6 * n_active * int(micro_batch_size) * int(seq_len)
+        self.flops_per_batch = measured_flops_per_batch(self.model.config, int(micro_batch_size), int(seq_len))
         self._flops_key = (id(self.model), id(self.model.config), int(micro_batch_size), int(seq_len))
         return self.flops_per_batch
 

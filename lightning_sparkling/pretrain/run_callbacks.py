@@ -28,9 +28,10 @@ __all__ = ["InterruptCheckpoint", "LitGPTExport", "RunCheckpoint", "RunTracker",
 
 
 class TokenCounter(pl.Callback):
-    """Logs ``tokens`` (cumulative tokens seen) and ``flops`` (cumulative training FLOPs, ``6 * active params *
-    tokens`` of the model that took each step, so it follows growth) every ``log_interval`` optimizer steps,
-    plus ``throughput/tokens_per_sec``. Checkpointed, so a resumed run continues the counts."""
+    """Logs ``tokens`` (cumulative tokens seen) and ``flops`` (cumulative training FLOPs, the paper's ``6 * active
+    params * tokens`` of the model that took each step, so it follows growth) every ``log_interval`` optimizer steps.
+    Checkpointed, so a resumed run continues the counts. Tokens/s is ``TokenThroughputMonitor``'s
+    ``train/device/items_per_sec``."""
 
     def __init__(self, tokens_per_step: int, log_interval: int) -> None:
         self.tokens_per_step = int(tokens_per_step)
@@ -39,7 +40,6 @@ class TokenCounter(pl.Callback):
         self.step = 0
         self._active: int | None = None
         self._key: tuple | None = None
-        self._clock: tuple[float, int] | None = None
         self.train_losses: dict[int, list[float]] = {}
 
     @property
@@ -66,8 +66,6 @@ class TokenCounter(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step:  # the model of this step (growth happens between steps)
             self._step_active = self._active_params(pl_module)
-        if self._clock is None:
-            self._clock = (time.perf_counter(), trainer.global_step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = trainer.callback_metrics.get("train_loss")
@@ -81,11 +79,6 @@ class TokenCounter(pl.Callback):
         self.step = step
         if step % self.log_interval == 0 and trainer.logger is not None:
             metrics = {"tokens": float(step * self.tokens_per_step), "flops": self.flops}
-            now = time.perf_counter()
-            t0, s0 = self._clock
-            if step > s0 and now > t0:
-                metrics["throughput/tokens_per_sec"] = (step - s0) * self.tokens_per_step / (now - t0)
-            self._clock = (now, step)
             trainer.logger.log_metrics(metrics, step=step)
 
     def step_loss(self, step: int) -> float | None:

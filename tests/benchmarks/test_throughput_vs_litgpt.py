@@ -1,5 +1,6 @@
-"""benchmarks/throughput_vs_litgpt.py: the steady-state tokens/s it reads from both tools' logs, the ratios, and its
-tiny mode end to end (litgpt and sparkling each train the same tiny model; slow)."""
+"""benchmarks/throughput_vs_litgpt.py: the steady-state tokens/s it reads from both tools' logs, the FLOPs per batch
+it reads back from their logged FLOP/s, the ratios, and its tiny mode end to end (litgpt and sparkling each train the
+same tiny model, and count the same FLOPs per batch within 1%; slow)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from litgpt import Config
+
+from _litgpt_flops import litgpt_measured_flops
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput_vs_litgpt.py"
 
@@ -41,6 +45,47 @@ def test_steady_state_leaves_out_the_warmup_steps(tmp_path):
     stalled = read[:4] + [(t + 10, n) for t, n in read[4:]]
     assert tvl.steady_tokens_per_sec(stalled, warmup=1) == pytest.approx(400 / 12)
     assert tvl.median_step_tokens_per_sec(stalled, warmup=1) == pytest.approx(200.0)
+
+
+def _lightning_log(path: Path, keys: tuple[str, ...], flops: float, times: list[float]) -> None:
+    """A metrics.csv as a tool writes it: Lightning's own ``Throughput`` (window 5) fed one batch of ``flops`` FLOPs
+    per step at ``times``, its ``flops_per_sec`` logged under the tool's key."""
+    from lightning.fabric.utilities.throughput import Throughput
+
+    time_key, tokens_key, flops_key, _ = keys
+    throughput = Throughput(window_size=5)
+    rows = ["step," + ",".join((time_key, tokens_key, flops_key, "loss"))]
+    for step, t in enumerate(times):
+        throughput.update(time=t, batches=step + 1, samples=2 * (step + 1), lengths=32 * (step + 1), flops=flops)
+        rate = throughput.compute().get("device/flops_per_sec")  # from the fifth step on
+        rows += [f"{step},{t!r},{32 * (step + 1)},{'' if rate is None else repr(rate)},",
+                 f"{step},,,,2.5"]  # another row of the same step
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_flops_per_batch_is_read_back_from_the_logged_flops_per_sec(tmp_path):
+    tvl = _module()
+    times = [3.0, 3.7, 4.1, 4.9, 5.2, 6.0, 6.45, 7.1]  # uneven steps: the window's seconds matter
+    for tool, flops in (("litgpt", 9437184), ("sparkling", 9437184 * 1.004)):
+        _lightning_log(tmp_path / tool / "logs" / "metrics.csv", tvl.KEYS[tool], flops, times)
+        steps = tvl.read_steps(tmp_path / tool)
+        assert sorted(steps) == list(range(8)) and steps[3]["loss"] == 2.5
+        _, _, flops_key, mfu_key = tvl.KEYS[tool]
+        assert tvl.flops_per_batch_from_log(steps, tvl.KEYS[tool][0], flops_key) == pytest.approx(flops, rel=1e-9)
+        assert tvl.median_mfu(steps, mfu_key, warmup=2) is None  # no peak known: no MFU
+        with pytest.raises(RuntimeError, match="FLOP/s window"):
+            tvl.flops_per_batch_from_log({7: steps[7]}, tvl.KEYS[tool][0], flops_key)
+    assert tvl.flops_per_batch_from_log({0: {"time": 1.0}}, "time", "device/flops_per_sec") is None
+    assert tvl.median_mfu({s: {"device/mfu": 0.1 * s} for s in range(6)}, "device/mfu", warmup=3) == \
+        pytest.approx(0.4)
+    runs = [{"variant": "litgpt", "repeat": 0, "tokens_per_sec": 1.0, "median_step_tokens_per_sec": 1.0,
+             "flops_per_batch": 100.0, "mfu": None},
+            {"variant": "sparkling", "repeat": 0, "tokens_per_sec": 1.0, "median_step_tokens_per_sec": 1.0,
+             "flops_per_batch": 100.5, "mfu": None}]
+    summary = tvl.summaries(runs, ["litgpt", "sparkling"])
+    assert set(summary) == {"tokens_per_sec", "median_step_tokens_per_sec", "flops_per_batch"}  # no MFU on a CPU
+    assert summary["flops_per_batch"]["sparkling"]["ratio_median"] == pytest.approx(1.005)
 
 
 def test_ratios_are_taken_per_repeat():
@@ -92,7 +137,19 @@ def test_tiny_mode_end_to_end(tmp_path):
     assert [r["variant"] for r in saved["runs"]] == ["litgpt", "sparkling", "sparkling+rms", "sparkling+ac"]
     for run in saved["runs"]:
         assert run["steps_logged"] == 6 and run["tokens_per_sec"] > 0, run
-    for figure in ("tokens_per_sec", "median_step_tokens_per_sec"):
+        assert run["mfu"] is None  # a CPU: Lightning knows no peak
+    # the same FLOPs per batch in both tools' logs (litgpt's measure_flops figure), activation checkpointing's
+    # recomputation not counted (MFU counts the model's FLOPs)
+    tvl = _module()
+    expected = litgpt_measured_flops(Config(**tvl.model_config(tvl.SIZES["tiny"])), tvl.SIZES["tiny"]["batch"])
+    for run in saved["runs"]:
+        assert run["flops_per_batch"] == pytest.approx(expected, rel=0.01), run
+        if run["variant"] != "litgpt":
+            assert run["flops_per_batch_logged"] == expected
+    for variant in ("sparkling", "sparkling+rms", "sparkling+ac"):
+        assert saved["summary"]["flops_per_batch"][variant]["ratio_median"] == pytest.approx(1.0, abs=0.01)
+    assert "mfu" not in saved["summary"]
+    for figure in ("tokens_per_sec", "median_step_tokens_per_sec", "flops_per_batch"):
         summary = saved["summary"][figure]
         for variant in ("sparkling", "sparkling+rms", "sparkling+ac"):
             s = summary[variant]

@@ -1,6 +1,7 @@
-"""``TokenThroughputMonitor``: the FLOPs per batch it logs change at the growth step, to the grown model's, and the
-FLOPs/s and MFU of a window that spans the growth count each batch with the model that ran it (read from the CSV
-log, against FLOPs counted from the models' parameters)."""
+"""``TokenThroughputMonitor``: the FLOPs per batch it logs are litgpt's (``measure_flops`` on a meta-device model, as
+``litgpt pretrain`` measures them, reproduced here), change at the growth step to the grown model's, and the FLOP/s and
+MFU of a window that spans the growth count each batch with the model that ran it (read from the CSV log).
+``measured_flops_per_batch`` on an MoE model counts what the real routing costs."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch.loggers import CSVLogger
+from litgpt import GPT, Config
+from litgpt.utils import chunked_cross_entropy
 
+from _litgpt_flops import litgpt_measured_flops
 from lightning_sparkling import GrowthStage, WidthGrowthCallback
-from lightning_sparkling.callbacks.throughput import TokenThroughputMonitor
+from lightning_sparkling.callbacks.throughput import TokenThroughputMonitor, measured_flops_per_batch
+from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.pretrain.module import LitGPTPretrainModule
 
 CONFIG = dict(n_embd=32, n_head=4, n_layer=2, block_size=16, vocab_size=64, padded_vocab_size=64,
@@ -34,13 +40,10 @@ def _logged(log_dir: Path) -> dict[str, dict[int, float]]:
 
 
 def _flops(n_embd: int, intermediate_size: int) -> float:
-    """6 N D of one micro-batch, N counted from a model of that shape built here (a width growth keeps the heads:
+    """litgpt's FLOPs of one micro-batch of a model of that shape, built here (a width growth keeps the heads:
     head_size 8)."""
-    from litgpt import GPT, Config
-
-    with torch.device("meta"):
-        model = GPT(Config(**{**CONFIG, "n_embd": n_embd, "intermediate_size": intermediate_size, "head_size": 8}))
-    return 6.0 * sum(p.numel() for p in model.parameters()) * BATCH * SEQ
+    return litgpt_measured_flops(Config(**{**CONFIG, "n_embd": n_embd, "intermediate_size": intermediate_size,
+                                            "head_size": 8}), BATCH)
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
@@ -63,8 +66,9 @@ def test_flops_per_batch_changes_at_the_growth_and_mfu_follows(tmp_path, monkeyp
     small, big = _flops(32, 64), _flops(64, 128)
     per_batch = logged["train/flops_per_batch"]
     assert sorted(per_batch) == list(range(STEPS))
-    # the step that grows ran the small model; every step after it the grown one
-    assert per_batch == {s: small if s <= GROW_AT - 1 else big for s in range(STEPS)}, per_batch
+    # the step that grows ran the small model; every step after it the grown one: litgpt's figure within 1%
+    assert per_batch == pytest.approx({s: small if s <= GROW_AT - 1 else big for s in range(STEPS)}, rel=0.01)
+    assert big > 2 * small and small != pytest.approx(6 * count_params(Config(**CONFIG))[0] * BATCH * SEQ, rel=0.001)
     assert logged["train/lengths"][STEPS - 1] == STEPS * accumulate * BATCH * SEQ
     times, rates, mfu = logged["train/time"], logged["train/device/flops_per_sec"], logged["train/device/mfu"]
     # a window ending right after the growth holds batches of both models; Lightning's rate leaves the first out
@@ -76,3 +80,24 @@ def test_flops_per_batch_changes_at_the_growth_and_mfu_follows(tmp_path, monkeyp
             assert rates[step] == pytest.approx(expected, rel=1e-6), step
         assert mfu[step] == pytest.approx(rates[step] / PEAK, rel=1e-9), step
     assert first_full <= GROW_AT  # the windows checked include one that spans the growth
+
+
+def test_measured_flops_are_litgpts_and_count_the_real_moe_routing():
+    config = Config(**CONFIG)
+    assert measured_flops_per_batch(config, BATCH) == litgpt_measured_flops(config, BATCH)
+    assert measured_flops_per_batch(config, BATCH, SEQ // 2) < measured_flops_per_batch(config, BATCH)
+    # forward + backward is 3x the forward (every matmul's backward is two of its size)
+    with torch.device("meta"):
+        model, x = GPT(config), torch.randint(0, 1, (BATCH, SEQ))
+        forward = measure_flops(model, lambda: model(x))
+    assert measured_flops_per_batch(config, BATCH) == 3 * forward
+    # an MoE model: litgpt's routing has no meta shapes; the even split costs what the real routing does, counted
+    # here on real CPU tensors (with attention as plain matmuls: the CPU's fused attention kernel has no counter)
+    for moe in (dict(n_expert=4, n_expert_per_token=1, moe_intermediate_size=16),
+                dict(n_expert=3, n_expert_per_token=2, moe_intermediate_size=24, n_shared_expert=1)):
+        config = Config(**{**CONFIG, "mlp_class_name": "LLaMAMoE", **moe})
+        torch.manual_seed(0)
+        model, x = GPT(config), torch.randint(0, 64, (BATCH, SEQ))
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+            real = measure_flops(model, lambda: model(x), lambda y: chunked_cross_entropy(y, x, chunk_size=0))
+        assert measured_flops_per_batch(config, BATCH) == real, moe

@@ -11,6 +11,7 @@ import pytest
 import torch
 from litgpt import GPT, Config
 
+from _litgpt_flops import litgpt_measured_flops
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
 from lightning_sparkling.pretrain.module import (
     LitGPTPretrainModule,
@@ -286,13 +287,14 @@ def test_flops_per_batch_follows_the_model():
     module = LitGPTPretrainModule(SMALL, ADAMW, max_steps=1, lr_warmup_steps=0)
     n = sum(p.numel() for p in module.model.parameters())
     assert active_parameter_count(module.model) == n
-    assert module.update_flops_per_batch(4, 16) == 6 * n * 4 * 16 == module.flops_per_batch
+    # litgpt's count (measure_flops on a meta model, forward + backward) of the model and batch shape at hand
+    assert module.update_flops_per_batch(4, 16) == litgpt_measured_flops(Config(**SMALL), 4) == module.flops_per_batch
     trainer = _trainer(1)
     trainer.fit(module, _loader(1, batch_size=2))
-    assert module.flops_per_batch == 6 * n * 2 * 16
+    assert module.flops_per_batch == litgpt_measured_flops(Config(**SMALL), 2)
     module.model = build_gpt(BIG)  # as a growth callback would
     _trainer(1).fit(module, _loader(1))
-    assert module.flops_per_batch == 6 * sum(p.numel() for p in module.model.parameters()) * 4 * 16
+    assert module.flops_per_batch == litgpt_measured_flops(Config(**BIG), 4)
     tied = LitGPTPretrainModule(SMALL, max_steps=1, tie_embeddings=True)
     assert active_parameter_count(tied.model) == n - VOCAB * 32
     moe = build_gpt({**SMALL, "mlp_class_name": "LLaMAMoE", "n_expert": 4, "n_expert_per_token": 1,
