@@ -16,7 +16,7 @@ from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain import measure as measure_module
 from lightning_sparkling.pretrain.cli import _read_maps, main, parse
 from lightning_sparkling.pretrain.measured import MAP_PATH, load_map
-from lightning_sparkling.pretrain.planning import plan, run_recipe
+from lightning_sparkling.pretrain.planning import plan, regime_advice, run_recipe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli import tiny_config  # noqa: E402
@@ -120,6 +120,9 @@ def test_plan_finds_the_cell_measure_wrote_for_the_same_config(tmp_path, monkeyp
     if growth == "depth" and schedule == "wsd":  # the case: wsd's keys on new blocks are the paper's
         assert (result["cells"][0]["recipe"], result["growth_recipe"]) == ("paper", "wsd")
         assert result["recipe_note"] == NOTE_DEPTH and NOTE_DEPTH in advice
+        # the package's own depth cells under WSD (stored as paper) are still this run's without --map
+        own = regime_advice(run, plan(run, print_report=False)["active_params"]).cell
+        assert own in load_map() and (own.category, own.recipe, own.schedule) == ("depth", "paper", "wsd")
 
 
 @pytest.mark.parametrize("example, schedule", [(e, s) for e in EXAMPLES for s in ("cosine", "wsd")
