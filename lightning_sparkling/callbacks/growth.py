@@ -53,7 +53,8 @@ from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
-from lightning_sparkling.growth.recipes import AUTO, resolve_recipe, same_keys, schedule_of, schedule_recipe
+from lightning_sparkling.growth.recipes import (AUTO, recipe_name, resolve_recipe, same_keys, schedule_of,
+                                                schedule_recipe)
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord
 from lightning_sparkling.growth.stage import (
     SIZE_KEYS,
@@ -497,11 +498,15 @@ class GrowthCallback(Callback):
             trainer.logger.log_metrics({"growth/first_step_seconds": seconds}, step=step)
 
     def _recipe_line(self, k: int) -> str:
-        """The recipe stage ``k`` grew by, and why (``auto``: the module's schedule)."""
+        """The recipe stage ``k`` grew by, and why (``auto``: the module's schedule), named as ``sparkling plan`` and
+        ``measure`` name it (:func:`~lightning_sparkling.growth.recipes.recipe_name`: where the measured map names
+        its keys another recipe's, a note says so)."""
         stage = self.stages[k]
+        name = recipe_name([stage])
         why = (f" (recipe auto under the {self._schedule} schedule)" if self._given_stages[k].recipe == AUTO
                and self._schedule is not None else "")
-        return f"{stage.recipe}{why}: init {stage.init}, rewarmup_ratio {stage.rewarmup_ratio}"
+        note = f"; {name.note}" if name.note else ""
+        return f"{name.label}{why}: init {stage.init}, rewarmup_ratio {stage.rewarmup_ratio}{note}"
 
     def _carry_forward(self, plan: GrowthPlan) -> None:
         """Earlier stages' new entries and copies under the names and indices of ``plan``'s grown model: a depth

@@ -14,21 +14,25 @@ Both end in :func:`resolve_recipe`, so the same stage under the same schedule ge
 Until then an ``auto`` stage's fields hold :class:`GrowthStage`'s documented defaults (the paper's recipe), which is
 what :func:`~lightning_sparkling.growth.surgery.grow_model` and ``plan_growth`` use when called on it directly.
 
-The named recipes themselves are :data:`RECIPES` (a stage's keys completed by :func:`apply_recipe`).
+The named recipes themselves are :data:`RECIPES` (a stage's keys completed by :func:`apply_recipe`). What a
+resolved stage's recipe is called, by the measured map (the name its cells are matched on) and for a reader (the
+recipe it grew by, and why the two differ), is :func:`recipe_name`: ``sparkling measure``, ``sparkling plan`` and the
+growth log all name it there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import fields
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from lightning_sparkling.growth.axes import HEAD_SIZE_KEYS, WIDTH_SIZE_KEYS
 from lightning_sparkling.growth.errors import StageError
 from lightning_sparkling.growth.schedules import SCHEDULES, baseline_of
 
-__all__ = ["AUTO", "RECIPES", "SCHEDULE_RECIPES", "WIDTH_ONLY_RECIPES", "apply_recipe", "grows_channels",
-           "recipe_keys", "resolve_recipe", "same_keys", "schedule_of", "schedule_recipe"]
+__all__ = ["AUTO", "RECIPES", "RECIPE_KEYS", "SCHEDULE_RECIPES", "WIDTH_ONLY_RECIPES", "RecipeName", "apply_recipe",
+           "grows_channels", "recipe_keys", "recipe_name", "resolve_recipe", "same_keys", "schedule_of",
+           "schedule_recipe"]
 
 RECIPES: dict[str, dict[str, Any]] = {
     # GrowthStage's field defaults: the SPARKLING recipe as published (copy-copy, RMS-preserving scale, asymmetric
@@ -55,6 +59,10 @@ RECIPES: dict[str, dict[str, Any]] = {
     "random-zero-3x": {"init": "random-zero", "rewarmup_ratio": 3.0},
 }
 """Named recipes: :class:`.GrowthStage` keys a stage gets unless it sets them itself (:func:`apply_recipe`)."""
+
+RECIPE_KEYS: frozenset[str] = frozenset(key for keys in RECIPES.values() for key in keys)
+"""The :class:`.GrowthStage` keys some named recipe sets (``init``, ``rewarmup_ratio``, the symmetry loop's): those
+that tell recipes apart (:func:`recipe_name`)."""
 
 SCHEDULE_RECIPES: dict[str, str] = {name: kind.recipe for name, kind in SCHEDULES.items()}
 """The recipe the seeded comparisons found best under each LR schedule (docs/BENCHMARKS.md, "Where growth pays"):
@@ -216,6 +224,115 @@ def same_keys(a: Any, b: Any) -> bool:
     """Whether two stages grow alike, whatever recipe name they carry (every field but ``recipe`` equal): how a
     checkpoint written before stages named their recipe is matched."""
     return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name != "recipe")
+
+
+@dataclass(frozen=True)
+class RecipeName:
+    """What the recipe of resolved stages is called (:func:`recipe_name`).
+
+    ``key``: the measured map's name of the keys the stages have, always a name of :data:`RECIPES`: the ``recipe``
+    of the cell ``sparkling measure`` writes for them and the name ``sparkling plan`` matches the map's cells on.
+    ``label``: the recipe they grew by, for a reader (``growth.recipe`` resolved, or the stages' own ``recipe``).
+    ``note``: in words, why ``key`` is not ``label`` (``None`` when they are the same recipe).
+    """
+
+    key: str
+    label: str
+    note: str | None = None
+
+    def describe(self) -> str:
+        """``'wsd'``, or the label and its note: ``'wsd (wsd grows a stage that ...)'``."""
+        return f"{self.label} ({self.note})" if self.note else self.label
+
+
+def recipe_name(stages: Sequence[Any]) -> RecipeName:
+    """The one name of the recipe of resolved ``stages`` (:class:`.GrowthStage` objects whose ``recipe`` is no
+    longer ``auto``: :func:`resolve_recipe`), for ``sparkling measure`` (the cell it writes), ``sparkling plan``
+    (the cells it matches and the advice it prints) and the growth log, so a cell measured for a run is found for it.
+
+    The ``key`` is the map's name of what the stages' keys are: ``paper`` when every stage keeps the paper's value of
+    every recipe key (what a stage that only adds layers gets from any recipe but ``random-zero``), else another
+    recipe of :data:`RECIPES` whose keys every stage has, else ``paper`` (keys of no named recipe). The ``label`` is
+    the recipe the stages name (the ``key`` when they name several, or none yet); ``note`` says in words why the two
+    differ: the recipe grows these stages as another does, or the stages set recipe keys themselves.
+
+    Args:
+        stages: the stages of one run (one stage: that stage alone), resolved.
+
+    Example::
+
+        >>> from lightning_sparkling.growth.stage import GrowthStage
+        >>> name = recipe_name([GrowthStage(100, n_layer=8, recipe="wsd")])
+        >>> name.key, name.label
+        ('paper', 'wsd')
+        >>> name.note.endswith("so wsd grows a stage that adds none as paper does; the measured map names it paper")
+        True
+        >>> recipe_name([GrowthStage(100, n_embd=128, recipe="wsd")])
+        RecipeName(key='wsd', label='wsd', note=None)
+    """
+    stages = list(stages)
+    key, named = _map_name(stages)
+    recipes = sorted({s.recipe for s in stages})
+    it, its = ("it", "its") if len(stages) == 1 else ("them", "their")
+    names = f"the measured map names {it} {key}" + ("" if named else f" ({its} keys are no named recipe's)")
+    if len(recipes) > 1:
+        return RecipeName(key, key, f"the stages name the recipes {', '.join(recipes)}; {names}")
+    if not recipes or recipes[0] == AUTO:  # no stage, or one not resolved yet: its keys are all there is
+        return RecipeName(key, key)
+    (label,) = recipes
+    own = sorted({k for s in stages for k in _own_recipe_keys(s)})
+    if own:
+        the = "the stage sets" if len(stages) == 1 else "the stages set"
+        return RecipeName(key, label, f"{the} {', '.join(own)} itself, so {names}" if key != label or not named
+                          else None)
+    if key == label:
+        return RecipeName(key, label)
+    if not any(grows_channels(s.to_dict()) for s in stages):
+        stage = "a stage" if len(stages) == 1 else "stages"
+        if label in WIDTH_ONLY_RECIPES:
+            why = (f"{label} was measured on width growth only and leaves {stage} that add"
+                   f"{'s' if len(stages) == 1 else ''} no width channels or heads the paper's keys")
+        else:
+            why = (f"a recipe's init and symmetry loop act on new width channels and heads only, so {label} grows "
+                   f"{stage} that add{'s' if len(stages) == 1 else ''} none as {key} does")
+        return RecipeName(key, label, f"{why}; {names}")
+    these = "this stage" if len(stages) == 1 else "these stages"
+    return RecipeName(key, label, f"{label} grows {these} as {key} does, so {names}")
+
+
+def _map_name(stages: Sequence[Any]) -> tuple[str, bool]:
+    """The measured map's name of the recipe keys of ``stages``, and whether it is theirs (``False``: keys of no
+    named recipe, named ``paper``)."""
+    if stages and all(_has_keys_of(s, "paper", strict=True) for s in stages):
+        return "paper", True
+    for recipe in (name for name in RECIPES if name != "paper"):
+        if stages and all(_has_keys_of(s, recipe) for s in stages):
+            return recipe, True
+    return "paper", not stages
+
+
+def _has_keys_of(stage: Any, recipe: str, *, strict: bool = False) -> bool:
+    """Whether ``stage`` has ``recipe``'s keys (``strict``: and the paper's value of every other recipe key). A stage
+    that grows no width is not judged by ``init``, which does nothing there."""
+    expected = dict(RECIPES[recipe])
+    if strict:
+        defaults = {f.name: f.default for f in fields(stage)}
+        expected = {**{k: defaults[k] for k in RECIPE_KEYS}, **expected}
+    if not grows_channels(stage.to_dict()):
+        expected.pop("init", None)
+    return all(getattr(stage, key) == value for key, value in expected.items())
+
+
+def _own_recipe_keys(stage: Any) -> set[str]:
+    """The recipe keys of ``stage`` that are not what its recipe gives a stage growing the same (set by the stage
+    itself); those it was built with where the recipe cannot take the stage without them."""
+    kept = {f.name: getattr(stage, f.name) for f in fields(stage) if f.name not in RECIPE_KEYS | {"recipe"}}
+    try:
+        twin = type(stage)(recipe=stage.recipe, **kept)
+    except ValueError:  # e.g. split='uneven' under a sourceless init: the stage's own init made it possible
+        return set(RECIPE_KEYS & stage.given_keys) or set(RECIPE_KEYS)
+    differ = {key for key in RECIPE_KEYS if getattr(stage, key) != getattr(twin, key)}
+    return (differ & stage.given_keys) or differ
 
 
 def __getattr__(name: str):

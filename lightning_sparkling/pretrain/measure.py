@@ -154,8 +154,13 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
 
 
 def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, argv: Sequence[str]) -> dict:
-    """``measure.json``: ``cells`` (one cell in the measured map's format), ``per_seed``, ``wall_speedup`` and
-    ``runs`` (each run's name, folder, final val loss, FLOPs and seconds)."""
+    """``measure.json``: ``cells`` (one cell in the measured map's format), ``growth_recipe`` and ``recipe_note``,
+    ``per_seed``, ``wall_speedup`` and ``runs`` (each run's name, folder, final val loss, FLOPs and seconds).
+
+    The cell's ``recipe`` is the map's name of the run's recipe, the one ``sparkling plan`` matches for this config
+    (``advice.recipe``: the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_name`); ``growth_recipe`` is
+    the recipe the run grew by (its ``label``) and ``recipe_note`` why the two differ, in words (``None``: they
+    do not), e.g. ``wsd`` and the note that it grows a stage that only adds layers as ``paper`` does."""
     from lightning_sparkling.pretrain.measured_size import cell_size
 
     growth = {r.seed: read_result(r) for r in runs if r.kind == "growth"}
@@ -178,7 +183,8 @@ def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, a
     cell["where"] = f"sparkling measure {' '.join(argv)} ({when})"
     cell.update(cell_size(grown, device=_device(run), precision=str(run.precision), corpus=_corpus(run),
                           tie_embeddings=run.train.tie_embeddings))
-    return {"cells": [cell], "per_seed": stats["per_seed"], "wall_speedup": stats["wall_speedup"],
+    return {"cells": [cell], "growth_recipe": advice.label or advice.recipe, "recipe_note": advice.recipe_note,
+            "per_seed": stats["per_seed"], "wall_speedup": stats["wall_speedup"],
             "wall_speedup_sd": stats["wall_speedup_sd"],
             "runs": [{"name": r.name, "kind": r.kind, "budget": r.budget, "seed": r.seed, "run_dir": str(r.run_dir),
                       **read_result(r)} for r in runs]}
@@ -193,10 +199,13 @@ def describe(result: dict) -> str:
     speed = (f"speed-up at equal loss {cell['speedup']:.2f}x{sd(cell['speedup_sd'])}" if cell["speedup"] is not None
              else f"speed-up at equal loss outside the budgets ({outside})")
     delta_sd = f" ± {cell['sd']:.3f}" if cell["seeds"] >= 2 else ""
-    lines = [f"{cell['axis']}, growth.recipe {cell['recipe']}, {cell['schedule']}, growth at {cell['growth_at']:.0%},"
+    recipe = result.get("growth_recipe") or cell["recipe"]
+    lines = [f"{cell['axis']}, growth.recipe {recipe}, {cell['schedule']}, growth at {cell['growth_at']:.0%},"
              f" {cell['tokens_per_param']:g} tokens per parameter, {cell['params']:,} parameters on {cell['device']}:",
              f"  {speed}; Δ at equal FLOPs {cell['delta']:+.3f}{delta_sd} val loss (growth above scratch in "
              f"{cell['seeds_above']}/{cell['seeds']} seeds)"]
+    if result.get("recipe_note"):
+        lines.append(f"  recipe: {result['recipe_note']}")
     if result.get("wall_speedup") is not None:
         lines.append(f"  wall-clock time to the same loss: {result['wall_speedup']:.2f}x"
                      f"{sd(result['wall_speedup_sd'])} (scratch seconds / growth seconds)")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from lightning_sparkling._deprecated import renamed_fields, renamed_keywords
 from lightning_sparkling.growth.axes import axis_of_size, plugin_sizes, structural_sizes
+from lightning_sparkling.growth.recipes import RecipeName
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.measured_axes import cell_label
 from lightning_sparkling.pretrain.measured_size import format_params
@@ -48,6 +50,9 @@ states the gap and the size trend and points to ``sparkling measure`` instead of
 MEASURE_HINT = "measure it on this config: sparkling measure --config RUN.yaml"
 FILE_KEY = "axis"
 """The key of a cell's :attr:`MeasuredCell.category` in ``measured.json`` and ``measure.json`` (the files keep it)."""
+_COMPOUND_RECIPE = re.compile(r"^[\w-]+, here the keys of (?P<key>[\w-]+)$")
+"""A cell recipe as ``sparkling measure`` wrote it before issue 49 (``'wsd, here the keys of paper'``): read as its
+map name (``'paper'``)."""
 
 
 @renamed_fields(axis="category")
@@ -116,10 +121,24 @@ class MeasuredCell:
 
     @classmethod
     def from_json(cls, cell: dict) -> MeasuredCell:
-        """The cell of one entry of a map file's ``cells`` (its ``"axis"`` is :attr:`category`)."""
+        """The cell of one entry of a map file's ``cells`` (its ``"axis"`` is :attr:`category`). A ``recipe`` of the
+        compound form ``sparkling measure`` wrote before issue 49 (``'wsd, here the keys of paper'``) is read as the
+        map name it carried (``'paper'``), so a ``measure.json`` written then still matches its run.
+
+        Example::
+
+            >>> cell = {"axis": "depth", "recipe": "wsd, here the keys of paper", "schedule": "wsd",
+            ...         "growth_at": 0.8, "tokens_per_param": 20.0, "delta": 0.01, "sd": 0.0, "seeds": 1,
+            ...         "seeds_above": 1, "where": "x"}
+            >>> MeasuredCell.from_json(cell).recipe
+            'paper'
+        """
         data = dict(cell)
         if FILE_KEY in data:
             data["category"] = data.pop(FILE_KEY)
+        compound = _COMPOUND_RECIPE.match(str(data.get("recipe", "")))
+        if compound:
+            data["recipe"] = compound["key"]
         return cls(**data)
 
     def to_json(self) -> dict:
@@ -183,12 +202,15 @@ DEMO_TOKENS_PER_PARAM = 1.0
 @renamed_fields(axis="category")
 @dataclass(frozen=True)
 class Advice:
-    """What the map says about a run: ``category`` the run's map category (:func:`classify_category`), ``cell`` the
-    nearest measured comparison of the run's category, recipe and schedule (``None``: none of them measured), ``near``
-    whether it is within :data:`NEAR_RATIO` and :data:`NEAR_TIMING` of the run, ``pays`` whether it is near and ended
-    at or below scratch on average, ``better`` the comparison of another recipe near the run (same category and
-    schedule) that paid and ended lower than ``cell`` (``None``: none did); ``init`` the run's ``expert_init`` in an
-    experts category (``None`` elsewhere). ``Advice.axis`` is the deprecated name of ``category`` (until 0.3.0)."""
+    """What the map says about a run: ``category`` the run's map category (:func:`classify_category`), ``recipe`` the
+    map's name of its recipe (the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_name`, matched with
+    the cells'), ``label`` and ``recipe_note`` what the advice calls it and why (``None``: ``recipe``, no note),
+    ``cell`` the nearest measured comparison of the run's category, recipe and schedule (``None``: none of them
+    measured), ``near`` whether it is within :data:`NEAR_RATIO` and :data:`NEAR_TIMING` of the run, ``pays``
+    whether it is near and ended at or below scratch on average, ``better`` the comparison of another recipe near the
+    run (same category and schedule) that paid and ended lower than ``cell`` (``None``: none did); ``init`` the run's
+    ``expert_init`` in an experts category (``None`` elsewhere). ``Advice.axis`` is the deprecated name of
+    ``category`` (until 0.3.0)."""
 
     category: str
     recipe: str
@@ -201,6 +223,8 @@ class Advice:
     init: str | None = None
     params: int | None = None
     trend: str | None = None
+    label: str | None = None
+    recipe_note: str | None = None
 
     @property
     def size_gap(self) -> float | None:
@@ -253,8 +277,10 @@ class Advice:
                     f"below the {DEMO_TOKENS_PER_PARAM:g} of every measured setting): its FLOPs saved are arithmetic, "
                     "not a measured saving")
         category = self.category if self.init is None else f"{self.category}, expert_init {self.init}"
-        run = (f"this run ({category}, growth.recipe {self.recipe}, {self.schedule} schedule, first growth at "
-               f"{self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active parameter)")
+        note = f"; {self.recipe_note}" if self.recipe_note else ""
+        run = (f"this run ({category}, growth.recipe {self.label or self.recipe}, {self.schedule} schedule, first "
+               f"growth at {self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active "
+               f"parameter{note})")
         if self.cell is None:
             return (f"nothing was measured for {run}: no seeded comparison of this growth category, recipe and schedule "
                     f"against same-FLOPs scratch. Before counting on the FLOPs saved, {MEASURE_HINT}")
@@ -380,13 +406,19 @@ def better_recipe(cells: Sequence[MeasuredCell], *, category: str, recipe: str, 
     return best
 
 
-def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param: float, recipe: str,
+def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param: float, recipe: str | RecipeName,
            schedule: str = "cosine", sizes: Sequence[Sequence[str]] | None = None,
            cells: Sequence[MeasuredCell] | None = None, params: int | None = None) -> Advice:
     """What the map says about a run growing by ``stages`` over ``total_steps``, with ``tokens_per_param`` training
     tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`), for a
     grown model of ``params`` parameters (``None``: size unknown, not weighed). A one-stage experts run is matched
-    with the cells of its ``expert_init`` only."""
+    with the cells of its ``expert_init`` only.
+
+    ``recipe``: the map's name of the run's recipe, or its
+    :class:`~lightning_sparkling.growth.recipes.RecipeName` (:func:`~lightning_sparkling.growth.recipes.recipe_name`
+    of the stages: its ``key`` is matched, its ``label`` and ``note`` are what the advice prints)."""
+    name = recipe if isinstance(recipe, RecipeName) else RecipeName(recipe, recipe)
+    recipe = name.key
     category = classify_category(stages, sizes)
     growth_at = stages[0].resolved(total_steps).at_step / total_steps if stages else 0.0
     cells = load_map() if cells is None else cells
@@ -395,7 +427,8 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     cell, near = nearest(cells, recipe=recipe, params=params, **where)
     better = better_recipe(cells, recipe=recipe, than=cell if near else None, **where)
     trend = size_trend(cells, category=category, schedule=schedule, init=init)
-    advice = Advice(recipe=recipe, cell=cell, near=near, better=better, params=params, trend=trend, **where)
+    advice = Advice(recipe=recipe, cell=cell, near=near, better=better, params=params, trend=trend,
+                    label=name.label if name.label != recipe else None, recipe_note=name.note, **where)
     if better is not None and advice.far_in_size:  # a recipe "measured better" that far away is no advice either
         advice = dataclasses.replace(advice, better=None)
     return advice

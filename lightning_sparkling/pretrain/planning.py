@@ -190,66 +190,36 @@ def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------------------------------------------------ regime
-def _is_recipe(stage: Any, recipe: str, *, strict: bool = False) -> bool:
-    """Whether ``stage`` has ``recipe``'s keys (``strict``: and the paper's value of every other recipe key). A stage
-    that grows no width is not judged by ``init``, which does nothing there."""
-    from lightning_sparkling.growth.stage import RECIPES, GrowthStage, grows_channels
-
-    expected = dict(RECIPES[recipe])
-    if strict:
-        defaults = {f.name: f.default for f in dataclasses.fields(GrowthStage)}
-        expected = {**{k: defaults[k] for keys in RECIPES.values() for k in keys}, **expected}
-    if not grows_channels(stage.to_dict()):
-        expected.pop("init", None)
-    return all(getattr(stage, key) == value for key, value in expected.items())
-
-
 def run_recipe(stages: Sequence[Any]) -> str:
-    """The recipe a run's stages follow, as the measured map names it: ``paper`` when every stage keeps the paper's
-    value of every recipe key (what a depth-only stage gets from any recipe but ``random-zero``), else
-    another recipe of :data:`~lightning_sparkling.growth.stage.RECIPES` when every stage has that recipe's keys,
-    else ``paper`` (a stage's own keys)."""
-    from lightning_sparkling.growth.stage import RECIPES
+    """The recipe a run's stages follow, as the measured map names it: the ``key`` of
+    :func:`~lightning_sparkling.growth.recipes.recipe_name` (``paper`` when every stage keeps the paper's value of
+    every recipe key, what a depth-only stage gets from any recipe but ``random-zero``; else another recipe of
+    :data:`~lightning_sparkling.growth.stage.RECIPES` when every stage has that recipe's keys; else ``paper``)."""
+    from lightning_sparkling.growth.recipes import recipe_name
 
-    if stages and all(_is_recipe(s, "paper", strict=True) for s in stages):
-        return "paper"
-    for recipe in (name for name in RECIPES if name != "paper"):
-        if stages and all(_is_recipe(s, recipe) for s in stages):
-            return recipe
-    return "paper"
+    return recipe_name(stages).key
 
 
 def regime_advice(run: ResolvedRun, active_params: Sequence[int], cells: Sequence[Any] | None = None):
     """What the project's measured map (:mod:`lightning_sparkling.pretrain.measured`) says about ``run``: the
     comparison nearest to its axis, recipe, schedule, timing, token ratio and model size, or that none is near
     (:class:`~lightning_sparkling.pretrain.measured.Advice`); ``None`` without growth stages. ``cells``: the map to
-    read (default: the package's, :func:`~lightning_sparkling.pretrain.measured.load_map`)."""
+    read (default: the package's, :func:`~lightning_sparkling.pretrain.measured.load_map`). The run's recipe is
+    named once, by :func:`~lightning_sparkling.growth.recipes.recipe_name`: cells are matched on its ``key`` (what
+    ``sparkling measure`` writes for this run), the advice prints its ``label`` and ``note``."""
     from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.growth.plan import size_changes
+    from lightning_sparkling.growth.recipes import recipe_name
     from lightning_sparkling.pretrain.measured import advise
 
     if not run.stages:
         return None
     configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
     sizes = [list(size_changes(a, b)) for a, b in zip(configs[:-1], configs[1:])]
-    recipe = run_recipe(run.stages)
     _, params = count_params(configs[-1], tie_embeddings=run.train.tie_embeddings)
-    advice = advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
-                    recipe=recipe, schedule=run.train.lr_schedule, sizes=sizes, cells=cells, params=params)
-    chosen = run.growth.recipe  # the recipe of the configuration (growth.recipe: auto resolved)
-    if advice is not None and chosen != recipe and _stages_follow_the_recipe(run):
-        # e.g. `recommended` on a depth-only stage sets the paper's keys: the map's cells of that stage are `paper`
-        advice = dataclasses.replace(advice, recipe=f"{chosen}, here the keys of {recipe}")
-    return advice
-
-
-def _stages_follow_the_recipe(run: ResolvedRun) -> bool:
-    """Whether no stage of ``run`` sets a key of any recipe itself: every recipe key of its stages is then what
-    ``growth.recipe`` gave it."""
-    from lightning_sparkling.growth.stage import RECIPES
-
-    recipe_keys = {key for keys in RECIPES.values() for key in keys}
-    return all(isinstance(s, dict) and not recipe_keys & set(s) for s in run.growth.stages)
+    return advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
+                  recipe=recipe_name(run.stages), schedule=run.train.lr_schedule, sizes=sizes, cells=cells,
+                  params=params)
 
 
 def regime_warning(run: ResolvedRun, active_params: Sequence[int], cells: Sequence[Any] | None = None) -> str | None:

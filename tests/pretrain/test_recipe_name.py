@@ -1,0 +1,184 @@
+"""One name for the recipe of resolved stages (issue 49): ``sparkling measure`` labels its cell with it and
+``sparkling plan --map`` matches on it, so the cell measured for a config is the cell plan finds for that config;
+the readable label and a note in words say what a reader needs, and no label is a compound string."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_sparkling.growth.recipes import RECIPES, RecipeName, recipe_name
+from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.pretrain import measure as measure_module
+from lightning_sparkling.pretrain.cli import _read_maps, main, parse
+from lightning_sparkling.pretrain.measured import MAP_PATH, load_map
+from lightning_sparkling.pretrain.planning import plan, regime_advice, run_recipe
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_cli import tiny_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
+MOE_EXAMPLES = {"olmoe_inner_2x.yaml", "two_stage.yaml"}  # seconds to plan (32 experts): their own schedule only;
+# their categories under WSD are GROWTHS' experts and two-stage below
+OLD_LABEL = "here the keys of"
+NOTE_DEPTH = ("a recipe's init and symmetry loop act on new width channels and heads only, so wsd grows a stage that "
+              "adds none as paper does; the measured map names it paper")
+
+# one stage list per kind of growth the issue names (a tiny LLaMA-MLP model: 2 layers, n_embd 32)
+GROWTHS = {
+    "depth": [{"at_step": 6, "n_layer": 4, "rewarmup_steps": 3}],
+    "width": [{"at_step": 6, "n_embd": 64, "intermediate_size": 128, "rewarmup_steps": 3}],
+    "experts": [{"at_step": 6, "mlp_class_name": "LLaMAMoE", "n_expert": 4, "n_expert_per_token": 2,
+                 "rewarmup_steps": 3}],
+    "two-stage": [{"at_step": 4, "n_embd": 48, "intermediate_size": 96, "rewarmup_steps": 2},
+                  {"at_step": 7, "n_embd": 64, "intermediate_size": 128, "rewarmup_steps": 2}],
+}
+
+
+# ------------------------------------------------------------------------------------------------- the one function
+@pytest.mark.parametrize("stages, key, label, note", [
+    # a width stage: the recipe is its own name, no note
+    ([GrowthStage(100, n_embd=128, recipe="wsd")], "wsd", "wsd", None),
+    ([GrowthStage(100, n_embd=128, recipe="random-zero-3x")], "random-zero-3x", "random-zero-3x", None),
+    ([GrowthStage(100, n_embd=128, recipe=r) for r in ("recommended",) * 2], "recommended", "recommended", None),
+    # a depth-only stage: wsd sets the paper's keys there; the label stays wsd and the note says why in words
+    ([GrowthStage(100, n_layer=8, recipe="wsd")], "paper", "wsd", NOTE_DEPTH),
+    ([GrowthStage(100, n_layer=8, recipe="random-zero-3x")], "paper", "random-zero-3x",
+     "random-zero-3x was measured on width growth only and leaves a stage that adds no width channels or heads the "
+     "paper's keys; the measured map names it paper"),
+    ([GrowthStage(100, n_layer=8, recipe="random-zero")], "random-zero", "random-zero", None),  # its 10x applies
+    # the loop left out (rewarmup_scope all): recommended grows this width stage as the paper does
+    ([GrowthStage(100, n_embd=128, recipe="recommended", rewarmup_scope="all")], "paper", "recommended",
+     "recommended grows this stage as paper does, so the measured map names it paper"),
+    # a key the stage sets itself
+    ([GrowthStage(100, n_embd=128, recipe="random-zero-3x", rewarmup_ratio=5.0)], "paper", "random-zero-3x",
+     "the stage sets rewarmup_ratio itself, so the measured map names it paper (its keys are no named recipe's)"),
+    ([GrowthStage(100, n_embd=128, recipe="wsd", rewarmup_ratio=10.0)], "random-zero", "wsd",
+     "the stage sets rewarmup_ratio itself, so the measured map names it random-zero"),
+    # stages of two recipes
+    ([GrowthStage(100, n_embd=64, recipe="paper"), GrowthStage(200, n_embd=128, recipe="random-zero-3x")], "paper",
+     "paper", "the stages name the recipes paper, random-zero-3x; the measured map names them paper (their keys are "
+              "no named recipe's)"),
+])
+def test_recipe_name_keys_a_named_recipe_and_labels_what_the_stages_grew_by(stages, key, label, note):
+    name = recipe_name(stages)
+    assert name == RecipeName(key, label, note)
+    assert name.key in RECIPES and run_recipe(stages) == key  # the map's name: a plain recipe name
+    assert OLD_LABEL not in name.describe() and "," not in name.key
+
+
+# ------------------------------------------------------------------------ measure's cell is the cell plan then finds
+def _fake_train(runs, jobs):
+    """``train_runs`` without training: each run's ``summary.json`` as a finished run writes it (scratch at a larger
+    budget lower), so ``sparkling measure`` takes every other step of its real path."""
+    for r in runs:
+        r.run_dir.mkdir(parents=True, exist_ok=True)
+        loss = 4.0 if r.kind == "growth" else 4.05 - 0.1 * (r.budget - 1)
+        (r.run_dir / "summary.json").write_text(json.dumps({"status": "completed", "val_loss": loss,
+                                                            "flops": r.flops, "fit_seconds": 1.0}))
+    return []
+
+
+def _measure_then_plan(config: Path, tmp_path: Path, *args: str) -> tuple[dict, str, object]:
+    """``sparkling measure`` of ``config`` (training faked), then ``sparkling plan --map`` of its ``measure.json``
+    for the same config: the result, the advice plan gives, and the resolved run."""
+    out = tmp_path / "out"
+    argv = ["--config", str(config), "--out_dir", str(out), *args]
+    assert main(["measure", *argv, "--budgets", "2"]) == 0
+    result = json.loads((out / "measure.json").read_text())
+    _, run, _ = parse(argv, "plan")
+    report = plan(run, print_report=False, cells=_read_maps([str(out / "measure.json")]))
+    return result, report["regime_advice"], run
+
+
+def _assert_found(result: dict, advice: str, run) -> None:
+    (cell,) = result["cells"]
+    name = recipe_name(run.stages)
+    assert cell["recipe"] == name.key and cell["recipe"] in RECIPES, cell["recipe"]
+    assert result["growth_recipe"] == name.label and result["recipe_note"] == name.note
+    # plan found this measurement: the advice describes the cell measure wrote (its `where` names this measure)
+    assert f"docs/BENCHMARKS.md, {cell['where']})" in advice, advice
+    assert f"growth.recipe {name.label}, {run.train.lr_schedule} schedule" in advice
+    assert OLD_LABEL not in json.dumps(result) and OLD_LABEL not in advice
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+@pytest.mark.parametrize("growth", list(GROWTHS))
+def test_plan_finds_the_cell_measure_wrote_for_the_same_config(tmp_path, monkeypatch, growth, schedule):
+    monkeypatch.setattr(measure_module, "train_runs", _fake_train)
+    config = tiny_config(tmp_path / "cache", growth={"stages": GROWTHS[growth]}, rms_monitor=None)
+    config["train"].update(lr_schedule=schedule, save_interval=None)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    result, advice, run = _measure_then_plan(path, tmp_path)
+    _assert_found(result, advice, run)
+    if growth == "depth" and schedule == "wsd":  # the issue's case: wsd's keys on new blocks are the paper's
+        assert (result["cells"][0]["recipe"], result["growth_recipe"]) == ("paper", "wsd")
+        assert result["recipe_note"] == NOTE_DEPTH and NOTE_DEPTH in advice
+        # the package's own depth cells under WSD (stored as paper) are still this run's without --map
+        own = regime_advice(run, plan(run, print_report=False)["active_params"]).cell
+        assert own in load_map() and (own.category, own.recipe, own.schedule) == ("depth", "paper", "wsd")
+
+
+@pytest.mark.parametrize("example, schedule", [(e, s) for e in EXAMPLES for s in ("cosine", "wsd")
+                                               if s == "cosine" or e not in MOE_EXAMPLES])
+def test_plan_finds_the_cell_measure_wrote_for_every_example(tmp_path, monkeypatch, example, schedule):
+    monkeypatch.setattr(measure_module, "train_runs", _fake_train)
+    config = yaml.safe_load((ROOT / "examples" / example).read_text())
+    assert config.get("train", {}).get("lr_schedule", "cosine") == "cosine"  # the examples' own schedule
+    result, advice, run = _measure_then_plan(ROOT / "examples" / example, tmp_path, "--train.lr_schedule", schedule)
+    _assert_found(result, advice, run)
+
+
+@pytest.mark.slow
+def test_a_real_measure_of_a_depth_growth_under_wsd_is_what_plan_finds(tmp_path, capsys):
+    """The issue's run, tiny and for real: a depth growth under WSD (``growth.recipe: auto`` is ``wsd``, whose keys on
+    new blocks are the paper's). ``measure`` trains it and its scratch, labels the cell ``paper`` with the label
+    ``wsd`` and the note; ``plan --map`` prints that cell as the nearest; the growth log names the recipe alike."""
+    config = tiny_config(tmp_path / "cache", growth={"stages": GROWTHS["depth"]}, rms_monitor=None, num_threads=1,
+                         out_dir=str(tmp_path / "run"), seed=3)
+    config["train"].update(lr_schedule="wsd", save_interval=None, max_steps=10)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    assert main(["measure", "--config", str(path), "--budgets", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "depth, growth.recipe wsd, wsd, growth at 60%" in out and f"recipe: {NOTE_DEPTH}" in out
+    result = json.loads((tmp_path / "run" / "measure.json").read_text())
+    (cell,) = result["cells"]
+    assert (cell["axis"], cell["recipe"], cell["schedule"], result["growth_recipe"]) == ("depth", "paper", "wsd", "wsd")
+    log = (tmp_path / "run" / "measure" / "growth" / "seed3" / "run.log").read_text()
+    assert f"wsd: init copy-copy, rewarmup_ratio 1.3; {NOTE_DEPTH}" in " ".join(log.split())
+    assert main(["plan", "--config", str(path), "--map", str(tmp_path / "run" / "measure.json")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(depth, growth.recipe wsd, wsd schedule, first growth at 60%" in out and NOTE_DEPTH in out
+    assert f"depth, paper, wsd, growth at 60%, {cell['tokens_per_param']:g} tokens per parameter" in out
+    assert "sparkling measure --config" in out and OLD_LABEL not in out
+
+
+def test_a_measure_json_written_with_the_old_compound_label_still_matches(tmp_path, monkeypatch):
+    """A ``measure.json`` written before issue 49 (``"wsd, here the keys of paper"``) is read as its map name."""
+    monkeypatch.setattr(measure_module, "train_runs", _fake_train)
+    config = tiny_config(tmp_path / "cache", growth={"stages": GROWTHS["depth"]}, rms_monitor=None)
+    config["train"].update(lr_schedule="wsd", save_interval=None)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    result, _, run = _measure_then_plan(path, tmp_path)
+    old = tmp_path / "old.json"
+    result["cells"][0]["recipe"] = "wsd, here the keys of paper"
+    old.write_text(json.dumps({"cells": result["cells"]}))
+    (cell,) = load_map(old)
+    assert cell.recipe == "paper"
+    advice = plan(run, print_report=False, cells=_read_maps([str(old)]))["regime_advice"]
+    assert f"docs/BENCHMARKS.md, {cell.where})" in advice
+
+
+def test_no_stored_or_advised_recipe_label_is_a_compound_string():
+    """Every cell of the package's map is labelled with a plain recipe name, the one plan matches on."""
+    data = json.loads(MAP_PATH.read_text(encoding="utf-8"))
+    assert {cell["recipe"] for cell in data["cells"]} <= set(RECIPES)
+    assert OLD_LABEL not in MAP_PATH.read_text(encoding="utf-8")
