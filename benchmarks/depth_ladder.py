@@ -1,0 +1,229 @@
+"""Depth growth at 20+ tokens per parameter (issue 46): several growth schedules against ONE shared ladder of
+from-scratch runs of the grown shape, per seed, so that every candidate's speed-up at equal loss is read off the same
+scratch curve (``sparkling measure`` trains its own scratch runs at multiples of each candidate's FLOPs: 4 runs per
+candidate and seed, where a shared ladder costs 4 runs per seed for all candidates together).
+
+    python benchmarks/depth_ladder.py --seeds 1 --jobs 2                      # every candidate, seed 1
+    python benchmarks/depth_ladder.py --seeds 1,2,3 --candidates late-shallow,stages-1248
+    python benchmarks/depth_ladder.py --report-only                          # the table from what finished
+
+The model is the map's depth shape at the ``cpu`` size (8 layers, n_embd 32, 2 heads of 16, MLP 128, vocabulary
+1024 on the standard library, 197,152 parameters grown); every run trains ``--steps`` steps of 8 x 128 tokens under
+WSD with a 10% decay (4,000 steps: 4.1M tokens, 20.8 tokens per grown parameter), float32, one CPU thread. The
+scratch ladder trains the 8-layer model at ``--ladder`` fractions of those steps (its own WSD schedule each). Per
+candidate and seed: the growth run's FLOPs (6 N D, embeddings included, as the map counts), its final val loss, the
+Δ against scratch at equal FLOPs and the speed-up (scratch FLOPs to the growth run's final loss over the growth run's
+FLOPs), both interpolated in log-FLOPs between the ladder's runs and never extrapolated; the final hidden and
+largest residual RMS against scratch's (the RMS monitor every 100 steps). Each run's row is appended to
+``results/depth_ladder.jsonl`` as it ends; the table is ``results/depth_ladder.md``. Wall-clock is not compared:
+the runs share a machine (issue 45).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from lightning_sparkling.pretrain.measure_runs import TrainingRun, train_runs  # noqa: E402
+from lightning_sparkling.pretrain.measure_stats import mean_sd, scratch_flops_at  # noqa: E402
+
+RESULTS = HERE / "results"
+MODEL = {"name": "depth-ladder", "n_layer": 8, "n_embd": 32, "n_head": 2, "n_query_groups": 2, "head_size": 16,
+         "intermediate_size": 128, "mlp_class_name": "LLaMAMLP", "norm_class_name": "RMSNorm", "bias": False,
+         "parallel_residual": False, "rotary_percentage": 1.0, "block_size": 128}
+
+#: name -> (starting model overrides, growth block): each a `growth:` block as a user writes it
+CANDIDATES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    # today's late-shallow WSD recipe (BENCHMARKS: 1.38x at 5.2 tokens per parameter)
+    "late-shallow": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.8, "n_layer": 8}]}),
+    # multi-stage depth: 2 -> 4 -> 8 at 50% and 75%
+    "stages-248": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.5, "n_layer": 4},
+                                               {"at_fraction": 0.75, "n_layer": 8}]}),
+    # the zero/one-layer shape: 1 -> 2 -> 4 -> 8 at 40%, 60%, 80%
+    "stages-1248": ({"n_layer": 1}, {"stages": [{"at_fraction": 0.4, "n_layer": 2}, {"at_fraction": 0.6, "n_layer": 4},
+                                                {"at_fraction": 0.8, "n_layer": 8}]}),
+    # G_stack's early 4x: 2 -> 8 at 10%
+    "early-4x": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.1, "n_layer": 8}]}),
+    # late width + depth: depth first (4 -> 8 at 40%), width late (n_embd 16 -> 32, MLP 64 -> 128 at 70%)
+    "depth-then-width": ({"n_layer": 4, "n_embd": 16, "head_size": 8, "intermediate_size": 64},
+                         {"stages": [{"at_fraction": 0.4, "n_layer": 8},
+                                     {"at_fraction": 0.7, "n_embd": 32, "intermediate_size": 128}]}),
+}
+
+
+@dataclass(frozen=True)
+class LadderRun(TrainingRun):
+    """One run: ``kind`` ``"scratch"`` (``fraction`` of the steps) or a candidate's name; ``seed``."""
+
+    kind: str
+    fraction: float
+    seed: int
+    config: dict[str, Any]
+    run_dir: Path
+    flops: float
+    config_file: ClassVar[str] = "ladder_config.yaml"
+
+    @property
+    def name(self) -> str:
+        return (f"scratch x{self.fraction:g} seed {self.seed}" if self.kind == "scratch"
+                else f"{self.kind} seed {self.seed}")
+
+
+def base_config(steps: int, seed: int, out: Path, cache: Path) -> dict[str, Any]:
+    return {
+        "model_config": dict(MODEL), "precision": "32-true", "accelerator": "cpu", "devices": 1, "num_threads": 1,
+        "seed": seed, "out_dir": str(out),
+        "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 128, "cache_dir": str(cache)},
+        "train": {"global_batch_size": 8, "micro_batch_size": 8, "max_steps": steps, "max_norm": 1.0,
+                  "log_interval": 50, "save_interval": None, "lr_schedule": "wsd", "lr_decay_fraction": 0.1},
+        "eval": {"interval": max(1, steps // 4), "max_iters": 20},
+        "optimizer": {"class_path": "torch.optim.AdamW",
+                      "init_args": {"lr": 0.003, "weight_decay": 0.1, "betas": [0.9, 0.95]}},
+        "rms_monitor": {"every_n_steps": 100},
+    }
+
+
+def plan(args: argparse.Namespace) -> list[LadderRun]:
+    runs: list[LadderRun] = []
+    per_token = 6 * 8 * 128  # 6 x tokens per step: FLOPs per parameter per step
+    for seed in args.seeds:
+        for fraction in args.ladder:
+            steps = round(fraction * args.steps)
+            run_dir = args.out / "scratch" / f"x{fraction:g}" / f"seed{seed}"
+            runs.append(LadderRun("scratch", fraction, seed, base_config(steps, seed, run_dir, args.cache), run_dir,
+                                  per_token * 197_152 * steps))
+        for name in args.candidates:
+            small, growth = CANDIDATES[name]
+            run_dir = args.out / name / f"seed{seed}"
+            config = base_config(args.steps, seed, run_dir, args.cache)
+            config["model_config"].update(small)
+            config["growth"] = copy.deepcopy(growth)
+            runs.append(LadderRun(name, 1.0, seed, config, run_dir, per_token * 150_000 * args.steps))
+    return runs
+
+
+def _summary(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("status") == "completed" and summary.get("val_loss") is not None else None
+
+
+def _rms(run_dir: Path) -> dict[str, float]:
+    """The final hidden RMS and the largest per-block residual RMS (last logged values)."""
+    from lightning_sparkling.dashboards.plotting import load_run
+
+    run = load_run(run_dir / "logs")
+    final = {tag: float(values[-1]) for tag, (_, values) in run.scalars.items() if tag.startswith("rms/")}
+    residual = [v for t, v in final.items() if t.startswith("rms/residual/")]
+    hidden = [v for t, v in final.items() if t.startswith("rms/final") or t.startswith("rms/hidden")]
+    return {"residual_max": max(residual) if residual else math.nan, "hidden": hidden[0] if hidden else math.nan}
+
+
+def _loss_at(points: list[tuple[float, float]], flops: float) -> float | None:
+    """Scratch's val loss at ``flops``, interpolated in log-FLOPs between the ladder's runs (never extrapolated)."""
+    pts = sorted(points)
+    for (f0, l0), (f1, l1) in zip(pts, pts[1:]):
+        if f0 <= flops <= f1:
+            t = (math.log(flops) - math.log(f0)) / (math.log(f1) - math.log(f0))
+            return l0 + t * (l1 - l0)
+    return None
+
+
+def report(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for name in args.candidates:
+        per_seed = []
+        for seed in args.seeds:
+            growth = _summary(args.out / name / f"seed{seed}")
+            ladder = {f: _summary(args.out / "scratch" / f"x{f:g}" / f"seed{seed}") for f in args.ladder}
+            if growth is None or any(s is None for s in ladder.values()):
+                continue
+            points = [(s["flops"], s["val_loss"]) for s in ladder.values()]
+            flops, why = scratch_flops_at(points, growth["val_loss"])
+            at_equal = _loss_at(points, growth["flops"])
+            full = ladder[max(args.ladder)]
+            rms_g, rms_s = _rms(args.out / name / f"seed{seed}"), _rms(args.out / "scratch" / f"x{max(args.ladder):g}"
+                                                                           / f"seed{seed}")
+            per_seed.append({
+                "seed": seed, "loss": growth["val_loss"], "flops": growth["flops"],
+                "speedup": flops / growth["flops"] if flops else None, "outside": why,
+                "delta": growth["val_loss"] - at_equal if at_equal is not None else None,
+                "flops_vs_full": growth["flops"] / full["flops"],
+                "tokens_per_param": growth["tokens"] / growth["total_params"][-1],
+                "residual_ratio": rms_g["residual_max"] / rms_s["residual_max"],
+                "hidden_ratio": rms_g["hidden"] / rms_s["hidden"]})
+        if not per_seed:
+            continue
+        speedups = [s["speedup"] for s in per_seed if s["speedup"] is not None]
+        deltas = [s["delta"] for s in per_seed if s["delta"] is not None]
+        row = {"candidate": name, "seeds": len(per_seed), "per_seed": per_seed,
+               "speedup": mean_sd(speedups) if len(speedups) == len(per_seed) else None,
+               "delta": mean_sd(deltas) if deltas else None,
+               "flops_vs_full": statistics.fmean(s["flops_vs_full"] for s in per_seed),
+               "tokens_per_param": per_seed[0]["tokens_per_param"],
+               "residual_ratio": max(s["residual_ratio"] for s in per_seed),
+               "hidden_ratio": max(s["hidden_ratio"] for s in per_seed)}
+        rows.append(row)
+    lines = ["| candidate | seeds | tokens / param | FLOPs vs 8-layer run | speed-up at equal loss | per seed | "
+             "Δ at equal FLOPs | residual RMS / scratch (max) | final hidden / scratch (max) |", "|" + "---|" * 9]
+    for r in rows:
+        sp = "-" if r["speedup"] is None else f"{r['speedup'][0]:.2f}x ± {r['speedup'][1] or 0:.2f}"
+        per = ", ".join(f"{s['speedup']:.2f}x" if s["speedup"] else s["outside"] for s in r["per_seed"])
+        dl = "-" if r["delta"] is None else f"{r['delta'][0]:+.3f} ± {r['delta'][1] or 0:.3f}"
+        lines.append(f"| {r['candidate']} | {r['seeds']} | {r['tokens_per_param']:.1f} | {r['flops_vs_full']:.2f} | "
+                     f"{sp} | {per} | {dl} | {r['residual_ratio']:.2f} | {r['hidden_ratio']:.2f} |")
+    table = "\n".join(lines)
+    print(table)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"depth_ladder{args.tag}.md").write_text(table + "\n")
+    (RESULTS / f"depth_ladder{args.tag}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="1", help="comma-separated seeds (default 1)")
+    parser.add_argument("--candidates", default=",".join(CANDIDATES), help=f"of {', '.join(CANDIDATES)}")
+    parser.add_argument("--steps", type=int, default=4000, help="steps of every growth run (default 4000)")
+    parser.add_argument("--ladder", default="0.4,0.55,0.75,1.0", help="scratch run lengths, fractions of --steps")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "depth_ladder")
+    parser.add_argument("--tag", default="", help="suffix of the results files")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.candidates = [c for c in args.candidates.split(",") if c]
+    unknown = [c for c in args.candidates if c not in CANDIDATES]
+    if unknown:
+        parser.error(f"--candidates: unknown {unknown}; choose from {', '.join(CANDIDATES)}")
+    args.ladder = [float(f) for f in args.ladder.split(",")]
+    args.cache = args.out / "cache"
+    if not args.report_only:
+        runs = plan(args)
+        from lightning_sparkling.pretrain.measure_runs import prepare_data  # noqa: F401  (data built by run 1)
+
+        first, rest = runs[:1], runs[1:]
+        failed = train_runs(first, 1, env={"OMP_NUM_THREADS": "1"}) + train_runs(
+            rest, args.jobs, env={"OMP_NUM_THREADS": "1"})
+        for run in failed:
+            print(f"FAILED: {run.name}: see {run.run_dir / 'run.log'}")
+    report(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
