@@ -110,6 +110,9 @@ def plan(args: argparse.Namespace) -> list[LadderRun]:
             config = base_config(args.steps, seed, run_dir, args.cache)
             config["model_config"].update(small)
             config["growth"] = copy.deepcopy(growth)
+            if args.rewarmup_steps is not None:
+                for stage in config["growth"]["stages"]:
+                    stage["rewarmup_steps"] = args.rewarmup_steps
             runs.append(LadderRun(name, 1.0, seed, config, run_dir, per_token * 150_000 * args.steps))
     return runs
 
@@ -200,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", default=",".join(CANDIDATES), help=f"of {', '.join(CANDIDATES)}")
     parser.add_argument("--steps", type=int, default=4000, help="steps of every growth run (default 4000)")
     parser.add_argument("--ladder", default="0.4,0.55,0.75,1.0", help="scratch run lengths, fractions of --steps")
+    parser.add_argument("--rewarmup-steps", type=int, default=None,
+                        help="every stage's rewarmup_steps (default: the recipe's, 250; a short --steps needs fewer)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "depth_ladder")
     parser.add_argument("--tag", default="", help="suffix of the results files")

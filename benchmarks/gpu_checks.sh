@@ -7,25 +7,31 @@
 #   MODE=cpu OUT=/tmp/gc bash benchmarks/gpu_checks.sh                     # the same steps, tiny, on the CPU
 #
 # Steps, in order, each under its own timeout (never past DEADLINE seconds after the start), each writing its log
-# and results into $OUT as soon as it ends, and a line "<step> exit <code> <seconds> s" into $OUT/status.txt:
+# and results into $OUT as soon as it ends, and a line "<step> exit <code> <seconds> s" into $OUT/status.txt, with
+# the step's first error line (the cause, not a CalledProcessError around it) after a ": " when it failed:
+# 0. smoke (about 90 s, first, so that a broken path is known before anything long runs): every example shortened
+#    to 12 steps in its own precision with `compile: auto` (benchmarks/gpu_examples.py), then the CLI's GPU tests;
+#    $OUT/smoke.md is the table of pass / first error line, written before any other step starts;
 # 1. throughput: benchmarks/throughput_vs_litgpt.py, litgpt against sparkling with compile on both (--compile true),
 #    bf16-mixed (fused AdamW is both tools' default on CUDA); alone on the device, since it is a timing;
 # 2. growth_cost: benchmarks/growth_cost.py on the device (the growth-cost table), alone too;
 # 3. tests: every GPU-marked test (pytest -m gpu: fused AdamW under growth, growth on CUDA, FSDP1 on one GPU, bf16
 #    runs of `sparkling pretrain`, and the compile tests where they exist), side by side with
-# 4. campaign: benchmarks/campaign.py --deadline <epoch> for the time that is left (only if the file exists).
-# Then $OUT/all.tgz packs the logs and results. STEPS="throughput tests" runs a subset (default: all four).
+# 4. campaign: benchmarks/campaign.py --deadline <epoch> for the time that is left (only if the file exists); a run
+#    that fails is reported with its first error line and the campaign goes on to the next.
+# Then $OUT/all.tgz packs the logs and results. STEPS="smoke throughput" runs a subset (default: all five).
 #
-# MODE=cpu runs the same steps on the CPU, tiny (throughput --tiny, growth_cost at 12M, the GPU tests collected
-# only); DRY=1 prints each step's command into $OUT/steps.txt and runs none. Python packages the machine lacks
-# (litgpt, jsonargparse) can come as wheels in .whl/ (installed to /tmp/site). CAMPAIGN overrides the campaign
-# script's path (tests).
+# MODE=cpu runs the same steps on the CPU, tiny (the examples shrunk with --tiny, throughput --tiny, growth_cost at
+# 12M, the GPU tests collected only); DRY=1 prints each step's command into $OUT/steps.txt and runs none. Python
+# packages the machine lacks (litgpt, jsonargparse) can come as wheels in .whl/ (installed to /tmp/site). CAMPAIGN
+# overrides the campaign script's path, EXAMPLES_SCRIPT the smoke's (tests).
 set -u
 OUT=${OUT:-out/gpu_checks}
 DEADLINE=${DEADLINE:-540}
 MODE=${MODE:-gpu}
 DRY=${DRY:-0}
-STEPS=${STEPS:-throughput growth_cost tests campaign}
+STEPS=${STEPS:-smoke throughput growth_cost tests campaign}
+EXAMPLES_SCRIPT=${EXAMPLES_SCRIPT:-benchmarks/gpu_examples.py}
 CAMPAIGN=${CAMPAIGN:-benchmarks/campaign.py}
 PY=${PYTHON:-python3}
 case "$MODE" in gpu|cpu) ;; *) echo "error: MODE=$MODE: use MODE=gpu or MODE=cpu" >&2; exit 2 ;; esac
@@ -37,8 +43,16 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( DEADLINE - $(elapsed) )); }
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
 
+# first_error LOG: the line of LOG that says what went wrong (lightning_sparkling.pretrain.errors.first_error_line)
+first_error() {
+  $PY -c "import sys; from lightning_sparkling.pretrain.errors import first_error_line as f
+print((f(open(sys.argv[1], errors='replace').read()) or 'no error line in the log')[:300])" "$1" 2>/dev/null \
+    || grep -m1 -E '^(error: |FAILED |[A-Za-z_.]*(Error|Exception)\b)' "$1" || echo "no error line in the log"
+}
+
 # run_step NAME SECONDS CMD...: the command under `timeout min(SECONDS, time left - 20)`, its output in
-# $OUT/NAME.log, its exit code and duration in $OUT/status.txt (124: its timeout; "skipped": no time left)
+# $OUT/NAME.log, its exit code and duration in $OUT/status.txt, and its first error line when it failed (124: its
+# timeout; "skipped": no time left)
 run_step() {
   local name=$1 budget=$2; shift 2
   echo "$name: $*" >> "$OUT/steps.txt"
@@ -48,8 +62,9 @@ run_step() {
   echo "[$(elapsed) s] $name (at most $limit s)"
   local start=$(date +%s)
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "$name exit $rc $(( $(date +%s) - start )) s" | tee -a "$OUT/status.txt"
+  local rc=$? why=""
+  if (( rc == 124 )); then why=": timed out after $limit s"; elif (( rc != 0 )); then why=": $(first_error "$OUT/$name.log")"; fi
+  echo "$name exit $rc $(( $(date +%s) - start )) s$why" | tee -a "$OUT/status.txt"
   tail -6 "$OUT/$name.log"
   return 0
 }
@@ -78,6 +93,8 @@ if [ "$MODE" = gpu ]; then
               --repeats 1 --threads 4)
   COST=(--device cuda --sizes 91M,350M --batch 8 --seq 1024 --steps 6)
   PYTEST=(-m gpu -rs tests)
+  SMOKE=(--steps 12 --jobs 4 --compile auto --timeout 150)
+  SMOKE_TESTS=(-m gpu -rs tests/pretrain/test_cli_gpu.py)
   # Only $OUT comes back from the device: the campaign appends to $OUT/campaign.jsonl, seeded below from the committed
   # benchmarks/results/campaign.jsonl so that no finished run is repeated; commit it back there after the run.
   CAMPAIGN_ARGS=(--results "$OUT/campaign.jsonl" --out /tmp/campaign)
@@ -85,9 +102,23 @@ else
   THROUGHPUT=(--tiny --accelerator cpu --precision 32-true --compile false --repeats 1 --threads 1)
   COST=(--device cpu --sizes 12M --steps 2 --batch 1 --seq 64 --threads 1)
   PYTEST=(-m gpu -rs --collect-only tests/callbacks/test_fused_adamw.py tests/growth/test_grow_model.py)
+  SMOKE=(--tiny --steps 6 --jobs 1 --compile auto --timeout 120)
+  SMOKE_TESTS=(-m gpu -rs --collect-only tests/pretrain/test_cli_gpu.py)
   CAMPAIGN_ARGS=(--tiny --results "$OUT/campaign_tiny.jsonl" --out /tmp/gpu_checks_campaign)
 fi
 
+if wants smoke; then
+  run_step smoke_examples 150 $PY "$EXAMPLES_SCRIPT" "${SMOKE[@]}" --work /tmp/gpu_checks_smoke \
+    --out "$OUT/smoke_examples_$MODE.json" --table "$OUT/smoke.md"
+  run_step smoke_tests 90 $PY -m pytest -q -p no:cacheprovider "${SMOKE_TESTS[@]}"
+  if [ "$DRY" != 1 ]; then  # the smoke's verdict, before anything long starts: the examples' table + the tests' line
+    [ -s "$OUT/smoke.md" ] || printf '| example | result | first error line |\n|---|---|---|\n| (no example ran) | FAIL | %s |\n' \
+      "$(grep '^smoke_examples' "$OUT/status.txt" | tail -1)" > "$OUT/smoke.md"
+    printf '| CLI GPU tests | %s | %s |\n' "$(grep -q '^smoke_tests exit 0' "$OUT/status.txt" && echo pass || echo FAIL)" \
+      "$(grep '^smoke_tests' "$OUT/status.txt" | tail -1 | sed 's/^[^:]*: *//; t; s/.*/-/')" >> "$OUT/smoke.md"
+    cat "$OUT/smoke.md"
+  fi
+fi
 wants throughput && run_step throughput 240 $PY benchmarks/throughput_vs_litgpt.py "${THROUGHPUT[@]}" \
   --workdir /tmp/gpu_checks_tvl --out "$OUT/throughput_vs_litgpt_$MODE.json"
 wants growth_cost && run_step growth_cost 100 $PY benchmarks/growth_cost.py "${COST[@]}" \
@@ -115,7 +146,7 @@ wants tests && run_step tests 180 $PY -m pytest -q -p no:cacheprovider "${PYTEST
 
 if [ "$DRY" != 1 ]; then
   tar czf "$OUT/all.tgz" --exclude='*.ckpt' --exclude='*.pth' --exclude='*.bin' --exclude='*.safetensors' \
-    -C "$OUT" $(cd "$OUT" && ls *.log *.txt *.json 2>/dev/null) 2>/dev/null
+    -C "$OUT" $(cd "$OUT" && ls *.log *.txt *.json *.md 2>/dev/null) 2>/dev/null
 fi
 cat "$OUT/status.txt"
 echo "[$(elapsed) s] done"

@@ -1,19 +1,22 @@
 """The GPU examples, shrunk to a few dozen steps so that each grows, on one GPU: do they run, grow and fit there?
+The first step of ``benchmarks/gpu_checks.sh`` (its smoke): a table of pass / first error line per example.
 
     python benchmarks/gpu_examples.py                                # every GPU example, 40 steps each
     python benchmarks/gpu_examples.py --examples joint_2x,depth_2x --steps 60 --jobs 2
+    python benchmarks/gpu_examples.py --steps 12 --jobs 4 --compile auto --table smoke.md   # the smoke
+    python benchmarks/gpu_examples.py --tiny --steps 6                # on the CPU: widths / 16, layers / 6
 
-Each ``examples/<name>.yaml`` keeps its model, batch, precision, optimizer and growth stages; only the length is
-changed: ``train.max_tokens`` becomes ``--steps`` steps, each stage's ``at_tokens`` keeps its share of the run, the
-corpus is the standard library (``data.source: stdlib``, the example's vocabulary: a tokenizer of seconds, where
-``stdlib+site-packages`` takes minutes to build on a machine with many packages), evaluation runs at half the run and
-at its end on 4 batches, and no checkpoint is kept but ``final/``. Per example: whether it finished and grew at the
-planned steps, its wall-clock and fit seconds, its parameters before and after, and the final val loss (a few
-dozen steps: the mechanics, not a result). Each example's row is printed, and ``results/gpu_examples.json``
-rewritten, as soon as it ends, so a run cut short keeps what finished.
-
-Not yet run to its end: its one attempt (one H100, 4 examples at a time, the last 3 minutes of a session's device
-time) was cut off at 185 s before any example had ended, and printed nothing.
+Each ``examples/<name>.yaml`` keeps its model, batch, precision, optimizer, clipping and growth stages; only the
+length is changed: ``train.max_tokens`` becomes ``--steps`` steps, each stage's ``at_tokens`` keeps its share of the
+run, the corpus is the standard library (``data.source: stdlib``, the example's vocabulary: a tokenizer of seconds,
+where ``stdlib+site-packages`` takes minutes to build on a machine with many packages), evaluation runs at half the
+run and at its end on 4 batches, and no checkpoint is kept but ``final/``. ``--compile`` sets the top-level
+``compile`` key (``auto``: on CUDA only). ``--tiny`` also shrinks the model (:func:`shrink_sizes`: widths / 16,
+layers / 6, experts / 4; a vocabulary of 512 and 32-token windows, 2 sequences per micro-batch): the CPU test of
+every example (tests/pretrain/test_gpu_path.py) runs it so. Per example: whether it finished and grew at the planned
+steps, the first error line of a failure, its wall-clock and fit seconds, its parameters before and after, and the
+final val loss (a few dozen steps: the mechanics, not a result). Each example's row is printed, and the JSON (and
+``--table``) rewritten, as soon as it ends, so a run cut short keeps what finished.
 """
 
 from __future__ import annotations
@@ -32,34 +35,74 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from lightning_sparkling.pretrain.errors import first_error_line  # noqa: E402
+
 EXAMPLES = ("dense_inner_2x", "hidden_2x", "joint_2x", "depth_2x", "olmoe_inner_2x", "two_stage",
             "pythia_70m_to_160m")
 
 
-def shrink(config: dict, steps: int, out_dir: Path) -> tuple[dict, list[int]]:
-    """``config`` at ``steps`` steps, its stages at the same shares of the run; the stages' steps."""
+WIDTH_KEYS = ("n_embd", "intermediate_size", "moe_intermediate_size", "head_size")
+
+
+def shrink_sizes(sizes: dict) -> None:
+    """``--tiny``: widths / 16 (512 -> 32, head_size 64 -> 4), layers / 6 (at least 1; depth_2x's 6 -> 12 becomes
+    1 -> 2), experts / 4 (32 -> 8, top-4 kept), in place, on a ``model_config`` or a stage alike."""
+    for key in WIDTH_KEYS:
+        if key in sizes:
+            sizes[key] //= 16
+    if "n_layer" in sizes:
+        sizes["n_layer"] = max(1, sizes["n_layer"] // 6)
+    if "n_expert" in sizes:
+        sizes["n_expert"] //= 4
+
+
+def shrink(config: dict, steps: int, out_dir: Path, tiny: bool = False) -> tuple[dict, list[int]]:
+    """``config`` at ``steps`` steps, its stages at the same shares of the run (each at least one step after the
+    previous one); the stages' steps. ``tiny``: the model shrunk too (:func:`shrink_sizes`), the batch cut to 2
+    sequences per micro-batch with the example's accumulation kept, a one-step warmup."""
     train = config["train"]
+    total = train.pop("max_tokens", None)
     tokens_per_step = train["global_batch_size"] * config["data"]["seq_len"]
-    total = train.pop("max_tokens")
     train["max_tokens"] = steps * tokens_per_step
     train["save_interval"] = None
+    if tiny:
+        model = config.setdefault("model_config", {})
+        shrink_sizes(model)
+        if "model_name" not in config:
+            model["block_size"] = 32
+        accumulation = train["global_batch_size"] // train["micro_batch_size"]
+        train.update(global_batch_size=2 * accumulation, micro_batch_size=2, max_tokens=None, max_steps=steps,
+                     lr_warmup_steps=1, log_interval=1)
+        train.pop("lr_warmup_fraction", None)
+        config["data"] = {**config["data"], "vocab_size": 512, "seq_len": 32, "max_files": 10, "max_bytes": 100_000,
+                          "val_percent": 20}
     at_steps = []
     for stage in config["growth"]["stages"]:
-        at = max(1, round(stage.pop("at_tokens") / total * steps))
+        share = stage.pop("at_tokens") / total if "at_tokens" in stage else stage.pop("at_fraction")
+        at = min(steps - 1, max(at_steps[-1] + 1 if at_steps else 1, round(share * steps)))
         stage["at_step"] = at
         stage["rewarmup_steps"] = max(1, min(stage.get("rewarmup_steps", 1), (steps - at) // 2))
+        if tiny:
+            shrink_sizes(stage)
         at_steps.append(at)
     config["data"] = {**config["data"], "source": "stdlib", "num_workers": 0}
-    config["eval"] = {"interval": steps // 2, "max_iters": 4}
+    config["eval"] = {"interval": None if tiny else steps // 2, "max_iters": 1 if tiny else 4}
     if config.get("rms_monitor"):
-        config["rms_monitor"] = {"every_n_steps": max(1, steps // 8)}
+        config["rms_monitor"] = {"every_n_steps": max(1, steps // 8 if not tiny else 2)}
     config["out_dir"] = str(out_dir)
     return config, at_steps
 
 
-def run_one(name: str, steps: int, work: Path, timeout: float) -> dict:
+def run_one(name: str, steps: int, work: Path, timeout: float, compile: str | None = None,
+            tiny: bool = False) -> dict:
     config = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
-    config, at_steps = shrink(config, steps, work / name)
+    config, at_steps = shrink(config, steps, work / name, tiny=tiny)
+    if compile is not None:
+        config["compile"] = compile
+    if tiny:
+        config["accelerator"] = "cpu"
     work.mkdir(parents=True, exist_ok=True)
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -69,9 +112,11 @@ def run_one(name: str, steps: int, work: Path, timeout: float) -> dict:
                                str(path)], capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
         rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
+        error = first_error_line(proc.stdout + proc.stderr) if rc != 0 else None
     except subprocess.TimeoutExpired:
-        rc, tail = "timeout", ""
-    row = {"example": name, "rc": rc, "wall_s": round(time.perf_counter() - t0, 1), "planned_growth_steps": at_steps}
+        rc, tail, error = "timeout", "", f"timed out after {timeout:g} s"
+    row = {"example": name, "rc": rc, "wall_s": round(time.perf_counter() - t0, 1), "planned_growth_steps": at_steps,
+           "first_error": error}
     summary = work / name / "summary.json"
     if summary.is_file():
         s = json.loads(summary.read_text())
@@ -80,7 +125,18 @@ def run_one(name: str, steps: int, work: Path, timeout: float) -> dict:
                     else s.get("total_params"), "fit_s": s.get("fit_seconds"), "val_loss": s.get("val_loss")})
     if rc != 0:
         row["tail"] = tail
+    elif row.get("grew_at") != at_steps:
+        row["first_error"] = f"finished without growing at the planned steps {at_steps} (grew at {row.get('grew_at')})"
     return row
+
+
+def table_row(r: dict) -> str:
+    """One example's line of the table: finished, first error line, growth steps, sizes, seconds, loss."""
+    ok = r["rc"] == 0 and not r.get("first_error")
+    error = (r.get("first_error") or "").replace("|", "/")[:160]
+    return (f"| {r['example']} | {'pass' if ok else 'FAIL'} | {error or '-'} | {r.get('grew_at', '-')} "
+            f"({r['planned_growth_steps']}) | {r.get('params', '-')} | {r['wall_s']} | {r.get('fit_s', '-')} | "
+            f"{r.get('val_loss', '-')} |")
 
 
 def main() -> int:
@@ -91,6 +147,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds per example (default 600)")
     parser.add_argument("--work", default=None, help="folder for the runs (default: a temporary one)")
     parser.add_argument("--out", default=str(HERE / "results" / "gpu_examples.json"), help="JSON path")
+    parser.add_argument("--table", default=None, help="also write the markdown table here, row by row")
+    parser.add_argument("--compile", choices=("auto", "true", "false"), default=None,
+                        help="the top-level compile key of every example (default: the example's own)")
+    parser.add_argument("--tiny", action="store_true", help="shrink the models too (a CPU run: seconds each)")
     args = parser.parse_args()
     names = args.examples.split(",")
     unknown = [n for n in names if n not in EXAMPLES]
@@ -103,25 +163,25 @@ def main() -> int:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    head = ["| example | finished | grew at (planned) | parameters | wall-clock (s) | fit (s) | val loss |",
-            "|---|---|---|---|---|---|---|"]
+    head = ["| example | result | first error line | grew at (planned) | parameters | wall-clock (s) | fit (s) | "
+            "val loss |", "|---|---|---|---|---|---|---|---|"]
     print("\n".join(head), flush=True)
     rows, lines = [], list(head)
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_one, n, args.steps, work, args.timeout) for n in names]
+        futures = [pool.submit(run_one, n, args.steps, work, args.timeout, args.compile, args.tiny) for n in names]
         for future in as_completed(futures):  # each row as its example ends, the JSON rewritten each time
             r = future.result()
             rows.append(r)
-            lines.append(f"| {r['example']} | {'yes' if r['rc'] == 0 else r['rc']} | {r.get('grew_at', '-')} "
-                         f"({r['planned_growth_steps']}) | {r.get('params', '-')} | {r['wall_s']} | "
-                         f"{r.get('fit_s', '-')} | {r.get('val_loss', '-')} |")
+            lines.append(table_row(r))
             print(lines[-1], flush=True)
             if r["rc"] != 0:
                 print(f"--- {r['example']}: {r['rc']}\n{r['tail']}", flush=True)
             out.write_text(json.dumps({"device": device, "steps": args.steps, "jobs": args.jobs, "rows": rows,
                                        "table": "\n".join(lines)}, indent=2) + "\n")
+            if args.table:
+                Path(args.table).write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
-    return 0 if all(r["rc"] == 0 for r in rows) else 1
+    return 0 if all(r["rc"] == 0 and not r.get("first_error") for r in rows) else 1
 
 
 if __name__ == "__main__":

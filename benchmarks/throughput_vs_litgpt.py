@@ -263,9 +263,16 @@ def run_one(variant: str, args, size: dict, text: Path, tokenizer: Path, rep: in
     wall = time.perf_counter() - start
     (out / "log.txt").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        raise RuntimeError(f"{variant} failed ({proc.returncode}), log {out / 'log.txt'}:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{variant} failed (exit {proc.returncode}): {_first_error(proc)}; log {out / 'log.txt'}"
+                           f"\n{proc.stderr[-3000:]}")
     return {"variant": variant, "repeat": rep, **measure(out, variant, args.warmup), "wall_s": wall,
             "load_1min": load}
+
+
+def _first_error(proc: subprocess.CompletedProcess) -> str:
+    from lightning_sparkling.pretrain.errors import first_error_line
+
+    return first_error_line((proc.stdout or "") + "\n" + (proc.stderr or "")) or "no error line in its output"
 
 
 def measure(out: Path, variant: str, warmup: int) -> dict:
@@ -296,7 +303,11 @@ def prepare(args, size: dict) -> tuple[Path, Path]:
         cfg["train"]["max_steps"] = 1
         cfg["train"]["lr_warmup_steps"] = 0
         cmd, env = command("sparkling", _yaml(args.workdir / "setup.yaml", cfg), args)
-        subprocess.run(cmd, env=env, cwd=str(ROOT), check=True, capture_output=True, timeout=args.timeout)
+        proc = subprocess.run(cmd, env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=args.timeout)
+        if proc.returncode != 0:  # the child's own error line, not a CalledProcessError that hides it
+            (args.workdir / "setup.log").write_text(proc.stdout + proc.stderr)
+            raise RuntimeError(f"setup run (sparkling pretrain, 1 step) failed (exit {proc.returncode}): "
+                               f"{_first_error(proc)}; log {args.workdir / 'setup.log'}")
     return text, tokenizer
 
 

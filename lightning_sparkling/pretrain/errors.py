@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["ConfigError"]
+__all__ = ["ConfigError", "first_error_line"]
 
 
 class ConfigError(ValueError):
@@ -53,3 +53,31 @@ def _one_line_error(message: str) -> str:
         names = list(dict.fromkeys(names))
         rest = f"{value.group(1).strip()!r} is not a valid value: expected {' or '.join(names)}"
     return f"{key}: {rest}"
+
+
+_ERROR_LINE = re.compile(r"^(error: |FAILED |ERROR |sparkling \w+ failed|"
+                         r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt)\b)")
+
+
+def first_error_line(text: str) -> str | None:
+    """The line of a run's output that says what went wrong, for a status table: the CLI's ``error:`` line, a
+    Python exception's line (``RuntimeError: ...``, the cause rather than a ``CalledProcessError`` that only says a
+    child failed), ``sparkling pretrain failed (...)``, or pytest's ``FAILED`` / ``ERROR`` line; ``None`` if the
+    output has none.
+
+    Args:
+        text: the whole output (stdout and stderr) of the run.
+
+    Example::
+
+        >>> log = "Traceback (most recent call last):\\n  ...\\nRuntimeError: The current optimizer, AdamW, ..."
+        >>> first_error_line(log)
+        'RuntimeError: The current optimizer, AdamW, ...'
+        >>> first_error_line("subprocess.CalledProcessError: ... exit status 1\\nerror: train.max_norm: ...")
+        'error: train.max_norm: ...'
+        >>> first_error_line("all good") is None
+        True
+    """
+    found = [line.strip() for line in text.splitlines() if _ERROR_LINE.match(line.strip())]
+    causes = [line for line in found if "CalledProcessError" not in line]
+    return (causes or found or [None])[0]

@@ -178,7 +178,8 @@ def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], 
                     on_done(run)
                 elapsed = time.perf_counter() - t0
                 left = elapsed * (flops_left - flops_done) / flops_done if flops_done else 0.0
-                status = "ok" if ok else f"FAILED (exit {proc.returncode}, see {run.run_dir / 'run.log'})"
+                status = "ok" if ok else (f"FAILED (exit {proc.returncode}: {_first_error(run.run_dir)}; see "
+                                          f"{run.run_dir / 'run.log'})")
                 log(f"[{done}/{done + len(todo) + len(running)}] {run.name}: {status}, "
                     f"{_seconds(run.run_dir)} (overall {elapsed / 60:.1f} min, ~{left / 60:.1f} min left)")
     except KeyboardInterrupt:
@@ -205,6 +206,16 @@ def _start(run: TrainingRun, env: dict[str, str] | None) -> tuple[subprocess.Pop
     proc = subprocess.Popen([*PRETRAIN, "--config", str(config)], stdout=logf, stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})})
     return proc, run, logf
+
+
+def _first_error(run_dir: Path) -> str:
+    """The line of ``run.log`` that says what went wrong (:func:`~lightning_sparkling.pretrain.errors.first_error_line`)."""
+    from lightning_sparkling.pretrain.errors import first_error_line
+
+    try:
+        return first_error_line((run_dir / "run.log").read_text(errors="replace")) or "no error line in the log"
+    except OSError:
+        return "no run.log"
 
 
 def _seconds(run_dir: Path) -> str:

@@ -3,6 +3,7 @@ timeout within the deadline, the campaign given the deadline as an epoch, result
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,7 +36,11 @@ def test_gpu_mode_runs_the_compiled_fused_bf16_path(tmp_path):
     proc = _run(tmp_path, DRY="1", CAMPAIGN=str(_stub(tmp_path, "")))
     assert proc.returncode == 0, proc.stderr
     steps = _steps(tmp_path)
-    assert list(steps) == ["throughput", "growth_cost", "campaign", "tests"]
+    assert list(steps) == ["smoke_examples", "smoke_tests", "throughput", "growth_cost", "campaign", "tests"]
+    # the smoke first: every example, 12 steps, its own precision, compile auto; then the CLI's GPU tests
+    for arg in ("--steps 12", "--compile auto", "--table"):
+        assert arg in steps["smoke_examples"], arg
+    assert "--tiny" not in steps["smoke_examples"] and steps["smoke_tests"].endswith("tests/pretrain/test_cli_gpu.py")
     for arg in ("--compile true", "--precision bf16-mixed", "--accelerator gpu", "--size gpu"):
         assert arg in steps["throughput"], arg
     assert "--device cuda" in steps["growth_cost"]
@@ -60,7 +65,8 @@ def test_cpu_mode_is_tiny_and_skips_a_missing_campaign(tmp_path):
     proc = _run(tmp_path, MODE="cpu", DRY="1", CAMPAIGN=str(tmp_path / "missing.py"))
     assert proc.returncode == 0, proc.stderr
     steps = _steps(tmp_path)
-    assert list(steps) == ["throughput", "growth_cost", "tests"]
+    assert list(steps) == ["smoke_examples", "smoke_tests", "throughput", "growth_cost", "tests"]
+    assert "--tiny" in steps["smoke_examples"] and "--collect-only" in steps["smoke_tests"]
     assert "--tiny" in steps["throughput"] and "--compile false" in steps["throughput"]
     assert "--device cpu" in steps["growth_cost"] and "--collect-only" in steps["tests"]
     assert "campaign skipped" in (tmp_path / "out" / "status.txt").read_text()
@@ -98,3 +104,36 @@ def test_cpu_mode_growth_cost_step_writes_its_results(tmp_path):
     assert "growth_cost exit 0" in (tmp_path / "out" / "status.txt").read_text(), proc.stdout
     assert (tmp_path / "out" / "growth_cost_cpu.json").is_file()
     assert "torch" in (tmp_path / "out" / "env.txt").read_text()
+
+
+def test_the_smoke_runs_first_and_reports_each_failure_by_its_first_error_line(tmp_path):
+    """Issue 45: the throughput step's setup error was hidden inside a CalledProcessError. A smoke whose examples
+    script fails the way a nested run fails (the child's RuntimeError, then the parent's CalledProcessError) puts the
+    child's line into status.txt and smoke.md, before any other step."""
+    stub = tmp_path / "examples.py"
+    stub.write_text("import sys\n"
+                    "print('Traceback (most recent call last):')\n"
+                    "print('RuntimeError: The current optimizer, AdamW, does not allow for gradient clipping')\n"
+                    "print('subprocess.CalledProcessError: Command sparkling returned non-zero exit status 1.')\n"
+                    "sys.exit(1)\n")
+    proc = _run(tmp_path, MODE="cpu", STEPS="smoke", DEADLINE="120", EXAMPLES_SCRIPT=str(stub))
+    assert proc.returncode == 0, proc.stderr
+    status = (tmp_path / "out" / "status.txt").read_text().splitlines()
+    assert status[0].startswith("smoke_examples exit 1 ")
+    assert status[0].endswith(": RuntimeError: The current optimizer, AdamW, does not allow for gradient clipping")
+    smoke = (tmp_path / "out" / "smoke.md").read_text()
+    assert "FAIL" in smoke and "does not allow for gradient clipping" in smoke
+    assert "| CLI GPU tests | pass |" in smoke  # collected only on the CPU
+
+
+def test_the_examples_smoke_writes_its_table_row_by_row(tmp_path):
+    """gpu_examples.py --tiny on one example (the CPU mode of the smoke): a pass row with its growth steps."""
+    table, out = tmp_path / "smoke.md", tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_examples.py"), "--tiny", "--steps", "6",
+                           "--examples", "joint_2x", "--compile", "auto", "--work", str(tmp_path / "work"),
+                           "--out", str(out), "--table", str(table)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["rc"] == 0 and row["first_error"] is None and row["grew_at"] == row["planned_growth_steps"] == [3]
+    assert "| joint_2x | pass | - | [3] ([3]) |" in table.read_text()

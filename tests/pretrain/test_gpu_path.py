@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,53 +22,21 @@ import yaml
 from lightning_sparkling.pretrain.cli import main
 from tests.pretrain.test_cli import tiny_config, write_config
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-GPU_EXAMPLES = sorted(p for p in EXAMPLES.glob("*.yaml") if p.stem != "quickstart")
-WIDTH_KEYS = ("n_embd", "intermediate_size", "moe_intermediate_size", "head_size")
-SHRINK = 16  # widths / 16: 512 -> 32, head_size 64 -> 4; heads as in the example
-LAYERS = 6  # layers / 6 (12 -> 2, depth_2x's 6 -> 12 becomes 1 -> 2); experts 32 -> 8 (top-4 of 8)
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_examples  # noqa: E402  (benchmarks/: the GPU smoke shrinks the examples the same way with --tiny)
+
+GPU_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.yaml") if p.stem != "quickstart")
 STEPS = 6
 
 
-def _shrink_sizes(sizes: dict) -> None:
-    """Divide the widths by :data:`SHRINK` and the layers by :data:`LAYERS` (at least 1), experts to a quarter."""
-    for key in WIDTH_KEYS:
-        if key in sizes:
-            sizes[key] //= SHRINK
-    if "n_layer" in sizes:
-        sizes["n_layer"] = max(1, sizes["n_layer"] // LAYERS)
-    if "n_expert" in sizes:
-        sizes["n_expert"] //= 4
-
-
 def shrink_example(path: Path, out: Path, cache: Path) -> tuple[dict, list[int]]:
-    """The example at ``path``, shortened to :data:`STEPS` steps and shrunk in width, keeping its precision,
-    optimizer, clipping, tied embeddings, batch accumulation, growth stages (at the same shares of the run) and RMS
-    monitor. Returns the config and the steps its stages grow at."""
-    config = yaml.safe_load(path.read_text())
-    model = config.get("model_config") or {}
-    _shrink_sizes(model)
-    if "model_name" not in config:
-        model["block_size"] = 32
-    train = config["train"]
-    total = train.pop("max_tokens", None)
-    accumulation = train["global_batch_size"] // train["micro_batch_size"]
-    train.update(global_batch_size=2 * accumulation, micro_batch_size=2, max_steps=STEPS, save_interval=None,
-                 lr_warmup_steps=1, log_interval=1)
-    train.pop("lr_warmup_fraction", None)
-    at_steps = []
-    for stage in config["growth"]["stages"]:
-        share = stage.pop("at_tokens") / total if "at_tokens" in stage else stage.pop("at_fraction")
-        at = min(STEPS - 1, max(at_steps[-1] + 1 if at_steps else 1, round(share * STEPS)))
-        stage.update(at_step=at, rewarmup_steps=1)
-        _shrink_sizes(stage)
-        at_steps.append(at)
-    config["data"] = {**config["data"], "source": "stdlib", "vocab_size": 512, "seq_len": 32, "max_files": 10,
-                      "max_bytes": 100_000, "val_percent": 20, "num_workers": 0, "cache_dir": str(cache)}
-    config["eval"] = {"interval": None, "max_iters": 1}
-    if config.get("rms_monitor"):
-        config["rms_monitor"] = {"every_n_steps": 2}
-    config.update(out_dir=str(out), accelerator="cpu")
+    """The example at ``path``, shortened to :data:`STEPS` steps and shrunk (``gpu_examples.py --tiny``), keeping
+    its precision, optimizer, clipping, tied embeddings, accumulation, growth stages (at the same shares of the run)
+    and RMS monitor. Returns the config and the steps its stages grow at."""
+    config, at_steps = gpu_examples.shrink(yaml.safe_load(path.read_text()), STEPS, out, tiny=True)
+    config["data"]["cache_dir"] = str(cache)
+    config["accelerator"] = "cpu"
     return config, at_steps
 
 
@@ -93,6 +62,7 @@ def test_example_trains_and_grows_in_its_own_precision(path, tmp_path, cache):
     config, at_steps = shrink_example(path, tmp_path / "out", cache)
     assert config["precision"] == "bf16-mixed" and config["train"]["max_norm"] == 1.0  # the path GPU users take
     assert "fused" not in str(config["optimizer"]) and "foreach" not in str(config["optimizer"])  # default: fused
+    assert config["train"]["global_batch_size"] > config["train"]["micro_batch_size"]  # accumulation > 1
     cfg = write_config(tmp_path / f"{path.stem}.yaml", config)
     assert main(["pretrain", "--config", str(cfg)]) == 0
     summary = _grew_and_finite(tmp_path / "out", at_steps)
