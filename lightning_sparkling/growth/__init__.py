@@ -3,6 +3,8 @@
 - :mod:`~lightning_sparkling.growth.stage`: ``GrowthStage``, one growth and its recipe, checked at construction; its
   own keys' checks :mod:`~lightning_sparkling.growth.stage_checks`, the stages' timing and schedule rules
   :mod:`~lightning_sparkling.growth.timing`;
+- :mod:`~lightning_sparkling.growth.progressive`: a multi-stage progressive schedule (size lists, one timing list)
+  expanded into ordinary stage keys;
 - :mod:`~lightning_sparkling.growth.recipes`: the named recipes, and ``recipe='auto'`` resolved by the run's schedule
   (CLI and callback);
 - :mod:`~lightning_sparkling.growth.axes`: the growth axes (plug-ins: width, heads, depth, experts), each owning its
