@@ -312,6 +312,10 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
         order = f"depth_map {d['source']}" if d["order"] == "map" else f"depth_order {d['order']}"
         console.print(f"  depth: {order}, depth_init {d['init']}: {d['map']} (position in the "
                       f"grown model <- the old block {what})")
+        if d.get("scaling", "none") != "none":
+            console.print(f"  depth_scaling {d['scaling']}: every block's output projections x"
+                          f"{d['branch_factor']:.4g} (depth-muP's 1/sqrt(n_layer) branch multiplier; not function "
+                          "preserving)")
     if s["heads"] is not None:
         how = ("new head <- old head it copies, by position" if s.get("heads_copied", True) else
                f"init {s['init']}: new heads start random, no source to copy")

@@ -76,6 +76,12 @@ def test_plan_prints_the_schedule_the_stages_and_the_flops_saved(tmp_path, capsy
     assert "FLOPs: progressive" in out and "saved" in out
 
 
+def test_plan_prints_the_depth_scaling_factor_of_each_growth(tmp_path, capsys):
+    assert main(["plan", *_argv(tmp_path, progressive={**DEPTH, "n_layer": [2, 4, 8], "depth_scaling": "sqrt"})]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("depth_scaling sqrt: every block's output projections x0.7071 (depth-muP's 1/sqrt(n_layer)") == 2
+
+
 def test_a_command_line_override_sets_one_key_of_the_schedule(tmp_path):
     argv = [*_argv(tmp_path, progressive=DEPTH), "--growth.progressive.n_layer", "[2, 4, 6]",
             "--growth.progressive.n_embd", "[32, 32, 64]"]
@@ -160,13 +166,15 @@ def test_a_run_grows_at_every_entry_and_resumes_mid_schedule_bit_for_bit(tmp_pat
 
 @pytest.mark.slow
 def test_fsdp2_two_cpu_ranks_grow_by_the_schedule(tmp_path):
-    """``sparkling pretrain --devices 2 --strategy fsdp2`` (gloo) with a depth x width schedule: both growths at
-    their steps, the final model of the last entry's sizes, a plain litgpt state dict."""
+    """``sparkling pretrain --devices 2 --strategy fsdp2`` (gloo) with a depth x width schedule (``depth_scaling:
+    sqrt`` on both: the depth growth scales every block's output projections through the sharded round trip, the
+    width growth ignores it): both growths at their steps, the final model of the last entry's sizes, a plain
+    litgpt state dict."""
     script = Path(sys.executable).parent / "sparkling"
     if not script.exists():
         pytest.skip("the sparkling console script is not installed next to this Python")
     block = {"at_step": [2, 4], "n_layer": [2, 3, 3], "n_embd": [32, 32, 64], "intermediate_size": [64, 64, 128],
-             "rewarmup_steps": 1}
+             "rewarmup_steps": 1, "depth_scaling": "sqrt"}  # the depth growth scales the kept blocks' projections
     out = tmp_path / "out"
     result = subprocess.run([str(script), "pretrain", *_argv(tmp_path, progressive=block), "--out_dir", str(out),
                              "--devices", "2", "--strategy", "fsdp2", "--train.max_steps", "6",
