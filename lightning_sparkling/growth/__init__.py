@@ -3,6 +3,8 @@
 - :mod:`~lightning_sparkling.growth.stage`: ``GrowthStage``, one growth and its recipe, checked at construction; its
   own keys' checks :mod:`~lightning_sparkling.growth.stage_checks`, the stages' timing and schedule rules
   :mod:`~lightning_sparkling.growth.timing`;
+- :mod:`~lightning_sparkling.growth.progressive`: a multi-stage progressive schedule (size lists, one timing list)
+  expanded into ordinary stage keys;
 - :mod:`~lightning_sparkling.growth.recipes`: the named recipes, and ``recipe='auto'`` resolved by the run's schedule
   (CLI and callback);
 - :mod:`~lightning_sparkling.growth.axes`: the growth axes (plug-ins: width, heads, depth, experts), each owning its
@@ -13,6 +15,8 @@
 - :mod:`~lightning_sparkling.growth.operators`: fan-out / fan-in / norm expansion of one tensor;
 - :mod:`~lightning_sparkling.growth.depth_maps` and :mod:`~lightning_sparkling.growth.head_layout`: the depth maps and the
   fused-qkv head layout (integers and names; the depth and heads axes turn them into tensor plans);
+- :mod:`~lightning_sparkling.growth.depth_scaling`: the depth-aware rule of a depth growth (depth-muP's branch
+  multiplier folded into the output projections);
 - :mod:`~lightning_sparkling.growth.plan`: litgpt ``Config`` + stage -> ``GrowthPlan`` (shapes only);
 - :mod:`~lightning_sparkling.growth.surgery`: ``grow_model`` applies a plan to a ``GPT`` in place;
 - :mod:`~lightning_sparkling.growth.optim_state`: the optimizer patch and the new-entry learning rate;

@@ -5,7 +5,8 @@
   ``out_dir/final/``), Lightning checkpoints for ``resume`` (``out_dir/checkpoints/``), TensorBoard logs
   (``out_dir/logs/``) and ``out_dir/summary.json``.
 - ``sparkling plan --config FILE.yaml``: what the growth stages of that config do (widths, tensors, alpha,
-  parameters, FLOPs saved), without training and without building a tokenizer.
+  parameters, FLOPs saved), without training and without building a tokenizer; with ``--suggest``, the measured
+  best growth for its schedule and token ratio as a ``growth:`` block (:mod:`~lightning_sparkling.pretrain.suggest`).
 - ``sparkling plot LOGDIR... --out FILE.png [--x step|tokens|flops] [--panels P,...]``: the dashboard figure
   (:mod:`lightning_sparkling.dashboards.plotting`).
 
@@ -40,6 +41,7 @@ USAGE = """usage: sparkling {pretrain,plan,measure,plot} ...
 
   sparkling pretrain --config FILE.yaml [--train.max_steps 100 ...]   pretrain and grow (SPARKLING)
   sparkling plan     --config FILE.yaml [--map measure.json]          show what the growth stages do
+                     [--suggest]                                      or the measured best growth block for it
   sparkling measure  --config FILE.yaml [--budgets 0.7,1,1.4,2]       does growth pay on this config? growth run
                      [--seeds N] [--jobs J]                           vs scratch at several budgets, measure.json
   sparkling plot     LOGDIR... --out FILE.png [--x step|tokens|flops] dashboard figure of runs
@@ -289,7 +291,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if command == "plan":
         rest, maps = _take_maps(rest)
-        _, run, _ = parse(rest, command)
+        wants_suggestion = "--suggest" in rest
+        rest = [arg for arg in rest if arg != "--suggest"]
+        ns, run, _ = parse(rest, command)
+        if wants_suggestion:  # the measured best growth for this run, as a growth: block to paste
+            from lightning_sparkling.pretrain.suggest import suggest
+
+            print(suggest(ns, run, cells=_read_maps(maps)).message())
+            return 0
         plan(run, cells=_read_maps(maps))
         return 0
     _, run, dumped = parse(rest, command)

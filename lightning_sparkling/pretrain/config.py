@@ -33,7 +33,11 @@ from lightning_sparkling.pretrain.resume import (GROWTH_STATE_KEY, _newest_to_re
 from lightning_sparkling.pretrain.schema import (PRECISIONS, _SECTIONS, DataArgs, EvalArgs,  # noqa: F401
                                                  GrowthArgs, LogArgs, RMSMonitorArgs, TrainArgs, _as, _get,
                                                  check_keys, pretrain_arguments, stage_args)
-from lightning_sparkling.pretrain.stages import _resolve_stages, lr_decay_start  # noqa: F401
+from lightning_sparkling.pretrain.stages import (  # noqa: F401
+    _resolve_stages,
+    lr_decay_start,
+    progressive_config_error,
+)
 
 __all__ = [
     "ConfigError",
@@ -140,8 +144,13 @@ def resolve(ns: Any) -> ResolvedRun:
     if stages and _get(_get(ns, "growth"), "recipe", GrowthArgs.recipe) == "auto":
         notes.append(f"growth.recipe: auto is {growth.recipe!r}, the recipe measured best under train.lr_schedule "
                      f"{train.lr_schedule!r} (docs/BENCHMARKS.md, 'Where growth pays')")
-    _check_fresh_bias_correction(stages, spec, optimizer_name, uses_muon)
-    out_dir, resume, resume_path = _resolve_resume(ns, initial_dir, config, stages, train, uses_muon, notes)
+    try:
+        _check_fresh_bias_correction(stages, spec, optimizer_name, uses_muon)
+        out_dir, resume, resume_path = _resolve_resume(ns, initial_dir, config, stages, train, uses_muon, notes)
+    except ConfigError as err:  # about an expanded stage of growth.progressive: named by its key there
+        if growth.progressive is None:
+            raise
+        raise progressive_config_error(err, growth.progressive) from err
 
     return ResolvedRun(
         model_config=config, stages=stages, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,

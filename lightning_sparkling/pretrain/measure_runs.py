@@ -90,7 +90,7 @@ def plan_runs(config: dict[str, Any], grown: dict[str, Any], *, growth_flops: fl
         for budget in budgets:
             scratch = copy.deepcopy(base)
             scratch.update(model_name=None, model_config=dict(grown), initial_checkpoint_dir=None)
-            scratch["growth"] = {**scratch.get("growth", {}), "stages": []}
+            scratch["growth"] = {**scratch.get("growth", {}), "stages": [], "progressive": None}
             steps = max(1, round(budget * growth_flops / flops_per_step))
             scratch["train"] = {**scratch["train"], "max_steps": steps, "max_tokens": None, "epochs": None}
             run_dir = out / f"scratch-x{budget:g}" / f"seed{seed}"

@@ -94,6 +94,9 @@ class MeasuredCell:
     device: str | None = None
     precision: str | None = None
     corpus: str | None = None
+    factors: dict[str, int] | None = None
+    """What grew, as factors on the sizes of the model it grew from (``{"n_layer": 4}``), where the category's usual
+    2x (:data:`~lightning_sparkling.pretrain.suggest.CATEGORY_FACTORS`) is not it; ``plan --suggest`` reads it."""
 
     def __post_init__(self) -> None:
         for name in ("params", "active_params"):

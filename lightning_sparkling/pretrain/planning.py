@@ -47,6 +47,7 @@ def plan(run: ResolvedRun, *, print_report: bool = True, cells: Sequence[Any] | 
         "flops_saved": est.flops_saved, "final_config": dataclasses.asdict(config),
     }
     report["tokens_per_param"] = run.total_tokens / est.active_params[-1]
+    report["progressive"] = _progressive_line(run) if run.growth.progressive is not None else None
     deepens = any(s["depth"] is not None for s in stages_out)  # G_stack's rule is about stacking blocks
     report["gstack"] = _gstack_timing(run, est) if deepens else None
     advice = regime_advice(run, est.active_params, cells)
@@ -55,6 +56,22 @@ def plan(run: ResolvedRun, *, print_report: bool = True, cells: Sequence[Any] | 
     if print_report:
         _print_plan(run, report)
     return report
+
+
+def _progressive_line(run: ResolvedRun) -> str:
+    """What ``growth.progressive`` expanded into: each size's sequence, the growth steps, the stages.
+
+    Example: ``n_layer 1 -> 2 -> 4 -> 8 at steps 40, 60, 75 (40.0%, 60.0%, 75.0% of the run): 3 growths, expanded
+    into growth.stages[0..2] below``."""
+    from lightning_sparkling.growth.progressive import progressive_sizes
+
+    sizes = ", ".join(f"{key} {' -> '.join(str(v) for v in values)}"
+                      for key, values in progressive_sizes(run.growth.progressive).items())
+    steps = ", ".join(f"{s.at_step:,}" for s in run.stages)
+    shares = ", ".join(f"{s.at_step / run.steps:.1%}" for s in run.stages)
+    n = len(run.stages)
+    return (f"{sizes} at steps {steps} ({shares} of the run): {n} growth{'s' if n != 1 else ''}, expanded into "
+            f"growth.stages[0..{n - 1}] below")
 
 
 def stage_plans(run: ResolvedRun) -> list[Any]:
@@ -241,6 +258,8 @@ def _print_plan(run: ResolvedRun, report: dict[str, Any]) -> None:
                   f"{run.total_tokens:,} tokens; vocabulary {run.data_vocab_size} "
                   f"({'tokenizer_dir' if run.tokenizer_dir else 'data.vocab_size / model_config'}, no tokenizer "
                   "trained for the plan)")
+    if report.get("progressive"):
+        console.print(f"[bold]growth.progressive[/bold]: {report['progressive']}")
     if not report["stages"]:
         console.print("no growth stages (growth.stages is empty): plain pretraining")
     for s in report["stages"]:
@@ -263,6 +282,10 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
         order = f"depth_map {d['source']}" if d["order"] == "map" else f"depth_order {d['order']}"
         console.print(f"  depth: {order}, depth_init {d['init']}: {d['map']} (position in the "
                       f"grown model <- the old block {what})")
+        if d.get("scaling", "none") != "none":
+            console.print(f"  depth_scaling {d['scaling']}: every block's output projections x"
+                          f"{d['branch_factor']:.4g} (depth-muP's 1/sqrt(n_layer) branch multiplier; not function "
+                          "preserving)")
     if s["heads"] is not None:
         how = ("new head <- old head it copies, by position" if s.get("heads_copied", True) else
                f"init {s['init']}: new heads start random, no source to copy")

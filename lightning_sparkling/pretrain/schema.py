@@ -222,6 +222,32 @@ def stage_args() -> type:
     return _derived[1]
 
 
+def progressive_args() -> type:
+    """The keys a ``growth.progressive`` mapping takes: every ``growth.stages`` key (:func:`stage_args`) and
+    ``at_fraction``, as a dataclass for the key check (the values are checked when the schedule is expanded)."""
+    keys = [(f.name, Any, field(default=None)) for f in dataclasses.fields(stage_args())]
+    return dataclasses.make_dataclass("ProgressiveArgs", keys, namespace={"__module__": __name__})
+
+
+def _expand_progressive(block: Any, stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``growth.stages`` entries of ``growth.progressive`` (:func:`~lightning_sparkling.growth.progressive.
+    expand_progressive`), its keys checked by name; refused next to a non-empty ``growth.stages``."""
+    from lightning_sparkling.growth.progressive import ProgressiveError, expand_progressive
+
+    block = block.as_dict() if hasattr(block, "as_dict") else block
+    if stages:
+        raise ConfigError("growth.progressive", "give growth.stages or growth.progressive, not both: the schedule "
+                                                "expands into growth.stages (set --growth.stages '[]' to use it, or "
+                                                "--growth.progressive null to keep the stages)")
+    if isinstance(block, dict):
+        _check_dataclass_keys(progressive_args(), block, "growth.progressive")
+    try:
+        return expand_progressive(block)
+    except ProgressiveError as err:
+        key = f"growth.progressive.{err.key}" if err.key else "growth.progressive"
+        raise ConfigError(key, str(err).removeprefix(f"{err.key}: ")) from err
+
+
 def __getattr__(name: str) -> Any:
     """``StageArgs``: :func:`stage_args` (the stage keys of the axes registered now); ``STRATEGIES``: the
     ``strategy`` choices, ``auto`` and each growth backend's registered now
@@ -243,6 +269,13 @@ class GrowthArgs:
     ``--growth.stages[0].at_step 50``) sets one key of one stage and keeps its others;
     ``--growth.stages+ '{at_step: 200, n_layer: 8}'`` adds a stage; ``--growth.stages '[...]'`` replaces the whole
     list."""
+    progressive: Optional[dict[str, Any]] = None
+    """A multi-stage progressive schedule as one entry, expanded into ``growth.stages`` (give one or the other): one
+    timing list (``at_fraction``, ``at_step`` or ``at_tokens``, one entry per growth), one or more size lists (the
+    model's size first, then the size after each growth: ``n_layer: [1, 2, 4, 8]`` with ``at_fraction: [0.4, 0.6,
+    0.8]``; several size keys grow width x depth), and any other stage key, shared by every growth (or a list of one
+    value per growth). ``--growth.progressive.n_layer '[2, 4, 8]'`` sets one key; ``sparkling plan`` prints the
+    stages it expands into (:mod:`lightning_sparkling.growth.progressive`)."""
     seed: int = 0
     """Seed of the copy maps and random inits (identical on every rank)."""
     min_lr: Optional[float] = None
@@ -390,6 +423,8 @@ def _check_dataclass_keys(cls: type, value: dict, path: str) -> None:
             for k, stage in enumerate(item):
                 if isinstance(stage, dict):
                     _check_dataclass_keys(stage_args(), stage, f"{path}.stages[{k}]")
+        if cls is GrowthArgs and key == "progressive" and isinstance(item, dict):
+            _check_dataclass_keys(progressive_args(), item, f"{path}.progressive")
 
 
 # ------------------------------------------------------------------------------------------------------------ namespace
@@ -432,4 +467,6 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
             _check_dataclass_keys(stage_args(), s, f"growth.stages[{k}]")
             stages.append(dict(s))
         values["stages"] = stages
+        if values.get("progressive") is not None:
+            values["stages"] = _expand_progressive(values["progressive"], stages)
     return cls(**{k: v for k, v in values.items() if k in names})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any, Optional
 
 from lightning_sparkling.growth.schedules import build_schedule, check_growth_before_decay, schedule_kind
@@ -23,7 +24,53 @@ def _resolve_stages(growth: GrowthArgs, config: Any, train: TrainArgs, steps: in
                     notes: list[str] | None = None) -> tuple[list[GrowthStage], list[Any]]:
     """``(the GrowthStage list of growth.stages, the GrowthPlan of each)``: ``at_tokens`` turned into steps, the
     recipe applied, each stage planned once on the model it grows (a dry run on meta; a named target takes the run's
-    vocabulary: :func:`_target_with_run_vocabulary`). ``sparkling plan`` reports those plans."""
+    vocabulary: :func:`_target_with_run_vocabulary`). ``sparkling plan`` reports those plans. The stages of a
+    ``growth.progressive`` schedule (expanded into ``growth.stages`` by the schema) start from the model's sizes,
+    and a refusal names the progressive key it is about (:func:`progressive_config_error`)."""
+    if growth.progressive is None:
+        return _resolve_stage_list(growth, config, train, steps, tokens_per_step, notes)
+    _check_progressive_start(growth.progressive, config)
+    try:
+        return _resolve_stage_list(growth, config, train, steps, tokens_per_step, notes)
+    except ConfigError as err:
+        raise progressive_config_error(err, growth.progressive) from err
+
+
+def _check_progressive_start(block: dict[str, Any], config: Any) -> None:
+    """Refuse a ``growth.progressive`` size list whose first entry is not the model's size."""
+    from lightning_sparkling.growth.progressive import progressive_sizes
+
+    for key, values in progressive_sizes(block).items():
+        if values[0] != getattr(config, key):
+            raise ConfigError(f"growth.progressive.{key}[0]",
+                              f"is {values[0]}, but the model's {key} is {getattr(config, key)}: a size list starts "
+                              f"with the model's size, then gives the size after each growth (e.g. {key}: "
+                              f"[{getattr(config, key)}, ...])")
+
+
+_STAGE_KEY = re.compile(r"growth\.stages\[(\d+)\](?:\.(\w+))?")
+
+
+def progressive_config_error(err: ConfigError, block: dict[str, Any]) -> ConfigError:
+    """``err`` about an expanded stage (``growth.stages[k].KEY``, in its key or message) named by the
+    ``growth.progressive`` key it came from (``growth.progressive.n_layer[2]``, ``growth.progressive.depth_init``:
+    :func:`~lightning_sparkling.growth.progressive.progressive_key`), with the expanded stage it was."""
+    from lightning_sparkling.growth.progressive import progressive_key
+
+    def name(match: re.Match) -> str:
+        k, key = int(match.group(1)), match.group(2)
+        return f"growth.progressive.{progressive_key(block, k, key)}" if key else f"growth.progressive (growth {k})"
+
+    key = _STAGE_KEY.sub(name, err.key)
+    message = str(err).removeprefix(f"{err.key}: ")
+    found = _STAGE_KEY.search(err.key) or _STAGE_KEY.search(message)
+    where = f" (expanded growth.stages[{found.group(1)}])" if found else ""
+    return ConfigError(key, _STAGE_KEY.sub(name, message) + where)
+
+
+def _resolve_stage_list(growth: GrowthArgs, config: Any, train: TrainArgs, steps: int, tokens_per_step: int,
+                        notes: list[str] | None = None) -> tuple[list[GrowthStage], list[Any]]:
+    """:func:`_resolve_stages` of the ``growth.stages`` list."""
     if growth.min_lr is not None and (growth.min_lr < 0 or not math.isfinite(growth.min_lr)):
         raise ConfigError("growth.min_lr", f"must be a finite number >= 0, got {growth.min_lr}")
     stages: list[GrowthStage] = []

@@ -28,6 +28,7 @@ from lightning_sparkling.growth.depth_maps import (
     litgpt_init_std,
     split_block_name,
 )
+from lightning_sparkling.growth.depth_scaling import branch_factor, check_depth_scaling, scale_branch_outputs
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.types import AxisPlan, PlanContext, TensorPlan
 
@@ -84,12 +85,19 @@ class DepthKeys:
             come in order ``0, 1, 2, ...`` (old blocks keep their order, so ``copy-zero`` keeps the function); the
             model's ``L`` blocks must each appear (indices ``0 .. L - 1``, checked when the stage is planned) and at
             least one more block.
+        depth_scaling: a depth-aware rule (:mod:`~lightning_sparkling.growth.depth_scaling`). ``none`` (default):
+            nothing. ``sqrt`` (depth-muP's ``1 / sqrt(L)`` residual-branch multiplier, folded into the weights):
+            at ``L -> L'`` blocks the output projections of every block, kept and new, are multiplied by
+            ``sqrt(L / L')``. Not function preserving (the old blocks write less against the same embedding);
+            refused with post-branch norms and with an experts growth in the same stage; nothing on a stage that
+            grows no depth.
     """
 
     n_layer: int | None = None
     depth_init: str = "copy-zero"
     depth_order: str = "stack"
     depth_map: tuple[int, ...] | None = None
+    depth_scaling: str = "none"
 
 
 class DepthAxis(BaseAxis):
@@ -108,8 +116,18 @@ class DepthAxis(BaseAxis):
         """New blocks copied from old ones (``depth_init`` ``copy`` or ``copy-zero``)."""
         return stage.n_layer is not None and stage.depth_init.startswith("copy")
 
+    def check_stage(self, stage) -> None:
+        """``depth_scaling``: one of :data:`~lightning_sparkling.growth.depth_scaling.DEPTH_SCALINGS`, not with an
+        experts growth in the same stage."""
+        check_depth_scaling(stage)
+
     def check_model(self, config, stage) -> None:
         check_larger(config, stage, self.sizes)
+        if stage.depth_scaling != "none" and (config.post_attention_norm or config.post_mlp_norm):
+            raise GrowthError(f"GrowthStage(depth_scaling={stage.depth_scaling!r}) on a model with post-branch "
+                              "norms (post_attention_norm / post_mlp_norm): the branch output is normalized after "
+                              "its projection, so scaling the projection does not scale the branch; use "
+                              "depth_scaling none", key="depth_scaling")
 
     def change(self, config, stage) -> DepthChange:
         return depth_change(config.n_layer, stage.n_layer, stage.depth_order, stage.depth_init, stage.depth_map)
@@ -131,6 +149,15 @@ class DepthAxis(BaseAxis):
         ``depth_init`` (``normal`` draws with litgpt's init std of the grown width)."""
         depth = self.change(ctx.config, ctx.stage)
         tensors = place_blocks(ctx.tensors, ctx.old_shapes, depth, litgpt_init_std(ctx.new_config.n_embd))
+        factor = branch_factor(depth.old, depth.new, ctx.stage.depth_scaling)
+        if factor != 1.0:  # depth_scaling: every block's output projections, kept blocks in place too
+            shapes = {name: spec.new_shape for name, spec in tensors.items()}
+            in_place = {i for i, j in depth.kept_position.items() if i == j}  # blocks that keep their name
+            for name, shape in ctx.old_shapes.items():
+                found = split_block_name(name)
+                if found is not None and found[0] in in_place and name not in shapes:
+                    shapes[name] = shape
+            tensors = scale_branch_outputs(tensors, shapes, factor)
         return AxisPlan(change=depth, tensors=tensors, replace=True)
 
     def restructure(self, swap, model: nn.Module, plan, fresh: Mapping[str, torch.Tensor]) -> None:
@@ -194,7 +221,8 @@ class DepthAxis(BaseAxis):
         if depth is None:
             return {"depth": None}
         return {"depth": {"order": depth.order, "init": stage.depth_init, "map": describe_depth(depth),
-                          "source": list(depth.source)}}
+                          "source": list(depth.source), "scaling": stage.depth_scaling,
+                          "branch_factor": branch_factor(depth.old, depth.new, stage.depth_scaling)}}
 
 
 DEPTH = register_axis(DepthAxis())
