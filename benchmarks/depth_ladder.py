@@ -56,6 +56,10 @@ CANDIDATES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                                                 {"at_fraction": 0.8, "n_layer": 8}]}),
     # G_stack's early 4x: 2 -> 8 at 10%
     "early-4x": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.1, "n_layer": 8}]}),
+    # the zero/one-layer paper's shape in one step: 1 -> 8 at 80%
+    "late-1to8": ({"n_layer": 1}, {"stages": [{"at_fraction": 0.8, "n_layer": 8}]}),
+    # the depth-aware rule: late-shallow with depth-muP's sqrt(L / L') on every block's output projections
+    "late-shallow-sqrt": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.8, "n_layer": 8, "depth_scaling": "sqrt"}]}),
     # late width + depth: depth first (4 -> 8 at 40%), width late (n_embd 16 -> 32, MLP 64 -> 128 at 70%)
     "depth-then-width": ({"n_layer": 4, "n_embd": 16, "head_size": 8, "intermediate_size": 64},
                          {"stages": [{"at_fraction": 0.4, "n_layer": 8},
@@ -99,7 +103,7 @@ def plan(args: argparse.Namespace) -> list[LadderRun]:
     runs: list[LadderRun] = []
     per_token = 6 * 8 * 128  # 6 x tokens per step: FLOPs per parameter per step
     for seed in args.seeds:
-        for fraction in args.ladder:
+        for fraction in [] if args.no_ladder else args.ladder:
             steps = round(fraction * args.steps)
             run_dir = args.out / "scratch" / f"x{fraction:g}" / f"seed{seed}"
             runs.append(LadderRun("scratch", fraction, seed, base_config(steps, seed, run_dir, args.cache), run_dir,
@@ -206,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rewarmup-steps", type=int, default=None,
                         help="every stage's rewarmup_steps (default: the recipe's, 250; a short --steps needs fewer)")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--no-ladder", action="store_true",
+                        help="train the candidates only (another invocation trains the shared ladder)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "depth_ladder")
     parser.add_argument("--tag", default="", help="suffix of the results files")
     parser.add_argument("--report-only", action="store_true")
