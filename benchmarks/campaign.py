@@ -16,7 +16,10 @@ estimate, at most 8; 1 on CPU).
 Results: ``--results`` (default ``benchmarks/results/campaign.jsonl``), one JSON line per finished run (the cell's
 key, the run, its final val loss, FLOPs, seconds, device); ``<results>`` with ``.cells.json`` instead of ``.jsonl``:
 every complete cell in the measured map's format plus its wall-clock time to the same loss (``wall_speedup``:
-T_scratch / T_growth, the paper's "speed-up" column) beside the FLOPs ratio (``speedup``).
+T_scratch / T_growth over steady steps, the paper's "speed-up" column) beside the FLOPs ratio (``speedup``), only
+where every run of the cell trained alone (``--jobs 1``; each run's ``jobs`` is in the results file); otherwise
+``wall_speedup`` is ``None`` and ``wall_clock_note`` says why: runs that share a device time what ran beside them.
+A run that fails is logged with its first error line and the campaign goes on to the next one.
 
 GPU-minutes are estimated, not measured: each run's FLOPs (``6 N D`` per phase) at the throughput of one H100 in
 bf16-mixed measured in docs/BENCHMARKS.md ("Growth cost on the GPU": 91.2M parameters, 8 x 1024 tokens per step in
@@ -219,6 +222,7 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
         cell, facts = cell_of[run.run_dir]
         entry = {"cell": cell.key, "run": run.name, "size": cell.size, "axis": cell.axis, "row": cell.row,
                  "seed": cell.seed, "kind": run.kind, "budget": run.budget, **read_result(run), "device": device,
+                 "jobs": jobs,
                  "params": facts["params"], "tokens_per_param": round(facts["tokens_per_param"], 2)}
         results.parent.mkdir(parents=True, exist_ok=True)
         with results.open("a", encoding="utf-8") as f:
@@ -238,6 +242,7 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
 def write_cells(results: Path, cells: Sequence[Cell], out: Path, overrides: Sequence[str] = ()) -> list[dict]:
     """Every complete cell of the results file in the measured map's format (plus ``wall_speedup``), written to
     ``<results>.cells.json``."""
+    from lightning_sparkling.pretrain.measure import shared_device_note
     from lightning_sparkling.pretrain.measure_stats import compare
     from lightning_sparkling.pretrain.measured_size import cell_size
     from lightning_sparkling.pretrain.planning import regime_advice, stage_plans
@@ -252,6 +257,8 @@ def write_cells(results: Path, cells: Sequence[Cell], out: Path, overrides: Sequ
         growth = {cell.seed: entries[0]}
         scratch = {e["budget"]: {cell.seed: e} for e in entries[1:]}
         stats = compare(growth, scratch)
+        note = shared_device_note(max(int(e.get("jobs") or 0) or 2 for e in entries))  # no "jobs": an older,
+        # unrecorded run; the campaign has always trained several at a time
         run = facts["run"]
         from lightning_sparkling.growth.compute import estimate_compute
 
@@ -262,7 +269,8 @@ def write_cells(results: Path, cells: Sequence[Cell], out: Path, overrides: Sequ
                  "growth_at": round(advice.growth_at, 3), "tokens_per_param": round(advice.tokens_per_param, 1),
                  "delta": round(stats["delta"], 3), "seeds": 1, "seeds_above": stats["seeds_above"],
                  "speedup": stats["speedup"] and round(stats["speedup"], 3),
-                 "wall_speedup": stats["wall_speedup"] and round(stats["wall_speedup"], 3),
+                 "wall_speedup": None if note else stats["wall_speedup"] and round(stats["wall_speedup"], 3),
+                 "wall_clock_note": note,
                  "per_seed": stats["per_seed"],
                  **cell_size(stage_plans(run)[-1].new_config, device=entries[0]["device"], precision=str(run.precision),
                              corpus=str(run.data.source), tie_embeddings=run.train.tie_embeddings)}

@@ -145,7 +145,7 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
               file=sys.stderr)
         return 1
     advice = regime_advice(run, est.active_params)
-    result = measurement(runs, advice, grown, run, rest)
+    result = measurement(runs, advice, grown, run, rest, jobs=opts["jobs"])
     path = Path(run.out_dir) / "measure.json"
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(describe(result))
@@ -153,9 +153,31 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
     return 0
 
 
-def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, argv: Sequence[str]) -> dict:
+def shared_device_note(jobs: int, devices: int = 1) -> str | None:
+    """Why a wall-clock ratio of these runs means nothing, or ``None`` when each run trained alone.
+
+    Example::
+
+        >>> shared_device_note(1) is None
+        True
+        >>> shared_device_note(3)[:40]
+        'not compared: the runs trained 3 at a ti'
+    """
+    if jobs <= 1:
+        return None
+    return (f"not compared: the runs trained {jobs} at a time on the same {'devices' if devices > 1 else 'device'}, "
+            "so their seconds count what ran beside them, not their FLOPs; measure with --jobs 1 on an otherwise "
+            "idle machine for a time ratio")
+
+
+def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, argv: Sequence[str],
+                jobs: int = 1) -> dict:
     """``measure.json``: ``cells`` (one cell in the measured map's format), ``growth_recipe`` and ``recipe_note``,
     ``per_seed``, ``wall_speedup`` and ``runs`` (each run's name, folder, final val loss, FLOPs and seconds).
+
+    ``wall_speedup`` is scratch's time to the growth run's final loss over the growth run's, from each run's steady
+    steps (its phases' median step times times their steps), and only when the runs trained one at a time
+    (``jobs`` 1); otherwise ``None``, and ``wall_clock_note`` says why (:func:`shared_device_note`).
 
     The cell's ``recipe`` is the map's name of the run's recipe, the one ``sparkling plan`` matches for this config
     (``advice.recipe``: the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_name`); ``growth_recipe`` is
@@ -183,9 +205,13 @@ def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, a
     cell["where"] = f"sparkling measure {' '.join(argv)} ({when})"
     cell.update(cell_size(grown, device=_device(run), precision=str(run.precision), corpus=_corpus(run),
                           tie_embeddings=run.train.tie_embeddings))
+    note = shared_device_note(jobs, int(getattr(run, "devices", 1) or 1))
+    if note is not None:
+        for entry in stats["per_seed"].values():
+            entry.pop("wall_speedup", None)
     return {"cells": [cell], "growth_recipe": advice.label or advice.recipe, "recipe_note": advice.recipe_note,
-            "per_seed": stats["per_seed"], "wall_speedup": stats["wall_speedup"],
-            "wall_speedup_sd": stats["wall_speedup_sd"],
+            "per_seed": stats["per_seed"], "wall_speedup": None if note else stats["wall_speedup"],
+            "wall_speedup_sd": None if note else stats["wall_speedup_sd"], "wall_clock_note": note, "jobs": jobs,
             "runs": [{"name": r.name, "kind": r.kind, "budget": r.budget, "seed": r.seed, "run_dir": str(r.run_dir),
                       **read_result(r)} for r in runs]}
 
@@ -206,9 +232,12 @@ def describe(result: dict) -> str:
              f"{cell['seeds_above']}/{cell['seeds']} seeds)"]
     if result.get("recipe_note"):
         lines.append(f"  recipe: {result['recipe_note']}")
-    if result.get("wall_speedup") is not None:
+    if result.get("wall_clock_note"):
+        lines.append(f"  wall-clock time to the same loss: {result['wall_clock_note']}")
+    elif result.get("wall_speedup") is not None:
         lines.append(f"  wall-clock time to the same loss: {result['wall_speedup']:.2f}x"
-                     f"{sd(result['wall_speedup_sd'])} (scratch seconds / growth seconds)")
+                     f"{sd(result['wall_speedup_sd'])} (scratch seconds / growth seconds over steady steps: each "
+                     "phase's median step time x its steps, one run at a time; as clean as the machine was idle)")
     for seed, s in result["per_seed"].items():
         speed = s["speedup"] if isinstance(s["speedup"], str) else f"{s['speedup']:.2f}x"
         lines.append(f"  seed {seed}: speed-up {speed}, Δ {s['delta']:+.3f}")

@@ -112,12 +112,14 @@ def is_done(run: TrainingRun) -> bool:
 
 
 def read_result(run: MeasureRun) -> dict[str, float]:
-    """``{"loss", "flops", "seconds"}`` of a finished run: its final val loss, FLOPs and fit seconds."""
+    """``{"loss", "flops", "seconds"}`` of a finished run: its final val loss, FLOPs and seconds: its steady steps'
+    (each model phase's median step time times its steps: ``steady_seconds``), else its fit's."""
     summary = json.loads((run.run_dir / "summary.json").read_text())
     if summary.get("val_loss") is None:
         raise ValueError(f"{run.run_dir}/summary.json has no val_loss: measure needs eval.final_validation: true")
     return {"loss": float(summary["val_loss"]), "flops": float(summary.get("flops") or run.flops),
-            "seconds": float(summary.get("fit_seconds") or summary.get("wall_clock_seconds") or 0.0)}
+            "seconds": float(summary.get("steady_seconds") or summary.get("fit_seconds")
+                             or summary.get("wall_clock_seconds") or 0.0)}
 
 
 def prepare_data(run: Any) -> None:

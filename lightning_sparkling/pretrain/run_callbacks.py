@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import copy
 import signal
+import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,23 +142,57 @@ class LitGPTExport(pl.Callback):
 
 
 class RunTracker(pl.Callback):
-    """Remembers the step of the last validation, and the fit's wall-clock."""
+    """Remembers the step of the last validation, the fit's wall-clock, and each optimizer step's wall-clock per
+    model phase (``steady_seconds``: the median step time of each phase times its steps, so that evaluations,
+    checkpoints, the growth itself, compilation and passing spikes of load do not count; a time to compare runs by,
+    where the fit's seconds also count what ran beside them)."""
 
     def __init__(self) -> None:
         self.last_val_step: int | None = None
         self.fit_seconds = 0.0
         self._t0: float | None = None
+        self._last: tuple[int, float] | None = None  # (global step, time) of the last step's end
+        self.phase_step_seconds: dict[int, list[float]] = {}  # parameter count -> step times
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
             self.last_val_step = trainer.global_step
+            self._last = None  # the next step's time would include the validation
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._t0 = time.perf_counter()
+        self._last = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        now, step = time.perf_counter(), trainer.global_step
+        if self._last is not None and step == self._last[0] + 1:
+            params = sum(p.numel() for p in pl_module.parameters())
+            self.phase_step_seconds.setdefault(params, []).append(now - self._last[1])
+        if self._last is None or step != self._last[0]:
+            self._last = (step, now)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        self._last = None  # the next step's time would include the save
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self._t0 is not None:
             self.fit_seconds = time.perf_counter() - self._t0
+
+    def steady_seconds(self, steps_per_phase: Sequence[int]) -> float | None:
+        """Seconds of ``steps_per_phase`` optimizer steps (one count per model phase, in order) at each phase's
+        median step time, or ``None`` when a phase has no timed step.
+
+        Example::
+
+            >>> tracker = RunTracker()
+            >>> tracker.phase_step_seconds = {100: [0.1, 0.1, 0.9], 400: [0.3, 0.3]}
+            >>> round(tracker.steady_seconds([10, 5]), 6)
+            2.5
+        """
+        medians = [statistics.median(v) for v in self.phase_step_seconds.values()]
+        if len(medians) != len(steps_per_phase) or not medians:
+            return None
+        return sum(m * n for m, n in zip(medians, steps_per_phase))
 
 
 class OldEntryLRMonitor(LearningRateMonitor):

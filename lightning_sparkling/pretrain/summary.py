@@ -57,6 +57,7 @@ def _run_summary(run: ResolvedRun, trainer: Any, module: Any, callbacks: _RunCal
         "growth_events": list(growth.summaries) if growth is not None else [],
         **_losses(token_counter, trainer.callback_metrics, step),
         "wall_clock_seconds": time.perf_counter() - start, "fit_seconds": fit_seconds,
+        "steady_seconds": tracker.steady_seconds(est.phase_steps),
         "resumed_from": str(run.resume_path) if run.resume_path else None,
         "initial_checkpoint_dir": str(run.initial_checkpoint_dir) if run.initial_checkpoint_dir else None,
         "final_dir": str(out_dir / "final") if status == "completed" else None,

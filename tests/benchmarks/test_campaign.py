@@ -69,7 +69,10 @@ def test_tiny_mode_trains_appends_and_never_repeats_a_run(tmp_path, capsys):
         growth = next(e for e in lines if e["cell"] == c["cell"] and e["kind"] == "growth")
         same = next(e for e in lines if e["cell"] == c["cell"] and e["budget"] == 1.0 and e["kind"] == "scratch")
         assert c["delta"] == pytest.approx(growth["loss"] - same["loss"], abs=1e-3)
-        assert "wall_speedup" in c and "speedup" in c and c["params"] > 0
+        assert "speedup" in c and c["params"] > 0
+        # three runs at a time on one machine: no wall-clock ratio, and the cell says why (issue 45)
+        assert c["wall_speedup"] is None and c["wall_clock_note"].startswith("not compared: the runs trained 3 at a time")
+    assert all(e["jobs"] == 3 for e in lines)
     # a run finished on this machine but never recorded (e.g. the process died before appending): recorded, not
     # trained again
     results.write_text("\n".join(json.dumps(e) for e in lines[1:]) + "\n")
@@ -89,3 +92,33 @@ def test_a_past_deadline_trains_nothing(tmp_path, capsys):
                           str(tmp_path / "runs"), "--results", str(results)]) == 0
     assert not results.exists() or results.read_text() == ""
     assert "not started" in capsys.readouterr().out
+
+
+def test_a_failed_run_is_reported_by_its_error_line_and_the_campaign_goes_on(tmp_path, capsys):
+    """Issue 45: the campaign survives a failed run. The depth cell's growth run fails its config check (its
+    re-warmup cannot fit after the growth); every other run trains and is recorded, the complete cell is written,
+    and the failure names its cause. One run at a time: the joint cell gets its wall-clock ratio."""
+    results = tmp_path / "results.jsonl"
+    argv = ["--tiny", "--seeds", "1", "--jobs", "1", "--deadline", "+10", "--out", str(tmp_path / "runs"),
+            "--results", str(results), "--set", f"data.cache_dir={tmp_path / 'cache'}"]
+    real_runs = campaign.cell_runs
+
+    def break_depth(cell, out, overrides=()):
+        runs, facts = real_runs(cell, out, overrides)
+        if cell.axis == "depth":
+            growth = runs[0].config["growth"]["stages"][0]
+            growth["rewarmup_steps"] = 100  # more steps than are left after the growth: refused before step 1
+        return runs, facts
+
+    campaign.cell_runs = break_depth
+    try:
+        assert campaign.main(argv) == 0
+    finally:
+        campaign.cell_runs = real_runs
+    out = capsys.readouterr().out
+    assert "growth seed 1: FAILED (exit 2: error: growth.stages[0].rewarmup_steps: rewarmup_steps=100" in out
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(lines) == 5 and not any(e["axis"] == "depth" and e["kind"] == "growth" for e in lines)
+    (cell,) = json.loads(results.with_suffix(".cells.json").read_text())
+    assert cell["axis"] == "joint" and cell["wall_clock_note"] is None
+    assert (cell["wall_speedup"] is None) == (cell["speedup"] is None)  # a ratio wherever the FLOPs one is read

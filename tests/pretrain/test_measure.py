@@ -57,6 +57,12 @@ def test_measure_end_to_end_writes_a_cell_plan_reads_and_resumes(tmp_path, capsy
     assert cell["params"] == g["total_params"][-1] and 0 < cell["embedding_share"] < 1
     assert [r["name"] for r in result["runs"]] == ["growth seed 3", "scratch x1 seed 3", "scratch x2 seed 3"]
     assert "Δ at equal FLOPs" in out and "[3/3]" in out
+    # three runs at a time: their seconds count each other, so no wall-clock ratio, and the reason (issue 45)
+    assert result["wall_speedup"] is None and result["jobs"] == 3
+    assert "wall-clock time to the same loss: not compared: the runs trained 3 at a time" in out
+    assert not any("wall_speedup" in s for s in result["per_seed"].values())
+    # each run's steady seconds: its phases' median step times x their steps (the growth run has two phases)
+    assert 0 < g["steady_seconds"] <= g["fit_seconds"] and 0 < s1["steady_seconds"] <= s1["fit_seconds"]
     # plan --map reads it: the run's own measurement is the nearest cell
     (measured,) = load_map(tmp_path / "run" / "measure.json")
     _, run, _ = parse(["--config", str(config), "--train.max_steps", "10"], "plan")
