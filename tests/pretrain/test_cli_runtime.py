@@ -58,13 +58,15 @@ def _final_state(out: Path) -> dict:
 
 @pytest.mark.slow
 def test_activation_checkpointing_run_ends_where_the_plain_run_ends(tmp_path, caplog):
-    config = write_config(tmp_path / "tiny.yaml", tiny_config(tmp_path / "cache"))
+    """In bf16-mixed with the default fused AdamW and clipping, a GPU user's path (issue 45): recomputing the
+    blocks' activations in the backward changes nothing, bit for bit."""
+    config = write_config(tmp_path / "tiny.yaml", tiny_config(tmp_path / "cache", precision="bf16-mixed"))
     outs = {}
     for flag in ("false", "true"):
         outs[flag] = tmp_path / f"out-{flag}"
         assert main(["pretrain", "--config", str(config), "--out_dir", str(outs[flag]),
                      "--activation_checkpointing", flag]) == 0
-    assert "precision 32-true, optimizer AdamW (lr 0.003), activation checkpointing" in caplog.text
+    assert "precision bf16-mixed, optimizer AdamW (lr 0.003), activation checkpointing" in caplog.text
     plain, ckpt = (json.loads((outs[f] / "summary.json").read_text()) for f in ("false", "true"))
     assert ckpt["train_loss"] == plain["train_loss"] and ckpt["val_loss"] == plain["val_loss"]
     a, b = _final_state(outs["false"]), _final_state(outs["true"])

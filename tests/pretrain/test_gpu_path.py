@@ -158,3 +158,19 @@ def test_resume_runs_the_kernel_this_run_asks_for(first, then, tmp_path, cache, 
     groups = _groups(tmp_path / "then" / "checkpoints" / "step-00000008.ckpt")
     assert all(bool(g.get(then)) and not g.get(first) for g in groups), groups
     assert f"the checkpoint's AdamW ran {first}; this run's optimizer spec chooses {then}" in caplog.text
+
+
+def test_compiled_bf16_mixed_run_clips_and_grows(tmp_path, cache, caplog):
+    """``compile: true`` (inductor, as on a GPU) once in CI, on the GPU path: bf16-mixed, fused AdamW, clipping at
+    1.0, a growth that recompiles the grown shapes. Kept small (4 steps, no evaluation): compiling is the cost."""
+    config = matrix_config(cache, tmp_path / "out", "bf16-mixed", compile=True, rms_monitor=None)
+    config["train"]["max_steps"] = 4
+    config["growth"]["stages"][0].update(at_step=2, rewarmup_steps=1)
+    config["eval"] = {"interval": None, "max_iters": 1, "final_validation": False}
+    path = write_config(tmp_path / "run.yaml", config)
+    assert main(["pretrain", "--config", str(path)]) == 0
+    summary = _grew_and_finite(tmp_path / "out", [2])
+    assert summary["steps"] == 4
+    assert "precision bf16-mixed, optimizer AdamW (lr 0.003), compiled" in caplog.text
+    assert "the first optimizer step after the growth took" in caplog.text  # the recompile, timed
+    assert not any("_orig_mod" in k for k in _final(tmp_path / "out"))  # a plain litgpt state_dict
