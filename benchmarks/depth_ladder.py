@@ -60,10 +60,12 @@ CANDIDATES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "late-1to8": ({"n_layer": 1}, {"stages": [{"at_fraction": 0.8, "n_layer": 8}]}),
     # the depth-aware rule: late-shallow with depth-muP's sqrt(L / L') on every block's output projections
     "late-shallow-sqrt": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.8, "n_layer": 8, "depth_scaling": "sqrt"}]}),
-    # late width + depth: depth first (4 -> 8 at 40%), width late (n_embd 16 -> 32, MLP 64 -> 128 at 70%)
-    "depth-then-width": ({"n_layer": 4, "n_embd": 16, "head_size": 8, "intermediate_size": 64},
+    # late width + depth: depth first (4 -> 8 at 40%), width late (n_embd 16 -> 32, MLP 64 -> 128 and one head of 16
+    # -> two at 70%: the grown model is the scratch shape exactly)
+    "depth-then-width": ({"n_layer": 4, "n_embd": 16, "n_head": 1, "n_query_groups": 1, "intermediate_size": 64},
                          {"stages": [{"at_fraction": 0.4, "n_layer": 8},
-                                     {"at_fraction": 0.7, "n_embd": 32, "intermediate_size": 128}]}),
+                                     {"at_fraction": 0.7, "n_embd": 32, "intermediate_size": 128, "n_head": 2,
+                                      "n_query_groups": 2}]}),
 }
 
 
@@ -165,6 +167,9 @@ def report(args: argparse.Namespace) -> list[dict[str, Any]]:
             full = ladder[max(args.ladder)]
             rms_g, rms_s = _rms(args.out / name / f"seed{seed}"), _rms(args.out / "scratch" / f"x{max(args.ladder):g}"
                                                                            / f"seed{seed}")
+            if growth["total_params"][-1] != ladder[max(args.ladder)]["total_params"][-1]:
+                raise SystemExit(f"{name} seed {seed}: the grown model has {growth['total_params'][-1]:,} parameters, "
+                                 f"scratch {ladder[max(args.ladder)]['total_params'][-1]:,}: not the same shape")
             per_seed.append({
                 "seed": seed, "loss": growth["val_loss"], "flops": growth["flops"],
                 "speedup": flops / growth["flops"] if flops else None, "outside": why,
