@@ -56,6 +56,12 @@ CANDIDATES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                                                 {"at_fraction": 0.8, "n_layer": 8}]}),
     # G_stack's early 4x: 2 -> 8 at 10%
     "early-4x": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.1, "n_layer": 8}]}),
+    # the multi-stage leader with G_stack's full copy (new blocks write what their source writes) ...
+    "stages-248-copy": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.5, "n_layer": 4, "depth_init": "copy"},
+                                                    {"at_fraction": 0.75, "n_layer": 8, "depth_init": "copy"}]}),
+    # ... and with the new blocks re-warmed to 3x (the width default's ratio) instead of the paper's 1.3x
+    "stages-248-r3": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.5, "n_layer": 4, "rewarmup_ratio": 3.0},
+                                                  {"at_fraction": 0.75, "n_layer": 8, "rewarmup_ratio": 3.0}]}),
     # the zero/one-layer paper's shape in one step: 1 -> 8 at 80%
     "late-1to8": ({"n_layer": 1}, {"stages": [{"at_fraction": 0.8, "n_layer": 8}]}),
     # the depth-aware rule: late-shallow with depth-muP's sqrt(L / L') on every block's output projections
