@@ -1,11 +1,4 @@
-from lightning_sparkling.callbacks.growth import GrowthCallback
+from lightning_sparkling.callbacks.growth import GrowthCallback, WidthGrowthCallback
 from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
 
-__all__ = ["ActivationRMSMonitor", "GrowthCallback"]
-
-
-def __getattr__(name: str):
-    """``WidthGrowthCallback``: the old name of :class:`GrowthCallback` (the same class), with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)
+__all__ = ["ActivationRMSMonitor", "GrowthCallback", "WidthGrowthCallback"]

@@ -1,7 +1,6 @@
 """``GrowthCallback``: grow a litgpt GPT (width, heads, depth) inside a running ``Trainer.fit``.
 
-``WidthGrowthCallback`` is its old name, kept (the same class, with a ``DeprecationWarning`` on access) until
-:data:`~lightning_sparkling._deprecated.REMOVED_IN`.
+``WidthGrowthCallback`` is the same class under the name the design card gives it (an alias, no warning).
 
 Orchestration only (the "when" and the bookkeeping): the tensor math is in :mod:`lightning_sparkling.growth.surgery`,
 the optimizer side in :mod:`lightning_sparkling.growth.optim_state`, and the "how" under each strategy (grow in place
@@ -69,7 +68,6 @@ from lightning_sparkling.parallel import GrowthBackend, select_backend
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
 from lightning_sparkling.parallel.compile import eager, recompile_after_growth
 
-_token_batch = token_batch  # its old name
 
 
 class GrowthFailedError(RuntimeError):
@@ -574,9 +572,5 @@ class GrowthCallback(Callback):
             }, step=trainer.global_step)
 
 
-def __getattr__(name: str):
-    """``WidthGrowthCallback``: the old name of :class:`GrowthCallback` (the same class); ``WIDTH_AXES`` /
-    ``SIZE_AXES``: of ``WIDTH_SIZE_KEYS`` / ``SIZE_KEYS``; each with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)
+WidthGrowthCallback = GrowthCallback
+"""The design card's name of :class:`GrowthCallback`: the same class, an alias (no warning)."""

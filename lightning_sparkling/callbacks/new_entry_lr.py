@@ -378,10 +378,3 @@ class RewarmupSchedulers:
             if self.stages[k].symmetry_target is not None:
                 metrics[f"growth/symmetry_boost/stage_{k}"] = self.records()[k].symmetry_boost
         trainer.logger.log_metrics(metrics, step=trainer.global_step)
-
-
-def __getattr__(name: str):
-    """``NewEntryLearningRate``: the old name of :class:`RewarmupSchedulers` (the same class), with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -23,9 +23,9 @@
 - :mod:`~lightning_sparkling.growth.baselines`: the paper's comparison schedules;
 - :mod:`~lightning_sparkling.growth.record`: ``StageRecord``, the checkpointed state of one applied stage;
 - :mod:`~lightning_sparkling.growth.symmetry`: how alike copied channels still are;
-- :mod:`~lightning_sparkling.growth.compute`: parameter and FLOPs accounting;
-- :mod:`~lightning_sparkling.growth.measured`: the measured map of where growth pays (results, read by
-  ``sparkling plan``).
+- :mod:`~lightning_sparkling.growth.compute`: parameter and FLOPs accounting.
+
+The measured map of where growth pays is results, not growth math: :mod:`lightning_sparkling.pretrain.measured`.
 """
 
 from lightning_sparkling.growth.axes import BaseAxis, GrowthAxis, register_axis, registered_axes, unregister_axis

@@ -111,10 +111,3 @@ class RewarmupLR(torch.optim.lr_scheduler.LambdaLR):
         # LambdaLR restores last_epoch but not the groups' lr: refresh them (LearningRateMonitor reads them)
         for group, lam in zip(self.optimizer.param_groups, self.lr_lambdas):
             group["lr"] = float(lam(self.last_epoch))
-
-
-def __getattr__(name: str):
-    """``NewEntryLRHolder``: the old name of :class:`RewarmupHolder` (the same class), with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -25,7 +25,6 @@ from lightning_sparkling.growth.errors import GrowthError  # defined there; impo
 from lightning_sparkling.growth.operators import runs
 from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.stage import SIZE_KEYS, GrowthStage
-from lightning_sparkling._deprecated import moved_attribute, renamed_fields
 from lightning_sparkling.growth.types import ChannelChange, DimGrowth, TensorPlan  # importable from here as before
 
 __all__ = ["SHARED_EXPERT_CHANNEL", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "ChannelChange", "DimGrowth", "GrowthError",
@@ -35,7 +34,6 @@ __all__ = ["SHARED_EXPERT_CHANNEL", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "Channe
 SUPPORTED_NORMS = ("RMSNorm", "LayerNorm")
 
 
-@renamed_fields(axes="channels")
 @dataclass
 class GrowthPlan:
     """Everything a growth does, decided before any tensor is touched.
@@ -43,8 +41,7 @@ class GrowthPlan:
     Attributes:
         stage: the stage. stage_index: its position in the callback's list (part of every random seed).
         old_config / new_config: litgpt ``Config`` before and after.
-        channels: the channel dimensions that grow (:class:`ChannelChange`), by name; ``axes`` is its deprecated
-            name (a read-only property and constructor keyword, until 0.3.0).
+        channels: the channel dimensions that grow (:class:`ChannelChange`), by name.
         tensors: ``{state_dict name: TensorPlan}`` for every tensor that changes, by its name in the grown model;
             tensors not listed keep their values (and names). A tied ``lm_head.weight`` / ``transformer.wte.weight``
             appears under both names. Under a depth growth every tensor of a block that moves or is new is listed.
@@ -486,9 +483,3 @@ def checked_plan(plan: GrowthPlan | None, config, stage: GrowthStage, *, seed: i
                           f"{', another config' if plan.old_config != config else ''}); plan it on the model as it is "
                           "now (plan_growth(model.config, stage, ...)) or leave plan=None")
     return plan
-
-
-def __getattr__(name: str):
-    """``AxisChange``: the old name of :class:`ChannelChange` (the same class); ``SIZE_AXES`` / ``SHARED_EXPERT_AXIS``:
-    of :data:`SIZE_KEYS` / :data:`SHARED_EXPERT_CHANNEL`; each with a warning."""
-    return moved_attribute(__name__, name)

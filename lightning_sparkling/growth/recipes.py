@@ -216,11 +216,3 @@ def same_keys(a: Any, b: Any) -> bool:
     """Whether two stages grow alike, whatever recipe name they carry (every field but ``recipe`` equal): how a
     checkpoint written before stages named their recipe is matched."""
     return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name != "recipe")
-
-
-def __getattr__(name: str):
-    """``WIDTH_AXES`` / ``HEAD_AXES``: the old names of the size-key tuples (the same objects), with a warning
-    (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

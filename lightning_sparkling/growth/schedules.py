@@ -256,10 +256,3 @@ def scheduler_min_lr(scheduler: Any, group: int) -> float | None:
     if isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR):
         return float(scheduler.eta_min)
     return None
-
-
-def __getattr__(name: str):
-    """``NewEntryLRHolder``: the old name of :class:`RewarmupHolder` (the same class), with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -428,11 +428,3 @@ def _assemble() -> None:
 
 _assemble()
 watch_registry(_assemble)
-
-
-def __getattr__(name: str):
-    """``WIDTH_AXES`` / ``HEAD_AXES`` / ``SIZE_AXES``: the old names of the size-key tuples (the same objects), with
-    a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling._deprecated import renamed_keywords
 from lightning_sparkling.growth.axes import registered_axes
 from lightning_sparkling.growth.operators import TensorStats, expand_dim, relayout_dim
 from lightning_sparkling.growth.plan import (
@@ -104,7 +103,6 @@ class GrowthResult:
         return {name: change.src for name, change in self.plan.channels.items()}
 
 
-@renamed_keywords("lightning_sparkling.growth.surgery.grow_tensor", axes="channels")
 def grow_tensor(
     t: torch.Tensor,
     spec: TensorPlan,
@@ -126,8 +124,8 @@ def grow_tensor(
     Args:
         t: the tensor as it is (shape ``spec.old_shape``).
         spec: its plan.
-        channels: the plan's channel dimensions (:attr:`GrowthPlan.channels`: copy maps, split multipliers);
-            ``axes=`` is its deprecated keyword (until 0.3.0).
+        channels: the plan's channel dimensions (:attr:`GrowthPlan.channels`: copy maps, split
+            multipliers).
         generator: for ``random`` slices.
         mode: override every dimension's init (optimizer state uses ``zero`` or ``copy``; no split, no perturb).
         scale: override ``spec.scale``.
@@ -256,7 +254,6 @@ def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[
     return out
 
 
-@renamed_keywords("lightning_sparkling.growth.surgery.fan_in_shares", axes="channels")
 def fan_in_shares(spec: TensorPlan, channels: Mapping[str, ChannelChange]) -> torch.Tensor | None:
     """The per-entry multipliers an uneven ``split`` puts on a tensor's copied fan-in columns (float64, shaped to
     broadcast over the grown tensor), or ``None`` when its fan-in shares are even."""
@@ -345,7 +342,6 @@ class UndoLog:
         self._log.clear()
 
 
-_Swap = UndoLog  # its old name, importable as before
 
 
 def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
@@ -436,7 +432,6 @@ def result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_n
     return old_params, new_params, added
 
 
-_result_params = result_params  # its old name
 
 
 def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
@@ -497,11 +492,3 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
     old_params, new_params, added = result_params(plan, old_named, new_named)
     return GrowthResult(plan=plan, old_params=old_params, new_params=new_params, added=added,
                         order=tuple(new_named.values()), seconds=time.perf_counter() - start, _swap=swap)
-
-
-def __getattr__(name: str):
-    """``AxisChange``: the old name of :class:`~lightning_sparkling.growth.types.ChannelChange` (the same class), with
-    a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

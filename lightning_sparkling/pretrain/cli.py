@@ -119,7 +119,7 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
         parser.error(str(err))
     ns.optimizer = run.optimizer  # normalized: `--optimizer.lr` overrides moved into init_args
     entry = cli_backend(ns.strategy)
-    if entry is not None:  # a deprecated alias (`strategy: fsdp`) is saved as the value it stands for (`fsdp1`)
+    if entry is not None:  # a backend's alias (`cli_aliases`) is saved as the value it stands for
         ns.strategy = entry.cli_strategy
     dumped = parser.dump(ns, skip_none=False, skip_validation=True)
     return ns, run, dumped

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lightning_sparkling._deprecated import renamed_fields, renamed_keywords
 from lightning_sparkling.growth.axes import axis_of_size, plugin_sizes, structural_sizes
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.measured_axes import cell_label
@@ -50,7 +49,6 @@ FILE_KEY = "axis"
 """The key of a cell's :attr:`MeasuredCell.category` in ``measured.json`` and ``measure.json`` (the files keep it)."""
 
 
-@renamed_fields(axis="category")
 @dataclass(frozen=True)
 class MeasuredCell:
     """One seeded comparison: ``delta`` (mean ± ``sd`` over ``seeds``, ``seeds_above`` of them above scratch) of the
@@ -64,8 +62,7 @@ class MeasuredCell:
     from does not save the user compute.
 
     A file's cell (``measured.json``) names its category ``"axis"``: read one with :meth:`from_json`, write one with
-    :meth:`to_json`. ``MeasuredCell.axis`` (and the ``axis=`` keyword) is the deprecated name of ``category`` (until
-    0.3.0)."""
+    :meth:`to_json`."""
 
     category: str
     recipe: str
@@ -180,7 +177,6 @@ DEMO_TOKENS_PER_PARAM = 1.0
 """Below this many training tokens per final active parameter a run is a demo: the map's smallest setting is 1.7."""
 
 
-@renamed_fields(axis="category")
 @dataclass(frozen=True)
 class Advice:
     """What the map says about a run: ``category`` the run's map category (:func:`classify_category`), ``cell`` the
@@ -188,7 +184,7 @@ class Advice:
     whether it is within :data:`NEAR_RATIO` and :data:`NEAR_TIMING` of the run, ``pays`` whether it is near and ended
     at or below scratch on average, ``better`` the comparison of another recipe near the run (same category and
     schedule) that paid and ended lower than ``cell`` (``None``: none did); ``init`` the run's ``expert_init`` in an
-    experts category (``None`` elsewhere). ``Advice.axis`` is the deprecated name of ``category`` (until 0.3.0)."""
+    experts category (``None`` elsewhere)."""
 
     category: str
     recipe: str
@@ -312,7 +308,6 @@ def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[st
     return cell_label(keys, stages[0], axes)  # experts alone, depth, heads, width: the first that names the cell
 
 
-@renamed_keywords(f"{__name__}.nearest", axis="category")
 def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedule: str, growth_at: float,
             tokens_per_param: float, init: str | None = None,
             params: int | None = None) -> tuple[MeasuredCell | None, bool]:
@@ -336,7 +331,6 @@ def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedu
     return best, ratio_gap <= math.log(NEAR_RATIO) + 1e-9 and timing_gap <= NEAR_TIMING + 1e-9
 
 
-@renamed_keywords(f"{__name__}.size_trend", axis="category")
 def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, init: str | None = None) -> str | None:
     """What the map's speed-ups of the category ``category`` under ``schedule`` show against model size: ``'1.16x at 0.13M (2.8
     tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and token ratio), or
@@ -354,7 +348,6 @@ def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, i
                      for _, c in sorted(best.items()))
 
 
-@renamed_keywords(f"{__name__}.better_recipe", axis="category")
 def better_recipe(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedule: str, growth_at: float,
                   tokens_per_param: float, than: MeasuredCell | None, init: str | None = None) -> MeasuredCell | None:
     """The lowest-Δ cell of a recipe other than ``recipe``, of ``category`` and ``schedule``, near the run, that ended
@@ -399,10 +392,3 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     if better is not None and advice.far_in_size:  # a recipe "measured better" that far away is no advice either
         advice = dataclasses.replace(advice, better=None)
     return advice
-
-
-def __getattr__(name: str):
-    """``classify_axis``: the old name of :func:`classify_category` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -86,10 +86,3 @@ def cell_label(keys: set[str], stage: Any, grown: set[str]) -> str:
         if name is not None:
             return name
     return "none"
-
-
-def __getattr__(name: str):
-    """``WIDTH_AXES``: the old name of ``WIDTH_SIZE_KEYS`` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

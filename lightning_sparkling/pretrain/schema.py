@@ -322,8 +322,8 @@ def pretrain_arguments(
         num_nodes: number of nodes.
         accelerator: ``auto``, ``cpu``, ``gpu``/``cuda``.
         strategy: ``auto`` (one device, or DDP for several), ``ddp``, ``fsdp2`` (``ModelParallelStrategy``,
-            data parallel only), ``fsdp1`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only; ``fsdp``
-            is its deprecated alias until 0.3.0), or a registered growth backend's value. DeepSpeed and tensor
+            data parallel only), ``fsdp1`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only), or a
+            registered growth backend's value. DeepSpeed and tensor
             parallelism are refused.
         tokenizer_dir: use the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of training
             a BPE on the corpus; with a litgpt data module, the tokenizer it prepares its data with (as in litgpt).

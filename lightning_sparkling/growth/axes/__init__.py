@@ -79,11 +79,3 @@ def plugin_sizes() -> dict[str, str]:
         'experts'
     """
     return {size: axis.name for axis in registered_axes() for size in axis.sizes if size not in SIZE_KEYS}
-
-
-def __getattr__(name: str):
-    """``WIDTH_AXES`` / ``HEAD_AXES`` / ``SIZE_AXES`` / ``DEPTH_AXIS``: the old names of the size-key constants
-    (``WIDTH_SIZE_KEYS``, ...: the same objects), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -199,10 +199,3 @@ class DepthAxis(BaseAxis):
 
 DEPTH = register_axis(DepthAxis())
 """The registered depth axis."""
-
-
-def __getattr__(name: str):
-    """``DEPTH_AXIS``: the old name of ``DEPTH_SIZE_KEY`` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

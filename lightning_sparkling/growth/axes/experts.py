@@ -545,10 +545,3 @@ def plan_generator(plan, *keys: object) -> torch.Generator:
 
 EXPERTS = register_axis(ExpertsAxis())
 """The registered experts axis."""
-
-
-def __getattr__(name: str):
-    """``EXPERT_AXIS``: the old name of :data:`EXPERT_CHANNEL` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

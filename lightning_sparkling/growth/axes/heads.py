@@ -117,10 +117,3 @@ class HeadsAxis(BaseAxis):
 
 HEADS = register_axis(HeadsAxis())
 """The registered heads axis."""
-
-
-def __getattr__(name: str):
-    """``HEAD_AXES``: the old name of :data:`HEAD_SIZE_KEYS` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -118,10 +118,3 @@ class WidthAxis(BaseAxis):
 
 WIDTH = register_axis(WidthAxis())
 """The registered width axis."""
-
-
-def __getattr__(name: str):
-    """``WIDTH_AXES``: the old name of :data:`WIDTH_SIZE_KEYS` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)
