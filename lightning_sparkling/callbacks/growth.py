@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_sparkling.callbacks.new_entry_lr import (
+from lightning_sparkling.callbacks.rewarmup import (
     RewarmupSchedulers,
     check_baseline_schedulers,
     check_fresh_bias_correction,

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -261,17 +263,22 @@ def build_meta_gpt(config) -> nn.Module:
         return GPT(config)
 
 
-def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", depth_init: str = "copy-zero",
-                 target=None, depth_map: tuple[int, ...] | None = None, extra: dict | None = None):
-    """A **new** litgpt ``Config`` with ``widths`` applied, pinning what ``__post_init__`` would re-derive.
+def grown_config(config, stage_keys: Mapping[str, Any], *, target=None, extra: dict | None = None):
+    """A **new** litgpt ``Config`` grown by ``stage_keys``, pinning what ``__post_init__`` would re-derive.
 
     ``head_size``, ``n_head``, ``n_query_groups`` and ``intermediate_size`` are passed explicitly so that growing
     ``n_embd`` leaves heads, head size and RoPE (``rope_n_elem = rotary_percentage * head_size``) unchanged.
-    ``widths`` may hold any stage size (``n_layer``, ``n_head``, ...): each axis sets its fields
-    (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.config_values`: the per-block lists follow each block's source
-    under ``depth_order`` or ``depth_map``; an MHA model grown by ``n_head`` alone stays MHA). ``target``: a litgpt
-    ``Config`` whose ``name``, ``hf_config`` and ``block_size`` the grown config takes (a ``model_name`` stage).
-    ``extra``: further fields, set as given.
+
+    Args:
+        config: the litgpt ``Config`` to grow.
+        stage_keys: :class:`~lightning_sparkling.growth.stage.GrowthStage` keys: any size of any registered axis
+            (``n_embd``, ``n_layer``, ``n_head``, ``n_expert``, ...) and the axes' options (``depth_order``,
+            ``depth_map``, ...). Each axis sets its fields
+            (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.config_values`: the per-block lists follow each
+            block's source under ``depth_order`` or ``depth_map``; an MHA model grown by ``n_head`` alone stays MHA).
+        target: a litgpt ``Config`` whose ``name``, ``hf_config`` and ``block_size`` the grown config takes (a
+            ``model_name`` stage).
+        extra: further fields, set as given.
 
     Example::
 
@@ -280,9 +287,10 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
         >>> big = grown_config(small, {"n_embd": 128})
         >>> (big.n_embd, big.head_size, big.n_head, big.intermediate_size)
         (128, 16, 4, 128)
+        >>> grown_config(small, {"n_layer": 3, "depth_order": "interleave"}).n_layer
+        3
     """
-    values = {} if not widths else axis_config_values(
-        config, GrowthStage(0, **widths, depth_order=depth_order, depth_init=depth_init, depth_map=depth_map))
+    values = {} if not stage_keys else axis_config_values(config, GrowthStage(0, **stage_keys, recipe="paper"))
     return _config_with(config, {**values, **(extra or {})}, target)
 
 

@@ -34,7 +34,7 @@ from lightning_sparkling.growth.lr_formulas import (
     wsd_decay_start,
     wsd_lr,
 )
-from lightning_sparkling.growth.new_entry_schedule import RewarmupHolder, RewarmupLambda, RewarmupLR
+from lightning_sparkling.growth.rewarmup_schedule import RewarmupHolder, RewarmupLambda, RewarmupLR
 from lightning_sparkling.growth.schedule_checks import check_growth_before_decay
 
 __all__ = ["DECAY_SHAPES", "SCHEDULES", "WSD_DECAY_SHAPES", "RewarmupHolder", "RewarmupLR", "RewarmupLambda",

@@ -45,16 +45,16 @@ def check_larger(config, stage, sizes: tuple[str, ...]) -> None:
     Raises:
         GrowthError: naming the size, both values and the rule, keyed by the size.
     """
-    for axis in sizes:
-        new = getattr(stage, axis)
+    for size in sizes:
+        new = getattr(stage, size)
         if new is None:
             continue
-        old = getattr(config, axis)
+        old = getattr(config, size)
         if new <= old:
             what = "shrinks" if new < old else "does not change"
             raise GrowthError(
-                f"GrowthStage(at_step={stage.at_step}) {axis}={new} {what} the model ({axis} is {old}): "
-                "a stage must make every size it names larger", key=axis
+                f"GrowthStage(at_step={stage.at_step}) {size}={new} {what} the model ({size} is {old}): "
+                "a stage must make every size it names larger", key=size
             )
 
 

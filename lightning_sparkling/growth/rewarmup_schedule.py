@@ -1,4 +1,4 @@
-"""The new entries' learning rate of one stage: its re-warmup as a picklable ``LambdaLR`` multiplier
+"""The re-warmup (the new entries' learning rate) of one stage: as a picklable ``LambdaLR`` multiplier
 (:class:`RewarmupLambda`, the formulas of :mod:`~lightning_sparkling.growth.lr_formulas`), its scheduler
 (:class:`RewarmupLR`) and the parameter-less optimizer whose param groups hold that LR (:class:`RewarmupHolder`), so
 Lightning steps, checkpoints and restores it like any other scheduler.

@@ -184,7 +184,7 @@ def test_bit_exact_resume_from_every_step_of_a_two_growth_run(tmp_path: Path, ac
     saved = torch.load(tmp_path / "step=6.ckpt", map_location="cpu", weights_only=False)
     sd = {k.removeprefix("model."): v for k, v in saved["state_dict"].items()}
     GPT(grown_config(tiny_config(), {"n_embd": 64, "intermediate_size": 128})).load_state_dict(sd, strict=True)
-    state = saved["callbacks"][next(k for k in saved["callbacks"] if "WidthGrowthCallback" in k)]
+    state = saved["callbacks"]["GrowthCallback"]
     assert state["grown"] == 1 and all(not isinstance(v, torch.Tensor) for v in state["records"][0].values())
 
     for step in range(1, max_steps):

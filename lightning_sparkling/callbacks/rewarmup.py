@@ -1,5 +1,5 @@
-"""The new entries' learning rate inside a Lightning fit: everything between a stage's ``rewarmup_*`` keys and the LR
-the optimizer applies.
+"""The re-warmup (the new entries' learning rate) inside a Lightning fit: everything between a stage's
+``rewarmup_*`` keys and the LR the optimizer applies.
 
 - :func:`resolve_min_lrs`: what the re-warmup decays to (the callback's ``min_lr``, else read exactly from the
   module's schedule through the schedule registry);
