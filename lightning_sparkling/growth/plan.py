@@ -25,6 +25,7 @@ from lightning_sparkling.growth.axes import PlanContext, active_axes, axis_of_si
 from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_CHANNEL, SUPPORTED_MLPS, channel_tensors
 from lightning_sparkling.growth.errors import GrowthError  # defined there; importable from here as before
 from lightning_sparkling.growth.operators import runs
+from lightning_sparkling.growth.recipes import AUTO, resolve_recipe
 from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.stage import SIZE_KEYS, GrowthStage
 from lightning_sparkling.growth.types import ChannelChange, DimGrowth, TensorPlan  # importable from here as before
@@ -140,6 +141,12 @@ class GrowthPlan:
         """The :class:`~lightning_sparkling.growth.head_layout.HeadLayout` of the stage, or ``None`` when it keeps the
         heads (``changes["heads"]``)."""
         return self.changes.get("heads")
+
+    @property
+    def recipe(self) -> str:
+        """The recipe the plan grows by: the stage's, or ``paper`` for an ``auto`` stage planned without a schedule
+        (its fields hold the paper's values until the run's schedule resolves it)."""
+        return "paper" if self.stage.recipe == AUTO else self.stage.recipe
 
     def alphas(self) -> dict[str, float]:
         """Fan-in scale per growing axis, e.g. ``{"n_embd": 0.5, "intermediate_size": 0.5}``."""
@@ -393,8 +400,13 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
 
 
 def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
-                tied_embeddings: bool = False) -> GrowthPlan:
+                tied_embeddings: bool = False, schedule: str | None = None) -> GrowthPlan:
     """Plan growing a litgpt ``GPT(config)`` by ``stage``.
+
+    A ``recipe='auto'`` stage is resolved explicitly: by ``schedule`` when given (the recipe measured best under
+    it, as :class:`~lightning_sparkling.callbacks.GrowthCallback` does at fit start), else as a standalone growth,
+    which has no schedule: by the values the stage holds, the paper's (``GrowthPlan.recipe`` says which; ``repr``
+    of the stage marks the keys ``auto`` would still set, :attr:`GrowthStage.unresolved_keys`).
 
     Args:
         config: the litgpt ``Config`` of the model as it is now.
@@ -402,6 +414,8 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         seed: growth seed; ``(seed, stage_index)`` fixes every copy map and random draw.
         stage_index: position of the stage in a multi-stage schedule.
         tied_embeddings: the model's ``lm_head.weight`` is its ``transformer.wte.weight``.
+        schedule: a registered schedule's name (``cosine``, ``wsd``) resolving an ``auto`` stage (``None``: the
+            stage as it is).
 
     Raises:
         GrowthError: for a model kind that cannot be grown exactly (latent attention, unknown MLP/norm classes,
@@ -417,6 +431,8 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         >>> plan.tensors["transformer.h.0.mlp.proj.weight"].new_shape
         (64, 256)
     """
+    if schedule is not None:
+        stage = resolve_recipe(stage, schedule)
     given, stage = stage, resolve_stage(config, stage)
     _check_model_kind(config, stage)
     axes_of_stage = active_axes(stage)

@@ -358,6 +358,42 @@ def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
         swap.set(module, "intermediate_size", fc.weight.shape[0])
 
 
+def rope_cache_of(config, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """litgpt's RoPE cache ``(cos, sin)`` of ``config`` for ``seq_len`` positions, on the CPU: what
+    ``GPT.rope_cache`` computes (it reads only ``config`` and ``max_seq_length``).
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> cos, sin = rope_cache_of(Config(n_embd=32, n_head=4, block_size=8, rotary_percentage=1.0), 8)
+        >>> tuple(cos.shape)
+        (8, 8)
+    """
+    from types import SimpleNamespace
+
+    from litgpt.model import GPT
+
+    return GPT.rope_cache(SimpleNamespace(config=config, max_seq_length=seq_len), device=torch.device("cpu"))
+
+
+def derived_buffers(gpt: nn.Module, old_config) -> dict[str, torch.Tensor]:
+    """The config-derived buffers of ``gpt`` (its config the grown one) that ``old_config`` derived otherwise:
+    ``{"cos": ..., "sin": ...}`` (litgpt's RoPE cache, ``GPT.max_seq_length``'s setter builds it) recomputed from
+    ``gpt.config`` on the buffers' device and dtype, when an axis changed a field it depends on (``rope_base``,
+    ``rope_n_elem``, ``rope_adjustments``, ...); ``{}`` when the cache of both configs is the same, so an unchanged
+    cache is never recomputed (bit for bit what it was). litgpt's ``mask_cache`` and KV caches exist only for
+    inference, which growth refuses (:func:`check_plain_gpt`).
+    """
+    if "cos" not in gpt._buffers or "sin" not in gpt._buffers:
+        return {}
+    seq_len = gpt.max_seq_length
+    old, new = rope_cache_of(old_config, seq_len), rope_cache_of(gpt.config, seq_len)
+    if all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(old, new)):
+        return {}
+    return {name: value.to(device=gpt._buffers[name].device, dtype=gpt._buffers[name].dtype)
+            for name, value in zip(("cos", "sin"), new)}
+
+
 def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
     """Module names, classes and sizes (``extra_repr``). Unset optional submodules (``None`` entries, e.g. the
     KV cache after ``clear_kv_cache()``) are not part of the structure."""
@@ -365,8 +401,8 @@ def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
 
 
 def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> UndoLog:
-    """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s) and switch every
-    ``config`` reference to the grown ``Config``. All-or-nothing: on any error the model is restored and the
+    """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s), switch every
+    ``config`` reference to the grown ``Config`` and rebuild the buffers derived from it (:func:`derived_buffers`). All-or-nothing: on any error the model is restored and the
     error re-raised. Returns the undo log (``.undo()`` restores the model).
     """
     swap = UndoLog()
@@ -411,6 +447,8 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
                 swap.set(module, "normalized_shape", ref.normalized_shape)
         if _structure(model) != _structure(reference):
             raise GrowthError("the grown model's module structure differs from GPT(grown config)")
+        for name, value in derived_buffers(model, old_config).items():  # a config change that is not a shape
+            swap.set(model, name, value)
         return swap
     except BaseException:
         swap.undo()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lightning_sparkling.growth.axes import axis_of_size, plugin_sizes, structural_sizes
+from lightning_sparkling.growth.axes import active_axes, axis_of_size, structural_sizes
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.measured_axes import cell_label
 from lightning_sparkling.pretrain.measured_size import format_params
@@ -283,9 +283,9 @@ def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[st
     """The map category of what ``stages`` grow: ``two-stage`` (several width stages), ``depth``, ``depth+width``,
     ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, ``upcycle`` (dense ->
     MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``),
-    ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or
-    ``none``: :func:`~lightning_sparkling.pretrain.measured_axes.cell_label` names it (experts first, then depth,
-    heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
+    ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or the
+    name of a registered axis that no labeller names (``none`` for no axis at all):
+    :func:`~lightning_sparkling.pretrain.measured_axes.cell_label` names it (experts first, then depth, heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
 
     Example::
 
@@ -298,13 +298,14 @@ def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[st
         >>> classify_category([GrowthStage(10, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)])
         'upcycle'
     """
-    grown = [set(s) for s in sizes] if sizes is not None else [
-        set(stage.sizes) | {k for k in plugin_sizes() if getattr(stage, k, None) is not None} for stage in stages]
+    grown = [set(s) for s in sizes] if sizes is not None else [set(stage.sizes) for stage in stages]
     if len(grown) > 1:  # several stages: "two-stage" when none adds modules (depth, experts)
         return "two-stage" if all(g and not g & structural_sizes() for g in grown) else "several stages"
     (keys,) = grown
     owners = axis_of_size()
     axes = {owners[k].name for k in keys if k in owners}
+    if sizes is None:  # a registered axis grows by its own keys, sizes or not
+        axes |= {axis.name for axis in active_axes(stages[0])}
     return cell_label(keys, stages[0], axes)  # experts alone, depth, heads, width: the first that names the cell
 
 

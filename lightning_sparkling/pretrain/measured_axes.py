@@ -79,10 +79,17 @@ def unregister_cell_label(axis: str) -> None:
 
 
 def cell_label(keys: set[str], stage: Any, grown: set[str]) -> str:
-    """The map category of a one-stage schedule whose changed sizes are ``keys`` and whose axes are ``grown``
-    (``'none'`` when no labeller names it)."""
+    """The map category of a one-stage schedule whose changed sizes are ``keys`` and whose axes are ``grown``: the
+    first labeller's (by rank) that names it, else the grown axes' own names joined by ``+`` (a registered axis
+    without a labeller), else ``'none'``.
+
+    Example::
+
+        >>> cell_label({"rope_base"}, None, {"rope"}), cell_label(set(), None, set())
+        ('rope', 'none')
+    """
     for _, label in sorted(_LABELS.values(), key=lambda entry: entry[0]):
         name = label(keys, stage, grown)
         if name is not None:
             return name
-    return "none"
+    return "+".join(sorted(grown)) or "none"
