@@ -102,3 +102,31 @@ def test_the_package_description_names_every_growth_axis():
     root = Path(__file__).resolve().parents[2]
     description = tomllib.loads((root / "pyproject.toml").read_text())["project"]["description"]
     assert all(axis in description for axis in ("width", "heads", "depth", "experts")), description
+
+
+def _layout_files() -> list[str]:
+    """The modules docs/ARCHITECTURE.md's layout lists, as paths under the package (folders by indentation)."""
+    text = (ROOT.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    layout = text.split("## Layout", 1)[1].split("```", 2)[1]
+    stack: list[tuple[int, str]] = []  # (indent, folder)
+    files = []
+    for line in layout.splitlines():
+        match = re.match(r"^( *)([\w]+(?:\.py|/))(?:\s|$)", line)
+        if not match or line.startswith("lightning_sparkling/"):
+            continue
+        indent, name = len(match.group(1)), match.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if name.endswith("/"):
+            stack.append((indent, name))
+        else:
+            files.append("".join(folder for _, folder in stack) + name)
+    return files
+
+
+def test_architecture_layout_lists_only_modules_that_exist():
+    """The other way round: every module the layout lists is in the tree, under the folder it is listed in."""
+    files = _layout_files()
+    assert "growth/stage.py" in files and "growth/axes/width.py" in files and "pretrain/plugins.py" in files
+    missing = sorted(f for f in files if not (ROOT / f).is_file())
+    assert not missing, f"docs/ARCHITECTURE.md's layout lists modules that are not in the tree: {missing}"
