@@ -62,3 +62,29 @@ def test_each_axis_checks_its_own_keys(monkeypatch):
     assert GrowthStage(0, n_layer=4, depth_order="sideways").depth_order == "sideways"  # no second check
     assert GrowthStage(0, n_expert=8, n_expert_per_token=2, n_embd=64).sizes == {
         "n_embd": 64, "n_expert": 8, "n_expert_per_token": 2}
+
+
+@pytest.mark.parametrize("keys, key", [(dict(n_head=0), "n_head"), (dict(n_query_groups=-2), "n_query_groups"),
+                                       (dict(n_head=8, n_query_groups=True), "n_query_groups"),
+                                       (dict(depth_map=[0, 0, 2]), "depth_map"),
+                                       (dict(depth_map=[0, 1, 3, 2]), "depth_map")],
+                         ids=["n_head-0", "groups-negative", "groups-bool", "map-skips-1", "map-3-before-2"])
+def test_each_axis_refuses_its_bad_keys_at_construction(keys, key):
+    """Mutation audit (issue 47): the heads axis' positive-count check and the depth axis' first-occurrence order
+    (an old block may appear only once every block before it has) refuse at construction, before any model."""
+    from lightning_sparkling import StageError
+
+    with pytest.raises(StageError) as caught:
+        GrowthStage(0, **keys)
+    assert caught.value.key == key
+
+
+def test_random_experts_copy_nothing():
+    """Mutation audit (issue 47): ``expert_init='random'`` experts start as no copy (``stage.copies`` false, so a
+    ``symmetry_target`` has nothing to act on and is refused); copied ones do."""
+    from lightning_sparkling import StageError
+
+    assert GrowthStage(0, n_expert=8, recipe="paper").copies
+    assert not GrowthStage(0, n_expert=8, expert_init="random", recipe="paper").copies
+    with pytest.raises(StageError):
+        GrowthStage(0, n_expert=8, expert_init="random", symmetry_target=0.5, recipe="paper")

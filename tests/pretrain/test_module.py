@@ -12,12 +12,12 @@ import torch
 from litgpt import GPT, Config
 
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
+from lightning_sparkling.parallel import shard_gpt
 from lightning_sparkling.pretrain.module import (
     LitGPTPretrainModule,
     active_parameter_count,
     build_gpt,
     resolve_optimizer,
-    shard_gpt,
 )
 
 VOCAB = 64
