@@ -13,15 +13,12 @@ Layers (each imports only those before it): :mod:`~lightning_sparkling.growth` (
 :mod:`~lightning_sparkling.dashboards` (plots, TensorBoard layout).
 """
 
-from lightning_sparkling import _deprecated
 from lightning_sparkling.growth.compute import ComputeEstimate, estimate_compute
 from lightning_sparkling.growth.plan import GrowthError, GrowthPlan, plan_growth
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale
 from lightning_sparkling.growth.schedules import rewarmup_lr, warmup_cosine_lr
 from lightning_sparkling.growth.stage import GrowthStage, StageError
 from lightning_sparkling.growth.surgery import GrowthResult, grow_model
-
-_deprecated.install()  # the old flat module paths (lightning_sparkling.stage, ...) until 0.3.0
 
 __version__ = "0.1.0"
 
@@ -34,6 +31,7 @@ __all__ = [
     "GrowthResult",
     "GrowthStage",
     "StageError",
+    "WidthGrowthCallback",
     "copy_source_index",
     "estimate_compute",
     "fan_in_scale",
@@ -45,7 +43,7 @@ __all__ = [
 
 
 def __getattr__(name: str):  # callbacks import lightning; keep `import lightning_sparkling` light for the math
-    if name == "GrowthCallback":
+    if name in ("GrowthCallback", "WidthGrowthCallback"):  # WidthGrowthCallback: the design card's name of it
         from lightning_sparkling.callbacks.growth import GrowthCallback
 
         return GrowthCallback
@@ -53,4 +51,4 @@ def __getattr__(name: str):  # callbacks import lightning; keep `import lightnin
         from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
 
         return ActivationRMSMonitor
-    return _deprecated.moved_attribute(__name__, name)  # WidthGrowthCallback: GrowthCallback's old name, until 0.3.0
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,6 @@
 """``GrowthCallback``: grow a litgpt GPT (width, heads, depth) inside a running ``Trainer.fit``.
 
-``WidthGrowthCallback`` is its old name, kept (the same class, with a ``DeprecationWarning`` on access) until
-:data:`~lightning_sparkling._deprecated.REMOVED_IN`.
+``WidthGrowthCallback`` is the same class under the name the design card gives it (an alias, no warning).
 
 Orchestration only (the "when" and the bookkeeping): the tensor math is in :mod:`lightning_sparkling.growth.surgery`,
 the optimizer side in :mod:`lightning_sparkling.growth.optim_state`, and the "how" under each strategy (grow in place
@@ -38,7 +37,7 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_sparkling.callbacks.new_entry_lr import (
+from lightning_sparkling.callbacks.rewarmup import (
     RewarmupSchedulers,
     check_baseline_schedulers,
     check_fresh_bias_correction,
@@ -55,7 +54,7 @@ from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
 from lightning_sparkling.growth.recipes import (AUTO, recipe_name, resolve_recipe, same_keys, schedule_of,
                                                 schedule_recipe)
-from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord
+from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord, growth_state
 from lightning_sparkling.growth.stage import (
     SIZE_KEYS,
     WIDTH_SIZE_KEYS,
@@ -71,7 +70,6 @@ from lightning_sparkling.parallel import GrowthBackend, select_backend
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
 from lightning_sparkling.parallel.compile import eager, recompile_after_growth
 
-_token_batch = token_batch  # its old name
 
 
 class GrowthFailedError(RuntimeError):
@@ -161,9 +159,21 @@ class GrowthCallback(Callback):
     # ------------------------------------------------------------------ state
     @property
     def state_key(self) -> str:
-        """``checkpoint["callbacks"]`` key of this callback's state: ``"WidthGrowthCallback"``, the class's name when
-        checkpoints were first written, kept so that every checkpoint (old or new) resumes."""
+        """``checkpoint["callbacks"]`` key of this callback's state: ``"GrowthCallback"``
+        (:data:`~lightning_sparkling.growth.record.GROWTH_STATE_KEY`); a checkpoint of before holds it under a former
+        key, which :meth:`on_load_checkpoint` moves here."""
         return GROWTH_STATE_KEY
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Lightning loads a callback's state by its :attr:`state_key` right after this hook: a checkpoint written
+        before issue 47 keeps the state under ``"WidthGrowthCallback"``
+        (:data:`~lightning_sparkling.growth.record.FORMER_GROWTH_STATE_KEYS`), put under the current key here."""
+        callbacks = checkpoint.get("callbacks")
+        if callbacks is not None and self.state_key not in callbacks:
+            state = growth_state(callbacks)
+            if state is not None:
+                callbacks[self.state_key] = state
 
     @property
     def grown_stages(self) -> int:
@@ -567,9 +577,9 @@ class GrowthCallback(Callback):
         lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s",
                  f"  {'recipe':<22} {self._recipe_line(k)}"]
         details = size_details(result.plan)
-        for axis, (a, b) in sizes.items():
-            if axis in details:  # a size an axis describes on its own line (e.g. the experts') is left out
-                lines.append(f"  {axis:<22} {a:>8} -> {b:<8} {details[axis]}")
+        for size, (a, b) in sizes.items():
+            if size in details:  # a size an axis describes on its own line (e.g. the experts') is left out
+                lines.append(f"  {size:<22} {a:>8} -> {b:<8} {details[size]}")
         lines += [f"  {name:<22} {line}" for name, line in describe_changes(result.plan).items()]
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")
@@ -584,9 +594,5 @@ class GrowthCallback(Callback):
             }, step=trainer.global_step)
 
 
-def __getattr__(name: str):
-    """``WidthGrowthCallback``: the old name of :class:`GrowthCallback` (the same class); ``WIDTH_AXES`` /
-    ``SIZE_AXES``: of ``WIDTH_SIZE_KEYS`` / ``SIZE_KEYS``; each with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)
+WidthGrowthCallback = GrowthCallback
+"""The design card's name of :class:`GrowthCallback`: the same class, an alias (no warning)."""

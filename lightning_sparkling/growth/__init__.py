@@ -22,14 +22,14 @@
 - :mod:`~lightning_sparkling.growth.optim_state`: the optimizer patch and the new-entry learning rate;
 - :mod:`~lightning_sparkling.growth.schedules`: the schedule registry and its ``LambdaLR`` multipliers; the LR
   formulas :mod:`~lightning_sparkling.growth.lr_formulas`; the new entries' re-warmup scheduler
-  :mod:`~lightning_sparkling.growth.new_entry_schedule`; :mod:`~lightning_sparkling.growth.schedule_checks` (a growth
+  :mod:`~lightning_sparkling.growth.rewarmup_schedule`; :mod:`~lightning_sparkling.growth.schedule_checks` (a growth
   inside the WSD decay); :mod:`~lightning_sparkling.growth.bias_correction` (Adam's, for new entries);
 - :mod:`~lightning_sparkling.growth.baselines`: the paper's comparison schedules;
 - :mod:`~lightning_sparkling.growth.record`: ``StageRecord``, the checkpointed state of one applied stage;
 - :mod:`~lightning_sparkling.growth.symmetry`: how alike copied channels still are;
-- :mod:`~lightning_sparkling.growth.compute`: parameter and FLOPs accounting;
-- :mod:`~lightning_sparkling.growth.measured`: the measured map of where growth pays (results, read by
-  ``sparkling plan``).
+- :mod:`~lightning_sparkling.growth.compute`: parameter and FLOPs accounting.
+
+The measured map of where growth pays is results, not growth math: :mod:`lightning_sparkling.pretrain.measured`.
 """
 
 from lightning_sparkling.growth.axes import BaseAxis, GrowthAxis, register_axis, registered_axes, unregister_axis

@@ -25,7 +25,7 @@ and decay with the baseline's decay phase; its start is mapped by :func:`mapped_
 (:func:`record_rewarmup_lambda`, shared with the callback's new-entry schedulers).
 
 What reads Lightning's trainer (which scheduler drives an optimizer, installing the hooks of a fit) is in
-:mod:`lightning_sparkling.callbacks.new_entry_lr`; this module is pure torch.
+:mod:`lightning_sparkling.callbacks.rewarmup`; this module is pure torch.
 """
 
 from __future__ import annotations

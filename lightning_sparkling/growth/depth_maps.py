@@ -309,10 +309,3 @@ def depth_config_values(config, change: DepthChange) -> dict:
                 f"copy of a dense block at position {dense.index(True, new_k)} of {change.new}; {fix}")
         values["first_k_dense_replace"] = new_k
     return values
-
-
-def __getattr__(name: str):
-    """``DEPTH_AXIS``: the old name of :data:`DEPTH_SIZE_KEY` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

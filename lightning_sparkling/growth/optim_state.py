@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling._deprecated import renamed_keywords
 from lightning_sparkling.growth.plan import ChannelChange, GrowthError, TensorPlan
 from lightning_sparkling.growth.surgery import GrowthResult, fan_in_shares, grow_tensor
 
@@ -52,7 +51,6 @@ def check_optimizer_supported(optimizer: torch.optim.Optimizer) -> None:
         )
 
 
-@renamed_keywords("lightning_sparkling.growth.optim_state.grow_state", axes="channels")
 def grow_state(
     key: str, value: object, spec: TensorPlan, channels: Mapping[str, ChannelChange], recipe: str, optimizer_name: str
 ) -> object:
@@ -350,11 +348,3 @@ class RewarmupRescale:
                 if start.dtype not in (torch.float32, torch.float64):  # low precision: in float32, round once
                     view.copy_(start.float().lerp_(view.float(), ratio))
         self._saved = []
-
-
-def __getattr__(name: str):
-    """``NewEntryLR``: the old name of :class:`RewarmupRescale`; ``AxisChange``: of
-    :class:`~lightning_sparkling.growth.types.ChannelChange` (the same classes), with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

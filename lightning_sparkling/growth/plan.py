@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -23,9 +25,9 @@ from lightning_sparkling.growth.axes import PlanContext, active_axes, axis_of_si
 from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_CHANNEL, SUPPORTED_MLPS, channel_tensors
 from lightning_sparkling.growth.errors import GrowthError  # defined there; importable from here as before
 from lightning_sparkling.growth.operators import runs
+from lightning_sparkling.growth.recipes import AUTO, resolve_recipe
 from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.stage import SIZE_KEYS, GrowthStage
-from lightning_sparkling._deprecated import moved_attribute, renamed_fields
 from lightning_sparkling.growth.types import ChannelChange, DimGrowth, TensorPlan  # importable from here as before
 
 __all__ = ["SHARED_EXPERT_CHANNEL", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "ChannelChange", "DimGrowth", "GrowthError",
@@ -35,7 +37,6 @@ __all__ = ["SHARED_EXPERT_CHANNEL", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "Channe
 SUPPORTED_NORMS = ("RMSNorm", "LayerNorm")
 
 
-@renamed_fields(axes="channels")
 @dataclass
 class GrowthPlan:
     """Everything a growth does, decided before any tensor is touched.
@@ -43,8 +44,7 @@ class GrowthPlan:
     Attributes:
         stage: the stage. stage_index: its position in the callback's list (part of every random seed).
         old_config / new_config: litgpt ``Config`` before and after.
-        channels: the channel dimensions that grow (:class:`ChannelChange`), by name; ``axes`` is its deprecated
-            name (a read-only property and constructor keyword, until 0.3.0).
+        channels: the channel dimensions that grow (:class:`ChannelChange`), by name.
         tensors: ``{state_dict name: TensorPlan}`` for every tensor that changes, by its name in the grown model;
             tensors not listed keep their values (and names). A tied ``lm_head.weight`` / ``transformer.wte.weight``
             appears under both names. Under a depth growth every tensor of a block that moves or is new is listed.
@@ -141,6 +141,12 @@ class GrowthPlan:
         """The :class:`~lightning_sparkling.growth.head_layout.HeadLayout` of the stage, or ``None`` when it keeps the
         heads (``changes["heads"]``)."""
         return self.changes.get("heads")
+
+    @property
+    def recipe(self) -> str:
+        """The recipe the plan grows by: the stage's, or ``paper`` for an ``auto`` stage planned without a schedule
+        (its fields hold the paper's values until the run's schedule resolves it)."""
+        return "paper" if self.stage.recipe == AUTO else self.stage.recipe
 
     def alphas(self) -> dict[str, float]:
         """Fan-in scale per growing axis, e.g. ``{"n_embd": 0.5, "intermediate_size": 0.5}``."""
@@ -264,17 +270,22 @@ def build_meta_gpt(config) -> nn.Module:
         return GPT(config)
 
 
-def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", depth_init: str = "copy-zero",
-                 target=None, depth_map: tuple[int, ...] | None = None, extra: dict | None = None):
-    """A **new** litgpt ``Config`` with ``widths`` applied, pinning what ``__post_init__`` would re-derive.
+def grown_config(config, stage_keys: Mapping[str, Any], *, target=None, extra: dict | None = None):
+    """A **new** litgpt ``Config`` grown by ``stage_keys``, pinning what ``__post_init__`` would re-derive.
 
     ``head_size``, ``n_head``, ``n_query_groups`` and ``intermediate_size`` are passed explicitly so that growing
     ``n_embd`` leaves heads, head size and RoPE (``rope_n_elem = rotary_percentage * head_size``) unchanged.
-    ``widths`` may hold any stage size (``n_layer``, ``n_head``, ...): each axis sets its fields
-    (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.config_values`: the per-block lists follow each block's source
-    under ``depth_order`` or ``depth_map``; an MHA model grown by ``n_head`` alone stays MHA). ``target``: a litgpt
-    ``Config`` whose ``name``, ``hf_config`` and ``block_size`` the grown config takes (a ``model_name`` stage).
-    ``extra``: further fields, set as given.
+
+    Args:
+        config: the litgpt ``Config`` to grow.
+        stage_keys: :class:`~lightning_sparkling.growth.stage.GrowthStage` keys: any size of any registered axis
+            (``n_embd``, ``n_layer``, ``n_head``, ``n_expert``, ...) and the axes' options (``depth_order``,
+            ``depth_map``, ...). Each axis sets its fields
+            (:meth:`~lightning_sparkling.growth.axes.GrowthAxis.config_values`: the per-block lists follow each
+            block's source under ``depth_order`` or ``depth_map``; an MHA model grown by ``n_head`` alone stays MHA).
+        target: a litgpt ``Config`` whose ``name``, ``hf_config`` and ``block_size`` the grown config takes (a
+            ``model_name`` stage).
+        extra: further fields, set as given.
 
     Example::
 
@@ -283,9 +294,10 @@ def grown_config(config, widths: dict[str, int], *, depth_order: str = "stack", 
         >>> big = grown_config(small, {"n_embd": 128})
         >>> (big.n_embd, big.head_size, big.n_head, big.intermediate_size)
         (128, 16, 4, 128)
+        >>> grown_config(small, {"n_layer": 3, "depth_order": "interleave"}).n_layer
+        3
     """
-    values = {} if not widths else axis_config_values(
-        config, GrowthStage(0, **widths, depth_order=depth_order, depth_init=depth_init, depth_map=depth_map))
+    values = {} if not stage_keys else axis_config_values(config, GrowthStage(0, **stage_keys, recipe="paper"))
     return _config_with(config, {**values, **(extra or {})}, target)
 
 
@@ -388,8 +400,13 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
 
 
 def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
-                tied_embeddings: bool = False) -> GrowthPlan:
+                tied_embeddings: bool = False, schedule: str | None = None) -> GrowthPlan:
     """Plan growing a litgpt ``GPT(config)`` by ``stage``.
+
+    A ``recipe='auto'`` stage is resolved explicitly: by ``schedule`` when given (the recipe measured best under
+    it, as :class:`~lightning_sparkling.callbacks.GrowthCallback` does at fit start), else as a standalone growth,
+    which has no schedule: by the values the stage holds, the paper's (``GrowthPlan.recipe`` says which; ``repr``
+    of the stage marks the keys ``auto`` would still set, :attr:`GrowthStage.unresolved_keys`).
 
     Args:
         config: the litgpt ``Config`` of the model as it is now.
@@ -397,6 +414,8 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         seed: growth seed; ``(seed, stage_index)`` fixes every copy map and random draw.
         stage_index: position of the stage in a multi-stage schedule.
         tied_embeddings: the model's ``lm_head.weight`` is its ``transformer.wte.weight``.
+        schedule: a registered schedule's name (``cosine``, ``wsd``) resolving an ``auto`` stage (``None``: the
+            stage as it is).
 
     Raises:
         GrowthError: for a model kind that cannot be grown exactly (latent attention, unknown MLP/norm classes,
@@ -412,6 +431,8 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
         >>> plan.tensors["transformer.h.0.mlp.proj.weight"].new_shape
         (64, 256)
     """
+    if schedule is not None:
+        stage = resolve_recipe(stage, schedule)
     given, stage = stage, resolve_stage(config, stage)
     _check_model_kind(config, stage)
     axes_of_stage = active_axes(stage)
@@ -486,9 +507,3 @@ def checked_plan(plan: GrowthPlan | None, config, stage: GrowthStage, *, seed: i
                           f"{', another config' if plan.old_config != config else ''}); plan it on the model as it is "
                           "now (plan_growth(model.config, stage, ...)) or leave plan=None")
     return plan
-
-
-def __getattr__(name: str):
-    """``AxisChange``: the old name of :class:`ChannelChange` (the same class); ``SIZE_AXES`` / ``SHARED_EXPERT_AXIS``:
-    of :data:`SIZE_KEYS` / :data:`SHARED_EXPERT_CHANNEL`; each with a warning."""
-    return moved_attribute(__name__, name)

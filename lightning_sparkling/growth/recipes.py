@@ -334,10 +334,3 @@ def _own_recipe_keys(stage: Any) -> set[str]:
     differ = {key for key in RECIPE_KEYS if getattr(stage, key) != getattr(twin, key)}
     return (differ & stage.given_keys) or differ
 
-
-def __getattr__(name: str):
-    """``WIDTH_AXES`` / ``HEAD_AXES``: the old names of the size-key tuples (the same objects), with a warning
-    (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

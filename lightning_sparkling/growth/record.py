@@ -14,10 +14,34 @@ from typing import Any
 
 _UNSET: Any = object()
 
-GROWTH_STATE_KEY = "WidthGrowthCallback"
-"""The key of the growth callback's state in a Lightning checkpoint's ``callbacks`` (``GrowthCallback.state_key``;
-its old class name, kept so checkpoints of every release resume). The one name of it: ``pretrain.resume`` reads it,
-``callbacks.growth.STATE_KEY`` is its deprecated alias."""
+GROWTH_STATE_KEY = "GrowthCallback"
+"""The key of the growth callback's state in a Lightning checkpoint's ``callbacks`` (``GrowthCallback.state_key``,
+the callback's name). Read it with :func:`growth_state`, which also reads :data:`FORMER_GROWTH_STATE_KEYS`."""
+
+FORMER_GROWTH_STATE_KEYS: tuple[str, ...] = ("WidthGrowthCallback",)
+"""The keys the callback's state had in checkpoints written before issue 47 (its class's old name): still read, so
+those checkpoints resume (``tests/fixtures/*.ckpt``); never written."""
+
+
+def growth_state(callbacks: Mapping[str, Any] | None) -> Any:
+    """The growth callback's state in a checkpoint's ``callbacks`` dict: under :data:`GROWTH_STATE_KEY`, else under
+    a key of :data:`FORMER_GROWTH_STATE_KEYS`; ``None`` when it holds none.
+
+    Args:
+        callbacks: ``checkpoint["callbacks"]`` (``None``: a checkpoint without callback states).
+
+    Example::
+
+        >>> growth_state({"WidthGrowthCallback": {"grown": 1}}), growth_state({"GrowthCallback": {"grown": 2}})
+        ({'grown': 1}, {'grown': 2})
+        >>> growth_state(None) is None
+        True
+    """
+    callbacks = callbacks or {}
+    for key in (GROWTH_STATE_KEY, *FORMER_GROWTH_STATE_KEYS):
+        if key in callbacks:
+            return callbacks[key]
+    return None
 
 
 @dataclasses.dataclass

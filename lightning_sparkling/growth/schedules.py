@@ -34,7 +34,7 @@ from lightning_sparkling.growth.lr_formulas import (
     wsd_decay_start,
     wsd_lr,
 )
-from lightning_sparkling.growth.new_entry_schedule import RewarmupHolder, RewarmupLambda, RewarmupLR
+from lightning_sparkling.growth.rewarmup_schedule import RewarmupHolder, RewarmupLambda, RewarmupLR
 from lightning_sparkling.growth.schedule_checks import check_growth_before_decay
 
 __all__ = ["DECAY_SHAPES", "SCHEDULES", "WSD_DECAY_SHAPES", "RewarmupHolder", "RewarmupLR", "RewarmupLambda",
@@ -256,10 +256,3 @@ def scheduler_min_lr(scheduler: Any, group: int) -> float | None:
     if isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR):
         return float(scheduler.eta_min)
     return None
-
-
-def __getattr__(name: str):
-    """``NewEntryLRHolder``: the old name of :class:`RewarmupHolder` (the same class), with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

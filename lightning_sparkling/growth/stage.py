@@ -1,15 +1,16 @@
 """``GrowthStage``: one growth event (widths, heads, depth, experts, or several at once), validated when it is
-built. Its fields are its own timing and recipe keys and every registered axis' stage keys (:func:`_assemble`); the
-checks of its own keys are :mod:`~lightning_sparkling.growth.stage_checks`, the named recipes
-:mod:`~lightning_sparkling.growth.recipes`, the timing and schedule rules :mod:`~lightning_sparkling.growth.timing`
-(all importable from here as before).
+built. A plain frozen dataclass: its fields are every built-in stage key (``at_step``, each built-in axis' keys, the
+timing and recipe keys) and ``extra``, the keys of axes a user registers (:func:`stage_key_fields` lists them all,
+for the CLI and the docs). Each axis checks its own keys (``GrowthAxis.check_stage``); the checks of the stage's own
+keys are :mod:`~lightning_sparkling.growth.stage_checks`, the named recipes :mod:`~lightning_sparkling.growth.recipes`,
+the timing and schedule rules :mod:`~lightning_sparkling.growth.timing` (all importable from here).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from lightning_sparkling.growth.axes import (
@@ -18,18 +19,19 @@ from lightning_sparkling.growth.axes import (
     WIDTH_SIZE_KEYS,
     GrowthAxis,
     registered_axes,
-    watch_registry,
+    reserve_stage_keys,
 )
+from lightning_sparkling.growth.axes.experts import DEFAULT_REINIT_FRACTION
 from lightning_sparkling.growth.depth_maps import DEPTH_INITS, DEPTH_ORDERS
-from lightning_sparkling.growth.errors import StageError, _stage_error, check_choice  # noqa: F401 (old names)
-from lightning_sparkling.growth.recipes import (  # noqa: F401 (_SYMMETRY_KEYS: an old name of this module)
-    _SYMMETRY_KEYS,
-    recipe_keys,
+from lightning_sparkling.growth.errors import StageError, check_choice
+from lightning_sparkling.growth.recipes import (
+    AUTO,
     RECIPES,
     SCHEDULE_RECIPES,
     WIDTH_ONLY_RECIPES,
     apply_recipe,
     grows_channels,
+    recipe_keys,
 )
 from lightning_sparkling.growth.scaling import parse_init
 from lightning_sparkling.growth.stage_checks import (
@@ -38,9 +40,11 @@ from lightning_sparkling.growth.stage_checks import (
     OPTIMIZER_STATES,
     REWARMUP_SCOPES,
     SYMMETRY_RELEASES,
+    _checked_extra,
+    _default,
     check_baselines,
-    check_depth_map,
     check_lock_breakers,
+    plugin_key_fields,
     check_target,
     check_timing,
 )
@@ -57,8 +61,8 @@ from lightning_sparkling.growth.timing import (
 __all__ = ["BIAS_CORRECTIONS", "DEFAULT_SPLIT_RATIO", "DEPTH_INITS", "DEPTH_ORDERS", "HEAD_SIZE_KEYS",
            "OPTIMIZER_STATES", "RECIPES", "REWARMUP_SCOPES", "SCHEDULE_RECIPES", "SIZE_KEYS", "SYMMETRY_RELEASES",
            "WIDTH_ONLY_RECIPES", "WIDTH_SIZE_KEYS", "GrowthStage", "StageError", "apply_recipe", "check_choice",
-           "check_rewarmup_fits", "check_stage_order", "check_stage_sequence", "decay_end", "fraction_step", "grows_channels",
-           "resolve_timing", "rewarmup_window"]
+           "check_rewarmup_fits", "check_stage_order", "check_stage_sequence", "decay_end", "fraction_step",
+           "grows_channels", "plugin_key_fields", "resolve_timing", "rewarmup_window", "stage_key_fields"]
 
 
 @dataclass(frozen=True)
@@ -67,13 +71,79 @@ class GrowthStage:
     ``moe_intermediate_size``; the heads; the depth ``n_layer``; the experts), one plan and one growth event however
     many a stage sets.
 
-    The fields are ``at_step``, each registered axis' own keys, then the timing and recipe keys below; the axes'
-    keys are assembled from their ``stage_keys`` blocks (:func:`~lightning_sparkling.growth.axes.register_axis`):
-    the width's (:class:`~lightning_sparkling.growth.axes.width.WidthKeys`), the heads'
-    (:class:`~lightning_sparkling.growth.axes.heads.HeadsKeys`), the depth's
-    (:class:`~lightning_sparkling.growth.axes.depth.DepthKeys`) and the experts'
-    (:class:`~lightning_sparkling.growth.axes.experts.ExpertsKeys`), each documented there. Give every key but
-    ``at_step`` by name.
+    The fields are ``at_step``, then every other key by name: each built-in axis' keys (the axis checks them:
+    ``GrowthAxis.check_stage``), then the stage's own timing and recipe keys, then :attr:`extra`, the keys of the
+    axes a user registers (``register_axis``; read with :meth:`get`, built flat with :meth:`from_keys`).
+
+    The width axis' keys (:mod:`~lightning_sparkling.growth.axes.width`).
+
+    Args:
+        n_embd: new hidden (residual stream) size. Heads, head size and RoPE are unchanged.
+        intermediate_size: new dense MLP inner size.
+        moe_intermediate_size: new MoE expert inner size (every expert, shared experts scaled alike).
+
+    The heads axis' keys, at a fixed ``head_size`` (:mod:`~lightning_sparkling.growth.axes.heads`).
+
+    Args:
+        n_head: new number of query heads, of the same ``head_size`` (new heads copy heads of their key/value group
+            under a copied ``init`` fan-out side, or start random with zeroed ``attn.proj`` fan-in columns under
+            ``random-zero``; see :mod:`~lightning_sparkling.growth.head_layout`).
+        n_query_groups: new number of key/value groups (default: unchanged when ``n_head / n_query_groups`` stays
+            whole, i.e. new heads join the existing groups; an MHA model grown by ``n_head`` alone stays MHA). New
+            groups copy source groups.
+
+    The depth axis' keys (G_stack, MIDAS: :mod:`~lightning_sparkling.growth.axes.depth`); a new block's tensors are
+    new entries like new width, so the re-warmup, ``optimizer_state``, ``bias_correction`` and the symmetry loop
+    apply to them.
+
+    Args:
+        n_layer: new number of blocks (larger than the model's).
+        depth_init: how a new block starts. ``copy-zero`` (default; function preserving): the source block's
+            weights with its output projections (attention ``proj``, MLP / every expert's ``proj``, their biases and
+            a LayerNorm post-norm's bias) zeroed, so the block adds nothing to the residual stream at first and the
+            grown model computes the same logits. ``copy``: the source block's weights as they are (G_stack; not
+            function preserving). ``random-zero``: litgpt's init (normal(0, 0.02) linears, unit norms, zero biases)
+            with the output projections zeroed (function preserving, no source).
+        depth_order: where the new blocks go and which old block each copies. ``stack`` (default, G_stack): the
+            stack repeated on top, new block ``L + i`` copies block ``i % L``. ``interleave``: every block followed
+            by its copies (``N // L - 1`` each; the ``N % L`` extra copies go to blocks spread evenly over the
+            depth). ``middle`` (MIDAS): like ``interleave``, but the ``N % L`` extra copies go to the middle blocks,
+            so ``n_layer < 2 L`` duplicates a centred window of blocks in place. ``sparkling plan`` prints the map.
+        depth_map: instead of ``depth_order``, the grown model's blocks by the old block each comes from (prts's
+            layer map): one old-block index per grown block, so ``len(depth_map)`` is the new ``n_layer`` (set
+            ``n_layer`` to it or leave it out). The first occurrence of each old block is that block itself, later
+            ones are new blocks copying it (by ``depth_init``): at 4 -> 8, ``[0, 1, 2, 3, 0, 1, 2, 3]`` is ``stack``
+            and ``[0, 0, 1, 1, 2, 2, 3, 3]`` is ``interleave``. Accepted: integers ``>= 0`` whose first occurrences
+            come in order ``0, 1, 2, ...`` (old blocks keep their order, so ``copy-zero`` keeps the function); the
+            model's ``L`` blocks must each appear (indices ``0 .. L - 1``, checked when the stage is planned) and at
+            least one more block.
+        depth_scaling: a depth-aware rule (:mod:`~lightning_sparkling.growth.depth_scaling`). ``none`` (default):
+            nothing. ``sqrt`` (depth-muP's ``1 / sqrt(L)`` residual-branch multiplier, folded into the weights):
+            at ``L -> L'`` blocks the output projections of every block, kept and new, are multiplied by
+            ``sqrt(L / L')``. Not function preserving (the old blocks write less against the same embedding);
+            refused with post-branch norms and with an experts growth in the same stage; nothing on a stage that
+            grows no depth.
+
+    The experts axis' keys (:mod:`~lightning_sparkling.growth.axes.experts`); a new expert's tensors and a router's
+    new rows are new entries like new width, so the re-warmup and ``optimizer_state`` apply to them. Widths, heads
+    and depth may grow in the same stage (a new expert then copies its source widened; dense -> MoE widens the MLP
+    into expert 0; a new block gets its experts as its MLP starts).
+
+    Args:
+        n_expert: new number of routed experts per MoE block. On a ``LLaMAMoE`` model new expert ``E_old + i`` starts
+            from expert ``i % E_old``, its router row from that expert's row.
+        n_expert_per_token: new top-``K`` (default: the model's). ``n_expert`` and ``n_expert_per_token`` grown by
+            the same factor with ``expert_init='copy'`` keep the function exactly.
+        mlp_class_name: ``"LLaMAMoE"`` on a ``LLaMAMLP`` model: dense -> MoE (sparse upcycling); every block's MLP
+            becomes ``n_expert`` experts of its inner size that copy it (exact under ``copy``, whatever the router).
+        expert_init: ``copy`` (default), ``drop-upcycle`` (a copy whose ``expert_reinit_fraction`` of inner channels
+            are re-drawn from the weight's own mean and std) or ``random`` (litgpt's init).
+        expert_reinit_fraction: drop-upcycle's fraction of re-drawn inner channels, in ``[0, 1]`` (default 0.5).
+        router_init: dense -> MoE's new router: ``random`` (default, litgpt's init) or ``zero`` (needs
+            ``expert_init='drop-upcycle'``: equal copies under a zero router never part).
+        first_k_dense_replace: dense -> MoE only: the first ``k`` blocks keep their ``LLaMAMLP`` (the same module,
+            Parameters and optimizer state; litgpt's ``first_k_dense_replace``, which the grown config carries), the
+            others upcycle; ``0 <= k < n_layer``. On MoE -> more experts it may only repeat the model's own value.
 
     ``recipe`` (default ``auto``) fills the keys a stage does not set. ``auto`` is the recipe ``sparkling pretrain``
     picks for the run's schedule (``random-zero-3x`` under cosine, ``wsd`` under WSD), resolved by
@@ -190,6 +260,29 @@ class GrowthStage:
     """
 
     at_step: int | None = None
+    _: KW_ONLY  # every key but at_step by name
+    # the width axis' keys (growth/axes/width.py checks them)
+    n_embd: int | None = None
+    intermediate_size: int | None = None
+    moe_intermediate_size: int | None = None
+    # the heads axis' keys (growth/axes/heads.py)
+    n_head: int | None = None
+    n_query_groups: int | None = None
+    # the depth axis' keys (growth/axes/depth.py)
+    n_layer: int | None = None
+    depth_init: str = "copy-zero"
+    depth_order: str = "stack"
+    depth_map: tuple[int, ...] | None = None
+    depth_scaling: str = "none"
+    # the experts axis' keys (growth/axes/experts.py)
+    n_expert: int | None = None
+    n_expert_per_token: int | None = None
+    mlp_class_name: str | None = None
+    expert_init: str = "copy"
+    expert_reinit_fraction: float = DEFAULT_REINIT_FRACTION
+    router_init: str = "random"
+    first_k_dense_replace: int | None = None
+    # the stage's own keys: the recipe of the new entries, a named target, the baselines, the lock breakers, timing
     init: str = "copy-copy"
     rms_preserving: bool = True
     optimizer_state: str = "asymmetric"
@@ -209,13 +302,22 @@ class GrowthStage:
     symmetry_release: str = "hold"
     at_fraction: float | None = None
     recipe: str = "auto"
+    # the keys of axes a user registers (their stage_keys), by name; only those set to other than their default
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> GrowthStage:
+        # the keys the caller gave (by name, or at_step by position): a recipe fills only the others (given_keys)
+        self = super().__new__(cls)
+        object.__setattr__(self, "_given", frozenset(("at_step",)[: len(args)]) | frozenset(kwargs))
+        return self
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "extra", _checked_extra(self.extra))
         for key, value in recipe_keys(self).items():  # a named recipe fills the keys the stage did not set
             object.__setattr__(self, key, value)
         check_timing(self)
-        if self.depth_map is not None:
-            check_depth_map(self)
+        for axis in registered_axes():  # each axis' own keys (depth: its map gives n_layer; positive sizes)
+            axis.check_stage(self)
         if self.model_name is not None or self.model_config is not None:
             check_target(self)
         elif not any(axis.active(self) for axis in registered_axes()):
@@ -225,13 +327,6 @@ class GrowthStage:
                 f"GrowthStage(at_step={self.at_step}) grows nothing: give at least one of {keys}, model_name or "
                 "model_config"
             )
-        for axis, size in self.sizes.items():
-            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                what = "a layer count" if axis == "n_layer" else "a width"
-                raise StageError(axis,
-                                 f"GrowthStage({axis}={size!r}): {what} must be a positive integer")
-        check_choice("depth_init", self.depth_init, DEPTH_INITS)
-        check_choice("depth_order", self.depth_order, DEPTH_ORDERS)
         try:
             fan_out, fan_in = parse_init(self.init)
         except ValueError as err:
@@ -261,9 +356,6 @@ class GrowthStage:
                              f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
         check_baselines(self, fan_in)
         check_lock_breakers(self, fan_out, fan_in)
-        for axis in registered_axes():  # each axis' own keys (e.g. the experts')
-            axis.check_stage(self)
-
 
     def resolved(self, max_steps: int | None) -> GrowthStage:
         """This stage with its step known: an ``at_fraction`` stage becomes the ``at_step`` stage of a run of
@@ -292,6 +384,25 @@ class GrowthStage:
         ``first_k_dense_replace``): :mod:`~lightning_sparkling.growth.axes.experts` plans it."""
         return _axis("experts").active(self)
 
+    def get(self, key: str) -> Any:
+        """The value of stage key ``key``: a field, or a registered axis' own key (in :attr:`extra` when the stage
+        set it, else that axis' default).
+
+        Raises:
+            AttributeError: for a key that is neither a field nor a registered axis' key.
+
+        Example::
+
+            >>> GrowthStage(500, n_embd=1024).get("n_embd")
+            1024
+        """
+        if key in _FIELD_NAMES:
+            return getattr(self, key)
+        plugin = plugin_key_fields()
+        if key not in plugin:
+            raise AttributeError(f"GrowthStage has no stage key {key!r}: not a field, nor a registered axis' key")
+        return self.extra.get(key, _default(plugin[key]))
+
     @property
     def changes_baseline(self) -> bool:
         """Whether the stage changes the LR of old entries too (``rewarmup_scope='all'`` or ``decay_speedup``)."""
@@ -304,14 +415,20 @@ class GrowthStage:
 
     @property
     def sizes(self) -> dict[str, int]:
-        """Every size this stage sets, ``{size key: new size}``: :attr:`widths`, then ``n_layer``.
+        """Every size this stage sets, ``{size key: new size}``, of every registered axis in registry order (the
+        widths, the heads, ``n_layer``, the experts' ``n_expert`` / ``n_expert_per_token``, then a registered axis'
+        own sizes).
 
         Example::
 
             >>> GrowthStage(500, n_layer=12, n_embd=1024).sizes
             {'n_embd': 1024, 'n_layer': 12}
+            >>> GrowthStage(500, n_expert=8, n_expert_per_token=2).sizes
+            {'n_expert': 8, 'n_expert_per_token': 2}
         """
-        return {size: getattr(self, size) for size in SIZE_KEYS if getattr(self, size) is not None}
+        keys = _FIELD_NAMES | set(plugin_key_fields())
+        sizes = {size: self.get(size) for axis in registered_axes() for size in axis.sizes if size in keys}
+        return {size: value for size, value in sizes.items() if value is not None}
 
     @property
     def copies(self) -> bool:
@@ -338,8 +455,54 @@ class GrowthStage:
         (``GrowthStage(**stage.to_dict())``) gave them all."""
         return getattr(self, "_given", frozenset(f.name for f in fields(self)))
 
+    @property
+    def unresolved_keys(self) -> tuple[str, ...]:
+        """The keys whose value is not known yet: those ``recipe='auto'`` would set, under one of the registered
+        schedules (:data:`SCHEDULE_RECIPES`), to another value than the field holds now; ``()`` for a named recipe,
+        or when every schedule's recipe leaves this stage as it is. ``auto`` is resolved by
+        :class:`~lightning_sparkling.callbacks.GrowthCallback` (``on_fit_start``, from the module's scheduler) or by
+        :func:`~lightning_sparkling.growth.recipes.resolve_recipe`.
+
+        Example::
+
+            >>> GrowthStage(500, n_embd=1024).unresolved_keys
+            ('init', 'rewarmup_ratio')
+            >>> GrowthStage(500, n_embd=1024, recipe="paper").unresolved_keys, GrowthStage(500, n_layer=8).unresolved_keys
+            ((), ())
+        """
+        if self.recipe != AUTO:
+            return ()
+        given = {key: getattr(self, key) for key in self.given_keys if key in _FIELD_NAMES and key != "recipe"}
+        changed: set[str] = set()
+        for recipe in dict.fromkeys(SCHEDULE_RECIPES.values()):
+            changed |= {k for k, v in apply_recipe(recipe, given).items() if k not in given and getattr(self, k) != v}
+        return tuple(f.name for f in fields(self) if f.name in changed)
+
+    def __repr__(self) -> str:
+        """Every key with the value a growth will use; an ``auto`` stage's :attr:`unresolved_keys` print as
+        ``<auto>``, and its ``recipe`` says what resolves them.
+
+        Example::
+
+            >>> GrowthStage(500, n_layer=8, recipe="paper")  # doctest: +ELLIPSIS
+            GrowthStage(at_step=500, ..., n_layer=8, depth_init='copy-zero', ..., recipe='paper', extra={})
+            >>> GrowthStage(500, n_embd=1024)  # doctest: +ELLIPSIS
+            GrowthStage(at_step=500, n_embd=1024, ..., init=<auto>, ..., rewarmup_ratio=<auto>, ..., recipe='auto' (unresolved: ...), extra={})
+        """
+        unresolved = self.unresolved_keys
+        parts = []
+        for f in fields(self):
+            value = "<auto>" if f.name in unresolved else repr(getattr(self, f.name))
+            if f.name == "recipe" and unresolved:
+                choices = ", ".join(f"{recipe} under {schedule}" for schedule, recipe in SCHEDULE_RECIPES.items())
+                value += (f" (unresolved: {', '.join(unresolved)} follow the run's schedule, {choices}; resolved by "
+                          "GrowthCallback at fit start, or resolve_recipe(stage, schedule))")
+            parts.append(f"{f.name}={value}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain-data form (for checkpoints and logs); ``GrowthStage(**stage.to_dict())`` rebuilds it."""
+        """Plain-data form (for checkpoints and logs); ``GrowthStage(**stage.to_dict())`` rebuilds it (a registered
+        axis' keys under ``"extra"``)."""
         return asdict(self)
 
     @classmethod
@@ -369,70 +532,48 @@ class GrowthStage:
             >>> GrowthStage.from_recipe("paper", 500, n_embd=1024).init
             'copy-copy'
         """
-        return cls(at_step, recipe=recipe, **keys)
+        return cls(at_step, recipe=recipe, **_split_keys(keys))
+
+    @classmethod
+    def from_keys(cls, at_step: int | None = None, **keys: Any) -> GrowthStage:
+        """A stage of flat keys, a registered axis' own keys among them (the CLI's ``growth.stages`` entries): those
+        go to :attr:`extra`, the others are fields; the same as ``GrowthStage(at_step, **fields, extra={...})``.
+
+        Raises:
+            TypeError: for a key that is neither a field nor a registered axis' key.
+
+        Example::
+
+            >>> GrowthStage.from_keys(500, n_embd=1024) == GrowthStage(500, n_embd=1024)
+            True
+        """
+        return cls(at_step, **_split_keys(keys))
 
 
-def _record_given_keys(init: Any) -> Any:
-    """``GrowthStage.__init__`` that first records which fields the caller gave (:attr:`GrowthStage.given_keys`)."""
-    names = [f.name for f in fields(GrowthStage) if f.init]
-
-    @functools.wraps(init)
-    def __init__(self: GrowthStage, *args: Any, **kwargs: Any) -> None:
-        object.__setattr__(self, "_given", frozenset(names[: len(args)]) | frozenset(kwargs))
-        init(self, *args, **kwargs)
-
-    return __init__
-
+_FIELD_NAMES = frozenset(f.name for f in fields(GrowthStage))
+reserve_stage_keys(_FIELD_NAMES)  # no axis' stage_keys may shadow a field
 
 
 def _axis(name: str) -> GrowthAxis:
     return next(axis for axis in registered_axes() if axis.name == name)
 
 
-_OWN_FIELDS = {f.name: f for f in dataclasses.fields(GrowthStage)}
-"""The stage's own fields (timing and recipe), in order; the axes' keys come after ``at_step``."""
-_GENERATED = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__", "__match_args__",
-              "__getstate__", "__setstate__")
+def stage_key_fields() -> tuple[dataclasses.Field, ...]:
+    """Every stage key as a dataclass ``Field`` (name, type, default): :class:`GrowthStage`'s fields but ``extra``,
+    then the registered axes' own keys (:func:`plugin_key_fields`), flat: what the CLI's ``growth.stages`` entries
+    hold.
 
+    Example::
 
-def _assemble() -> None:
-    """Give :class:`GrowthStage` its fields: ``at_step``, each registered axis' ``stage_keys`` in registry order,
-    then its own timing and recipe keys, and its ``__init__`` that records the keys given
-    (:func:`_record_given_keys`); run again by the registry whenever an axis is added or removed, on the same
-    class object (so every ``from ... import GrowthStage`` sees the new keys).
-
-    Raises:
-        ValueError: for an axis' stage key that another axis or the stage itself already has.
+        >>> [f.name for f in stage_key_fields()][:3]
+        ['at_step', 'n_embd', 'intermediate_size']
     """
-    keys: dict[str, dataclasses.Field] = {}
-    for axis in registered_axes():
-        for key in dataclasses.fields(axis.stage_keys) if axis.stage_keys is not None else ():
-            if key.name in keys or key.name in _OWN_FIELDS:
-                raise ValueError(f"axis {axis.name!r}: stage key {key.name!r} is already a GrowthStage key; "
-                                 "give the axis a key of its own")
-            keys[key.name] = key
-    assembled = {"at_step": _OWN_FIELDS["at_step"], **keys,
-                 **{name: f for name, f in _OWN_FIELDS.items() if name != "at_step"}}
-    for name in _GENERATED:
-        if name in vars(GrowthStage):
-            delattr(GrowthStage, name)
-    for name in set(GrowthStage.__dataclass_fields__) - set(assembled):  # an unregistered axis' keys
-        if name in vars(GrowthStage):
-            delattr(GrowthStage, name)
-    GrowthStage.__annotations__ = {name: f.type for name, f in assembled.items()}
-    for name, f in assembled.items():
-        setattr(GrowthStage, name, dataclasses.field(default=f.default, default_factory=f.default_factory))
-    dataclass(frozen=True)(GrowthStage)
-    GrowthStage.__init__ = _record_given_keys(GrowthStage.__init__)  # type: ignore[method-assign]
+    return (*(f for f in fields(GrowthStage) if f.name != "extra"), *plugin_key_fields().values())
 
 
-_assemble()
-watch_registry(_assemble)
-
-
-def __getattr__(name: str):
-    """``WIDTH_AXES`` / ``HEAD_AXES`` / ``SIZE_AXES``: the old names of the size-key tuples (the same objects), with
-    a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)
+def _split_keys(keys: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat stage keys as ``GrowthStage`` keywords: a registered axis' own keys under ``extra``."""
+    plugin = plugin_key_fields()
+    own = {k: v for k, v in keys.items() if k not in plugin}
+    extra = {**own.pop("extra", {}), **{k: v for k, v in keys.items() if k in plugin}}
+    return {**own, "extra": extra} if extra else own

@@ -6,9 +6,11 @@ is a :class:`~lightning_sparkling.growth.errors.StageError` naming the key, the 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
+from lightning_sparkling.growth.axes import registered_axes
 from lightning_sparkling.growth.errors import StageError, check_choice
 from lightning_sparkling.growth.scaling import SPLITS
 
@@ -24,7 +26,7 @@ StageLike = Any
 words only)."""
 
 __all__ = ["BIAS_CORRECTIONS", "DEFAULT_SPLIT_RATIO", "OPTIMIZER_STATES", "REWARMUP_SCOPES", "SYMMETRY_RELEASES",
-           "check_baselines", "check_depth_map", "check_lock_breakers", "check_target", "check_timing"]
+           "check_baselines", "check_lock_breakers", "plugin_key_fields", "check_target", "check_timing"]
 
 
 def check_timing(stage: StageLike) -> None:
@@ -42,41 +44,6 @@ def check_timing(stage: StageLike) -> None:
         raise StageError("at_fraction",
                          f"GrowthStage(at_fraction={f!r}): must be a number in (0, 1), the fraction of "
                          "max_steps after which to grow (e.g. 0.25), or use at_step")
-
-
-def check_depth_map(stage: StageLike) -> None:
-    """Refuse a ``depth_map`` that is not a list of old-block indices in first-occurrence order, or that contradicts
-    ``depth_order`` / ``n_layer``; store it as a tuple and set ``n_layer`` from its length."""
-    given = stage.depth_map
-    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not given or any(
-            isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in given):
-        raise StageError("depth_map",
-                         f"GrowthStage(depth_map={given!r}): must be a non-empty list of old-block indices "
-                         "(integers >= 0), one per block of the grown model, e.g. [0, 1, 0, 1]")
-    depth_map = tuple(given)
-    object.__setattr__(stage, "depth_map", depth_map)  # a list from YAML / JSON: a tuple, so stages compare
-    seen = 0
-    for j, i in enumerate(depth_map):
-        if i > seen:
-            raise StageError("depth_map",
-                f"GrowthStage(depth_map={list(depth_map)}): position {j} holds old block {i} before old block "
-                f"{seen} first appears; the first occurrence of each old block must come in order 0, 1, 2, ... "
-                "(it is the old block itself, later ones are its copies, and old blocks keep their order), e.g. "
-                "[0, 1, 0, 1] (stack) or [0, 0, 1, 1] (interleave)")
-        seen += i == seen
-    if stage.depth_order != "stack":
-        raise StageError("depth_map",
-                         f"GrowthStage(depth_map={list(depth_map)}, depth_order={stage.depth_order!r}): give one "
-                         "of them; the map says where every block goes (drop depth_order)")
-    if stage.model_name is not None or stage.model_config is not None:
-        return  # the target sets n_layer; the map's length is checked against it when planned
-    if stage.n_layer is None:
-        object.__setattr__(stage, "n_layer", len(depth_map))
-    elif stage.n_layer != len(depth_map):
-        raise StageError("n_layer",
-                         f"GrowthStage(depth_map={list(depth_map)}, n_layer={stage.n_layer!r}): the map has "
-                         f"{len(depth_map)} entries, one per block of the grown model; give n_layer="
-                         f"{len(depth_map)} or leave n_layer out")
 
 
 def check_target(stage: StageLike) -> None:
@@ -183,3 +150,41 @@ def check_lock_breakers(stage: StageLike, fan_out: str, fan_in: str) -> None:
         raise StageError("rewarmup_scope",
                          f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
                          "with rewarmup_scope='all' every entry follows one LR; use rewarmup_scope='new'")
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def plugin_key_fields() -> dict[str, dataclasses.Field]:
+    """``{key: its dataclass Field}`` of every registered axis' own stage keys (their ``stage_keys`` blocks): the
+    keys a stage holds in :attr:`GrowthStage.extra`.
+
+    Example::
+
+        >>> plugin_key_fields()  # the built-in axes' keys are GrowthStage's fields
+        {}
+    """
+    out: dict[str, dataclasses.Field] = {}
+    for axis in registered_axes():
+        for f in dataclasses.fields(axis.stage_keys) if axis.stage_keys is not None else ():
+            out[f.name] = f
+    return out
+
+
+def _checked_extra(extra: Any) -> dict[str, Any]:
+    """``extra`` as a plain dict of the registered axes' keys set to other than their default (a default, e.g. an
+    unset CLI key, is left out, so stages compare by what they grow).
+
+    Raises:
+        TypeError: for a key no registered axis has, naming the keys they have.
+    """
+    if not isinstance(extra, Mapping):
+        raise TypeError(f"GrowthStage(extra={extra!r}): must be a mapping of registered axes' stage keys")
+    plugin = plugin_key_fields()
+    unknown = sorted(set(extra) - set(plugin))
+    if unknown:
+        raise TypeError(f"GrowthStage got unexpected stage key(s) {', '.join(map(repr, unknown))}: not a field, nor "
+                        f"a registered axis' key (registered: {', '.join(plugin) or 'none'}); register its axis first "
+                        "(growth.register_axis, or the CLI's plugins:)")
+    return {k: v for k, v in extra.items() if v != _default(plugin[k])}

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling._deprecated import renamed_keywords
 from lightning_sparkling.growth.axes import registered_axes
 from lightning_sparkling.growth.operators import TensorStats, expand_dim, relayout_dim
 from lightning_sparkling.growth.plan import (
@@ -104,7 +103,6 @@ class GrowthResult:
         return {name: change.src for name, change in self.plan.channels.items()}
 
 
-@renamed_keywords("lightning_sparkling.growth.surgery.grow_tensor", axes="channels")
 def grow_tensor(
     t: torch.Tensor,
     spec: TensorPlan,
@@ -126,8 +124,8 @@ def grow_tensor(
     Args:
         t: the tensor as it is (shape ``spec.old_shape``).
         spec: its plan.
-        channels: the plan's channel dimensions (:attr:`GrowthPlan.channels`: copy maps, split multipliers);
-            ``axes=`` is its deprecated keyword (until 0.3.0).
+        channels: the plan's channel dimensions (:attr:`GrowthPlan.channels`: copy maps, split
+            multipliers).
         generator: for ``random`` slices.
         mode: override every dimension's init (optimizer state uses ``zero`` or ``copy``; no split, no perturb).
         scale: override ``spec.scale``.
@@ -256,7 +254,6 @@ def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[
     return out
 
 
-@renamed_keywords("lightning_sparkling.growth.surgery.fan_in_shares", axes="channels")
 def fan_in_shares(spec: TensorPlan, channels: Mapping[str, ChannelChange]) -> torch.Tensor | None:
     """The per-entry multipliers an uneven ``split`` puts on a tensor's copied fan-in columns (float64, shaped to
     broadcast over the grown tensor), or ``None`` when its fan-in shares are even."""
@@ -345,7 +342,6 @@ class UndoLog:
         self._log.clear()
 
 
-_Swap = UndoLog  # its old name, importable as before
 
 
 def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
@@ -362,6 +358,42 @@ def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
         swap.set(module, "intermediate_size", fc.weight.shape[0])
 
 
+def rope_cache_of(config, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """litgpt's RoPE cache ``(cos, sin)`` of ``config`` for ``seq_len`` positions, on the CPU: what
+    ``GPT.rope_cache`` computes (it reads only ``config`` and ``max_seq_length``).
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> cos, sin = rope_cache_of(Config(n_embd=32, n_head=4, block_size=8, rotary_percentage=1.0), 8)
+        >>> tuple(cos.shape)
+        (8, 8)
+    """
+    from types import SimpleNamespace
+
+    from litgpt.model import GPT
+
+    return GPT.rope_cache(SimpleNamespace(config=config, max_seq_length=seq_len), device=torch.device("cpu"))
+
+
+def derived_buffers(gpt: nn.Module, old_config) -> dict[str, torch.Tensor]:
+    """The config-derived buffers of ``gpt`` (its config the grown one) that ``old_config`` derived otherwise:
+    ``{"cos": ..., "sin": ...}`` (litgpt's RoPE cache, ``GPT.max_seq_length``'s setter builds it) recomputed from
+    ``gpt.config`` on the buffers' device and dtype, when an axis changed a field it depends on (``rope_base``,
+    ``rope_n_elem``, ``rope_adjustments``, ...); ``{}`` when the cache of both configs is the same, so an unchanged
+    cache is never recomputed (bit for bit what it was). litgpt's ``mask_cache`` and KV caches exist only for
+    inference, which growth refuses (:func:`check_plain_gpt`).
+    """
+    if "cos" not in gpt._buffers or "sin" not in gpt._buffers:
+        return {}
+    seq_len = gpt.max_seq_length
+    old, new = rope_cache_of(old_config, seq_len), rope_cache_of(gpt.config, seq_len)
+    if all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(old, new)):
+        return {}
+    return {name: value.to(device=gpt._buffers[name].device, dtype=gpt._buffers[name].dtype)
+            for name, value in zip(("cos", "sin"), new)}
+
+
 def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
     """Module names, classes and sizes (``extra_repr``). Unset optional submodules (``None`` entries, e.g. the
     KV cache after ``clear_kv_cache()``) are not part of the structure."""
@@ -369,8 +401,8 @@ def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
 
 
 def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> UndoLog:
-    """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s) and switch every
-    ``config`` reference to the grown ``Config``. All-or-nothing: on any error the model is restored and the
+    """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s), switch every
+    ``config`` reference to the grown ``Config`` and rebuild the buffers derived from it (:func:`derived_buffers`). All-or-nothing: on any error the model is restored and the
     error re-raised. Returns the undo log (``.undo()`` restores the model).
     """
     swap = UndoLog()
@@ -415,6 +447,8 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
                 swap.set(module, "normalized_shape", ref.normalized_shape)
         if _structure(model) != _structure(reference):
             raise GrowthError("the grown model's module structure differs from GPT(grown config)")
+        for name, value in derived_buffers(model, old_config).items():  # a config change that is not a shape
+            swap.set(model, name, value)
         return swap
     except BaseException:
         swap.undo()
@@ -436,7 +470,6 @@ def result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_n
     return old_params, new_params, added
 
 
-_result_params = result_params  # its old name
 
 
 def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
@@ -497,11 +530,3 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
     old_params, new_params, added = result_params(plan, old_named, new_named)
     return GrowthResult(plan=plan, old_params=old_params, new_params=new_params, added=added,
                         order=tuple(new_named.values()), seconds=time.perf_counter() - start, _swap=swap)
-
-
-def __getattr__(name: str):
-    """``AxisChange``: the old name of :class:`~lightning_sparkling.growth.types.ChannelChange` (the same class), with
-    a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

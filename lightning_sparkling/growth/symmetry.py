@@ -18,19 +18,17 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lightning_sparkling._deprecated import renamed_fields
 from lightning_sparkling.growth.axes import plan_axes
 from lightning_sparkling.growth.plan import GrowthPlan
 
 
-@renamed_fields(axis="channel")
 @dataclass(frozen=True)
 class CopySpec:
     """What one stage copied, measured under one tag: ``channel`` is a channel dimension's name (``n_embd``,
     ``attn_q``, ...; ``old`` channels before growth, the copy map ``src`` and the ``(tensor name, dimension)`` pairs
     where that channel dimension was initialized by copy) or, for an axis that adds modules, that axis'
     ``symmetry_key`` (``n_layer``, ``experts``: no channels, the ``pairs`` of copied tensors). It names the logged
-    tag ``symmetry/stage_k/{channel}``. ``CopySpec.axis`` is its deprecated name (until 0.3.0)."""
+    tag ``symmetry/stage_k/{channel}``."""
 
     channel: str
     old: int

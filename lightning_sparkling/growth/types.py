@@ -2,13 +2,11 @@
 grown dimension of a tensor (:class:`DimGrowth`), one tensor's plan (:class:`TensorPlan`), what an axis adds to a
 plan (:class:`AxisPlan`) and what the plan hands every axis (:class:`PlanContext`).
 
-They sit in a module of their own, importing nothing of the package (but its deprecation helpers), so that :mod:`~lightning_sparkling.growth.plan`
+They sit in a module of their own, importing nothing of the package, so that :mod:`~lightning_sparkling.growth.plan`
 (which runs the axes) and the axes (which build these) import them without importing each other.
 
-Issue 41 renamed what named a channel dimension "axis" (an axis is a growth plug-in): ``AxisChange`` is
-:class:`ChannelChange`, ``DimGrowth.axis`` is :attr:`DimGrowth.channel`, ``AxisPlan.axes`` / ``PlanContext.axes`` are
-``channels``. The old names still work (the class from this module and :mod:`~lightning_sparkling.growth.plan`, the
-fields as read-only properties and constructor keywords), with a ``DeprecationWarning``, until 0.3.0.
+A growing dimension of channels is a *channel dimension* (``docs/ARCHITECTURE.md``'s glossary), never an "axis" (a
+growth plug-in).
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from lightning_sparkling._deprecated import moved_attribute, renamed_fields
 
 __all__ = ["AxisPlan", "ChannelChange", "DimGrowth", "PlanContext", "TensorPlan"]
 
@@ -72,15 +69,13 @@ class ChannelChange:
         return kept
 
 
-@renamed_fields(axis="channel")
 @dataclass(frozen=True)
 class DimGrowth:
     """One growing dimension of a tensor: ``dim`` grows along channel dimension ``channel`` (a
     :class:`ChannelChange`'s name) as ``role`` with init ``mode``.
 
     ``new_runs`` / ``old_runs``: on a channel dimension laid out anew (heads), the ``(start, stop)`` runs of new and of
-    old entries along ``dim`` of the grown tensor; ``None`` on an appended one (old ``0..old``, new ``old..new``).
-    ``axis``: the deprecated name of ``channel`` (a read-only property and constructor keyword, until 0.3.0)."""
+    old entries along ``dim`` of the grown tensor; ``None`` on an appended one (old ``0..old``, new ``old..new``)."""
 
     dim: int
     channel: str
@@ -157,7 +152,6 @@ class TensorPlan:
         return pieces
 
 
-@renamed_fields(axes="channels")
 @dataclass
 class AxisPlan:
     """What one axis contributes to a :class:`~lightning_sparkling.growth.plan.GrowthPlan`.
@@ -165,8 +159,7 @@ class AxisPlan:
     Attributes:
         change: the axis' own description of the growth (kept in ``GrowthPlan.changes[axis.name]``).
         tensors: ``{grown name: TensorPlan}`` of the tensors it adds, moves or grows.
-        channels: ``{name: ChannelChange}`` of the channel dimensions it grows (e.g. the router's expert rows);
-            ``axes`` is its deprecated name (a read-only property and constructor keyword, until 0.3.0).
+        channels: ``{name: ChannelChange}`` of the channel dimensions it grows (e.g. the router's expert rows).
         replace: ``tensors`` is the whole plan so far, re-keyed (depth: every block tensor under its new position),
             instead of entries added to it.
     """
@@ -177,7 +170,6 @@ class AxisPlan:
     replace: bool = False
 
 
-@renamed_fields(axes="channels")
 @dataclass
 class PlanContext:
     """What :func:`~lightning_sparkling.growth.plan.plan_growth` hands every axis' :meth:`GrowthAxis.plan`.
@@ -185,8 +177,7 @@ class PlanContext:
     Attributes:
         config / new_config: litgpt ``Config`` before and after. stage: the (resolved) stage.
         old_model: ``GPT(config)`` on the meta device. old_shapes: its ``{state_dict name: shape}``.
-        channels: the channel dimensions that grow (every axis' :meth:`GrowthAxis.dimensions`), by name; ``axes``
-            is its deprecated name (a read-only property and constructor keyword, until 0.3.0).
+        channels: the channel dimensions that grow (every axis' :meth:`GrowthAxis.dimensions`), by name.
         tensors: the tensor plans so far (channels first, then each axis' in registry order).
         seed / stage_index / tied_embeddings: as given to ``plan_growth``.
     """
@@ -201,8 +192,3 @@ class PlanContext:
     seed: int
     stage_index: int
     tied_embeddings: bool
-
-
-def __getattr__(name: str):
-    """``AxisChange``: the old name of :class:`ChannelChange` (the same class), with a warning."""
-    return moved_attribute(__name__, name)

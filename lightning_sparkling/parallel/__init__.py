@@ -40,16 +40,14 @@ __all__ = ["SUPPORTED", "BaseBackend", "GrowthBackend", "ShardedBackend", "backe
            "check_strategy_supported", "checkpoint_blocks", "cli_backend", "cli_strategies", "compile_gpt",
            "register_backend", "registered_backends", "select_backend", "shard_gpt", "unregister_backend", "wrap_gpt"]
 
-# the built-in backends, in the order select_backend tries them (and its message lists them); `strategy: fsdp` is
-# fsdp1's old CLI value, a deprecated alias until 0.3.0
+# the built-in backends, in the order select_backend tries them (and its message lists them)
 register_backend("single", "lightning_sparkling.parallel.single:SingleBackend", usage="a single device")
 register_backend("ddp", "lightning_sparkling.parallel.single:DDPBackend", usage="strategy='ddp'", cli_strategy="ddp")
 register_backend("fsdp2", "lightning_sparkling.parallel.fsdp2:FSDP2Backend",
                  usage="FSDP2 via ModelParallelStrategy(tensor_parallel_size=1)", cli_strategy="fsdp2",
                  cli_help="FSDP2 sharding")
 register_backend("fsdp1", "lightning_sparkling.parallel.fsdp1:FSDP1Backend",
-                 usage="FSDPStrategy(use_orig_params=True)", cli_strategy="fsdp1", cli_aliases=("fsdp",),
-                 alias_until="0.3.0", cli_help="FSDP1", cuda_only=True, supports_compile=False,
+                 usage="FSDPStrategy(use_orig_params=True)", cli_strategy="fsdp1", cli_help="FSDP1", cuda_only=True, supports_compile=False,
                  supports_activation_checkpointing=False, whole_matrices=False)
 
 

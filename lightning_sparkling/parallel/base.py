@@ -35,6 +35,7 @@ from lightning_sparkling.growth.depth_maps import split_block_name
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimizer_patch
 from lightning_sparkling.growth.plan import GrowthPlan
+from lightning_sparkling.growth.record import GROWTH_STATE_KEY, growth_state
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import (GrowthResult, UndoLog, clean_name, grow_model, grow_tensors,
                                                result_params)
@@ -255,7 +256,7 @@ class BaseBackend:
         original = pl_module.on_load_checkpoint
 
         def on_load_checkpoint(checkpoint: dict[str, Any]) -> None:
-            state = (checkpoint.get("callbacks") or {}).get(state_key)
+            state = callback_state(checkpoint.get("callbacks"), state_key)
             if state:
                 on_state(state)
             return original(checkpoint)
@@ -334,7 +335,15 @@ def peek_callback_state(checkpoint_path: Any, state_key: str) -> dict[str, Any] 
         checkpoint = torch.load(meta, map_location="cpu", weights_only=False) if meta.is_file() else {}
     else:
         checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    return (checkpoint.get("callbacks") or {}).get(state_key)
+    return callback_state(checkpoint.get("callbacks"), state_key)
+
+
+def callback_state(callbacks: dict[str, Any] | None, state_key: str) -> Any:
+    """``callbacks[state_key]``, or for the growth callback's key its state under a former key too
+    (:func:`~lightning_sparkling.growth.record.growth_state`); ``None`` when absent."""
+    if state_key == GROWTH_STATE_KEY:
+        return growth_state(callbacks)
+    return (callbacks or {}).get(state_key)
 
 
 def hook_strategy_resume(trainer: pl.Trainer, state_key: str, on_state: ResumeFn) -> Callable[[], None]:

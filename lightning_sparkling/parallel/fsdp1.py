@@ -51,7 +51,7 @@ from lightning_sparkling.growth.optim_state import (
 )
 from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import GrowthResult, UndoLog, clean_name
+from lightning_sparkling.growth.surgery import GrowthResult, UndoLog, clean_name, derived_buffers
 from lightning_sparkling.parallel.base import (ShardedBackend, grown_values, parent_and_attr, place_meta_gpt,
                                             rebuilt_result_params)
 from lightning_sparkling.parallel.sharding import wrap_gpt
@@ -251,6 +251,8 @@ def build_wrapped_gpt(pl_module: Any, strategy: Any, old_wrapper: FSDP, config: 
         for name, buf in new.named_buffers():  # RoPE cos/sin: head size and positions do not change
             if clean_name(name) in buffers and buf.shape == buffers[clean_name(name)].shape:
                 buf.copy_(buffers[clean_name(name)])
+        for name, value in derived_buffers(new, old_gpt.config).items():  # an axis changed e.g. rope_base
+            new.get_buffer(name).copy_(value)
     return wrapper
 
 

@@ -26,6 +26,7 @@ from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import (
     GrowthResult,
     UndoLog,
+    derived_buffers,
     grow_tensors,
 )
 from lightning_sparkling.parallel.base import (  # noqa: F401 (the old names stay importable here)
@@ -130,6 +131,9 @@ def build_sharded_gpt(pl_module: pl.LightningModule, old_gpt: torch.nn.Module, c
         target = new.get_buffer(name)
         if target.shape == buf.shape:  # a grown buffer (a router's score correction) is filled by the growth
             target.copy_(buf)
+    with torch.no_grad():
+        for name, value in derived_buffers(new, old_gpt.config).items():  # an axis changed e.g. rope_base
+            new.get_buffer(name).copy_(value)
     return new
 
 

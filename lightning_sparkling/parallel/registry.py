@@ -137,8 +137,8 @@ def cli_backend(value: str) -> BackendEntry | None:
 
     Example::
 
-        >>> cli_backend("fsdp1").name, cli_backend("fsdp").cli_strategy, cli_backend("auto")
-        ('fsdp1', 'fsdp1', None)
+        >>> cli_backend("fsdp1").name, cli_backend("fsdp2").cli_strategy, cli_backend("auto")
+        ('fsdp1', 'fsdp2', None)
     """
     for entry in _BACKENDS:
         if value is not None and (value == entry.cli_strategy or value in entry.cli_aliases):

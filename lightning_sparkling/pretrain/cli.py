@@ -28,6 +28,7 @@ from typing import Any
 from lightning_sparkling.parallel.registry import cli_backend
 from lightning_sparkling.pretrain.config import ResolvedRun, resolve
 from lightning_sparkling.pretrain.errors import ConfigError, _one_line_error
+from lightning_sparkling.pretrain.plugins import load_plugins, plugin_names
 from lightning_sparkling.pretrain.planning import plan, regime_advice, regime_warning, run_recipe  # noqa: F401
 from lightning_sparkling.pretrain.resume import check_out_dir
 from lightning_sparkling.pretrain.run import build_datamodule, build_module, pretrain  # noqa: F401
@@ -97,6 +98,10 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
     Raises:
         SystemExit: (code 2, message on stderr naming the key) for unknown keys, wrong types and impossible values.
     """
+    try:  # a user's axis or backend registers itself first: its stage keys and strategy are then known
+        load_plugins(plugin_names(argv, _read_yaml))
+    except ConfigError as err:
+        build_parser(command).error(str(err))
     parser = build_parser(command)
     argv, optimizer = _take_optimizer_mapping(_rewrite_optimizer_args(list(argv)))
     try:
@@ -121,7 +126,7 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
         parser.error(str(err))
     ns.optimizer = run.optimizer  # normalized: `--optimizer.lr` overrides moved into init_args
     entry = cli_backend(ns.strategy)
-    if entry is not None:  # a deprecated alias (`strategy: fsdp`) is saved as the value it stands for (`fsdp1`)
+    if entry is not None:  # a backend's alias (`cli_aliases`) is saved as the value it stands for
         ns.strategy = entry.cli_strategy
     dumped = parser.dump(ns, skip_none=False, skip_validation=True)
     return ns, run, dumped

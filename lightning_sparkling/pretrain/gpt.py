@@ -118,10 +118,3 @@ def _rebuilt_gpt(old: GPT | None, config: Config, *, seed: int, tie_embeddings: 
     if old is not None and old.max_seq_length != config.block_size and old.max_seq_length <= config.block_size:
         model.max_seq_length = old.max_seq_length
     return model
-
-
-def __getattr__(name: str):
-    """``shard_gpt`` / ``wrap_gpt``: moved to :mod:`lightning_sparkling.parallel` (a warning until 0.3.0)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lightning_sparkling._deprecated import renamed_fields, renamed_keywords
-from lightning_sparkling.growth.axes import axis_of_size, plugin_sizes, structural_sizes
+from lightning_sparkling.growth.axes import active_axes, axis_of_size, structural_sizes
 from lightning_sparkling.growth.recipes import RecipeName
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.measured_axes import cell_label
@@ -55,7 +54,6 @@ _COMPOUND_RECIPE = re.compile(r"^[\w-]+, here the keys of (?P<key>[\w-]+)$")
 map name (``'paper'``)."""
 
 
-@renamed_fields(axis="category")
 @dataclass(frozen=True)
 class MeasuredCell:
     """One seeded comparison: ``delta`` (mean ± ``sd`` over ``seeds``, ``seeds_above`` of them above scratch) of the
@@ -69,8 +67,7 @@ class MeasuredCell:
     from does not save the user compute.
 
     A file's cell (``measured.json``) names its category ``"axis"``: read one with :meth:`from_json`, write one with
-    :meth:`to_json`. ``MeasuredCell.axis`` (and the ``axis=`` keyword) is the deprecated name of ``category`` (until
-    0.3.0)."""
+    :meth:`to_json`."""
 
     category: str
     recipe: str
@@ -202,7 +199,6 @@ DEMO_TOKENS_PER_PARAM = 1.0
 """Below this many training tokens per final active parameter a run is a demo: the map's smallest setting is 1.7."""
 
 
-@renamed_fields(axis="category")
 @dataclass(frozen=True)
 class Advice:
     """What the map says about a run: ``category`` the run's map category (:func:`classify_category`), ``recipe`` the
@@ -212,8 +208,7 @@ class Advice:
     measured), ``near`` whether it is within :data:`NEAR_RATIO` and :data:`NEAR_TIMING` of the run, ``pays``
     whether it is near and ended at or below scratch on average, ``better`` the comparison of another recipe near the
     run (same category and schedule) that paid and ended lower than ``cell`` (``None``: none did); ``init`` the run's
-    ``expert_init`` in an experts category (``None`` elsewhere). ``Advice.axis`` is the deprecated name of
-    ``category`` (until 0.3.0)."""
+    ``expert_init`` in an experts category (``None`` elsewhere)."""
 
     category: str
     recipe: str
@@ -316,9 +311,9 @@ def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[st
     """The map category of what ``stages`` grow: ``two-stage`` (several width stages), ``depth``, ``depth+width``,
     ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, ``upcycle`` (dense ->
     MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``),
-    ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or
-    ``none``: :func:`~lightning_sparkling.pretrain.measured_axes.cell_label` names it (experts first, then depth,
-    heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
+    ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or the
+    name of a registered axis that no labeller names (``none`` for no axis at all):
+    :func:`~lightning_sparkling.pretrain.measured_axes.cell_label` names it (experts first, then depth, heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
 
     Example::
 
@@ -331,17 +326,17 @@ def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[st
         >>> classify_category([GrowthStage(10, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)])
         'upcycle'
     """
-    grown = [set(s) for s in sizes] if sizes is not None else [
-        set(stage.sizes) | {k for k in plugin_sizes() if getattr(stage, k, None) is not None} for stage in stages]
+    grown = [set(s) for s in sizes] if sizes is not None else [set(stage.sizes) for stage in stages]
     if len(grown) > 1:  # several stages: "two-stage" when none adds modules (depth, experts)
         return "two-stage" if all(g and not g & structural_sizes() for g in grown) else "several stages"
     (keys,) = grown
     owners = axis_of_size()
     axes = {owners[k].name for k in keys if k in owners}
+    if sizes is None:  # a registered axis grows by its own keys, sizes or not
+        axes |= {axis.name for axis in active_axes(stages[0])}
     return cell_label(keys, stages[0], axes)  # experts alone, depth, heads, width: the first that names the cell
 
 
-@renamed_keywords(f"{__name__}.nearest", axis="category")
 def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedule: str, growth_at: float,
             tokens_per_param: float, init: str | None = None,
             params: int | None = None) -> tuple[MeasuredCell | None, bool]:
@@ -365,7 +360,6 @@ def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedu
     return best, ratio_gap <= math.log(NEAR_RATIO) + 1e-9 and timing_gap <= NEAR_TIMING + 1e-9
 
 
-@renamed_keywords(f"{__name__}.size_trend", axis="category")
 def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, init: str | None = None) -> str | None:
     """What the map's speed-ups of the category ``category`` under ``schedule`` show against model size: ``'1.16x at 0.13M (2.8
     tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and token ratio), or
@@ -383,7 +377,6 @@ def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, i
                      for _, c in sorted(best.items()))
 
 
-@renamed_keywords(f"{__name__}.better_recipe", axis="category")
 def better_recipe(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedule: str, growth_at: float,
                   tokens_per_param: float, than: MeasuredCell | None, init: str | None = None) -> MeasuredCell | None:
     """The lowest-Δ cell of a recipe other than ``recipe``, of ``category`` and ``schedule``, near the run, that ended
@@ -435,10 +428,3 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     if better is not None and advice.far_in_size:  # a recipe "measured better" that far away is no advice either
         advice = dataclasses.replace(advice, better=None)
     return advice
-
-
-def __getattr__(name: str):
-    """``classify_axis``: the old name of :func:`classify_category` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -79,17 +79,17 @@ def unregister_cell_label(axis: str) -> None:
 
 
 def cell_label(keys: set[str], stage: Any, grown: set[str]) -> str:
-    """The map category of a one-stage schedule whose changed sizes are ``keys`` and whose axes are ``grown``
-    (``'none'`` when no labeller names it)."""
+    """The map category of a one-stage schedule whose changed sizes are ``keys`` and whose axes are ``grown``: the
+    first labeller's (by rank) that names it, else the grown axes' own names joined by ``+`` (a registered axis
+    without a labeller), else ``'none'``.
+
+    Example::
+
+        >>> cell_label({"rope_base"}, None, {"rope"}), cell_label(set(), None, set())
+        ('rope', 'none')
+    """
     for _, label in sorted(_LABELS.values(), key=lambda entry: entry[0]):
         name = label(keys, stage, grown)
         if name is not None:
             return name
-    return "none"
-
-
-def __getattr__(name: str):
-    """``WIDTH_AXES``: the old name of ``WIDTH_SIZE_KEYS`` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)
+    return "+".join(sorted(grown)) or "none"

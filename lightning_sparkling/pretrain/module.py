@@ -439,10 +439,3 @@ class LitGPTPretrainModule(L.LightningModule):
         self.model = _rebuilt_gpt(self.model, config, seed=self.seed, tie_embeddings=self.tie_embeddings)
         self._flops_key = None
         self._prepare_model()
-
-
-def __getattr__(name: str):
-    """``shard_gpt`` / ``wrap_gpt``: moved to :mod:`lightning_sparkling.parallel` (a warning until 0.3.0)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from lightning_sparkling.growth.record import GROWTH_STATE_KEY  # defined there, importable from here as before
+from lightning_sparkling.growth.record import GROWTH_STATE_KEY, growth_state  # GROWTH_STATE_KEY: importable here
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.errors import ConfigError
 from lightning_sparkling.pretrain.model_config import _expected_shapes
@@ -206,7 +206,7 @@ def _check_resumed_stages(path: Path, checkpoint: dict[str, Any], stages: list[G
     """The number of growth stages the checkpoint was grown by, checked to be the first of ``stages`` (the same
     stages, none skipped, and the next one not due before the checkpoint's step)."""
     step = int(checkpoint.get("global_step", 0) or 0)
-    state = (checkpoint.get("callbacks") or {}).get(GROWTH_STATE_KEY) or {}
+    state = growth_state(checkpoint.get("callbacks")) or {}
     grown = int(state.get("grown", 0) or 0)
     try:
         applied = [GrowthStage(**s) for s in (state.get("stages") or [])[:grown]]

@@ -201,7 +201,7 @@ class OldEntryLRMonitor(LearningRateMonitor):
     time as ``lr_new/stage_k``."""
 
     def _extract_stats(self, trainer: pl.Trainer, interval: str) -> dict[str, float]:
-        from lightning_sparkling.callbacks.new_entry_lr import SCHEDULER_PREFIX
+        from lightning_sparkling.callbacks.rewarmup import SCHEDULER_PREFIX
 
         stats = super()._extract_stats(trainer, interval)
         return {name: value for name, value in stats.items() if not name.startswith(SCHEDULER_PREFIX)}

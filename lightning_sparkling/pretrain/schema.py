@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.stage import GrowthStage, stage_key_fields
 from lightning_sparkling.parallel.registry import cli_strategies
 from lightning_sparkling.pretrain.errors import ConfigError
 
@@ -178,12 +178,12 @@ class LogArgs:
 
 
 def _stage_args() -> type:
-    """The keys of one ``growth.stages`` entry: ``at_step`` / ``at_tokens``, then every field of
-    :class:`~lightning_sparkling.growth.stage.GrowthStage` with its type and default, read from the dataclass (a field
-    added to ``GrowthStage`` is a stage key with no second edit)."""
+    """The keys of one ``growth.stages`` entry: ``at_step`` / ``at_tokens``, then every stage key with its type and
+    default (:func:`~lightning_sparkling.growth.stage.stage_key_fields`: ``GrowthStage``'s fields, then the registered
+    axes' own keys, flat; a field added to ``GrowthStage`` is a stage key with no second edit)."""
     keys: list[tuple[str, Any, Any]] = [("at_step", Optional[int], field(default=None)),
                                         ("at_tokens", Optional[int], field(default=None))]
-    for f in dataclasses.fields(GrowthStage):
+    for f in stage_key_fields():
         if f.name == "at_step" or not f.init:
             continue
         if f.default is not dataclasses.MISSING:
@@ -216,7 +216,7 @@ def stage_args() -> type:
     (:func:`~lightning_sparkling.growth.axes.register_axis`) has its stage keys here, and in every configuration the
     CLI reads from then on. ``StageArgs``, a module attribute, is this function's class."""
     global _derived
-    fields = tuple(dataclasses.fields(GrowthStage))  # new Field objects whenever GrowthStage is re-assembled
+    fields = stage_key_fields()  # the registered axes' keys change with the registry
     if _derived is None or len(_derived[0]) != len(fields) or any(a is not b for a, b in zip(_derived[0], fields)):
         _derived = (fields, _stage_args())
     return _derived[1]
@@ -326,6 +326,7 @@ def pretrain_arguments(
     activation_checkpointing: bool = False,
     growth: GrowthArgs = GrowthArgs(),
     rms_monitor: Optional[RMSMonitorArgs] = RMSMonitorArgs(),
+    plugins: Optional[list[str]] = None,
 ) -> None:
     """Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).
 
@@ -355,8 +356,8 @@ def pretrain_arguments(
         num_nodes: number of nodes.
         accelerator: ``auto``, ``cpu``, ``gpu``/``cuda``.
         strategy: ``auto`` (one device, or DDP for several), ``ddp``, ``fsdp2`` (``ModelParallelStrategy``,
-            data parallel only), ``fsdp1`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only; ``fsdp``
-            is its deprecated alias until 0.3.0), or a registered growth backend's value. DeepSpeed and tensor
+            data parallel only), ``fsdp1`` (FSDP1: ``FSDPStrategy(use_orig_params=True)``, CUDA GPUs only), or a
+            registered growth backend's value. DeepSpeed and tensor
             parallelism are refused.
         tokenizer_dir: use the ``tokenizer.json`` in this folder (e.g. a litgpt checkpoint dir) instead of training
             a BPE on the corpus; with a litgpt data module, the tokenizer it prepares its data with (as in litgpt).
@@ -373,6 +374,10 @@ def pretrain_arguments(
             (less memory, about one more forward of compute); a growth's new blocks too. Not with ``strategy: fsdp1``.
         growth: growth stages and recipe (see ``growth.*``).
         rms_monitor: activation RMS dashboard settings; ``null`` disables it.
+        plugins: modules to import before the configuration is read (on ``PYTHONPATH``): a user's growth axis or
+            backend that registers itself when imported, whose stage keys and ``strategy`` value this configuration
+            may then use (:mod:`~lightning_sparkling.pretrain.plugins`; installed packages can use the
+            ``lightning_sparkling.plugins`` entry-point group instead).
     """
 
 

@@ -1,7 +1,7 @@
 """Fused AdamW under growth: the optimizer-state patch and the new entries' learning rate give the same parameters
 with the fused kernel as with ``foreach``, within float tolerance, on the paths users take (gradient accumulation 1
 and 2, two stages on different widths, each with a re-warmup of its new entries); on the CPU, and on CUDA when one
-is there. The update rule itself (``foreach``) is checked against closed forms in ``test_new_entry_lr.py``."""
+is there. The update rule itself (``foreach``) is checked against closed forms in ``test_rewarmup.py``."""
 
 from __future__ import annotations
 

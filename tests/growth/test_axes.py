@@ -125,34 +125,43 @@ class _Twist(BaseAxis):
     stage_keys = _TwistKeys
 
     def active(self, stage) -> bool:
-        return stage.twist is not None
+        return stage.get("twist") is not None
 
     def check_stage(self, stage) -> None:
-        if stage.twist is not None and not (isinstance(stage.twist, int) and stage.twist > 0):
-            raise StageError("twist", f"GrowthStage(twist={stage.twist!r}): must be a positive integer")
+        twist = stage.get("twist")
+        if twist is not None and not (isinstance(twist, int) and twist > 0):
+            raise StageError("twist", f"GrowthStage(twist={twist!r}): must be a positive integer")
 
     def plan(self, ctx):
-        return AxisPlan(change=("twist", ctx.stage.twist))
+        return AxisPlan(change=("twist", ctx.stage.get("twist")))
 
 
 def test_an_axis_with_its_own_stage_key_is_its_module_and_one_registration():
-    """Registering an axis adds its ``stage_keys`` to ``GrowthStage`` (the same class object every module
-    imported) and to the CLI's stage keys; its check runs at construction; unregistering takes the key away."""
+    """Registering an axis adds its ``stage_keys`` to the stage keys: a ``GrowthStage`` holds them in ``extra``
+    (``stage.get``, ``GrowthStage.from_keys``), the CLI reads them flat; its check runs at construction;
+    unregistering takes the key away. ``GrowthStage`` itself never changes (its fields are the file's)."""
     from lightning_sparkling.growth import register_axis as public_register
     from lightning_sparkling.pretrain import schema
 
     assert public_register is register_axis
     kept = GrowthStage(0, n_embd=64)
+    fields_before = dataclasses.fields(GrowthStage)
     with pytest.raises(TypeError, match="twist"):
-        GrowthStage(0, n_embd=64, twist=3)
+        GrowthStage(0, n_embd=64, extra={"twist": 3})
+    with pytest.raises(TypeError, match="twist"):
+        GrowthStage.from_keys(0, n_embd=64, twist=3)
     toy = public_register(_Twist())
     try:
-        stage = GrowthStage(0, n_embd=2 * llama_config().n_embd, twist=3)
-        assert stage.twist == 3 and stage.to_dict()["twist"] == 3 and GrowthStage(**stage.to_dict()) == stage
-        assert GrowthStage(0, twist=2).twist == 2  # the toy key alone grows something: not "grows nothing"
-        assert kept.twist is None and kept == GrowthStage(0, n_embd=64)  # a stage built before reads the default
+        assert dataclasses.fields(GrowthStage) == fields_before  # the class is the file's, registered or not
+        stage = GrowthStage.from_keys(0, n_embd=2 * llama_config().n_embd, twist=3)
+        assert stage == GrowthStage(0, n_embd=2 * llama_config().n_embd, extra={"twist": 3})
+        assert stage.get("twist") == 3 and stage.to_dict()["extra"] == {"twist": 3}
+        assert GrowthStage(**stage.to_dict()) == stage and "extra={'twist': 3}" in repr(stage)
+        assert GrowthStage.from_keys(0, twist=2).get("twist") == 2  # the toy key alone grows something
+        assert kept.get("twist") is None and kept == GrowthStage(0, n_embd=64)  # built before: the default
+        assert GrowthStage.from_keys(0, n_embd=64, twist=None) == kept  # a default is not held
         with pytest.raises(StageError, match=r"twist=-1") as caught:
-            GrowthStage(0, n_embd=64, twist=-1)
+            GrowthStage.from_keys(0, n_embd=64, twist=-1)
         assert caught.value.key == "twist"
         assert "twist" in {f.name for f in dataclasses.fields(schema.StageArgs)}  # the CLI's keys now, too
         assert plan_growth(llama_config(), stage).changes["twist"] == ("twist", 3)
@@ -163,7 +172,7 @@ def test_an_axis_with_its_own_stage_key_is_its_module_and_one_registration():
         unregister_axis(toy)
     assert [a.name for a in registered_axes()] == ["width", "heads", "depth", "experts"]
     with pytest.raises(TypeError, match="twist"):
-        GrowthStage(0, n_embd=64, twist=3)
+        GrowthStage.from_keys(0, n_embd=64, twist=3)
     assert "twist" not in {f.name for f in dataclasses.fields(GrowthStage)}
     assert "twist" not in {f.name for f in dataclasses.fields(schema.StageArgs)}
     assert GrowthStage(0, n_embd=64) == kept

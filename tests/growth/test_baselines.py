@@ -250,10 +250,11 @@ def test_symmetry_breaking_baselines_unlock_the_copies(kwargs):
 def test_stage_args_mirror_growth_stage():
     from lightning_sparkling.pretrain.config import StageArgs
 
-    stage_fields = {f.name: f.default for f in dataclasses.fields(GrowthStage) if f.name != "at_step"}
+    stage_fields = {f.name: f.default for f in dataclasses.fields(GrowthStage) if f.name not in ("at_step", "extra")}
     args_fields = {f.name: f.default for f in dataclasses.fields(StageArgs)}
     for name, default in stage_fields.items():
         assert name in args_fields and args_fields[name] == default, name
+    assert "extra" not in args_fields  # a registered axis' keys are flat in the CLI (tests/pretrain/test_cli_late_axis.py)
 
 
 def test_cli_keys_plan_and_refusals(tmp_path, capsys):

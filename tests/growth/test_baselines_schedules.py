@@ -258,7 +258,7 @@ def test_bit_exact_resume_with_baseline_options(tmp_path: Path, stage_kwargs):
     fit(reference, stage(), accumulate=2, callbacks=[ckpt], enable_checkpointing=True)
     expected = {n: p.detach().clone() for n, p in reference.model.state_dict().items()}
     saved = torch.load(tmp_path / "step=15.ckpt", map_location="cpu", weights_only=False)
-    state = saved["callbacks"][next(k for k in saved["callbacks"] if "WidthGrowthCallback" in k)]
+    state = saved["callbacks"]["GrowthCallback"]
     for key, value in stage_kwargs.items():
         assert state["stages"][0][key] == value  # recorded with the growth state
     for step in (5, 10, 15, 22):

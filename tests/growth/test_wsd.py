@@ -333,7 +333,7 @@ def test_bit_exact_resume_across_a_growth_under_wsd(tmp_path: Path, scope):
     assert growth._records[0].lr_decay == [{"decay_start": 9, "decay_shape": "linear"}]
     expected = {n: p.detach().clone() for n, p in reference.model.state_dict().items()}
     saved = torch.load(tmp_path / "step=6.ckpt", map_location="cpu", weights_only=False)
-    state = saved["callbacks"][next(k for k in saved["callbacks"] if "WidthGrowthCallback" in k)]
+    state = saved["callbacks"]["GrowthCallback"]
     assert state["records"][0]["lr_decay"] == [{"decay_start": 9, "decay_shape": "linear"}]
     for step in (3, 4, 5, 8, 11):
         resumed = WSDModule(max_steps=max_steps)

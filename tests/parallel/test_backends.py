@@ -237,7 +237,7 @@ def test_the_cli_strategies_are_the_registry_s():
     from lightning_sparkling.pretrain.schema import STRATEGIES
 
     assert STRATEGIES == ("auto", "ddp", "fsdp2", "fsdp1")
-    assert cli_backend("fsdp").name == cli_backend("fsdp1").name == "fsdp1" and cli_backend("fsdp").cli_aliases
+    assert cli_backend("fsdp1").name == "fsdp1" and cli_backend("fsdp") is None  # no alias: never released
     assert cli_backend("auto") is None and cli_backend("deepspeed") is None
 
 

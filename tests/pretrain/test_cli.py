@@ -229,7 +229,7 @@ def test_unknown_key_in_config_file_is_refused_with_its_path(tmp_path, capsys, e
     ({"train": {"min_lr": 1.0}}, "train.min_lr"),
     ({"data": {"seq_len": 64}, "model_config": {**MODEL, "block_size": 32}}, "data.seq_len"),
     ({"strategy": "fsdp1"}, "strategy"),
-    ({"strategy": "fsdp"}, "strategy"),  # fsdp1's deprecated alias: refused off CUDA too
+    ({"strategy": "fsdp"}, "strategy"),  # fsdp1's old value: no alias (0.1.0 was never released)
     ({"strategy": "deepspeed"}, "strategy"),
     ({"data": {"source": "stdlib+everything"}}, "data.source"),
     ({"model_config": {**MODEL, "n_embd": 66}}, "model_config.n_embd"),
@@ -269,7 +269,7 @@ def test_empty_litgpt_rejection_reason_is_filled_in(tmp_path, capsys):
     assert "n_embd=66 is not divisible by n_head=4" in err and "head_size" in err, err
 
 
-@pytest.mark.parametrize("value", ["fsdp1", "fsdp"])
+@pytest.mark.parametrize("value", ["fsdp1"])
 def test_fsdp1_on_cpu_refused_naming_fsdp2(config_file, capsys, value):
     with pytest.raises(SystemExit):
         main(["plan", "--config", str(config_file), "--strategy", value])
@@ -284,15 +284,15 @@ def test_unknown_strategy_lists_the_registry_s(config_file, capsys):
     assert "use auto, ddp, fsdp2 (FSDP2 sharding) or fsdp1 (FSDP1, CUDA only)" in err, err
 
 
-def test_strategy_fsdp_is_a_deprecated_alias_of_fsdp1_with_a_note():
-    """``strategy: fsdp`` (until 0.3.0) resolves to ``fsdp1`` and says so in one note (CUDA: checked before any
-    device is touched)."""
+def test_strategy_fsdp_is_no_alias_of_fsdp1(config_file, capsys):
+    """``strategy: fsdp`` (fsdp1's value before 0.1.0) is not kept as an alias: 0.1.0 was never released. The
+    error lists the values, ``fsdp1`` among them."""
     from lightning_sparkling.pretrain.config import _resolve_hardware
 
+    with pytest.raises(SystemExit):
+        main(["plan", "--config", str(config_file), "--strategy", "fsdp"])
+    assert "fsdp1 (FSDP1, CUDA only)" in capsys.readouterr().err
     notes: list[str] = []
-    assert _resolve_hardware({"strategy": "fsdp", "accelerator": "cuda", "devices": 1}, notes)[0] == "fsdp1"
-    assert notes == ["strategy: fsdp is a deprecated alias of strategy: fsdp1 (it goes in 0.3.0); write fsdp1"]
-    notes.clear()
     assert _resolve_hardware({"strategy": "fsdp1", "accelerator": "cuda", "devices": 1}, notes)[0] == "fsdp1"
     assert notes == []
 

@@ -63,7 +63,7 @@ def test_exception_in_a_step_leaves_a_resumable_checkpoint(tmp_path, monkeypatch
     assert f"resume with: {summary['resume_command']}" in capsys.readouterr().err
     state = torch.load(ckpt, weights_only=False)
     assert state["global_step"] == 8 and state["TextCorpusDataModule"]["samples_consumed"] == 8 * 8
-    assert state["callbacks"]["WidthGrowthCallback"]["grown"] == 1
+    assert state["callbacks"]["GrowthCallback"]["grown"] == 1
 
     assert main(["pretrain", *args, "--resume", str(ckpt)]) == 0
     resumed = json.loads((out / "summary.json").read_text())

@@ -124,7 +124,7 @@ def test_stage_the_checkpoint_skipped_is_refused(run, tmp_path, capsys):
     config, out = run
     ckpt = out / "checkpoints" / "step-00000010.ckpt"
     state = torch.load(ckpt, weights_only=False)
-    del state["callbacks"]["WidthGrowthCallback"]
+    del state["callbacks"]["GrowthCallback"]
     plain = tmp_path / "step-00000010.ckpt"
     torch.save(state, plain)
     line = _refused(capsys, ["--config", str(config), "--resume", str(plain), "--growth.stages",
@@ -215,7 +215,7 @@ def test_a_checkpoint_written_before_stages_named_their_recipe_resumes_on_its_ke
 
     config, out = run
     state = torch.load(out / "checkpoints" / "step-00000010.ckpt", weights_only=False)
-    for stage in state["callbacks"]["WidthGrowthCallback"]["stages"]:
+    for stage in state["callbacks"]["GrowthCallback"]["stages"]:
         assert stage.pop("recipe") == "random-zero-3x"
     old = tmp_path / "old.ckpt"
     torch.save(state, old)

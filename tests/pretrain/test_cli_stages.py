@@ -24,12 +24,15 @@ def test_a_field_added_to_growth_stage_is_a_stage_key_with_no_second_edit(monkey
         new_timing: float | None = None
         new_map: tuple[int, ...] = ()
 
-    monkeypatch.setattr(schema, "GrowthStage", Extended)
+    from lightning_sparkling.growth import stage as stage_module
+
+    monkeypatch.setattr(stage_module, "GrowthStage", Extended)  # what stage_key_fields() reads
     keys = {f.name: f.default for f in dataclasses.fields(schema._stage_args())}
     assert list(keys)[:2] == ["at_step", "at_tokens"] and keys["at_step"] is None
     assert keys["new_timing"] is None and keys["new_map"] == ()
+    assert "extra" not in keys  # a registered axis' keys are flat there (tests/pretrain/test_cli_late_axis.py)
     for f in dataclasses.fields(GrowthStage):  # every field, its default
-        if f.name != "at_step":
+        if f.name not in ("at_step", "extra"):
             assert keys[f.name] == f.default, f.name
 
 

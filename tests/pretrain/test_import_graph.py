@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import lightning_sparkling
-from lightning_sparkling._deprecated import MOVED
 
 PACKAGE = "lightning_sparkling.pretrain"
 FOLDER = Path(lightning_sparkling.__file__).parent / "pretrain"
@@ -23,12 +22,11 @@ def _modules() -> list[str]:
 
 def _imported(name: str, modules: set[str]) -> set[str]:
     """The pretrain modules ``name`` imports anywhere in its source (at the top, inside functions, for type checking
-    only, through an old flat path of :data:`MOVED`)."""
+    only)."""
     tree = ast.parse((FOLDER / f"{name}.py").read_text(encoding="utf-8"))
     found: set[str] = set()
 
     def add(dotted: str) -> None:
-        dotted = next((new[0] for old, new in MOVED.items() if dotted == old or dotted.startswith(old + ".")), dotted)
         if dotted.startswith(PACKAGE + "."):
             found.add(dotted[len(PACKAGE) + 1:].split(".")[0])
 
@@ -125,8 +123,6 @@ def _package_graph() -> dict[str, set[str]]:
                     base = ".".join(anchor + ([base] if base else []))
                 found.add(base)
                 found.update(f"{base}.{alias.name}" for alias in node.names)
-        found = {next((new[0] for old, new in MOVED.items() if m == old or m.startswith(old + ".")), m)
-                 for m in found}
         graph[name] = {m for m in found if m in modules and m != name}
     return graph
 
@@ -165,7 +161,7 @@ def _layer_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {next((new[0] for old, new in MOVED.items() if m == old or m.startswith(old + ".")), m) for m in found}
+    return found
 
 
 def _layer_of(dotted: str) -> str | None:
@@ -210,13 +206,11 @@ def _definitions(name: str) -> list[str]:
 
 
 def test_one_home_for_errors_counts_and_sharding():
-    """One growth error module, one active-parameter count, the sharding helpers in ``parallel/``; the old import
-    paths still give the same objects."""
+    """One growth error module, one active-parameter count, the sharding helpers in ``parallel/`` (and not in
+    ``pretrain/``)."""
     assert _definitions("GrowthError") == ["growth/errors.py"]
     assert _definitions("active_parameter_count") == ["growth/compute.py"]
     assert _definitions("shard_gpt") == ["parallel/sharding.py"] and _definitions("wrap_gpt") == ["parallel/sharding.py"]
-    import warnings
-
     import lightning_sparkling
     from lightning_sparkling.growth import errors, plan
     from lightning_sparkling.parallel import shard_gpt, wrap_gpt
@@ -224,7 +218,5 @@ def test_one_home_for_errors_counts_and_sharding():
 
     assert plan.GrowthError is errors.GrowthError is lightning_sparkling.GrowthError
     for old in (gpt, module):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert old.shard_gpt is shard_gpt and old.wrap_gpt is wrap_gpt
-        assert any("use lightning_sparkling.parallel.shard_gpt" in str(w.message) for w in caught)
+        assert not hasattr(old, "shard_gpt") and not hasattr(old, "wrap_gpt")
+    assert callable(shard_gpt) and callable(wrap_gpt)

@@ -1,4 +1,4 @@
-"""The package layout: old module paths still import (deprecated), and the layers import only downwards."""
+"""The package layout: the layers import only downwards, no old module path imports, ARCHITECTURE lists the tree."""
 
 from __future__ import annotations
 
@@ -12,43 +12,19 @@ from pathlib import Path
 import pytest
 
 import lightning_sparkling
-from lightning_sparkling._deprecated import MOVED
 
 ROOT = Path(lightning_sparkling.__file__).parent
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_old_module_path_warns_and_gives_the_same_objects(old):
-    new_modules = [importlib.import_module(n) for n in MOVED[old]]
+@pytest.mark.parametrize("old", ["lightning_sparkling.stage",
+                                 "lightning_sparkling.cli", "lightning_sparkling.distributed",
+                                 "lightning_sparkling.growth.depth", "lightning_sparkling.growth.measured"])
+def test_no_old_module_path_imports(old):
+    """0.1.0 was never released: the flat paths of before the subpackages are gone, with no import hook."""
     sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=MOVED[old][0].replace(".", r"\.")):
-        module = importlib.import_module(old)
-    names = {n for m in new_modules for n in vars(m) if not n.startswith("__")}
-    assert names
-    for name in names:  # private helpers too (tests and user code import some)
-        owner = next(m for m in new_modules if hasattr(m, name))
-        assert getattr(module, name) is getattr(owner, name), name
-    if len(new_modules) == 1:
-        assert module is new_modules[0]
-        assert new_modules[0].__spec__.name == MOVED[old][0]  # the import of the old name kept its own spec
-
-
-def test_old_from_imports():
-    sys.modules.pop("lightning_sparkling.surgery", None)
-    with pytest.warns(DeprecationWarning):
-        from lightning_sparkling.surgery import _Swap, grow_model
-    from lightning_sparkling.growth.surgery import _Swap as new_swap
-    from lightning_sparkling.growth.surgery import grow_model as new_grow
-
-    assert _Swap is new_swap and grow_model is new_grow
-
-
-def test_old_cli_path_runs_as_main():
-    """``python -m lightning_sparkling.cli`` (README, benchmarks/reproduce.py) still runs the CLI."""
-    out = subprocess.run([sys.executable, "-m", "lightning_sparkling.cli", "--version"], capture_output=True,
-                         text=True, timeout=300, cwd=ROOT.parent, check=False)
-    assert out.returncode == 0, out.stderr
-    assert lightning_sparkling.__version__ in out.stdout + out.stderr
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
+    assert not (ROOT / "_deprecated.py").exists()
 
 
 def _walk(package: str) -> list[str]:
@@ -126,3 +102,31 @@ def test_the_package_description_names_every_growth_axis():
     root = Path(__file__).resolve().parents[2]
     description = tomllib.loads((root / "pyproject.toml").read_text())["project"]["description"]
     assert all(axis in description for axis in ("width", "heads", "depth", "experts")), description
+
+
+def _layout_files() -> list[str]:
+    """The modules docs/ARCHITECTURE.md's layout lists, as paths under the package (folders by indentation)."""
+    text = (ROOT.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    layout = text.split("## Layout", 1)[1].split("```", 2)[1]
+    stack: list[tuple[int, str]] = []  # (indent, folder)
+    files = []
+    for line in layout.splitlines():
+        match = re.match(r"^( *)([\w]+(?:\.py|/))(?:\s|$)", line)
+        if not match or line.startswith("lightning_sparkling/"):
+            continue
+        indent, name = len(match.group(1)), match.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if name.endswith("/"):
+            stack.append((indent, name))
+        else:
+            files.append("".join(folder for _, folder in stack) + name)
+    return files
+
+
+def test_architecture_layout_lists_only_modules_that_exist():
+    """The other way round: every module the layout lists is in the tree, under the folder it is listed in."""
+    files = _layout_files()
+    assert "growth/stage.py" in files and "growth/axes/width.py" in files and "pretrain/plugins.py" in files
+    missing = sorted(f for f in files if not (ROOT / f).is_file())
+    assert not missing, f"docs/ARCHITECTURE.md's layout lists modules that are not in the tree: {missing}"

@@ -101,18 +101,3 @@ def test_plan_on_the_pythia_example_states_the_size_gap():
 def test_a_bad_size_is_refused_naming_the_cell_and_the_value():
     with pytest.raises(ValueError, match=r"joint/recommended/cosine@50%/2.8: params=0: must be a positive integer"):
         cell(params=0)
-
-
-def test_the_old_growth_measured_path_warns_and_is_the_same_module():
-    import importlib
-    import warnings
-
-    import lightning_sparkling.pretrain.measured as new
-
-    sys.modules.pop("lightning_sparkling.growth.measured", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module("lightning_sparkling.growth.measured")
-    assert old is new and old.load_map() == new.load_map()
-    assert any(issubclass(w.category, DeprecationWarning) and "lightning_sparkling.pretrain.measured" in str(w.message)
-               for w in caught)

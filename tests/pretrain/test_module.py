@@ -13,12 +13,12 @@ from litgpt import GPT, Config
 
 from _litgpt_flops import litgpt_measured_flops
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
+from lightning_sparkling.parallel import shard_gpt
 from lightning_sparkling.pretrain.module import (
     LitGPTPretrainModule,
     active_parameter_count,
     build_gpt,
     resolve_optimizer,
-    shard_gpt,
 )
 
 VOCAB = 64

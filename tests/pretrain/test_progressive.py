@@ -154,7 +154,7 @@ def test_a_run_grows_at_every_entry_and_resumes_mid_schedule_bit_for_bit(tmp_pat
     assert summary["final_model_config"]["n_layer"] == 4
 
     ckpt = full / "checkpoints" / "step-00000005.ckpt"
-    assert torch.load(ckpt, weights_only=False)["callbacks"]["WidthGrowthCallback"]["grown"] == 1
+    assert torch.load(ckpt, weights_only=False)["callbacks"]["GrowthCallback"]["grown"] == 1
     out = tmp_path / "resumed"
     assert main(["pretrain", *argv, "--out_dir", str(out), "--resume", str(ckpt)]) == 0
     resumed = json.loads((out / "summary.json").read_text())

@@ -13,7 +13,7 @@ import lightning_sparkling.growth.axes.registry as registry_module
 import lightning_sparkling.growth.bias_correction as bias_module
 import lightning_sparkling.growth.errors as errors_module
 import lightning_sparkling.growth.lr_formulas as formulas_module
-import lightning_sparkling.growth.new_entry_schedule as new_entry_module
+import lightning_sparkling.growth.rewarmup_schedule as rewarmup_module
 import lightning_sparkling.growth.recipes as recipes_module
 import lightning_sparkling.growth.schedule_checks as schedule_checks_module
 import lightning_sparkling.growth.schedules as schedules_module
@@ -30,7 +30,7 @@ from test_cli import tiny_config, write_config
 
 @pytest.mark.parametrize("module", [stage_module, recipes_module, timing_module, errors_module, types_module,
                                     axes_module, registry_module, schedules_module, formulas_module,
-                                    new_entry_module, schedule_checks_module, bias_module])
+                                    rewarmup_module, schedule_checks_module, bias_module])
 def test_docstring_examples_hold(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0, result

@@ -25,7 +25,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 @pytest.mark.parametrize("case", ["cosine", "wsd"])
 def test_checkpoint_of_the_previous_release_resumes_bit_exact(case):
     ckpt = torch.load(FIXTURES / f"resume_{case}.ckpt", map_location="cpu", weights_only=False)
-    state = ckpt["callbacks"]["WidthGrowthCallback"]  # the key it has always had
+    state = ckpt["callbacks"]["WidthGrowthCallback"]  # the key of before issue 47 (FORMER_GROWTH_STATE_KEYS): read
+    assert "GrowthCallback" not in ckpt["callbacks"]
     assert state["grown"] == 2 and state["records"][1]["symmetry_boost"] > 1
     expected = torch.load(FIXTURES / f"resume_{case}_final.pt", map_location="cpu")
     resumed = fit(case, ckpt_path=str(FIXTURES / f"resume_{case}.ckpt"))

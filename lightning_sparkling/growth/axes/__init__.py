@@ -13,8 +13,9 @@ axis        sizes (``litgpt.Config``)                    kind
 ``experts`` ``n_expert``, ``n_expert_per_token``         structural: new experts; dense -> MoE
 ==========  ===========================================  ==================================================
 
-An axis owns its :class:`~lightning_sparkling.growth.stage.GrowthStage` keys (its ``stage_keys`` block, a frozen
-dataclass whose fields become the stage's) and checks them, refuses
+An axis owns its :class:`~lightning_sparkling.growth.stage.GrowthStage` keys and checks them
+(:meth:`GrowthAxis.check_stage`): a built-in axis' keys are fields of the stage, a user's axis declares its own in
+``stage_keys`` (a frozen dataclass, held in ``GrowthStage.extra``). It refuses
 a model it cannot grow, gives the grown ``litgpt.Config`` fields, gives the channel dimensions it grows
 (:class:`~lightning_sparkling.growth.types.ChannelChange`\\ s: :meth:`GrowthAxis.dimensions`), plans the tensors it adds
 or moves (:meth:`GrowthAxis.plan`) and, when it adds or replaces modules (a *structural* change: depth adds blocks,
@@ -51,7 +52,7 @@ from lightning_sparkling.growth.axes.registry import (
     size_details,
     structural_sizes,
     unregister_axis,
-    watch_registry,
+    reserve_stage_keys,
 )
 from lightning_sparkling.growth.axes.width import WIDTH, WIDTH_SIZE_KEYS  # noqa: I001 (the registration order)
 from lightning_sparkling.growth.axes.heads import HEAD_SIZE_KEYS, HEADS
@@ -66,7 +67,7 @@ SIZE_KEYS: tuple[str, ...] = (*WIDTH_SIZE_KEYS, *HEAD_SIZE_KEYS, DEPTH_SIZE_KEY)
 __all__ = ["DEPTH", "EXPERTS", "HEADS", "SIZE_KEYS", "WIDTH", "AxisPlan", "BaseAxis", "GrowthAxis", "PlanContext",
            "active_axes", "axis_of_size", "describe_changes", "plan_axes", "plugin_sizes",
            "register_axis", "registered_axes", "size_details", "structural_sizes", "unregister_axis",
-           "watch_registry"]
+           "reserve_stage_keys"]
 
 
 def plugin_sizes() -> dict[str, str]:
@@ -79,11 +80,3 @@ def plugin_sizes() -> dict[str, str]:
         'experts'
     """
     return {size: axis.name for axis in registered_axes() for size in axis.sizes if size not in SIZE_KEYS}
-
-
-def __getattr__(name: str):
-    """``WIDTH_AXES`` / ``HEAD_AXES`` / ``SIZE_AXES`` / ``DEPTH_AXIS``: the old names of the size-key constants
-    (``WIDTH_SIZE_KEYS``, ...: the same objects), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

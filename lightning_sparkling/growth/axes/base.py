@@ -27,8 +27,9 @@ class GrowthAxis(Protocol):
     structural: bool
     #: the ``symmetry/stage_k/<key>`` tag of its copied modules (:meth:`copy_pairs`)
     symmetry_key: str
-    #: the axis' own :class:`~lightning_sparkling.growth.stage.GrowthStage` keys (its options block, a frozen
-    #: dataclass whose fields become stage fields: :func:`~lightning_sparkling.growth.axes.stage_keys`), or ``None``
+    #: a registered (user's) axis' own :class:`~lightning_sparkling.growth.stage.GrowthStage` keys: a frozen dataclass
+    #: of the keys and their defaults, held in ``GrowthStage.extra`` (read with ``stage.get(key)``), or ``None`` (a
+    #: built-in axis' keys are fields of ``GrowthStage``)
     stage_keys: type | None
 
     def active(self, stage) -> bool:
@@ -96,7 +97,8 @@ class BaseAxis:
         return self.name
 
     def active(self, stage) -> bool:
-        return any(getattr(stage, size, None) is not None for size in self.sizes)
+        """Whether ``stage`` sets one of :attr:`sizes` (a field, or a key of a registered axis' ``stage_keys``)."""
+        return any(_stage_value(stage, size) is not None for size in self.sizes)
 
     def copies(self, stage) -> bool:
         return False
@@ -140,4 +142,12 @@ class BaseAxis:
     def target_key(self, size: str, stage) -> str | None:
         """The stage's own key to name when a size a named target sets (``size``, of this axis) conflicts with it
         (depth: ``depth_map``), or ``None``."""
+        return None
+
+
+def _stage_value(stage, key: str) -> Any:
+    """``stage.get(key)`` (a field or a registered axis' key), ``None`` for a key that is neither."""
+    try:
+        return stage.get(key)
+    except AttributeError:
         return None

@@ -155,11 +155,3 @@ def channel_tensors(ctx) -> dict:
         else:
             add_mlp(f"{p}.mlp", mlp, "intermediate_size")
     return tensors
-
-
-def __getattr__(name: str):
-    """``SHARED_EXPERT_AXIS``: the old name of :data:`SHARED_EXPERT_CHANNEL` (the same object), with a warning
-    (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

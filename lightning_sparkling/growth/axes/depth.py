@@ -7,8 +7,7 @@ names); this plug-in turns it into tensor plans (every block tensor under its ne
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -16,8 +15,10 @@ import torch.nn as nn
 
 from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.registry import register_axis
-from lightning_sparkling.growth.axes.width import check_larger
+from lightning_sparkling.growth.axes.width import check_larger, check_positive_sizes
 from lightning_sparkling.growth.depth_maps import (
+    DEPTH_INITS,
+    DEPTH_ORDERS,
     DEPTH_SIZE_KEY,
     DepthChange,
     block_name,
@@ -29,7 +30,7 @@ from lightning_sparkling.growth.depth_maps import (
     split_block_name,
 )
 from lightning_sparkling.growth.depth_scaling import branch_factor, check_depth_scaling, scale_branch_outputs
-from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
 from lightning_sparkling.growth.types import AxisPlan, PlanContext, TensorPlan
 
 
@@ -58,46 +59,39 @@ def place_blocks(width: dict, old_shapes: dict[str, tuple[int, ...]], depth: Dep
     return tensors
 
 
-@dataclass(frozen=True)
-class DepthKeys:
-    """The depth axis' :class:`~lightning_sparkling.growth.stage.GrowthStage` keys (G_stack, MIDAS); a new block's
-    tensors are new entries like new width, so the re-warmup, ``optimizer_state``, ``bias_correction`` and the
-    symmetry loop apply to them.
-
-    Args:
-        n_layer: new number of blocks (larger than the model's).
-        depth_init: how a new block starts. ``copy-zero`` (default; function preserving): the source block's
-            weights with its output projections (attention ``proj``, MLP / every expert's ``proj``, their biases and
-            a LayerNorm post-norm's bias) zeroed, so the block adds nothing to the residual stream at first and the
-            grown model computes the same logits. ``copy``: the source block's weights as they are (G_stack; not
-            function preserving). ``random-zero``: litgpt's init (normal(0, 0.02) linears, unit norms, zero biases)
-            with the output projections zeroed (function preserving, no source).
-        depth_order: where the new blocks go and which old block each copies. ``stack`` (default, G_stack): the
-            stack repeated on top, new block ``L + i`` copies block ``i % L``. ``interleave``: every block followed
-            by its copies (``N // L - 1`` each; the ``N % L`` extra copies go to blocks spread evenly over the
-            depth). ``middle`` (MIDAS): like ``interleave``, but the ``N % L`` extra copies go to the middle blocks,
-            so ``n_layer < 2 L`` duplicates a centred window of blocks in place. ``sparkling plan`` prints the map.
-        depth_map: instead of ``depth_order``, the grown model's blocks by the old block each comes from (prts's
-            layer map): one old-block index per grown block, so ``len(depth_map)`` is the new ``n_layer`` (set
-            ``n_layer`` to it or leave it out). The first occurrence of each old block is that block itself, later
-            ones are new blocks copying it (by ``depth_init``): at 4 -> 8, ``[0, 1, 2, 3, 0, 1, 2, 3]`` is ``stack``
-            and ``[0, 0, 1, 1, 2, 2, 3, 3]`` is ``interleave``. Accepted: integers ``>= 0`` whose first occurrences
-            come in order ``0, 1, 2, ...`` (old blocks keep their order, so ``copy-zero`` keeps the function); the
-            model's ``L`` blocks must each appear (indices ``0 .. L - 1``, checked when the stage is planned) and at
-            least one more block.
-        depth_scaling: a depth-aware rule (:mod:`~lightning_sparkling.growth.depth_scaling`). ``none`` (default):
-            nothing. ``sqrt`` (depth-muP's ``1 / sqrt(L)`` residual-branch multiplier, folded into the weights):
-            at ``L -> L'`` blocks the output projections of every block, kept and new, are multiplied by
-            ``sqrt(L / L')``. Not function preserving (the old blocks write less against the same embedding);
-            refused with post-branch norms and with an experts growth in the same stage; nothing on a stage that
-            grows no depth.
-    """
-
-    n_layer: int | None = None
-    depth_init: str = "copy-zero"
-    depth_order: str = "stack"
-    depth_map: tuple[int, ...] | None = None
-    depth_scaling: str = "none"
+def check_depth_map_key(stage) -> None:
+    """Refuse a ``depth_map`` that is not a list of old-block indices in first-occurrence order, or that contradicts
+    ``depth_order`` / ``n_layer``; store it as a tuple and set ``n_layer`` from its length."""
+    given = stage.depth_map
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not given or any(
+            isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in given):
+        raise StageError("depth_map",
+                         f"GrowthStage(depth_map={given!r}): must be a non-empty list of old-block indices "
+                         "(integers >= 0), one per block of the grown model, e.g. [0, 1, 0, 1]")
+    depth_map = tuple(given)
+    object.__setattr__(stage, "depth_map", depth_map)  # a list from YAML / JSON: a tuple, so stages compare
+    seen = 0
+    for j, i in enumerate(depth_map):
+        if i > seen:
+            raise StageError("depth_map",
+                f"GrowthStage(depth_map={list(depth_map)}): position {j} holds old block {i} before old block "
+                f"{seen} first appears; the first occurrence of each old block must come in order 0, 1, 2, ... "
+                "(it is the old block itself, later ones are its copies, and old blocks keep their order), e.g. "
+                "[0, 1, 0, 1] (stack) or [0, 0, 1, 1] (interleave)")
+        seen += i == seen
+    if stage.depth_order != "stack":
+        raise StageError("depth_map",
+                         f"GrowthStage(depth_map={list(depth_map)}, depth_order={stage.depth_order!r}): give one "
+                         "of them; the map says where every block goes (drop depth_order)")
+    if stage.model_name is not None or stage.model_config is not None:
+        return  # the target sets n_layer; the map's length is checked against it when planned
+    if stage.n_layer is None:
+        object.__setattr__(stage, "n_layer", len(depth_map))
+    elif stage.n_layer != len(depth_map):
+        raise StageError("n_layer",
+                         f"GrowthStage(depth_map={list(depth_map)}, n_layer={stage.n_layer!r}): the map has "
+                         f"{len(depth_map)} entries, one per block of the grown model; give n_layer="
+                         f"{len(depth_map)} or leave n_layer out")
 
 
 class DepthAxis(BaseAxis):
@@ -107,19 +101,23 @@ class DepthAxis(BaseAxis):
     sizes = (DEPTH_SIZE_KEY,)
     structural = True
     symmetry_key = DEPTH_SIZE_KEY
-    stage_keys = DepthKeys
 
     def target_key(self, size: str, stage) -> str | None:
         return "depth_map" if stage.depth_map is not None else None
 
+    def check_stage(self, stage) -> None:
+        """The depth keys: a ``depth_map`` (which sets ``n_layer`` from its length), a positive ``n_layer``, a known
+        ``depth_init``, ``depth_order`` and ``depth_scaling``."""
+        if stage.depth_map is not None:
+            check_depth_map_key(stage)
+        check_positive_sizes(stage, self.sizes, "a layer count")
+        check_choice("depth_init", stage.depth_init, DEPTH_INITS)
+        check_choice("depth_order", stage.depth_order, DEPTH_ORDERS)
+        check_depth_scaling(stage)  # one of DEPTH_SCALINGS, not with an experts growth in the same stage
+
     def copies(self, stage) -> bool:
         """New blocks copied from old ones (``depth_init`` ``copy`` or ``copy-zero``)."""
         return stage.n_layer is not None and stage.depth_init.startswith("copy")
-
-    def check_stage(self, stage) -> None:
-        """``depth_scaling``: one of :data:`~lightning_sparkling.growth.depth_scaling.DEPTH_SCALINGS`, not with an
-        experts growth in the same stage."""
-        check_depth_scaling(stage)
 
     def check_model(self, config, stage) -> None:
         check_larger(config, stage, self.sizes)
@@ -227,10 +225,3 @@ class DepthAxis(BaseAxis):
 
 DEPTH = register_axis(DepthAxis())
 """The registered depth axis."""
-
-
-def __getattr__(name: str):
-    """``DEPTH_AXIS``: the old name of ``DEPTH_SIZE_KEY`` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

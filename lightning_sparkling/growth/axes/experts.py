@@ -227,47 +227,12 @@ def _moe_blocks(n_layer: int, first_k_dense_replace: int | None) -> tuple[int, .
     return tuple(range(first_k_dense_replace or 0, n_layer))
 
 
-@dataclass(frozen=True)
-class ExpertsKeys:
-    """The experts axis' :class:`~lightning_sparkling.growth.stage.GrowthStage` keys (checked by
-    :func:`check_expert_keys`); a new expert's tensors and a router's new rows are new entries like new width, so the
-    re-warmup and ``optimizer_state`` apply to them. Widths, heads and depth may grow in the same stage (a new expert
-    then copies its source widened; dense -> MoE widens the MLP into expert 0; a new block gets its experts as its
-    MLP starts).
-
-    Args:
-        n_expert: new number of routed experts per MoE block. On a ``LLaMAMoE`` model new expert ``E_old + i`` starts
-            from expert ``i % E_old``, its router row from that expert's row.
-        n_expert_per_token: new top-``K`` (default: the model's). ``n_expert`` and ``n_expert_per_token`` grown by
-            the same factor with ``expert_init='copy'`` keep the function exactly.
-        mlp_class_name: ``"LLaMAMoE"`` on a ``LLaMAMLP`` model: dense -> MoE (sparse upcycling); every block's MLP
-            becomes ``n_expert`` experts of its inner size that copy it (exact under ``copy``, whatever the router).
-        expert_init: ``copy`` (default), ``drop-upcycle`` (a copy whose ``expert_reinit_fraction`` of inner channels
-            are re-drawn from the weight's own mean and std) or ``random`` (litgpt's init).
-        expert_reinit_fraction: drop-upcycle's fraction of re-drawn inner channels, in ``[0, 1]`` (default 0.5).
-        router_init: dense -> MoE's new router: ``random`` (default, litgpt's init) or ``zero`` (needs
-            ``expert_init='drop-upcycle'``: equal copies under a zero router never part).
-        first_k_dense_replace: dense -> MoE only: the first ``k`` blocks keep their ``LLaMAMLP`` (the same module,
-            Parameters and optimizer state; litgpt's ``first_k_dense_replace``, which the grown config carries), the
-            others upcycle; ``0 <= k < n_layer``. On MoE -> more experts it may only repeat the model's own value.
-    """
-
-    n_expert: int | None = None
-    n_expert_per_token: int | None = None
-    mlp_class_name: str | None = None
-    expert_init: str = "copy"
-    expert_reinit_fraction: float = DEFAULT_REINIT_FRACTION
-    router_init: str = "random"
-    first_k_dense_replace: int | None = None
-
-
 class ExpertsAxis(BaseAxis):
     """The experts plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "experts"
     sizes = ("n_expert", "n_expert_per_token")
     structural = True
-    stage_keys = ExpertsKeys
 
     def active(self, stage) -> bool:
         """Whether the stage sets an experts key (``n_expert``, ``n_expert_per_token``, ``mlp_class_name`` or
@@ -545,10 +510,3 @@ def plan_generator(plan, *keys: object) -> torch.Generator:
 
 EXPERTS = register_axis(ExpertsAxis())
 """The registered experts axis."""
-
-
-def __getattr__(name: str):
-    """``EXPERT_AXIS``: the old name of :data:`EXPERT_CHANNEL` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

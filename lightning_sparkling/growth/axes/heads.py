@@ -9,14 +9,13 @@ Its channel dimensions: ``attn_q`` (the query channels: ``attn.proj``'s fan-in, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.registry import register_axis
-from lightning_sparkling.growth.axes.width import WIDTH_SIZE_KEYS, check_larger
+from lightning_sparkling.growth.axes.width import check_larger, check_positive_sizes
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.head_layout import describe_heads, head_layout, qkv_layout
 from lightning_sparkling.growth.scaling import fan_in_scale, make_generator
@@ -24,23 +23,6 @@ from lightning_sparkling.growth.types import ChannelChange
 
 HEAD_SIZE_KEYS: tuple[str, ...] = ("n_head", "n_query_groups")
 """The heads axis' size keys."""
-
-
-@dataclass(frozen=True)
-class HeadsKeys:
-    """The heads axis' :class:`~lightning_sparkling.growth.stage.GrowthStage` keys (at a fixed ``head_size``).
-
-    Args:
-        n_head: new number of query heads, of the same ``head_size`` (new heads copy heads of their key/value group
-            under a copied ``init`` fan-out side, or start random with zeroed ``attn.proj`` fan-in columns under
-            ``random-zero``; see :mod:`~lightning_sparkling.growth.head_layout`).
-        n_query_groups: new number of key/value groups (default: unchanged when ``n_head / n_query_groups`` stays
-            whole, i.e. new heads join the existing groups; an MHA model grown by ``n_head`` alone stays MHA). New
-            groups copy source groups.
-    """
-
-    n_head: int | None = None
-    n_query_groups: int | None = None
 
 
 def head_counts(config, stage) -> tuple[int, int] | None:
@@ -58,11 +40,14 @@ class HeadsAxis(BaseAxis):
 
     name = "heads"
     sizes = HEAD_SIZE_KEYS
-    stage_keys = HeadsKeys
 
     def copies(self, stage) -> bool:
         """A copied side of ``init`` on new heads."""
         return bool(stage.n_head or stage.n_query_groups) and "copy" in (stage.fan_out_init, stage.fan_in_init)
+
+    def check_stage(self, stage) -> None:
+        """Refuse a head count that is not a positive integer."""
+        check_positive_sizes(stage, self.sizes, "a width")
 
     def check_model(self, config, stage) -> None:
         """Refuse head counts that do not grow (``n_query_groups`` may repeat the model's own with ``n_head``: new
@@ -117,10 +102,3 @@ class HeadsAxis(BaseAxis):
 
 HEADS = register_axis(HeadsAxis())
 """The registered heads axis."""
-
-
-def __getattr__(name: str):
-    """``HEAD_AXES``: the old name of :data:`HEAD_SIZE_KEYS` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

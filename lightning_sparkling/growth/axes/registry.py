@@ -5,23 +5,25 @@ here, never naming one. It imports no axis: each axis module registers itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Iterable
 
 from lightning_sparkling.growth.axes.base import BaseAxis, GrowthAxis  # noqa: F401 (BaseAxis: the doctest)
 
 __all__ = ["active_axes", "axis_of_size", "describe_changes", "plan_axes", "register_axis",
-           "registered_axes", "size_details", "structural_sizes", "unregister_axis", "watch_registry"]
+           "registered_axes", "reserve_stage_keys", "size_details", "structural_sizes", "unregister_axis"]
 
 
 _AXES: list[GrowthAxis] = []
-_WATCHERS: list[Callable[[], None]] = []
+_RESERVED: set[str] = set()
+"""``GrowthStage``'s own field names (:func:`reserve_stage_keys`), which no axis' ``stage_keys`` may take."""
 
 
 def register_axis(axis: GrowthAxis) -> GrowthAxis:
     """Add ``axis`` to the registry (after those registered before it: the built-in ones register themselves when
     :mod:`lightning_sparkling.growth.axes` is imported): the one line a new axis needs besides its module. Its
-    :attr:`~lightning_sparkling.growth.axes.GrowthAxis.stage_keys` become fields of
-    :class:`~lightning_sparkling.growth.stage.GrowthStage` at once.
+    :attr:`~lightning_sparkling.growth.axes.GrowthAxis.stage_keys` become stage keys at once: a
+    :class:`~lightning_sparkling.growth.stage.GrowthStage` holds them in ``extra``, the CLI reads them flat.
 
     Raises:
         ValueError: for an axis whose name or sizes an axis already registered has, or whose stage keys
@@ -40,31 +42,29 @@ def register_axis(axis: GrowthAxis) -> GrowthAxis:
         if known.name == axis.name or set(known.sizes) & set(axis.sizes):
             raise ValueError(f"axis {axis.name!r} (sizes {axis.sizes}) clashes with the registered axis {known.name!r} "
                              f"(sizes {known.sizes}); give it its own name and sizes")
+    taken = set(_RESERVED) | {key for known in registered_axes() for key in _keys(known)}
+    for key in _keys(axis):
+        if key in taken:
+            raise ValueError(f"axis {axis.name!r}: stage key {key!r} is already a GrowthStage key; "
+                             "give the axis a key of its own")
     _AXES.append(axis)
-    try:
-        _changed()
-    except Exception:  # e.g. a stage key GrowthStage already has: the registry stays as it was
-        _AXES.remove(axis)
-        _changed()
-        raise
     return axis
 
 
 def unregister_axis(axis: GrowthAxis) -> None:
-    """Remove an axis :func:`register_axis` added (and its stage keys from ``GrowthStage``)."""
+    """Remove an axis :func:`register_axis` added (and its stage keys with it)."""
     _AXES.remove(axis)
-    _changed()
 
 
-def watch_registry(callback: Callable[[], None]) -> None:
-    """Call ``callback()`` after every :func:`register_axis` / :func:`unregister_axis` (``GrowthStage`` re-assembles
-    its fields from the registered axes' stage keys this way, without this module importing it)."""
-    _WATCHERS.append(callback)
+def reserve_stage_keys(keys: Iterable[str]) -> None:
+    """Tell the registry ``GrowthStage``'s own field names (called once, by :mod:`~lightning_sparkling.growth.stage`
+    when it is imported: this module does not import it), so that :func:`register_axis` refuses an axis whose
+    ``stage_keys`` would shadow one."""
+    _RESERVED.update(keys)
 
 
-def _changed() -> None:
-    for callback in _WATCHERS:
-        callback()
+def _keys(axis: GrowthAxis) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(axis.stage_keys)) if axis.stage_keys is not None else ()
 
 
 def registered_axes() -> tuple[GrowthAxis, ...]:

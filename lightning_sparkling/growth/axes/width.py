@@ -10,12 +10,11 @@ copied fan-in columns. Which tensors read or write each width is litgpt's channe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_CHANNEL
-from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.errors import GrowthError, StageError
 from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
 from lightning_sparkling.growth.types import ChannelChange
@@ -24,19 +23,16 @@ WIDTH_SIZE_KEYS: tuple[str, ...] = ("n_embd", "intermediate_size", "moe_intermed
 """The width axis' size keys, in the order ``GrowthStage.widths`` lists them."""
 
 
-@dataclass(frozen=True)
-class WidthKeys:
-    """The width axis' :class:`~lightning_sparkling.growth.stage.GrowthStage` keys.
+def check_positive_sizes(stage, sizes: tuple[str, ...], what: str) -> None:
+    """Refuse a size of ``sizes`` that ``stage`` sets to other than a positive integer (no model needed).
 
-    Args:
-        n_embd: new hidden (residual stream) size. Heads, head size and RoPE are unchanged.
-        intermediate_size: new dense MLP inner size.
-        moe_intermediate_size: new MoE expert inner size (every expert, shared experts scaled alike).
+    Raises:
+        StageError: keyed by the size, naming its value and ``what`` it is.
     """
-
-    n_embd: int | None = None
-    intermediate_size: int | None = None
-    moe_intermediate_size: int | None = None
+    for size in sizes:
+        value = getattr(stage, size)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise StageError(size, f"GrowthStage({size}={value!r}): {what} must be a positive integer")
 
 
 def check_larger(config, stage, sizes: tuple[str, ...]) -> None:
@@ -45,16 +41,16 @@ def check_larger(config, stage, sizes: tuple[str, ...]) -> None:
     Raises:
         GrowthError: naming the size, both values and the rule, keyed by the size.
     """
-    for axis in sizes:
-        new = getattr(stage, axis)
+    for size in sizes:
+        new = getattr(stage, size)
         if new is None:
             continue
-        old = getattr(config, axis)
+        old = getattr(config, size)
         if new <= old:
             what = "shrinks" if new < old else "does not change"
             raise GrowthError(
-                f"GrowthStage(at_step={stage.at_step}) {axis}={new} {what} the model ({axis} is {old}): "
-                "a stage must make every size it names larger", key=axis
+                f"GrowthStage(at_step={stage.at_step}) {size}={new} {what} the model ({size} is {old}): "
+                "a stage must make every size it names larger", key=size
             )
 
 
@@ -63,7 +59,6 @@ class WidthAxis(BaseAxis):
 
     name = "width"
     sizes = WIDTH_SIZE_KEYS
-    stage_keys = WidthKeys
 
     def active(self, stage) -> bool:
         return bool(stage.widths)
@@ -71,6 +66,10 @@ class WidthAxis(BaseAxis):
     def copies(self, stage) -> bool:
         """A copied side of ``init`` on a width the stage grows."""
         return bool(stage.widths) and "copy" in (stage.fan_out_init, stage.fan_in_init)
+
+    def check_stage(self, stage) -> None:
+        """Refuse a width that is not a positive integer."""
+        check_positive_sizes(stage, self.sizes, "a width")
 
     def check_model(self, config, stage) -> None:
         """Refuse an MLP width the model lacks, or a width that does not grow."""
@@ -118,10 +117,3 @@ class WidthAxis(BaseAxis):
 
 WIDTH = register_axis(WidthAxis())
 """The registered width axis."""
-
-
-def __getattr__(name: str):
-    """``WIDTH_AXES``: the old name of :data:`WIDTH_SIZE_KEYS` (the same object), with a warning (issue 41)."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

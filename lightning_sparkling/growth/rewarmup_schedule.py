@@ -1,4 +1,4 @@
-"""The new entries' learning rate of one stage: its re-warmup as a picklable ``LambdaLR`` multiplier
+"""The re-warmup (the new entries' learning rate) of one stage: as a picklable ``LambdaLR`` multiplier
 (:class:`RewarmupLambda`, the formulas of :mod:`~lightning_sparkling.growth.lr_formulas`), its scheduler
 (:class:`RewarmupLR`) and the parameter-less optimizer whose param groups hold that LR (:class:`RewarmupHolder`), so
 Lightning steps, checkpoints and restores it like any other scheduler.
@@ -111,10 +111,3 @@ class RewarmupLR(torch.optim.lr_scheduler.LambdaLR):
         # LambdaLR restores last_epoch but not the groups' lr: refresh them (LearningRateMonitor reads them)
         for group, lam in zip(self.optimizer.param_groups, self.lr_lambdas):
             group["lr"] = float(lam(self.last_epoch))
-
-
-def __getattr__(name: str):
-    """``NewEntryLRHolder``: the old name of :class:`RewarmupHolder` (the same class), with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

@@ -1,5 +1,5 @@
-"""The new entries' learning rate inside a Lightning fit: everything between a stage's ``rewarmup_*`` keys and the LR
-the optimizer applies.
+"""The re-warmup (the new entries' learning rate) inside a Lightning fit: everything between a stage's
+``rewarmup_*`` keys and the LR the optimizer applies.
 
 - :func:`resolve_min_lrs`: what the re-warmup decays to (the callback's ``min_lr``, else read exactly from the
   module's schedule through the schedule registry);
@@ -378,10 +378,3 @@ class RewarmupSchedulers:
             if self.stages[k].symmetry_target is not None:
                 metrics[f"growth/symmetry_boost/stage_{k}"] = self.records()[k].symmetry_boost
         trainer.logger.log_metrics(metrics, step=trainer.global_step)
-
-
-def __getattr__(name: str):
-    """``NewEntryLearningRate``: the old name of :class:`RewarmupSchedulers` (the same class), with a warning."""
-    from lightning_sparkling._deprecated import moved_attribute
-
-    return moved_attribute(__name__, name)

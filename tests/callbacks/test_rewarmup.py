@@ -184,7 +184,7 @@ def test_bit_exact_resume_from_every_step_of_a_two_growth_run(tmp_path: Path, ac
     saved = torch.load(tmp_path / "step=6.ckpt", map_location="cpu", weights_only=False)
     sd = {k.removeprefix("model."): v for k, v in saved["state_dict"].items()}
     GPT(grown_config(tiny_config(), {"n_embd": 64, "intermediate_size": 128})).load_state_dict(sd, strict=True)
-    state = saved["callbacks"][next(k for k in saved["callbacks"] if "WidthGrowthCallback" in k)]
+    state = saved["callbacks"]["GrowthCallback"]
     assert state["grown"] == 1 and all(not isinstance(v, torch.Tensor) for v in state["records"][0].values())
 
     for step in range(1, max_steps):
@@ -229,3 +229,19 @@ def test_two_stages_each_with_its_own_symmetry_loop(accumulate):
     assert seen == {0: {1.0, 2.0, 4.0}, 1: {1.0, 2.0}}, seen  # each stage reached its own cap, not the other's
     growth = next(c for c in trainer.callbacks if isinstance(c, WidthGrowthCallback))
     assert [r.symmetry_boost for r in growth._records] == [4.0, 2.0], growth._records
+
+
+def test_a_scheduler_stepped_every_other_step_is_not_every_step():
+    """Mutation audit (issue 47): ``every_step`` needs ``interval='step'`` *and* ``frequency=1`` under automatic
+    optimization (a WSD decay read from a scheduler stepped every 2 steps would be in the wrong steps); under manual
+    optimization the module steps it."""
+    from types import SimpleNamespace
+
+    from lightning_sparkling.callbacks.rewarmup import every_step
+
+    auto = SimpleNamespace(lightning_module=SimpleNamespace(automatic_optimization=True))
+    manual = SimpleNamespace(lightning_module=SimpleNamespace(automatic_optimization=False))
+    assert every_step(auto, SimpleNamespace(interval="step", frequency=1))
+    assert not every_step(auto, SimpleNamespace(interval="step", frequency=2))
+    assert not every_step(auto, SimpleNamespace(interval="epoch", frequency=1))
+    assert every_step(manual, SimpleNamespace(interval="epoch", frequency=3))
