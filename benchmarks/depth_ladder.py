@@ -59,6 +59,10 @@ CANDIDATES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # the multi-stage leader with G_stack's full copy (new blocks write what their source writes) ...
     "stages-248-copy": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.5, "n_layer": 4, "depth_init": "copy"},
                                                     {"at_fraction": 0.75, "n_layer": 8, "depth_init": "copy"}]}),
+    "stages-1248-copy": ({"n_layer": 1}, {"stages": [{"at_fraction": 0.4, "n_layer": 2, "depth_init": "copy"},
+                                                     {"at_fraction": 0.6, "n_layer": 4, "depth_init": "copy"},
+                                                     {"at_fraction": 0.8, "n_layer": 8, "depth_init": "copy"}]}),
+    "late-shallow-copy": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.8, "n_layer": 8, "depth_init": "copy"}]}),
     # ... and with the new blocks re-warmed to 3x (the width default's ratio) instead of the paper's 1.3x
     "stages-248-r3": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.5, "n_layer": 4, "rewarmup_ratio": 3.0},
                                                   {"at_fraction": 0.75, "n_layer": 8, "rewarmup_ratio": 3.0}]}),
