@@ -94,8 +94,19 @@ class MeasuredCell:
     factors: dict[str, int] | None = None
     """What grew, as factors on the sizes of the model it grew from (``{"n_layer": 4}``), where the category's usual
     2x (:data:`~lightning_sparkling.pretrain.suggest.CATEGORY_FACTORS`) is not it; ``plan --suggest`` reads it."""
+    stages: tuple[dict, ...] | None = None
+    """A multi-stage growth, one entry per growth: its ``at_fraction``, its ``factors`` on the sizes that growth starts
+    from, and any other stage key it set (``depth_init``); ``growth_at`` is the first entry's and ``factors`` their
+    product. ``plan --suggest`` pastes the whole schedule."""
 
     def __post_init__(self) -> None:
+        if self.stages is not None:
+            stages = tuple(dict(entry) for entry in self.stages)
+            if not stages or any(not isinstance(e.get("factors"), dict) or not 0 < e.get("at_fraction", 0) < 1
+                                 for e in stages):
+                raise ValueError(f"measured cell {self.key()}: stages={self.stages!r}: give one entry per growth, "
+                                 "each with an at_fraction in (0, 1) and its factors")
+            object.__setattr__(self, "stages", stages)
         for name in ("params", "active_params"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
@@ -402,6 +413,25 @@ def better_recipe(cells: Sequence[MeasuredCell], *, category: str, recipe: str, 
     return best
 
 
+def run_init(stages: Sequence[GrowthStage], category: str) -> str | None:
+    """The ``init`` a run is matched on: a one-stage experts run's ``expert_init``; a depth run whose every stage
+    starts its new blocks otherwise than ``copy-zero`` (the map's depth cells before issue 46) its ``depth_init``
+    (``copy``: G_stack's full copy); ``None`` elsewhere.
+
+    Example::
+
+        >>> from lightning_sparkling.growth.stage import GrowthStage
+        >>> run_init([GrowthStage(10, n_layer=8, depth_init="copy")], "depth"), run_init([GrowthStage(10, n_layer=8)], "depth")
+        ('copy', None)
+    """
+    if len(stages) == 1 and stages[0].grows_experts:
+        return stages[0].expert_init
+    inits = {s.depth_init for s in stages if s.n_layer is not None or s.depth_map is not None}
+    if category == "depth" and len(inits) == 1 and inits != {"copy-zero"}:
+        return next(iter(inits))
+    return None
+
+
 def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param: float, recipe: str | RecipeName,
            schedule: str = "cosine", sizes: Sequence[Sequence[str]] | None = None,
            cells: Sequence[MeasuredCell] | None = None, params: int | None = None) -> Advice:
@@ -418,7 +448,7 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     category = classify_category(stages, sizes)
     growth_at = stages[0].resolved(total_steps).at_step / total_steps if stages else 0.0
     cells = load_map() if cells is None else cells
-    init = stages[0].expert_init if len(stages) == 1 and stages[0].grows_experts else None
+    init = run_init(stages, category)
     where = dict(category=category, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param, init=init)
     cell, near = nearest(cells, recipe=recipe, params=params, **where)
     better = better_recipe(cells, recipe=recipe, than=cell if near else None, **where)

@@ -87,7 +87,7 @@ class Suggestion:
 
 def _factors(cell: Any, config: Any) -> dict[str, int] | None:
     factors = dict(getattr(cell, "factors", None) or CATEGORY_FACTORS.get(cell.category) or {})
-    if not factors or cell.init is not None:
+    if not factors or (cell.init is not None and not cell.stages):  # an experts cell: no size factor to apply
         return None
     if config.mlp_class_name == "LLaMAMoE" and "intermediate_size" in factors:
         factors["moe_intermediate_size"] = factors.pop("intermediate_size")
@@ -123,11 +123,26 @@ def _candidate(cell: Any, run: Any, cache: dict) -> tuple[dict[str, Any], int, i
     grown = _grown(run, sizes, cache)
     if grown is None or grown[0] != cell.category:
         return None
-    at_step = math.ceil(cell.growth_at * run.steps)
-    stage_keys = {"at_fraction": cell.growth_at, **sizes,
-                  "rewarmup_steps": max(0, min(250, (run.steps - at_step - 1) // 2))}
-    block = {"recipe": cell.recipe, "stages": [stage_keys]}
+    block = {"recipe": cell.recipe, "stages": _stages(cell, run, sizes)}
     return block, *grown[1]
+
+
+def _stages(cell: Any, run: Any, final: dict[str, int]) -> list[dict[str, Any]]:
+    """The ``growth.stages`` of ``cell`` on ``run``'s model: one stage at the cell's timing to the ``final`` sizes,
+    or a multi-stage cell's schedule (each entry's factors on the sizes before it, its own keys kept), each with a
+    re-warmup that fits before the next growth (at most 250 steps)."""
+    entries = cell.stages or ({"at_fraction": cell.growth_at, "factors": cell.factors or {}},)
+    fractions = [e["at_fraction"] for e in entries] + [1.0]
+    sizes = {key: getattr(run.model_config, key) for key in final}
+    stages = []
+    for k, entry in enumerate(entries):
+        if cell.stages:
+            sizes = {key: value * entry["factors"].get(key, 1) for key, value in sizes.items()}
+        keys = {key: value for key, value in entry.items() if key not in ("at_fraction", "factors")}
+        window = math.floor((fractions[k + 1] - fractions[k]) * run.steps) - 1
+        stages.append({"at_fraction": entry["at_fraction"], **(sizes if cell.stages else final), **keys,
+                       "rewarmup_steps": max(0, min(250, window // 2))})
+    return stages
 
 
 def _resolves(ns: Any, growth: dict[str, Any]) -> str | None:

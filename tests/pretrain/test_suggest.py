@@ -78,3 +78,36 @@ def test_a_cell_far_in_token_ratio_or_that_did_not_pay_is_no_fit(tmp_path, capsy
     cells.write_text(json.dumps({"cells": [_cell(tokens_per_param=5.0), _cell(delta=0.1, speedup=0.9)]}))
     out, growth = _suggested(capsys, [*argv, "--map", str(cells)])
     assert growth is None and "The nearest cell of this schedule: depth, wsd, wsd" in out
+
+
+def test_a_multi_stage_cell_is_suggested_as_its_whole_schedule(tmp_path, capsys):
+    """Issue 46: the 20+ tokens-per-parameter leader grows 2 -> 4 -> 8 layers at 50% and 75% with G_stack's full copy.
+    ``--suggest`` pastes both stages (each factor on the sizes before it, its ``depth_init``), each re-warmup short
+    enough to end before the next growth, and the block resolves as the run's growth."""
+    config = tiny_config(tmp_path / "cache", train={"max_steps": 40, "lr_schedule": "wsd"})
+    argv = ["--config", str(write_config(tmp_path / "tiny.yaml", config))]
+    stages = [{"at_fraction": 0.5, "factors": {"n_layer": 2}, "depth_init": "copy"},
+              {"at_fraction": 0.75, "factors": {"n_layer": 2}, "depth_init": "copy"}]
+    cells = tmp_path / "measure.json"
+    cells.write_text(json.dumps({"cells": [_cell(stages=stages, init="copy", speedup=1.3)]}))
+    load_map.cache_clear()
+    out, growth = _suggested(capsys, [*argv, "--map", str(cells)])
+    assert growth == {"recipe": "wsd", "stages": [
+        {"at_fraction": 0.5, "n_layer": 4, "depth_init": "copy", "rewarmup_steps": 4},
+        {"at_fraction": 0.75, "n_layer": 8, "depth_init": "copy", "rewarmup_steps": 4}]}, out
+    _, run, _ = parse([*argv, "--growth", json.dumps(growth)], "plan")
+    assert [(s.at_step, s.n_layer, s.depth_init) for s in run.stages] == [(20, 4, "copy"), (30, 8, "copy")]
+
+
+def test_a_copy_depth_cell_is_matched_only_with_copy_runs(tmp_path):
+    """The map keys depth cells by ``depth_init`` where it is not ``copy-zero`` (``run_init``), as it keys experts
+    cells by ``expert_init``: a ``copy-zero`` run is not told what a ``copy`` schedule measured."""
+    from lightning_sparkling.growth.stage import GrowthStage
+    from lightning_sparkling.pretrain.measured import MeasuredCell, advise
+
+    cells = [MeasuredCell.from_json(_cell(init="copy", tokens_per_param=20.0, delta=-0.08, speedup=1.25))]
+    kwargs = dict(total_steps=100, tokens_per_param=20.0, recipe="wsd", schedule="wsd", cells=cells)
+    copied = advise([GrowthStage(50, n_layer=8, depth_init="copy", recipe="wsd")], **kwargs)
+    zeroed = advise([GrowthStage(50, n_layer=8, recipe="wsd")], **kwargs)
+    assert copied.cell is cells[0] and copied.init == "copy"
+    assert zeroed.cell is None
