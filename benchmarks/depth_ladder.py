@@ -62,6 +62,11 @@ CANDIDATES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "stages-1248-copy": ({"n_layer": 1}, {"stages": [{"at_fraction": 0.4, "n_layer": 2, "depth_init": "copy"},
                                                      {"at_fraction": 0.6, "n_layer": 4, "depth_init": "copy"},
                                                      {"at_fraction": 0.8, "n_layer": 8, "depth_init": "copy"}]}),
+    # the depth-aware rule on the copied blocks: each kept block writes sqrt(L / L') of what it wrote, so the copies
+    # double the residual stream's writes by sqrt(2) instead of 2
+    "stages-248-copy-sqrt": ({"n_layer": 2}, {"stages": [
+        {"at_fraction": 0.5, "n_layer": 4, "depth_init": "copy", "depth_scaling": "sqrt"},
+        {"at_fraction": 0.75, "n_layer": 8, "depth_init": "copy", "depth_scaling": "sqrt"}]}),
     "late-shallow-copy": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.8, "n_layer": 8, "depth_init": "copy"}]}),
     # ... and with the new blocks re-warmed to 3x (the width default's ratio) instead of the paper's 1.3x
     "stages-248-r3": ({"n_layer": 2}, {"stages": [{"at_fraction": 0.5, "n_layer": 4, "rewarmup_ratio": 3.0},
