@@ -100,7 +100,8 @@ def _published_cells(text: str) -> tuple[set[tuple], str]:
         axis, recipe, schedule, growth_at, ratio, size, delta, above, where = (c.strip() for c in
                                                                                 row.strip("|").split("|"))
         params, device = size.split(", ", 1)
-        axis, _, init = axis.partition(" (expert_init ")  # an experts cell: "upcycle (expert_init copy)"
+        # an experts cell: "upcycle (expert_init copy)"; a depth cell of G_stack's full copy: "depth (depth_init copy)"
+        axis, _, init = axis.replace(" (depth_init ", " (expert_init ").partition(" (expert_init ")
         mean, sd = delta.split(" ± ")
         seeds_above, seeds = above.split("/")
         cells.add((axis, init.rstrip(")") or None, recipe, schedule, round(float(growth_at.rstrip("%")) / 100, 6),
