@@ -197,7 +197,7 @@ class MeasuredCell:
         scratch in 0/3 seeds)'``, led by the speed-up at equal loss where the cell has one (``'...: speed-up at
         equal loss 1.35x ± 0.08 (3 seeds), Δ ...'``)."""
         speedup = self.describe_speedup()
-        category = self.category if self.init is None else f"{self.category} (expert_init {self.init})"
+        category = self.category if self.init is None else f"{self.category} ({_init_key(self.category)} {self.init})"
         return (f"{category}, {self.recipe}, {self.schedule}, growth at {self.growth_at:.0%}, "
                 f"{self.tokens_per_param:g} tokens per parameter: {speedup + ', ' if speedup else ''}"
                 f"Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
@@ -285,7 +285,7 @@ class Advice:
             return (f"this run is a demo ({self.tokens_per_param:.2f} training tokens per final active parameter, "
                     f"below the {DEMO_TOKENS_PER_PARAM:g} of every measured setting): its FLOPs saved are arithmetic, "
                     "not a measured saving")
-        category = self.category if self.init is None else f"{self.category}, expert_init {self.init}"
+        category = self.category if self.init is None else f"{self.category}, {_init_key(self.category)} {self.init}"
         note = f"; {self.recipe_note}" if self.recipe_note else ""
         run = (f"this run ({category}, growth.recipe {self.label or self.recipe}, {self.schedule} schedule, first "
                f"growth at {self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active "
@@ -411,6 +411,11 @@ def better_recipe(cells: Sequence[MeasuredCell], *, category: str, recipe: str, 
         if best is None or cell.delta < best.delta:
             best = cell
     return best
+
+
+def _init_key(category: str) -> str:
+    """The stage key a cell's ``init`` is the value of: ``depth_init`` for a depth cell, else ``expert_init``."""
+    return "depth_init" if category == "depth" else "expert_init"
 
 
 def run_init(stages: Sequence[GrowthStage], category: str) -> str | None:
