@@ -85,6 +85,7 @@ def format_cell(cell: dict) -> str:
             + f'"where": {json.dumps(cell["where"], ensure_ascii=False)}'
             + (f', "start_delta": {cell["start_delta"]:.3f}, "start_sd": {cell["start_sd"]:.3f}, '
                f'"start_seeds_above": {cell["start_seeds_above"]}' if cell.get("start_delta") is not None else "")
+            + "".join(f', "{k}": {json.dumps(cell[k])}' for k in ("factors", "stages") if cell.get(k) is not None)
             + "".join(f', "{k}": {json.dumps(cell[k])}' for k in _SIZE_KEYS if cell.get(k) is not None)
             + "}")
 
