@@ -84,13 +84,13 @@ def test_the_campaign_gets_the_deadline_and_its_own_timeout(tmp_path):
     stub = _stub(tmp_path, f"open({str(record)!r}, 'w').write(' '.join(sys.argv[1:])); print('cell 1 done')\n"
                            "time.sleep(120)")
     start = time.time()
-    proc = _run(tmp_path, MODE="cpu", STEPS="campaign", DEADLINE="60", CAMPAIGN=str(stub))
+    proc = _run(tmp_path, MODE="cpu", STEPS="campaign", DEADLINE="40", CAMPAIGN=str(stub))
     took = time.time() - start
     assert proc.returncode == 0, proc.stderr
-    assert took < 60, took
+    assert took < 40, took
     argv = record.read_text().split()
     at = argv.index("--deadline")  # after the mode's own arguments (the CPU mode: --tiny, its results in $OUT)
-    assert "--tiny" in argv[:at] and abs(int(argv[at + 1]) - (start + 60 - 30)) < 5
+    assert "--tiny" in argv[:at] and abs(int(argv[at + 1]) - (start + 40 - 30)) < 5
     status = (tmp_path / "out" / "status.txt").read_text()
     assert "campaign exit 124" in status, status  # killed by its timeout (time left - 20 s)
     assert "cell 1 done" in (tmp_path / "out" / "campaign.log").read_text()
