@@ -39,10 +39,14 @@ def unscales_itself(optimizer: Any) -> bool:
     return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
 
 
-def _fsdp1_root(pl_module: torch.nn.Module) -> torch.nn.Module | None:
-    """The outermost FSDP1 unit inside ``pl_module`` (it computes the global norm over every shard), or ``None``."""
+def _fsdp1_root(pl_module: pl.LightningModule) -> torch.nn.Module | None:
+    """The outermost FSDP1 unit inside ``pl_module`` (it computes the global norm over every shard), or ``None``;
+    the modules are searched only under ``FSDPStrategy`` (this runs every optimizer step)."""
+    from lightning.pytorch.strategies import FSDPStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel
 
+    if not isinstance(pl_module.trainer.strategy, FSDPStrategy):
+        return None
     return next((m for m in pl_module.modules() if isinstance(m, FullyShardedDataParallel)), None)
 
 

@@ -152,7 +152,7 @@ class RunTracker(pl.Callback):
         self.fit_seconds = 0.0
         self._t0: float | None = None
         self._last: tuple[int, float] | None = None  # (global step, time) of the last step's end
-        self.phase_step_seconds: dict[int, list[float]] = {}  # parameter count -> step times
+        self.phase_step_seconds: dict[int, list[float]] = {}  # the model config's id -> step times
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
@@ -166,8 +166,9 @@ class RunTracker(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         now, step = time.perf_counter(), trainer.global_step
         if self._last is not None and step == self._last[0] + 1:
-            params = sum(p.numel() for p in pl_module.parameters())
-            self.phase_step_seconds.setdefault(params, []).append(now - self._last[1])
+            # a growth builds a new litgpt Config: its identity marks the phase, without a pass over the parameters
+            phase = id(getattr(getattr(pl_module, "model", None), "config", pl_module))
+            self.phase_step_seconds.setdefault(phase, []).append(now - self._last[1])
         if self._last is None or step != self._last[0]:
             self._last = (step, now)
 
