@@ -92,7 +92,7 @@ if [ "$MODE" = gpu ]; then
   THROUGHPUT=(--size gpu --accelerator gpu --precision bf16-mixed --compile true --steps 30 --warmup 10
               --repeats 1 --threads 4)
   COST=(--device cuda --sizes 91M,350M --batch 8 --seq 1024 --steps 6)
-  PYTEST=(-m gpu -rs tests)
+  PYTEST=(-m gpu -rs -n 3 tests)  # the GPU tests start processes: 3 at once on the 16 cores
   SMOKE=(--steps 12 --jobs 4 --compile auto --timeout 150)
   SMOKE_TESTS=(-m gpu -rs tests/pretrain/test_cli_gpu.py)
   # Only $OUT comes back from the device: the campaign appends to $OUT/campaign.jsonl, seeded below from the committed

@@ -122,7 +122,10 @@ def run_one(name: str, steps: int, work: Path, timeout: float, compile: str | No
         s = json.loads(summary.read_text())
         row.update({"steps": s["steps"], "grew_at": [e["global_step"] for e in s["growth_events"]],
                     "params": [s["total_params"][0], s["total_params"][-1]] if isinstance(s.get("total_params"), list)
-                    else s.get("total_params"), "fit_s": s.get("fit_seconds"), "val_loss": s.get("val_loss")})
+                    else s.get("total_params"), "fit_s": s.get("fit_seconds"), "val_loss": s.get("val_loss"),
+                    # the first step after each growth: under compile, the recompile of the grown shapes
+                    "first_step_after_growth_s": [round(e["first_step_seconds"], 2) for e in s["growth_events"]
+                                                  if e.get("first_step_seconds") is not None]})
     if rc != 0:
         row["tail"] = tail
     elif row.get("grew_at") != at_steps:
@@ -136,7 +139,7 @@ def table_row(r: dict) -> str:
     error = (r.get("first_error") or "").replace("|", "/")[:160]
     return (f"| {r['example']} | {'pass' if ok else 'FAIL'} | {error or '-'} | {r.get('grew_at', '-')} "
             f"({r['planned_growth_steps']}) | {r.get('params', '-')} | {r['wall_s']} | {r.get('fit_s', '-')} | "
-            f"{r.get('val_loss', '-')} |")
+            f"{r.get('val_loss', '-')} | {r.get('first_step_after_growth_s', '-')} |")
 
 
 def main() -> int:
@@ -164,7 +167,7 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     head = ["| example | result | first error line | grew at (planned) | parameters | wall-clock (s) | fit (s) | "
-            "val loss |", "|---|---|---|---|---|---|---|---|"]
+            "val loss | first step after growth (s) |", "|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(head), flush=True)
     rows, lines = [], list(head)
     with ThreadPoolExecutor(args.jobs) as pool:

@@ -41,11 +41,11 @@ def unscales_itself(optimizer: Any) -> bool:
 
 def _fsdp1_root(pl_module: pl.LightningModule) -> torch.nn.Module | None:
     """The outermost FSDP1 unit inside ``pl_module`` (it computes the global norm over every shard), or ``None``;
-    the modules are searched only under ``FSDPStrategy`` (this runs every optimizer step)."""
-    from lightning.pytorch.strategies import FSDPStrategy
+    the modules are searched only when the precision plugin is ``FSDPPrecision``, the one Lightning gives the FSDP1
+    strategy (this runs every optimizer step)."""
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    if not isinstance(pl_module.trainer.strategy, FSDPStrategy):
+    if not isinstance(pl_module.trainer.precision_plugin, FSDPPrecision):
         return None
     return next((m for m in pl_module.modules() if isinstance(m, FullyShardedDataParallel)), None)
 
