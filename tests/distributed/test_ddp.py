@@ -2,7 +2,7 @@
 accumulation 1 and 2: a two-stage growth (hidden+inner, then inner to an odd width with random init, so the shards
 are uneven) ends where one process with the same global batch ends (float64 weights, relative < 1e-5), ranks agree
 exactly, and resuming checkpoints saved before, at and after a growth (full files; FSDP2 and FSDP1 also sharded
-directories) matches the uninterrupted run.
+directories) matches the uninterrupted run (see RUNS for which backend resumes from what).
 
 FSDP1 runs Lightning's own FSDPStrategy on CPU through a test subclass (see ddp_script.py); the same script on 2 GPUs
 (``fsdp1-cuda``, the plain FSDPStrategy with nccl) is the GPU-marked test at the end."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _dist import final_states, rel_diff, run_script
+from _dist import backend_fixtures, final_states, rel_diff, run_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "ddp_script.py"
 pytestmark = pytest.mark.slow
@@ -33,34 +33,20 @@ def _final(out: Path, run: str, tag: str = "") -> list[dict]:
 
 ACCUMULATE = [1, 2]  # 1: Lightning runs forward/backward inside optimizer.step, after the step pre-hooks
 
+#: (backend, accumulation, checkpoints to resume from): before the growth (it then happens in the resumed run),
+#: right at it, between the two growths; full files and (FSDP) sharded directories. Each backend resumes from every
+#: point once, the points shared out between accumulation 1 and 2 (the suite's time: each resume is a 2-rank run).
+#: FSDP1 (a GPU backend for users, gloo here) runs accumulation 2 alone; its one-GPU test runs both.
+RUNS = [("ddp", 1, ("full4", "full12")), ("ddp", 2, ("full8",)),
+        ("fsdp2", 1, ("sharded4", "full12")), ("fsdp2", 2, ("full8", "sharded8", "sharded12")),
+        ("fsdp1", 2, ("sharded4", "sharded8", "full12"))]
 
-@pytest.fixture(scope="module", params=ACCUMULATE, ids=lambda a: f"acc{a}")
-def single(request, tmp_path_factory):
-    acc = request.param
-    out = tmp_path_factory.mktemp("single")
-    _run(str(out), "single", f"--accumulate={acc}")
-    return acc, torch.load(out / f"single-acc{acc}" / "final-rank0.pt")["state"]
+singles, multi = backend_fixtures(SCRIPT, RUNS)
 
 
-SHARDED_RESUMES = ["full8", "full12", "sharded4", "sharded8", "sharded12"]
-
-
-@pytest.fixture(scope="module", params=["ddp", "fsdp2", "fsdp1"])
-def multi(request, single, tmp_path_factory):
-    mode = request.param
-    acc, _ = single
-    out = tmp_path_factory.mktemp(mode)
-    _run(str(out), mode, f"--accumulate={acc}")
-    # before growth (it then happens in the resumed run), right at growth, between the two growths
-    resumes = ["full4", "full8", "full12"] if mode == "ddp" else SHARDED_RESUMES
+def test_two_stage_growth_matches_single_process_and_ranks_agree(multi, singles):
+    mode, acc, out, _ = multi
     run = f"{mode}-acc{acc}"
-    for kind in resumes:
-        _run(str(out), mode, f"--accumulate={acc}", "--resume", str(out / run / f"{kind}.ckpt"), f"--tag=-{kind}")
-    return run, out, resumes
-
-
-def test_two_stage_growth_matches_single_process_and_ranks_agree(multi, single):
-    run, out, _ = multi
     ranks = _final(out, run)
     assert ranks[0]["transformer.h.0.mlp.proj.weight"].shape == (64, 191)  # both stages applied (uneven shards)
     for name in ranks[0]:
@@ -68,7 +54,7 @@ def test_two_stage_growth_matches_single_process_and_ranks_agree(multi, single):
         assert ranks[0][name].dtype == torch.float64, name  # the grown model keeps the model's dtype
     # float64 weights (litgpt's RMSNorm still computes in float32, so rank-split batches round differently there):
     # noise ends near 5e-7 here, where float32 runs end near 4e-5 after 24 AdamW steps
-    assert _rel_diff(ranks[0], single[1]) < 1e-5
+    assert _rel_diff(ranks[0], singles[acc]["state"]) < 1e-5
     # the symmetry loop of stage 0 boosted its new entries to the 4x cap, on both ranks as in one process
     boosts = [torch.load(out / run / f"final-rank{r}.pt")["boosts"] for r in (0, 1)]
     assert boosts[0] == boosts[1] == [4.0, 1.0], boosts
@@ -78,7 +64,8 @@ def test_two_stage_growth_matches_single_process_and_ranks_agree(multi, single):
 
 
 def test_resume_after_growth_matches_uninterrupted(multi):
-    run, out, resumes = multi
+    mode, acc, out, resumes = multi
+    run = f"{mode}-acc{acc}"
     reference = _final(out, run)[0]
     for kind in resumes:
         resumed = _final(out, run, f"-{kind}")
@@ -90,8 +77,10 @@ def test_resume_after_growth_matches_uninterrupted(multi):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="FSDPStrategy on GPUs needs 2 CUDA devices")
-def test_fsdp1_on_gpus_matches_single_process_and_resumes(tmp_path, single):
-    acc, reference = single
+@pytest.mark.parametrize("acc", ACCUMULATE)
+def test_fsdp1_on_gpus_matches_single_process_and_resumes(tmp_path, acc):
+    _run(str(tmp_path / "ref"), "single", f"--accumulate={acc}")
+    reference = torch.load(tmp_path / "ref" / f"single-acc{acc}" / "final-rank0.pt")["state"]
     run = f"fsdp1-cuda-acc{acc}"
     _run(str(tmp_path), "fsdp1-cuda", f"--accumulate={acc}")
     ranks = _final(tmp_path, run)

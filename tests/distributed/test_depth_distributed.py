@@ -4,8 +4,8 @@ new blocks are copies) then depth + width in one stage (4 -> 5 blocks ``middle``
 odd width sharded unevenly) ends where one process with the same global batch ends (float64 weights, relative
 < 1e-4), ranks agree exactly, the optimizer's param groups list the same parameters in the same order as on one
 process (new blocks in their source's group, in module order), and resuming from checkpoints saved between the two
-growths (DDP a full file; FSDP2 and FSDP1 a sharded directory and a full file) ends where the uninterrupted run ends.
-Gradient accumulation 2 on every backend, and 1 on FSDP2."""
+growths (DDP a full file, FSDP2 a sharded directory and a full file, FSDP1 a sharded directory) ends where the
+uninterrupted run ends. Gradient accumulation 1 under DDP, 2 under FSDP2 and FSDP1."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from _dist import backend_fixtures, final_states, rel_diff
 SCRIPT = Path(__file__).resolve().parents[1] / "depth_dist_script.py"
 pytestmark = pytest.mark.slow
 
-#: (backend, accumulation, checkpoints to resume from)
-RUNS = [("ddp", 2, ("full8",)), ("fsdp2", 2, ("sharded8", "full8")), ("fsdp1", 2, ("sharded8", "full8")),
-        ("fsdp2", 1, ("sharded8",))]
+#: (backend, accumulation, checkpoints to resume from): accumulation 1 under DDP, 2 under the sharded backends; FSDP1
+#: (a GPU backend for users) resumes its sharded checkpoint alone, FSDP2 and DDP the full files (each run and resume
+#: is a 2-rank process pair: the suite's time; tests/distributed/test_ddp.py runs FSDP2 at accumulation 1)
+RUNS = [("ddp", 1, ("full8",)), ("fsdp2", 2, ("sharded8", "full8")), ("fsdp1", 2, ("sharded8",))]
 
 
 _rel_diff, _final = rel_diff, final_states

@@ -1,9 +1,10 @@
-"""``first_k_dense_replace`` at dense -> MoE on every parallel backend (2 CPU ranks, gloo; experts_dist_script.py with
+"""``first_k_dense_replace`` at dense -> MoE under DDP and FSDP2 (2 CPU ranks, gloo; experts_dist_script.py with
 ``--first-k=1``): block 0's MLP stays the (wrapped or sharded) dense module through the upcycling; the depth growth
 (``middle``) copies it, so the run ends with 2 dense blocks and one MoE block, where one process with the same global
 batch ends (float64, relative < 1e-4), ranks agreeing exactly, and it resumes from a checkpoint saved between the
-growths to where the uninterrupted run ends. One case per backend, accumulation 2 (the runs are slow); in a file of
-its own so that the distributed tests spread over the test workers."""
+growths to where the uninterrupted run ends. One case per backend, accumulation 2 (the runs are slow; FSDP1's
+dense -> MoE is test_experts_distributed.py's); in a file of its own so that the distributed tests spread over the
+test workers."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from _dist import backend_fixtures, final_states, rel_diff
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experts_dist_script.py"
 pytestmark = pytest.mark.slow
-RUNS = [("fsdp2", 2, ("sharded6",)), ("ddp", 2, ("full6",)), ("fsdp1", 2, ("sharded10",))]
+RUNS = [("fsdp2", 2, ("sharded6",)), ("ddp", 2, ("full6",))]
 
 singles, multi = backend_fixtures(SCRIPT, RUNS, flags=("--first-k=1",))
 

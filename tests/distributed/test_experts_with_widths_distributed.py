@@ -1,9 +1,10 @@
-"""Experts grown with widths and depth in the same stage on every parallel backend (2 CPU ranks, gloo;
+"""Experts grown with widths and depth in the same stage under DDP and FSDP2 (2 CPU ranks, gloo;
 experts_dist_script.py with ``--with-widths``): dense -> MoE with the hidden size 32 -> 48 and the MLP 64 -> 96 (expert
 0 is the MLP widened, the new experts copy it widened), then 2x experts with their inner size 96 -> 112 (uneven over
 2 ranks) and 2 -> 3 blocks in one stage, then 3 -> 4 blocks; ends where one process with the same global batch ends
 (float64, relative < 1e-4), ranks agreeing exactly, and resumes from a checkpoint saved between the growths to where
-the uninterrupted run ends. One case per backend, accumulation 2."""
+the uninterrupted run ends. One case per backend, accumulation 2 (FSDP1's experts growth, with a width stage, is
+test_experts_distributed.py's)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from _dist import backend_fixtures, final_states, rel_diff
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experts_dist_script.py"
 pytestmark = pytest.mark.slow
-RUNS = [("fsdp2", 2, ("sharded6",)), ("ddp", 2, ("full10",)), ("fsdp1", 2, ("sharded10",))]
+RUNS = [("fsdp2", 2, ("sharded6",)), ("ddp", 2, ("full10",))]
 
 singles, multi = backend_fixtures(SCRIPT, RUNS, flags=("--with-widths",))
 
