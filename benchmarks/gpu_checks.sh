@@ -17,7 +17,8 @@
 #    in its own precision with `compile: auto` (benchmarks/gpu_examples.py), all 7 at once, at most 210 s (on one
 #    H200 on 2026-11-28, 4 at once, each took 95-138 s: the first compile and the recompile after a width growth,
 #    about 68 s each, with 4 processes compiling side by side; the last 3 had no time left in 150 s; 7 at once is
-#    untried: compare their seconds with these), then the CLI's GPU tests; $OUT/smoke.md is the table of pass / first error line, written before any other step starts;
+#    untried: compare their seconds with these), then the CLI's GPU tests; $OUT/smoke.md is the table of pass /
+#    first error line, written before any other step starts;
 # 1. throughput: benchmarks/throughput_vs_litgpt.py, litgpt against sparkling with compile on both (--compile true),
 #    bf16-mixed (fused AdamW is both tools' default on CUDA); alone on the device, since it is a timing; it prints a
 #    line as each run starts and ends and rewrites its JSON after each ("complete": false until the last);
