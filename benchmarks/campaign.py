@@ -9,7 +9,9 @@ never trains it again.
     python benchmarks/campaign.py --tiny --deadline +5m          # the CPU mode CI tests (a tiny model, seconds)
 
 ``--deadline``: ``HH:MM[:SS]`` (today, UTC), an ISO date-time, ``+N`` / ``+Nm`` / ``+Ns`` (minutes / seconds from
-now) or epoch seconds. No run starts after it; a run still training at it is stopped and trained again next time.
+now) or epoch seconds. No run starts after it; a run still training at it is stopped and trained again next time,
+and the campaign ends as when its queue is done (the complete cells written, exit 0). Ctrl-C or ``SIGTERM`` stops the
+runs too, and the campaign with exit 130.
 ``--jobs``: runs at once (default: ``auto``, as many as the device's free memory holds by :func:`auto_jobs`'s
 estimate, at most 8; 1 on CPU).
 
@@ -197,7 +199,9 @@ def dry_run(cells: Sequence[Cell], done: dict, out: Path, overrides: Sequence[st
 
 def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: float, jobs: int | str,
                  overrides: Sequence[str] = (), log=print) -> int:
-    """Train the next unfinished runs of ``cells`` until ``deadline``; append each finished run to ``results``."""
+    """Train the next unfinished runs of ``cells`` until ``deadline``; append each finished run to ``results``, then
+    write the complete cells (:func:`write_cells`). Returns 0, the deadline reached or not (the runs it stopped are
+    trained again next time); a ``SIGINT`` or ``SIGTERM`` stops the runs and raises ``KeyboardInterrupt``."""
     from lightning_sparkling.pretrain.measure_runs import is_done, prepare_data, read_result, train_runs
 
     done = read_results(results)
@@ -234,8 +238,10 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
     if jobs > 1:  # one data cache per size, built before the runs start side by side
         for facts in {id(f["run"].data): f for _, f in cell_of.values()}.values():
             prepare_data(facts["run"])
-    train_runs(todo, jobs, log, deadline=deadline, on_done=append)
-    write_cells(results, cells, out, overrides)
+    failed = train_runs(todo, jobs, log, deadline=deadline, on_done=append)  # a deadline returns; Ctrl-C raises
+    written = write_cells(results, cells, out, overrides)
+    log(f"wrote {results.with_suffix('.cells.json')}: {len(written)} complete cell(s)"
+        + (f"; {len(failed)} run(s) failed: {', '.join(r.name for r in failed)}" if failed else ""))
     return 0
 
 
@@ -327,8 +333,13 @@ def main(argv: list[str] | None = None) -> int:
         deadline = parse_deadline(args.deadline)
     except ValueError as err:
         parser.error(str(err))
-    return run_campaign(cells, results=results, out=args.out, deadline=deadline,
-                        jobs=args.jobs if args.jobs == "auto" else int(args.jobs), overrides=args.set)
+    try:
+        return run_campaign(cells, results=results, out=args.out, deadline=deadline,
+                            jobs=args.jobs if args.jobs == "auto" else int(args.jobs), overrides=args.set)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (not the deadline): the running runs were stopped
+        print(f"campaign: interrupted; the finished runs are in {results} (run it again to go on; the cells file is "
+              "written when a call ends by itself)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -6,25 +6,38 @@
 #   MODE=cpu DRY=1 OUT=/tmp/gc bash benchmarks/gpu_checks.sh               # print the steps, run nothing
 #   MODE=cpu OUT=/tmp/gc bash benchmarks/gpu_checks.sh                     # the same steps, tiny, on the CPU
 #
-# Steps, in order, each under its own timeout (never past DEADLINE seconds after the start), each writing its log
-# and results into $OUT as soon as it ends, and a line "<step> exit <code> <seconds> s" into $OUT/status.txt, with
-# the step's first error line (the cause, not a CalledProcessError around it) after a ": " when it failed:
-# 0. smoke (about 90 s, first, so that a broken path is known before anything long runs): every example shortened
-#    to 12 steps in its own precision with `compile: auto` (benchmarks/gpu_examples.py), then the CLI's GPU tests;
-#    $OUT/smoke.md is the table of pass / first error line, written before any other step starts;
+# First a preflight: the packages the steps import (NEEDS: litgpt, jsonargparse, litdata, boto3, lightning_sparkling),
+# imported once; a line "preflight exit <code> <seconds> s" goes into $OUT/status.txt, naming after a ": " each
+# package that is missing (carry it as a wheel in .whl/), and the script goes on (the same process writes the
+# versions into $OUT/env.txt, its tracebacks into $OUT/preflight.log). Then the steps, in order, each
+# under its own timeout (never past DEADLINE seconds after the start), each writing its log and results into $OUT as
+# soon as it ends, and a line "<step> exit <code> <seconds> s" into $OUT/status.txt, with the step's first error
+# line (the cause, not a CalledProcessError around it) after a ": " when it failed:
+# 0. smoke (first, so that a broken path is known before anything long runs): every example shortened to 12 steps
+#    in its own precision with `compile: auto` (benchmarks/gpu_examples.py), all 7 at once, at most 210 s (on one
+#    H200 on 2026-11-28, 4 at once, each took 95-138 s: the first compile and the recompile after a width growth,
+#    about 68 s each, with 4 processes compiling side by side; the last 3 had no time left in 150 s; 7 at once is
+#    untried: compare their seconds with these), then the CLI's GPU tests; $OUT/smoke.md is the table of pass /
+#    first error line, written before any other step starts;
 # 1. throughput: benchmarks/throughput_vs_litgpt.py, litgpt against sparkling with compile on both (--compile true),
-#    bf16-mixed (fused AdamW is both tools' default on CUDA); alone on the device, since it is a timing;
+#    bf16-mixed (fused AdamW is both tools' default on CUDA); alone on the device, since it is a timing; it prints a
+#    line as each run starts and ends and rewrites its JSON after each ("complete": false until the last);
 # 2. growth_cost: benchmarks/growth_cost.py on the device (the growth-cost table), alone too;
 # 3. tests: every GPU-marked test (pytest -m gpu: fused AdamW under growth, growth on CUDA, FSDP1 on one GPU, bf16
-#    runs of `sparkling pretrain`, and the compile tests where they exist), side by side with
-# 4. campaign: benchmarks/campaign.py --deadline <epoch> for the time that is left (only if the file exists); a run
+#    runs of `sparkling pretrain`, and the compile tests where they exist), 3 at once, each test's outcome printed
+#    as it ends ("[gw0] PASSED tests/...::test_x"), at most 120 s per test, the failures summarized at the end;
+#    side by side with
+# 4. campaign: benchmarks/campaign.py --deadline <epoch> for the time that is left (only if the file exists), the
+#    deadline 40 s before DEADLINE (20 s before its step's timeout: time to stop its runs and write its cells); a run
 #    that fails is reported with its first error line and the campaign goes on to the next.
 # Then $OUT/all.tgz packs the logs and results. STEPS="smoke throughput" runs a subset (default: all five).
 #
 # MODE=cpu runs the same steps on the CPU, tiny (the examples shrunk with --tiny, throughput --tiny, growth_cost at
-# 12M, the GPU tests collected only); DRY=1 prints each step's command into $OUT/steps.txt and runs none. Python
-# packages the machine lacks (litgpt, jsonargparse) can come as wheels in .whl/ (installed to /tmp/site). CAMPAIGN
-# overrides the campaign script's path, EXAMPLES_SCRIPT the smoke's (tests).
+# 12M, the GPU tests collected only); DRY=1 prints each step's command into $OUT/steps.txt and runs none (no
+# preflight either). Python packages the machine lacks come as wheels in .whl/ (installed to /tmp/site): litgpt,
+# jsonargparse, docstring_parser, typeshed_client, litdata, boto3, botocore, s3transfer, jmespath (litgpt's TextFiles
+# data module, which the throughput step's litgpt runs read, imports litdata, which imports boto3). CAMPAIGN
+# overrides the campaign script's path, EXAMPLES_SCRIPT the smoke's, NEEDS the preflight's packages (tests).
 set -u
 OUT=${OUT:-out/gpu_checks}
 DEADLINE=${DEADLINE:-540}
@@ -34,6 +47,7 @@ STEPS=${STEPS:-smoke throughput growth_cost tests campaign}
 EXAMPLES_SCRIPT=${EXAMPLES_SCRIPT:-benchmarks/gpu_examples.py}
 CAMPAIGN=${CAMPAIGN:-benchmarks/campaign.py}
 PY=${PYTHON:-python3}
+NEEDS=${NEEDS:-litgpt jsonargparse litdata boto3 lightning_sparkling}
 case "$MODE" in gpu|cpu) ;; *) echo "error: MODE=$MODE: use MODE=gpu or MODE=cpu" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 : > "$OUT/status.txt"
@@ -78,13 +92,44 @@ if [ "$DRY" != 1 ]; then
   fi
 fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+
+# preflight: import what the steps need once; name each missing package (ModuleNotFoundError's name: boto3 when
+# litdata's import of it fails) in status.txt, and go on (the steps that need it fail with their own error line).
+# The same process prints the versions into env.txt (torch is started once, not twice).
+PREFLIGHT_PY='import importlib, sys
+from importlib.metadata import PackageNotFoundError, version
+missing = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        by = missing.setdefault(err.name or name, [])
+        if err.name and err.name != name:
+            by.append(name)
+    except Exception as err:
+        missing[name + " (" + type(err).__name__ + ": " + str(err)[:150] + ")"] = []
+def installed(package):
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "missing"
+try:
+    import torch
+    cuda = torch.cuda.is_available()
+except Exception as err:
+    cuda = type(err).__name__
+print(sys.version.split()[0], " ".join(p + " " + installed(p) for p in ("torch", "lightning", "litgpt")), "cuda", cuda)
+if missing:
+    names = [m + (" (imported by " + ", ".join(by) + ")" if by else "") for m, by in missing.items()]
+    sys.exit("missing " + ", ".join(names) + ": carry them as wheels in .whl/")'
 if [ "$DRY" != 1 ]; then
+  pre_start=$(date +%s)
   {
-    [ "$MODE" = gpu ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    $PY -c "import sys, torch, lightning; from importlib.metadata import version; print(sys.version.split()[0],
-    'torch', torch.__version__, 'lightning', lightning.__version__, 'litgpt', version('litgpt'), 'cuda',
-    torch.cuda.is_available())"
-  } > "$OUT/env.txt" 2>&1
+    [ "$MODE" = gpu ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+    timeout 120 $PY -c "$PREFLIGHT_PY" $NEEDS 2> "$OUT/preflight.log"; rc=$?
+  } > "$OUT/env.txt"
+  why=""; (( rc != 0 )) && why=$(tail -1 "$OUT/preflight.log"); (( rc == 124 )) && why="timed out after 120 s"
+  echo "preflight exit $rc $(( $(date +%s) - pre_start )) s${why:+: $why}" | tee -a "$OUT/status.txt"
   cat "$OUT/env.txt"
 fi
 
@@ -92,8 +137,11 @@ if [ "$MODE" = gpu ]; then
   THROUGHPUT=(--size gpu --accelerator gpu --precision bf16-mixed --compile true --steps 30 --warmup 10
               --repeats 1 --threads 4)
   COST=(--device cuda --sizes 91M,350M --batch 8 --seq 1024 --steps 6)
-  PYTEST=(-m gpu -rs -n 3 tests)  # the GPU tests start processes: 3 at once on the 16 cores
-  SMOKE=(--steps 12 --jobs 4 --compile auto --timeout 150)
+  # the GPU tests start processes: 3 at once on the 16 cores; -v prints each one's outcome as it ends ("[gw0] PASSED
+  # tests/...::test_x"), so a step cut short by its timeout still says which passed and which failed
+  PYTEST=(-v -rfEs --timeout 120 -m gpu -n 3 tests)
+  SMOKE=(--steps 12 --jobs 7 --compile auto --timeout 210)  # all 7 examples at once
+  SMOKE_S=210
   SMOKE_TESTS=(-m gpu -rs tests/pretrain/test_cli_gpu.py)
   # Only $OUT comes back from the device: the campaign appends to $OUT/campaign.jsonl, seeded below from the committed
   # benchmarks/results/campaign.jsonl so that no finished run is repeated; commit it back there after the run.
@@ -101,14 +149,15 @@ if [ "$MODE" = gpu ]; then
 else
   THROUGHPUT=(--tiny --accelerator cpu --precision 32-true --compile false --repeats 1 --threads 1)
   COST=(--device cpu --sizes 12M --steps 2 --batch 1 --seq 64 --threads 1)
-  PYTEST=(-m gpu -rs --collect-only tests/callbacks/test_fused_adamw.py tests/growth/test_grow_model.py)
+  PYTEST=(-q -m gpu -rs --collect-only tests/callbacks/test_fused_adamw.py tests/growth/test_grow_model.py)
   SMOKE=(--tiny --steps 6 --jobs 1 --compile auto --timeout 120)
+  SMOKE_S=150
   SMOKE_TESTS=(-m gpu -rs --collect-only tests/pretrain/test_cli_gpu.py)
   CAMPAIGN_ARGS=(--tiny --results "$OUT/campaign_tiny.jsonl" --out /tmp/gpu_checks_campaign)
 fi
 
 if wants smoke; then
-  run_step smoke_examples 150 $PY "$EXAMPLES_SCRIPT" "${SMOKE[@]}" --work /tmp/gpu_checks_smoke \
+  run_step smoke_examples "$SMOKE_S" $PY "$EXAMPLES_SCRIPT" "${SMOKE[@]}" --work /tmp/gpu_checks_smoke \
     --out "$OUT/smoke_examples_$MODE.json" --table "$OUT/smoke.md"
   run_step smoke_tests 90 $PY -m pytest -q -p no:cacheprovider "${SMOKE_TESTS[@]}"
   if [ "$DRY" != 1 ]; then  # the smoke's verdict, before anything long starts: the examples' table + the tests' line
@@ -127,7 +176,8 @@ wants growth_cost && run_step growth_cost 100 $PY benchmarks/growth_cost.py "${C
 CAMPAIGN_PID=
 if wants campaign; then
   if [ -f "$CAMPAIGN" ]; then
-    END=$(( T0 + DEADLINE - 30 ))  # the campaign stops itself by then, leaving time to pack
+    END=$(( T0 + DEADLINE - 40 ))  # the campaign stops itself by then: 20 s before its step's timeout to stop its
+    # runs (SIGKILL 5 s after SIGTERM) and write its cells, then time to pack
     if [ "$MODE" = gpu ] && [ -f benchmarks/results/campaign.jsonl ]; then
       cp benchmarks/results/campaign.jsonl "$OUT/campaign.jsonl"
     fi
@@ -141,7 +191,7 @@ if wants campaign; then
     echo "campaign skipped ($CAMPAIGN does not exist)" | tee -a "$OUT/status.txt"
   fi
 fi
-wants tests && run_step tests 180 $PY -m pytest -q -p no:cacheprovider "${PYTEST[@]}"
+wants tests && run_step tests 180 $PY -m pytest -p no:cacheprovider "${PYTEST[@]}"
 [ -n "$CAMPAIGN_PID" ] && wait "$CAMPAIGN_PID"
 
 if [ "$DRY" != 1 ]; then

@@ -20,7 +20,11 @@ seen. Tokens/s is ``(lengths[last] - lengths[w]) / (time[last] - time[w])`` with
 start, imports, data preparation, the first steps (and their compilation with ``--compile true``) are left out on
 both sides equally. The variants (litgpt, sparkling with the RMS monitor off, and on at ``--rms-every``) run one after
 another within each repeat, so a shared machine's drift hits all of them alike; the ratio is taken per repeat and
-its median and range reported. Writes a table and ``--out`` (JSON).
+its median and range reported. Writes a table and ``--out`` (JSON). A line is printed as each run starts and as it
+ends (its steps, tokens/s, seconds), and ``--out`` is rewritten before the setup and around every run, marked
+``"complete": false`` until the end, with the runs done so far (``runs``, ``summary`` of the variants that have
+some), the run going on (``running``) or what stopped it (``error``): a benchmark stopped by a timeout keeps every
+run it finished.
 
 **FLOPs per batch and MFU, read the same way.** Both tools count a micro-batch's training FLOPs with Lightning's
 ``measure_flops`` on a meta-device copy of the model (litgpt once, ``sparkling`` again after each growth) and log
@@ -387,7 +391,6 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"note: with --rms-every {args.rms_every} the RMS monitor measures no step of the timed window (steps "
               f"{args.warmup + 1}..{args.steps - 1}): 'sparkling+rms' times its hooks' absence, not a measurement")
     args.workdir.mkdir(parents=True, exist_ok=True)
-    text, tokenizer = prepare(args, size)
     variants = (list(VARIANTS) + (["sparkling-foreach"] if args.sparkling_foreach else [])
                 + (["sparkling+ac"] if args.activation_checkpointing else []))
     import torch
@@ -396,23 +399,59 @@ def main(argv: list[str] | None = None) -> dict:
               "batch": size["batch"], "seq": size["seq"], "steps": args.steps, "warmup": args.warmup,
               "accelerator": args.accelerator, "precision": args.precision, "compile": args.compile,
               "rms_every": args.rms_every, "rms_steps_timed": rms_steps_timed(args), "threads": args.threads, "cpus": os.cpu_count(),
-              "torch": torch.__version__, "python": platform.python_version(), "runs": []}
+              "torch": torch.__version__, "python": platform.python_version(), "variants": variants,
+              "repeats": args.repeats, "complete": False, "repeats_done": 0, "runs": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for rep in range(args.repeats):
-        for v in variants:
-            result = run_one(v, args, size, text, tokenizer, rep)
-            record["runs"].append(result)
-            flops = result["flops_per_batch"]
-            print(f"repeat {rep} {v}: {result['tokens_per_sec']:.1f} tokens/s, "
-                  f"{'no' if flops is None else f'{flops:.4g}'} FLOPs per batch (load {result['load_1min']:.2f})",
-                  flush=True)
-        # written after every repeat: a run stopped by its deadline keeps the repeats it finished
-        record["repeats_done"] = rep + 1
-        record["summary"] = summaries(record["runs"], variants)
-        args.out.write_text(json.dumps(record, indent=1))
+    t0 = time.perf_counter()
+    try:
+        write_partial(args.out, record, variants)  # what was planned, before anything long runs
+        print(f"[0 s] setup: text and tokenizer (a 1-step sparkling run) in {args.workdir}", flush=True)
+        text, tokenizer = prepare(args, size)
+        record["setup_s"] = round(time.perf_counter() - t0, 1)
+        print(f"[{time.perf_counter() - t0:.0f} s] setup: done, {record['setup_s']:.0f} s", flush=True)
+        for rep in range(args.repeats):
+            for v in variants:
+                print(f"[{time.perf_counter() - t0:.0f} s] {v} repeat {rep}: start, {args.steps} steps", flush=True)
+                record["running"] = f"{v} repeat {rep}, started {time.perf_counter() - t0:.0f} s in"
+                write_partial(args.out, record, variants)  # killed meanwhile, the record names the run
+                result = run_one(v, args, size, text, tokenizer, rep)
+                del record["running"]
+                record["runs"].append(result)
+                flops = result["flops_per_batch"]
+                print(f"[{time.perf_counter() - t0:.0f} s] {v} repeat {rep}: done, {result['steps_logged']} steps, "
+                      f"{result['tokens_per_sec']:.1f} tokens/s, {result['wall_s']:.0f} s "
+                      f"({'no' if flops is None else f'{flops:.4g}'} FLOPs per batch, load "
+                      f"{result['load_1min']:.2f})", flush=True)
+                # written after every run: a benchmark stopped by its deadline keeps the runs it finished
+                record["repeats_done"] = rep + (v == variants[-1])
+                write_partial(args.out, record, variants)
+    except BaseException as err:  # a failed run (its error line), a run's --timeout, Ctrl-C: the record says so
+        record["error"] = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"[:500]
+        write_partial(args.out, record, variants)
+        raise
+    record["complete"] = True
+    record["summary"] = summaries(record["runs"], variants)
+    _write_json(args.out, record)
     print_table(record["summary"])
     print(f"wrote {args.out}")
     return record
+
+
+def write_partial(out: Path, record: dict, variants: list[str]) -> None:
+    """Write ``record`` to ``out`` while runs are still to come (``"complete": false``): the runs done so far, the
+    summary of the variants that have runs (their ratios against litgpt's runs of the same repeats), the run going
+    on (``running``) or what stopped the benchmark (``error``), so that one stopped by its deadline keeps what
+    finished. The last write, at the end, is the whole record with ``"complete": true``."""
+    done = [v for v in variants if any(r["variant"] == v for r in record["runs"])]
+    record["summary"] = summaries(record["runs"], done) if done else {}
+    _write_json(out, record)
+
+
+def _write_json(path: Path, record: dict) -> None:
+    """``path`` replaced whole (written next to it, then renamed): a kill while writing leaves the previous record."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
 
 
 def rms_steps_timed(args: argparse.Namespace) -> int:

@@ -137,12 +137,15 @@ def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], 
     says why). A run's directory is emptied before it starts (an unfinished or stale run trains from the start).
 
     Each line of progress names the run, its result and seconds, and the overall count, elapsed time and an estimate
-    of what is left. ``SIGTERM`` or Ctrl-C stops the running subprocesses too; their runs are trained again next time.
+    of what is left. ``SIGTERM`` or Ctrl-C stops the running subprocesses too (:func:`_stop`; their runs are trained
+    again next time) and is raised again as ``KeyboardInterrupt``: the caller stops, with a non-zero exit.
 
     Args:
         env: variables added to the subprocesses' environment.
         deadline: a ``time.time()`` past which no run starts and the running ones are stopped (unfinished: trained
-            again next time); ``None``: no deadline.
+            again next time); a line then says how many runs finished, failed, were stopped and never started, and
+            the failed runs are returned as when every run ends (a deadline is no interrupt: nothing is raised);
+            ``None``: no deadline.
         on_done: called with each run that finished (e.g. to append it to a results file).
     """
     todo = [r for r in runs if not is_done(r)]
@@ -155,11 +158,15 @@ def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         while todo or running:
-            if deadline is not None and time.time() >= deadline:
+            if deadline is not None and time.time() >= deadline:  # not an interrupt: stop, and return normally
+                not_started = len(todo)
                 if todo:
-                    log(f"deadline: {len(todo)} run(s) not started")
+                    log(f"deadline: {not_started} run(s) not started")
                 todo.clear()
-                raise KeyboardInterrupt
+                stopped = _stop(running, log)
+                log(f"deadline: {done - len(failed)} run(s) finished, {len(failed)} failed, {stopped} stopped "
+                    f"(trained again next time), {not_started} not started")
+                break
             while todo and len(running) < jobs:
                 run = todo.pop(0)
                 running.append((*_start(run, env), run.flops))
@@ -184,18 +191,51 @@ def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], 
                                           f"{run.run_dir / 'run.log'})")
                 log(f"[{done}/{done + len(todo) + len(running)}] {run.name}: {status}, "
                     f"{_seconds(run.run_dir)} (overall {elapsed / 60:.1f} min, ~{left / 60:.1f} min left)")
-    except KeyboardInterrupt:
-        for proc, run, logf, _ in running:
-            proc.terminate()
-            proc.wait()
-            logf.close()
-            log(f"stopped: {run.name} (unfinished, trained again next time)")
-        if deadline is not None and time.time() >= deadline:
-            return failed
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the subprocesses, then stop the caller too
+        _stop(running, log)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     return failed
+
+
+#: seconds a stopped run has to exit after its ``SIGTERM`` before it is killed: Lightning notices a ``SIGTERM`` only
+#: between steps, so a run that is compiling (a minute on a GPU) would otherwise hold the stop that long
+STOP_GRACE_S = 5.0
+
+
+def _stop(running: list[tuple[subprocess.Popen, TrainingRun, Any, float]], log: Callable[[str], None]) -> int:
+    """Stop the running subprocesses (their runs are unfinished: trained again next time) and empty ``running``:
+    ``SIGTERM`` to every one at once, ``SIGKILL`` to those still running :data:`STOP_GRACE_S` seconds later. A
+    ``SIGINT`` or ``SIGTERM`` that arrives meanwhile is held until every subprocess is gone, then raised as
+    ``KeyboardInterrupt`` (a second Ctrl-C cannot leave a run behind). Returns how many were stopped."""
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for proc, _, _, _ in running:
+            if proc.poll() is None:
+                proc.terminate()
+        end = time.monotonic() + STOP_GRACE_S
+        for proc, run, logf, _ in running:
+            try:
+                proc.wait(timeout=max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            logf.close()
+            log(f"stopped: {run.name} (unfinished, trained again next time)")
+        stopped = len(running)
+        running.clear()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if held:
+        raise KeyboardInterrupt
+    return stopped
 
 
 def _start(run: TrainingRun, env: dict[str, str] | None) -> tuple[subprocess.Popen, TrainingRun, Any]:

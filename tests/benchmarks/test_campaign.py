@@ -4,11 +4,18 @@ second call trains nothing: every finished run is in the results file)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
+import types
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+
+from lightning_sparkling.pretrain import measure_runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import campaign  # noqa: E402
@@ -120,3 +127,119 @@ def test_a_failed_run_is_reported_by_its_error_line_and_the_campaign_goes_on(tmp
     assert sorted(e["run"] for e in lines) == ["scratch x1 seed 1", "scratch x2 seed 1"]  # went on after it
     assert all(e["jobs"] == 1 and e["axis"] == "depth" for e in lines)
     assert json.loads(results.with_suffix(".cells.json").read_text()) == []  # an incomplete cell is not written
+
+
+
+#: ``sparkling pretrain`` replaced: a completed summary at once, but the run named by $FAKE_STUCK (a part of its
+#: out_dir) ignores SIGTERM (as a run that is compiling does until its next step) and sleeps, its pid in
+#: ``stuck.pid``; with $FAKE_INTERRUPT it first sends SIGTERM to the campaign (a user's ``kill``)
+FAKE_PRETRAIN = """
+import json, os, signal, sys, time
+import yaml
+config = yaml.safe_load(open(sys.argv[sys.argv.index("--config") + 1]))
+out = config["out_dir"]
+if os.environ["FAKE_STUCK"] in out:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(os.path.join(out, "stuck.pid"), "w").write(str(os.getpid()))
+    if os.environ.get("FAKE_INTERRUPT"):
+        os.kill(os.getppid(), signal.SIGTERM)
+    time.sleep(60)
+loss = {"growth": 5.0, "scratch-x1": 5.2, "scratch-x2": 4.8}[os.path.basename(os.path.dirname(out))]
+open(os.path.join(out, "summary.json"), "w").write(json.dumps(
+    {"status": "completed", "val_loss": loss, "wall_clock_seconds": 0.1}))
+"""
+
+
+@pytest.fixture
+def fake_runs(tmp_path, monkeypatch):
+    """The tiny campaign (3 runs at a time) trained by :data:`FAKE_PRETRAIN` (no model, no tokenizer): the depth
+    cell's growth run is stuck. The loop's tick is a tenth of a second, a stopped run is killed 0.5 s after its
+    SIGTERM, and the clock passes the deadline (without $FAKE_INTERRUPT) once the 5 other runs are in the results
+    file. Returns the stuck run's ``stuck.pid``."""
+    script = tmp_path / "fake_pretrain.py"
+    script.write_text(FAKE_PRETRAIN)
+    monkeypatch.setattr(measure_runs, "PRETRAIN", (sys.executable, str(script)))
+    monkeypatch.setattr(measure_runs, "STOP_GRACE_S", 0.5)
+    monkeypatch.setattr(measure_runs, "prepare_data", lambda run: None)  # no tokenizer: the stand-in reads no data
+    growth = tmp_path / "runs" / "tiny" / "depth" / "depth-stack-copy-zero" / "seed1" / "growth"
+    monkeypatch.setenv("FAKE_STUCK", f"{growth}/")
+    results = tmp_path / "results.jsonl"
+
+    def past_deadline() -> bool:
+        return (not os.environ.get("FAKE_INTERRUPT") and (growth / "seed1" / "stuck.pid").exists()
+                and results.is_file() and len(results.read_text().splitlines()) == 5)
+
+    real = time
+    monkeypatch.setattr(measure_runs, "time", types.SimpleNamespace(
+        time=lambda: real.time() + (3600 if past_deadline() else 0), sleep=lambda s: real.sleep(s / 10),
+        perf_counter=real.perf_counter, monotonic=real.monotonic))
+    return growth / "seed1" / "stuck.pid"
+
+
+def _argv(tmp_path: Path) -> list[str]:
+    return ["--tiny", "--seeds", "1", "--jobs", "3", "--deadline", "+10", "--out", str(tmp_path / "runs"),
+            "--results", str(tmp_path / "results.jsonl")]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_the_deadline_stops_the_runs_and_the_campaign_ends_cleanly(tmp_path, fake_runs, capsys):
+    """The GPU checks of 2026-11-28: at its deadline the campaign stopped its runs, then died of a KeyboardInterrupt
+    (the deadline was raised as one, and the step's timeout signalled it while it waited, run by run, on runs that
+    had not exited yet). Now the deadline stops the runs (one that ignores SIGTERM is killed), says what finished and
+    what was stopped, writes the complete cells and exits 0, within seconds of the deadline."""
+    start = time.monotonic()
+    assert campaign.main(_argv(tmp_path)) == 0
+    assert time.monotonic() - start < 20  # the stuck run sleeps 60 s: killed, not waited for
+    out = capsys.readouterr().out
+    assert "stopped: growth seed 1 (unfinished, trained again next time)" in out
+    assert "deadline: 5 run(s) finished, 0 failed, 1 stopped (trained again next time), 0 not started" in out
+    assert _gone(int(fake_runs.read_text()))  # killed after its grace
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 5 and not any(e["axis"] == "depth" and e["kind"] == "growth" for e in lines)
+    cells = json.loads((tmp_path / "results.cells.json").read_text())
+    assert [c["axis"] for c in cells] == ["joint"]  # the complete cell; depth's waits for its growth run
+    assert f"wrote {tmp_path / 'results.cells.json'}: 1 complete cell(s)" in out
+
+
+def test_an_interrupt_stops_the_runs_and_the_campaign_exits_130(tmp_path, fake_runs, capsys, monkeypatch):
+    """A SIGTERM from the user, not the deadline: the runs are stopped (one that ignores SIGTERM is killed), the
+    campaign exits 130 and writes no cells file, and the SIGTERM handler is given back."""
+    monkeypatch.setenv("FAKE_INTERRUPT", "1")
+    start = time.monotonic()
+    assert campaign.main(_argv(tmp_path)) == 130
+    assert time.monotonic() - start < 20  # the stuck run sleeps 60 s: killed, not waited for
+    captured = capsys.readouterr()
+    assert "stopped: growth seed 1 (unfinished, trained again next time)" in captured.out
+    assert "campaign: interrupted" in captured.err and "deadline" not in captured.out
+    assert _gone(int(fake_runs.read_text()))
+    assert not (tmp_path / "results.cells.json").exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_signal_while_the_runs_stop_is_held_until_every_run_is_stopped(monkeypatch):
+    """A second Ctrl-C while the runs stop leaves none running: it is raised once every run is gone."""
+    monkeypatch.setattr(measure_runs, "STOP_GRACE_S", 0.5)
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"
+    procs = [subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE) for _ in range(2)]
+    for proc in procs:
+        proc.stdout.readline()  # SIGTERM ignored from here on
+    lines = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C again, once a run is stopped
+
+    running = [(proc, types.SimpleNamespace(name=name), proc.stdout, 0.0) for proc, name in zip(procs, "ab")]
+    with pytest.raises(KeyboardInterrupt):
+        measure_runs._stop(running, log)
+    assert lines == ["stopped: a (unfinished, trained again next time)",
+                     "stopped: b (unfinished, trained again next time)"]
+    assert all(proc.returncode is not None for proc in procs) and running == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -156,3 +156,47 @@ def test_tiny_mode_end_to_end(tmp_path):
             assert s["ratio_median"] == pytest.approx(s["median"] / summary["litgpt"]["median"])
     again = _module().main(["--report-only", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out.json")])
     assert again["summary"] == saved["summary"]  # measured again from the runs' logs: the same figures
+
+
+def test_the_record_is_rewritten_around_every_run_and_says_what_stopped_it(tmp_path, monkeypatch, capsys):
+    """The GPU checks of 2026-11-28: the throughput step ran out of its time and left no JSON (it was written at the
+    end of a repeat). Now ``--out`` is rewritten before the setup and around every run (``"complete": false``, the runs
+    done, the one going on), a line is printed as each run starts and ends, and a failed run is named in the record;
+    the runs here are stand-ins (no training)."""
+    tvl = _module()
+    out = tmp_path / "out.json"
+    seen, fail = [], ["sparkling+rms"]
+
+    def fake_run(variant, args, size, text, tokenizer, rep):
+        seen.append(json.loads(out.read_text()))  # what a timeout during this run would leave
+        if variant in fail:
+            raise RuntimeError(f"{variant} failed (exit 1): torch.OutOfMemoryError: CUDA out of memory; log x")
+        return {"variant": variant, "repeat": rep, "tokens_per_sec": 100.0 if variant == "litgpt" else 90.0,
+                "median_step_tokens_per_sec": 100.0, "steps_logged": 6, "flops_per_batch": None, "mfu": None,
+                "wall_s": 2.4, "load_1min": 0.1}
+
+    monkeypatch.setattr(tvl, "prepare", lambda args, size: (tmp_path / "text", tmp_path / "tokenizer"))
+    monkeypatch.setattr(tvl, "run_one", fake_run)
+    argv = ["--tiny", "--repeats", "1", "--workdir", str(tmp_path / "work"), "--out", str(out)]
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        tvl.main(argv)
+    assert [s["running"].split(",")[0] for s in seen] == ["litgpt repeat 0", "sparkling repeat 0",
+                                                          "sparkling+rms repeat 0"]
+    assert seen[0]["runs"] == [] and seen[0]["summary"] == {} and seen[0]["complete"] is False
+    assert [r["variant"] for r in seen[2]["runs"]] == ["litgpt", "sparkling"]
+    assert seen[2]["summary"]["tokens_per_sec"]["sparkling"]["ratio_median"] == pytest.approx(0.9)
+    saved = json.loads(out.read_text())
+    assert saved["complete"] is False and saved["repeats_done"] == 0 and len(saved["runs"]) == 2
+    assert saved["running"].startswith("sparkling+rms repeat 0")
+    assert saved["error"] == ("RuntimeError: sparkling+rms failed (exit 1): torch.OutOfMemoryError: CUDA out of "
+                              "memory; log x")
+    printed = capsys.readouterr().out
+    assert "litgpt repeat 0: start, 6 steps" in printed
+    assert "sparkling repeat 0: done, 6 steps, 90.0 tokens/s, 2 s" in printed
+    fail.clear()  # every run finishes: the whole record, as before, marked complete
+    record = tvl.main(argv)
+    saved = json.loads(out.read_text())
+    assert saved == record and saved["complete"] is True and saved["repeats_done"] == 1
+    assert "running" not in saved and "error" not in saved and len(saved["runs"]) == 3
+    assert set(saved["summary"]["tokens_per_sec"]) == {"litgpt", "sparkling", "sparkling+rms"}
+    assert not list(tmp_path.glob("*.tmp"))
