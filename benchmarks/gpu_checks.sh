@@ -48,6 +48,7 @@ EXAMPLES_SCRIPT=${EXAMPLES_SCRIPT:-benchmarks/gpu_examples.py}
 CAMPAIGN=${CAMPAIGN:-benchmarks/campaign.py}
 PY=${PYTHON:-python3}
 NEEDS=${NEEDS:-litgpt jsonargparse litdata boto3 lightning_sparkling}
+WHEELS=${WHEELS:-.whl}  # the wheels to install first (benchmarks/gpu_wheels.sh downloads them); tests: an empty one
 case "$MODE" in gpu|cpu) ;; *) echo "error: MODE=$MODE: use MODE=gpu or MODE=cpu" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 : > "$OUT/status.txt"
@@ -84,11 +85,12 @@ run_step() {
 }
 
 if [ "$DRY" != 1 ]; then
-  rm -rf /tmp/site  # a warm machine keeps /tmp: install exactly what .whl holds
-  if compgen -G ".whl/*.whl" > /dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  SITE=${SITE:-/tmp/site}
+  rm -rf "$SITE"  # a warm machine keeps /tmp: install exactly what the wheels folder holds
+  if compgen -G "$WHEELS/*.whl" > /dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl \
       || { echo "wheel install failed"; exit 1; }
-    export PYTHONPATH=/tmp/site
+    export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
   fi
 fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore

@@ -171,7 +171,7 @@ def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], 
                 run = todo.pop(0)
                 running.append((*_start(run, env), run.flops))
                 log(f"start {running[-1][1].name} ({running[-1][1].run_dir})")
-            time.sleep(1)
+            _wait_any(running, timeout=1.0)
             for item in list(running):
                 proc, run, logf, flops = item
                 if proc.poll() is None:
@@ -197,6 +197,16 @@ def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], 
     finally:
         signal.signal(signal.SIGTERM, previous)
     return failed
+
+
+def _wait_any(running: list[tuple[subprocess.Popen, TrainingRun, Any, float]], timeout: float) -> None:
+    """Return once a running subprocess has exited, or after ``timeout`` seconds (a poll every 20 ms: a run that
+    ends at once, e.g. one refused by its config check, does not hold its slot for the whole second)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(proc.poll() is not None for proc, *_ in running):
+            return
+        time.sleep(0.02)
 
 
 #: seconds a stopped run has to exit after its ``SIGTERM`` before it is killed: Lightning notices a ``SIGTERM`` only

@@ -226,6 +226,7 @@ def test_an_interrupt_stops_the_runs_and_the_campaign_exits_130(tmp_path, fake_r
 def test_a_signal_while_the_runs_stop_is_held_until_every_run_is_stopped(monkeypatch):
     """A second Ctrl-C while the runs stop leaves none running: it is raised once every run is gone."""
     monkeypatch.setattr(measure_runs, "STOP_GRACE_S", 0.5)
+    before = signal.getsignal(signal.SIGINT)  # Python's default_int_handler, or what a pytest-xdist worker set
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"
     procs = [subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE) for _ in range(2)]
     for proc in procs:
@@ -242,4 +243,4 @@ def test_a_signal_while_the_runs_stop_is_held_until_every_run_is_stopped(monkeyp
     assert lines == ["stopped: a (unfinished, trained again next time)",
                      "stopped: b (unfinished, trained again next time)"]
     assert all(proc.returncode is not None for proc in procs) and running == []
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # the handler in place before the stop, restored

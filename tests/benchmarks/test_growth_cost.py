@@ -40,6 +40,14 @@ def test_growth_cost_on_cpu(tmp_path):
     _check(_run(tmp_path), "cpu", "32-true")
 
 
+def test_gpu_checks_cpu_mode_runs_growth_cost_as_tested_here():
+    """benchmarks/gpu_checks.sh's CPU mode passes the arguments the test above runs (that run is its growth_cost
+    step's check; the step's command line is test_gpu_checks.py's dry run)."""
+    text = (SCRIPT.parent / "gpu_checks.sh").read_text()
+    cpu = text[text.index("\nelse\n"):]
+    assert "COST=(--device cpu --sizes 12M --steps 2 --batch 1 --seq 64 --threads 1)" in cpu
+
+
 def test_unknown_size_is_refused_by_name(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--sizes", "99M"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--sizes: unknown 99M (known: 12M, 39M, 91M, 350M, 1.4B)" in proc.stderr

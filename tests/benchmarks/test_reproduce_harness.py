@@ -531,8 +531,10 @@ def test_scan_budgets_give_the_speedup_at_equal_loss_per_seed(repro, tmp_path):
         steps = run["compute"]["steps"]
         _fake_run(Path(run["run_dir"]), loss, curve={steps // 2 - 1: loss + 0.2, steps: loss})
         (Path(run["run_dir"]) / "config.yaml").write_text(yaml.safe_dump({**run["config"], "out_dir": run["run_dir"]}))
+    # the two faked seeds only: a third would train for real (four tiny runs, ~20 s of the suite)
     assert repro.main(["--size", "tiny", "--scan", "--scan-ratios", "1", "--scan-schedules", "cosine", "--scan-axes",
-                       "joint", "--budgets", "0.5,2", "--out", str(out), "--results", str(results)]) == 0
+                       "joint", "--budgets", "0.5,2", "--seeds", "2", "--out", str(out), "--results",
+                       str(results)]) == 0
     line = json.loads((results / "reproduce_tiny_scan.json").read_text())["lines"][0]
     g = by_row["recommended recipe"][1]["compute"]["flops"]
     f_iso, f_hi = by_row[repro.ISO_FLOPS][1]["compute"]["flops"], by_row[repro.budget_row(2.0)][1]["compute"]["flops"]
