@@ -306,7 +306,8 @@ def prepare(args, size: dict) -> tuple[Path, Path]:
         cfg = sparkling_config(args, size, text, out, "sparkling")
         cfg["train"]["max_steps"] = 1
         cfg["train"]["lr_warmup_steps"] = 0
-        cmd, env = command("sparkling", _yaml(args.workdir / "setup.yaml", cfg), args)
+        eager = argparse.Namespace(**{**vars(args), "compile": "false"})  # one step: a compile would only cost
+        cmd, env = command("sparkling", _yaml(args.workdir / "setup.yaml", cfg), eager)
         proc = subprocess.run(cmd, env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=args.timeout)
         if proc.returncode != 0:  # the child's own error line, not a CalledProcessError that hides it
             (args.workdir / "setup.log").write_text(proc.stdout + proc.stderr)

@@ -200,3 +200,26 @@ def test_the_record_is_rewritten_around_every_run_and_says_what_stopped_it(tmp_p
     assert "running" not in saved and "error" not in saved and len(saved["runs"]) == 3
     assert set(saved["summary"]["tokens_per_sec"]) == {"litgpt", "sparkling", "sparkling+rms"}
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_setup_run_is_eager_whatever_the_benchmark_compiles(tmp_path, monkeypatch):
+    """The one-step setup run only trains the tokenizer and fills the token cache: with ``--compile true`` it stays
+    eager (on one H200 a compile there cost a compile's time before any timed run, 2026-11-28); the timed runs
+    compile."""
+    tvl = _module()
+    commands = []
+
+    def fake_run(cmd, **kwargs):
+        commands.append(cmd)
+        (tmp_path / "work" / "setup" / "final").mkdir(parents=True)
+        (tmp_path / "work" / "setup" / "final" / "tokenizer.json").write_text("{}")
+        return tvl.subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(tvl.subprocess, "run", fake_run)
+    args = tvl.argparse.Namespace(precision="bf16-mixed", accelerator="cpu", steps=8, rms_every=50, threads=1,
+                                  workdir=tmp_path / "work", compile="true", max_bytes=20_000, timeout=60)
+    (tmp_path / "work").mkdir()
+    tvl.prepare(args, tvl.SIZES["tiny"])
+    assert len(commands) == 1 and commands[0][-2:] == ["--compile", "false"], commands
+    assert args.compile == "true"  # the benchmark's own runs still compile
+    assert tvl.command("sparkling", tmp_path / "c.yaml", args)[0][-2:] == ["--compile", "true"]
