@@ -25,7 +25,6 @@ import argparse
 import copy
 import json
 import math
-import os
 import statistics
 import sys
 from dataclasses import dataclass

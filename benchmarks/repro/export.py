@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 from .grid import build_config
 from .rows import DENSE_ISO, EXPERT_AXES, ROWS, comparisons
 from .tables import fmt

@@ -71,7 +71,6 @@ from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new
 from lightning_sparkling.parallel.compile import eager, recompile_after_growth
 
 
-
 class GrowthFailedError(RuntimeError):
     """A growth failed mid-way; the run keeps (and stops with) its pre-growth model and optimizer."""
 

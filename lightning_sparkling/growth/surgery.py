@@ -342,8 +342,6 @@ class UndoLog:
         self._log.clear()
 
 
-
-
 def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
     """Make size attributes agree with the (new) parameter shapes."""
     if isinstance(module, nn.Linear):
@@ -468,8 +466,6 @@ def result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_n
         elif source is not None and source is not param:
             old_params[name], new_params[name] = source, param
     return old_params, new_params, added
-
-
 
 
 def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import Any
 
 import torch
 import torch.nn as nn

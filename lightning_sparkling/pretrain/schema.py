@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from lightning_sparkling.growth.stage import GrowthStage, stage_key_fields
+from lightning_sparkling.growth.stage import stage_key_fields
 from lightning_sparkling.parallel.registry import cli_strategies
 from lightning_sparkling.pretrain.errors import ConfigError
 
