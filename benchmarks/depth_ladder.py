@@ -17,6 +17,23 @@ FLOPs), both interpolated in log-FLOPs between the ladder's runs and never extra
 largest residual RMS against scratch's (the RMS monitor every 100 steps). Each run's row is appended to
 ``results/depth_ladder.jsonl`` as it ends; the table is ``results/depth_ladder.md``. Wall-clock is not compared:
 the runs share a machine (issue 45).
+
+``--shape`` picks the model and corpus (issue 54: the same schedule at other sizes, a low embedding share and a block
+family it was not tuned on); ``quick`` (the default) is the ladder above, on the standard library. The others train on
+``stdlib+site-packages`` (146 MB: the 1.4M model's 29M tokens are one pass over it, where the standard library alone
+would repeat ~7 times) at 20.8 tokens per grown parameter, vocabulary 1024 unless named:
+
+    mini-sp     8 layers, n_embd 16, 2 heads of 8, MLP 64 (65,808 parameters, embedding and head 50%)
+    quick-sp    the ``quick`` model (197,152 parameters, 33%)
+    cpu-1m-sp   8 layers, n_embd 96, 6 heads of 16, MLP 384 (1,377,888 parameters, 14%)
+    deep-sp     16 layers at quick's width, vocabulary 512 (295,968 parameters, 11%): a 1B model's embedding share
+    neox-sp     quick's sizes in the pythia / GPT-NeoX block: parallel residual, LayerNorm, GELU MLP (``GptNeoxMLP``),
+                biases, rotary on a quarter of each head (167,232 parameters, 39%). Chosen before any result, with
+                quick's optimizer, LR and schedule, and never tuned.
+
+A candidate's layer counts are written for 8 layers and scale with the shape (``deep-sp`` grows 4 -> 8 -> 16).
+
+    python benchmarks/depth_ladder.py --shape cpu-1m-sp --seeds 1,2 --candidates stages-248-copy --jobs 2
 """
 
 from __future__ import annotations
@@ -42,6 +59,40 @@ RESULTS = HERE / "results"
 MODEL = {"name": "depth-ladder", "n_layer": 8, "n_embd": 32, "n_head": 2, "n_query_groups": 2, "head_size": 16,
          "intermediate_size": 128, "mlp_class_name": "LLaMAMLP", "norm_class_name": "RMSNorm", "bias": False,
          "parallel_residual": False, "rotary_percentage": 1.0, "block_size": 128}
+_NEOX = {"mlp_class_name": "GptNeoxMLP", "norm_class_name": "LayerNorm", "bias": True, "parallel_residual": True,
+         "rotary_percentage": 0.25}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A ladder's grown model, corpus and length: ``steps`` of 8 x 128 tokens (20.8 per grown parameter), the scratch
+    ``ladder`` (fractions of the steps) and the block family (``arch``) the map records."""
+
+    model: dict[str, Any]
+    steps: int
+    ladder: tuple[float, ...]
+    vocab_size: int = 1024
+    source: str = "stdlib+site-packages"
+    arch: str = "llama"
+    eval_iters: int = 50
+
+    @property
+    def n_layer(self) -> int:
+        return self.model["n_layer"]
+
+
+_LADDER = (0.4, 0.55, 0.75, 1.0)
+SHAPES: dict[str, Shape] = {
+    "quick": Shape(MODEL, 4000, _LADDER, source="stdlib", eval_iters=20),
+    "mini-sp": Shape({**MODEL, "name": "depth-ladder-mini", "n_embd": 16, "head_size": 8, "intermediate_size": 64},
+                     1337, _LADDER),
+    "quick-sp": Shape(MODEL, 4000, _LADDER),
+    # 2 -> 4 -> 8 costs 0.571 of the 8-layer run: budgets 1 and 1.4 of the growth run, and the full run (1.75)
+    "cpu-1m-sp": Shape({**MODEL, "name": "depth-ladder-1m", "n_embd": 96, "n_head": 6, "n_query_groups": 6,
+                        "intermediate_size": 384}, 27988, (0.571, 0.8, 1.0)),
+    "deep-sp": Shape({**MODEL, "name": "depth-ladder-deep", "n_layer": 16}, 6012, _LADDER, vocab_size=512),
+    "neox-sp": Shape({**MODEL, **_NEOX, "name": "depth-ladder-neox"}, 3397, _LADDER, arch="neox"),
+}
 
 #: name -> (starting model overrides, growth block): each a `growth:` block as a user writes it
 CANDIDATES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -101,39 +152,77 @@ class LadderRun(TrainingRun):
                 else f"{self.kind} seed {self.seed}")
 
 
-def base_config(steps: int, seed: int, out: Path, cache: Path) -> dict[str, Any]:
+def base_config(shape: Shape, steps: int, seed: int, out: Path, cache: Path) -> dict[str, Any]:
     return {
-        "model_config": dict(MODEL), "precision": "32-true", "accelerator": "cpu", "devices": 1, "num_threads": 1,
-        "seed": seed, "out_dir": str(out),
-        "data": {"source": "stdlib", "vocab_size": 1024, "seq_len": 128, "cache_dir": str(cache)},
+        "model_config": dict(shape.model), "precision": "32-true", "accelerator": "cpu", "devices": 1,
+        "num_threads": 1, "seed": seed, "out_dir": str(out),
+        "data": {"source": shape.source, "vocab_size": shape.vocab_size, "seq_len": 128, "cache_dir": str(cache)},
         "train": {"global_batch_size": 8, "micro_batch_size": 8, "max_steps": steps, "max_norm": 1.0,
                   "log_interval": 50, "save_interval": None, "lr_schedule": "wsd", "lr_decay_fraction": 0.1},
-        "eval": {"interval": max(1, steps // 4), "max_iters": 20},
+        "eval": {"interval": max(1, steps // 4), "max_iters": shape.eval_iters},
         "optimizer": {"class_path": "torch.optim.AdamW",
                       "init_args": {"lr": 0.003, "weight_decay": 0.1, "betas": [0.9, 0.95]}},
         "rms_monitor": {"every_n_steps": 100},
     }
 
 
+def scaled(growth: dict[str, Any], small: dict[str, Any], n_layer: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A candidate written for 8 layers, for a shape of ``n_layer`` layers (its layer counts times ``n_layer / 8``).
+
+    Example::
+
+        >>> scaled({"stages": [{"at_fraction": 0.5, "n_layer": 8}]}, {"n_layer": 2}, 16)
+        ({'stages': [{'at_fraction': 0.5, 'n_layer': 16}]}, {'n_layer': 4})
+    """
+    if n_layer % 8:
+        raise ValueError(f"n_layer={n_layer}: the candidates are written for 8 layers; give a multiple of 8")
+    k = n_layer // 8
+    widths = {"n_embd", "intermediate_size", "n_head", "n_query_groups"}
+    if k != 1 and (widths & set(small) or any(widths & set(st) for st in growth["stages"])):
+        raise ValueError("a candidate that grows width runs at 8 layers only")
+    growth = copy.deepcopy(growth)
+    for stage in growth["stages"]:
+        if "n_layer" in stage:
+            stage["n_layer"] *= k
+    return growth, {key: v * k if key == "n_layer" else v for key, v in small.items()}
+
+
+def prepare(run: LadderRun) -> None:
+    """Build ``run``'s data cache (tokenizer and token files) in this process."""
+    import tempfile
+
+    import yaml
+
+    from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.measure_runs import prepare_data
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(run.config))
+        prepare_data(parse(["--config", str(path)], "plan")[1])
+
+
 def plan(args: argparse.Namespace) -> list[LadderRun]:
     runs: list[LadderRun] = []
-    per_token = 6 * 8 * 128  # 6 x tokens per step: FLOPs per parameter per step
+    shape: Shape = args.shape_spec
+    per_token = 6 * 8 * 128  # 6 x tokens per step: FLOPs per parameter per step (a rough 1e5 per block-width^2)
+    params = 12 * shape.model["n_embd"] ** 2 * shape.n_layer + 2 * shape.vocab_size * shape.model["n_embd"]
     for seed in args.seeds:
-        for fraction in [] if args.no_ladder else args.ladder:
-            steps = round(fraction * args.steps)
-            run_dir = args.out / "scratch" / f"x{fraction:g}" / f"seed{seed}"
-            runs.append(LadderRun("scratch", fraction, seed, base_config(steps, seed, run_dir, args.cache), run_dir,
-                                  per_token * 197_152 * steps))
         for name in args.candidates:
-            small, growth = CANDIDATES[name]
+            growth, small = scaled(*CANDIDATES[name][::-1], shape.n_layer)
             run_dir = args.out / name / f"seed{seed}"
-            config = base_config(args.steps, seed, run_dir, args.cache)
+            config = base_config(shape, args.steps, seed, run_dir, args.cache)
             config["model_config"].update(small)
-            config["growth"] = copy.deepcopy(growth)
+            config["growth"] = growth
             if args.rewarmup_steps is not None:
                 for stage in config["growth"]["stages"]:
                     stage["rewarmup_steps"] = args.rewarmup_steps
-            runs.append(LadderRun(name, 1.0, seed, config, run_dir, per_token * 150_000 * args.steps))
+            runs.append(LadderRun(name, 1.0, seed, config, run_dir, per_token * 0.65 * params * args.steps))
+        for fraction in [] if args.no_ladder else args.ladder:
+            steps = round(fraction * args.steps)
+            run_dir = args.out / "scratch" / f"x{fraction:g}" / f"seed{seed}"
+            runs.append(LadderRun("scratch", fraction, seed, base_config(shape, steps, seed, run_dir, args.cache),
+                                  run_dir, per_token * params * steps))
     return runs
 
 
@@ -222,33 +311,42 @@ def report(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="quick", choices=list(SHAPES),
+                        help="the grown model and corpus (default quick: issue 46's ladder on the standard library)")
     parser.add_argument("--seeds", default="1", help="comma-separated seeds (default 1)")
     parser.add_argument("--candidates", default=",".join(CANDIDATES), help=f"of {', '.join(CANDIDATES)}")
-    parser.add_argument("--steps", type=int, default=4000, help="steps of every growth run (default 4000)")
-    parser.add_argument("--ladder", default="0.4,0.55,0.75,1.0", help="scratch run lengths, fractions of --steps")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps of every growth run (default: the shape's, 20.8 tokens per grown parameter)")
+    parser.add_argument("--ladder", default=None, help="scratch run lengths, fractions of --steps (default: the "
+                                                       "shape's; quick: 0.4,0.55,0.75,1.0)")
     parser.add_argument("--rewarmup-steps", type=int, default=None,
                         help="every stage's rewarmup_steps (default: the recipe's, 250; a short --steps needs fewer)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--no-ladder", action="store_true",
                         help="train the candidates only (another invocation trains the shared ladder)")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "depth_ladder")
-    parser.add_argument("--tag", default="", help="suffix of the results files")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="runs directory (default runs/depth_ladder, runs/depth_ladder_<shape> for other shapes)")
+    parser.add_argument("--tag", default=None, help="suffix of the results files (default: _<shape>, none for quick)")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
+    args.shape_spec = SHAPES[args.shape]
+    quick = args.shape == "quick"
+    args.steps = args.steps or args.shape_spec.steps
+    args.out = args.out or ROOT / "runs" / ("depth_ladder" if quick else f"depth_ladder_{args.shape}")
+    args.tag = args.tag if args.tag is not None else ("" if quick else f"_{args.shape}")
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.candidates = [c for c in args.candidates.split(",") if c]
     unknown = [c for c in args.candidates if c not in CANDIDATES]
     if unknown:
         parser.error(f"--candidates: unknown {unknown}; choose from {', '.join(CANDIDATES)}")
-    args.ladder = [float(f) for f in args.ladder.split(",")]
+    args.ladder = ([float(f) for f in args.ladder.split(",")] if args.ladder else list(args.shape_spec.ladder))
     args.cache = args.out / "cache"
     if not args.report_only:
         runs = plan(args)
-        from lightning_sparkling.pretrain.measure_runs import prepare_data  # noqa: F401  (data built by run 1)
-
-        first, rest = runs[:1], runs[1:]
-        failed = train_runs(first, 1, env={"OMP_NUM_THREADS": "1"}) + train_runs(
-            rest, args.jobs, env={"OMP_NUM_THREADS": "1"})
+        env = {"OMP_NUM_THREADS": "1"}
+        if args.jobs > 1:
+            prepare(runs[0])  # the tokenizer and token files, once, before runs start side by side
+        failed = train_runs(runs, args.jobs, env=env)
         for run in failed:
             print(f"FAILED: {run.name}: see {run.run_dir / 'run.log'}")
     report(args)
