@@ -1,6 +1,7 @@
 """Issue 38: give every cell of the measured map the size it was measured at, computed from the ``reproduce.py``
 configuration its runs trained (``params``, ``active_params``, ``embedding_share``, ``device``, ``precision``,
-``corpus``); nothing is typed in but which size and axis a cell's section names.
+``corpus``), and (issue 54) its block family (``arch``) and its schedule's ``ceiling``; nothing is typed in but which
+size and axis a cell's section names.
 
     python benchmarks/backfill_sizes.py            # rewrite lightning_sparkling/pretrain/measured.json in place
     python benchmarks/backfill_sizes.py --check    # exit 1 when a cell's stored size differs from the computed one
@@ -64,6 +65,41 @@ def computed_size(cell: dict[str, Any]) -> dict[str, Any]:
                      corpus=config["data"]["source"], tie_embeddings=run.train.tie_embeddings)
 
 
+def computed_schedule(cell: dict[str, Any]) -> dict[str, Any]:
+    """The schedule fields of ``cell`` (issue 54): ``arch`` (the grown model's block family) and ``ceiling`` (the
+    speed-up of the cell's schedule if the grown run matched scratch token for token, 6 N D per phase), and for a
+    two-stage cell its ``stages``, from its ``reproduce.py`` growth run."""
+    import dataclasses
+
+    import reproduce as repro
+
+    from lightning_sparkling.growth.compute import estimate_compute
+    from lightning_sparkling.growth.stage import GrowthStage
+    from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.measure import schedule_record
+    from lightning_sparkling.pretrain.measured import MeasuredCell
+    from lightning_sparkling.pretrain.measured_axes import block_family
+    from lightning_sparkling.pretrain.target import toward
+
+    def run_of(config: dict[str, Any]) -> Any:
+        path = Path("/tmp") / f"backfill_{cell['axis'].replace('+', '_')}.yaml"
+        path.write_text(json.dumps({**config, "out_dir": "/tmp/backfill_unused"}))
+        return parse(["--config", str(path)], "plan")[1]
+
+    size = repro.resolve_size(size_name(cell["where"]))
+    out: dict[str, Any] = {}
+    if cell["axis"] == "two-stage" and not cell.get("stages"):
+        growth = run_of(repro.build_config(size, "two-stage", repro.ROWS["SPARKLING"], seed=1))
+        out["stages"] = schedule_record(growth)["stages"]
+    axis, row = reproduce_axis(cell["axis"], cell["growth_at"])
+    grown = run_of(repro.build_config(size, axis, repro.ROWS[row], seed=1)).model_config
+    measured = MeasuredCell.from_json({**cell, **out})
+    way = toward(grown, measured, steps=1000)
+    stages = [GrowthStage.from_keys(**{**s, "recipe": "paper"}).resolved(1000) for s in way.stages]
+    est = estimate_compute(dataclasses.replace(grown, **way.start), stages, total_steps=1000, tokens_per_step=1)
+    return {**out, "arch": block_family(grown), "ceiling": round(est.ceiling, 3)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare only, write nothing")
@@ -72,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads(args.map.read_text(encoding="utf-8"))
     differ = 0
     for cell in data["cells"]:
-        size = computed_size(cell)
+        size = {**computed_size(cell), **computed_schedule(cell)}
         if any(cell.get(k) != v for k, v in size.items()):
             differ += 1
         cell.update(size)

@@ -86,6 +86,7 @@ def format_cell(cell: dict) -> str:
                f'"start_seeds_above": {cell["start_seeds_above"]}' if cell.get("start_delta") is not None else "")
             + "".join(f', "{k}": {json.dumps(cell[k])}' for k in ("factors", "stages") if cell.get(k) is not None)
             + "".join(f', "{k}": {json.dumps(cell[k])}' for k in _SIZE_KEYS if cell.get(k) is not None)
+            + "".join(f', "{k}": {json.dumps(cell[k])}' for k in ("arch", "ceiling") if cell.get(k) is not None)
             + "}")
 
 

@@ -39,6 +39,24 @@ class ComputeEstimate:
     flops_from_scratch: float
     flops_saved: float
 
+    @property
+    def ceiling(self) -> float:
+        """The speed-up this schedule reaches if the grown run matched scratch token for token: ``flops_from_scratch /
+        flops`` (scratch's FLOPs over the same steps / the growth run's). A grown run that reaches a lower loss than
+        same-steps scratch saves more; one that trails it saves less.
+
+        Example::
+
+            >>> from litgpt import Config
+            >>> from lightning_sparkling.growth.stage import GrowthStage
+            >>> cfg = Config(n_layer=2, n_embd=32, n_head=2, head_size=16, intermediate_size=128, vocab_size=1024,
+            ...              padded_vocab_size=1024, mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False)
+            >>> stages = [GrowthStage(500, n_layer=4), GrowthStage(750, n_layer=8)]
+            >>> round(estimate_compute(cfg, stages, total_steps=1000, tokens_per_step=1024).ceiling, 2)
+            1.5
+        """
+        return self.flops_from_scratch / self.flops
+
 
 def active_parameter_count(model: torch.nn.Module) -> int:
     """Parameters a token uses in one forward pass: every unique parameter (tied weights once; DTensor shards

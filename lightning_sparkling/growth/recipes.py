@@ -253,8 +253,10 @@ def recipe_name(stages: Sequence[Any]) -> RecipeName:
     The ``key`` is the map's name of what the stages' keys are: ``paper`` when every stage keeps the paper's value of
     every recipe key (what a stage that only adds layers gets from any recipe but ``random-zero``), else another
     recipe of :data:`RECIPES` whose keys every stage has, else ``paper`` (keys of no named recipe). The ``label`` is
-    the recipe the stages name (the ``key`` when they name several, or none yet); ``note`` says in words why the two
-    differ: the recipe grows these stages as another does, or the stages set recipe keys themselves.
+    the recipe the stages name (the ``key`` when they name several, or none yet, or when they add no width channels
+    or heads, on which alone a recipe's init and loop act: then every recipe that gives them the ``key``'s keys grows
+    them as ``key`` does, one plan and one name); ``note`` says in words why the two differ: the recipe grows these
+    width stages as another does, or the stages set recipe keys themselves.
 
     Args:
         stages: the stages of one run (one stage: that stage alone), resolved.
@@ -262,11 +264,8 @@ def recipe_name(stages: Sequence[Any]) -> RecipeName:
     Example::
 
         >>> from lightning_sparkling.growth.stage import GrowthStage
-        >>> name = recipe_name([GrowthStage(100, n_layer=8, recipe="wsd")])
-        >>> name.key, name.label
-        ('paper', 'wsd')
-        >>> name.note.endswith("so wsd grows a stage that adds none as paper does; the measured map names it paper")
-        True
+        >>> recipe_name([GrowthStage(100, n_layer=8, recipe="wsd")])  # wsd grows new layers as paper does
+        RecipeName(key='paper', label='paper', note=None)
         >>> recipe_name([GrowthStage(100, n_embd=128, recipe="wsd")])
         RecipeName(key='wsd', label='wsd', note=None)
     """
@@ -288,14 +287,10 @@ def recipe_name(stages: Sequence[Any]) -> RecipeName:
     if key == label:
         return RecipeName(key, label)
     if not any(grows_channels(s.to_dict()) for s in stages):
-        stage = "a stage" if len(stages) == 1 else "stages"
-        if label in WIDTH_ONLY_RECIPES:
-            why = (f"{label} was measured on width growth only and leaves {stage} that add"
-                   f"{'s' if len(stages) == 1 else ''} no width channels or heads the paper's keys")
-        else:
-            why = (f"a recipe's init and symmetry loop act on new width channels and heads only, so {label} grows "
-                   f"{stage} that add{'s' if len(stages) == 1 else ''} none as {key} does")
-        return RecipeName(key, label, f"{why}; {names}")
+        # a recipe's init and symmetry loop act on new width channels and heads only: stages that add none (layers,
+        # experts) grow under it exactly as under ``key``, one plan, so one name (a pasted --suggest block naming
+        # ``paper`` and the same schedule under ``auto`` are matched and labelled alike)
+        return RecipeName(key, key)
     these = "this stage" if len(stages) == 1 else "these stages"
     return RecipeName(key, label, f"{label} grows {these} as {key} does, so {names}")
 

@@ -286,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "measure":
         from lightning_sparkling.pretrain.measure import main_measure
 
-        return main_measure(rest, parse)
+        rest, maps = _take_maps(rest)  # --map FILE: the cells its summary may cite, as plan's
+        return main_measure(rest, parse, cells=_read_maps(maps))
     if command not in ("pretrain", "plan"):
         print(f"sparkling: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -31,6 +31,7 @@ import yaml
 from lightning_sparkling.pretrain.measure_runs import (MeasureRun, is_done, plan_runs, prepare_data, read_result,
                                                       train_runs)
 from lightning_sparkling.pretrain.measure_stats import compare
+from lightning_sparkling.pretrain.verdict import phrase, verdict
 
 DEFAULT_BUDGETS = (0.7, 1.0, 1.4, 2.0)
 """The scratch budgets, as multiples of the growth run's FLOPs (1.0, equal FLOPs, is always trained)."""
@@ -39,9 +40,11 @@ HELP_OPTIONS = """
   --budgets B,...  scratch budgets as multiples of the growth run's FLOPs (default 0.7,1,1.4,2; 1 is always trained)
   --seeds N        seeds (the config's seed, seed + 1, ...; default 1)
   --jobs J         runs at a time (default 1)
+  --map FILE       a measured map (a measure.json) whose cell for this config the summary cites, as `plan --map`
 
 Every other option is `sparkling pretrain`'s (`sparkling pretrain --help`)."""
-USAGE = ("sparkling measure --config RUN.yaml [--budgets 0.7,1,1.4,2] [--seeds N] [--jobs J] [--section.key VALUE ...]"
+USAGE = ("sparkling measure --config RUN.yaml [--budgets 0.7,1,1.4,2] [--seeds N] [--jobs J] [--map FILE] "
+         "[--section.key VALUE ...]"
          "   (every key of `sparkling pretrain --help`)")
 HELP = f"usage: {USAGE}\n\n{__doc__.split(chr(10) * 2)[0]}\n{HELP_OPTIONS}"
 
@@ -89,13 +92,16 @@ def parse_budgets(text: str) -> tuple[float, ...]:
     return tuple(sorted(values | {1.0}))
 
 
-def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tuple[Any, Any, str]]) -> int:
+def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tuple[Any, Any, str]],
+                 cells: Sequence[Any] | None = None) -> int:
     """Entry point of ``sparkling measure``: plan, train what is not finished, compare, write ``measure.json``.
 
     Args:
         argv: the arguments after ``sparkling measure``.
         parse: the CLI's parser of a pretrain configuration (:func:`lightning_sparkling.pretrain.cli.parse`; passed
             in, so this module does not import the CLI that dispatches to it).
+        cells: the measured map its summary cites the config's cell from (``--map FILE``, as ``sparkling plan``'s;
+            ``None``: the package's).
     """
     from lightning_sparkling.growth.compute import estimate_compute
     from lightning_sparkling.pretrain.planning import regime_advice
@@ -144,7 +150,7 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
         print(f"error: {len(failed)} run(s) failed: {', '.join(r.name for r in failed)} (see their run.log)",
               file=sys.stderr)
         return 1
-    advice = regime_advice(run, est.active_params)
+    advice = regime_advice(run, est.active_params, cells)
     result = measurement(runs, advice, grown, run, rest, jobs=opts["jobs"])
     path = Path(run.out_dir) / "measure.json"
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
@@ -201,6 +207,7 @@ def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, a
                 speedup_sd=round(stats["speedup_sd"], 2) if has_speedup else None)
     if advice.init is not None:
         cell["init"] = advice.init
+    cell.update(schedule_record(run))  # factors, a multi-stage schedule's stages, arch, ceiling
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     cell["where"] = f"sparkling measure {' '.join(argv)} ({when})"
     cell.update(cell_size(grown, device=_device(run), precision=str(run.precision), corpus=_corpus(run),
@@ -209,7 +216,9 @@ def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, a
     if note is not None:
         for entry in stats["per_seed"].values():
             entry.pop("wall_speedup", None)
+    cited = advice.cell.describe() if advice.cell is not None else None
     return {"cells": [cell], "growth_recipe": advice.label or advice.recipe, "recipe_note": advice.recipe_note,
+            "map_cell": cited,
             "per_seed": stats["per_seed"], "wall_speedup": None if note else stats["wall_speedup"],
             "wall_speedup_sd": None if note else stats["wall_speedup_sd"], "wall_clock_note": note, "jobs": jobs,
             "runs": [{"name": r.name, "kind": r.kind, "budget": r.budget, "seed": r.seed, "run_dir": str(r.run_dir),
@@ -226,10 +235,18 @@ def describe(result: dict) -> str:
              else f"speed-up at equal loss outside the budgets ({outside})")
     delta_sd = f" ± {cell['sd']:.3f}" if cell["seeds"] >= 2 else ""
     recipe = result.get("growth_recipe") or cell["recipe"]
+    word = verdict(cell["delta"], cell["sd"], cell["seeds"], cell["seeds_above"])
     lines = [f"{cell['axis']}, growth.recipe {recipe}, {cell['schedule']}, growth at {cell['growth_at']:.0%},"
              f" {cell['tokens_per_param']:g} tokens per parameter, {cell['params']:,} parameters on {cell['device']}:",
              f"  {speed}; Δ at equal FLOPs {cell['delta']:+.3f}{delta_sd} val loss (growth above scratch in "
-             f"{cell['seeds_above']}/{cell['seeds']} seeds)"]
+             f"{cell['seeds_above']}/{cell['seeds']} seeds): {phrase(word)}"]
+    if cell.get("ceiling") is not None:
+        fraction = (f"; measured {cell['speedup']:.2f}x = {cell['speedup'] / cell['ceiling']:.0%} of it"
+                    if cell.get("speedup") is not None else "")
+        lines.append(f"  this schedule's ceiling (its saving if the grown run matched scratch token for token): "
+                     f"{cell['ceiling']:.2f}x{fraction}")
+    if result.get("map_cell"):
+        lines.append(f"  the map's cell for this config (what sparkling plan cited): {result['map_cell']}")
     if result.get("recipe_note"):
         lines.append(f"  recipe: {result['recipe_note']}")
     if result.get("wall_clock_note"):
@@ -242,6 +259,22 @@ def describe(result: dict) -> str:
         speed = s["speedup"] if isinstance(s["speedup"], str) else f"{s['speedup']:.2f}x"
         lines.append(f"  seed {seed}: speed-up {speed}, Δ {s['delta']:+.3f}")
     return "\n".join(lines)
+
+
+def schedule_record(run: Any) -> dict[str, Any]:
+    """What a cell records of the run's schedule and model: ``factors`` and, for several growths, ``stages``
+    (:func:`~lightning_sparkling.pretrain.target.run_schedule`), ``arch`` (the block family) and ``ceiling`` (the
+    schedule's speed-up if the grown run matched scratch token for token)."""
+    from lightning_sparkling.growth.compute import estimate_compute
+    from lightning_sparkling.pretrain.measured_axes import block_family
+    from lightning_sparkling.pretrain.planning import stage_plans
+    from lightning_sparkling.pretrain.target import run_schedule
+
+    configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
+    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
+                           tie_embeddings=run.train.tie_embeddings)
+    return {**run_schedule(configs, run.stages, run.steps), "arch": block_family(configs[-1]),
+            "ceiling": round(est.ceiling, 3)}
 
 
 def _device(run: Any) -> str:

@@ -37,6 +37,7 @@ from lightning_sparkling.growth.recipes import RecipeName
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.measured_axes import cell_label
 from lightning_sparkling.pretrain.measured_size import format_params
+from lightning_sparkling.pretrain.verdict import COST, PAID, TIE, verdict, worse
 
 MAP_PATH = Path(__file__).with_name("measured.json")
 NEAR_RATIO = 1.6
@@ -98,6 +99,12 @@ class MeasuredCell:
     """A multi-stage growth, one entry per growth: its ``at_fraction``, its ``factors`` on the sizes that growth starts
     from, and any other stage key it set (``depth_init``); ``growth_at`` is the first entry's and ``factors`` their
     product. ``plan --suggest`` pastes the whole schedule."""
+    arch: str | None = None
+    """The block family of the measured model (:func:`~lightning_sparkling.pretrain.evidence.block_family`:
+    ``llama``, ``neox``, ...); ``plan`` says when a run's differs."""
+    ceiling: float | None = None
+    """The speed-up the cell's schedule reaches if the grown run matched scratch token for token: scratch's FLOPs over
+    the same steps / the growth run's (``6 N D`` per phase, as :attr:`speedup` counts them)."""
 
     def __post_init__(self) -> None:
         if self.stages is not None:
@@ -117,6 +124,10 @@ class MeasuredCell:
             raise ValueError(f"measured cell {self.key()}: start_delta={self.start_delta!r}, "
                              f"start_sd={self.start_sd!r}, start_seeds_above={self.start_seeds_above!r}: give all three "
                              "(the comparison with the model it grew from continued on the same FLOPs) or none")
+        if self.ceiling is not None and (isinstance(self.ceiling, bool) or not isinstance(self.ceiling, (int, float))
+                                         or not math.isfinite(self.ceiling) or self.ceiling < 1):
+            raise ValueError(f"measured cell {self.key()}: ceiling={self.ceiling!r}: must be a number >= 1 (scratch "
+                             "FLOPs over the same steps / the growth run's)")
         if (self.speedup is None) != (self.speedup_sd is None):
             raise ValueError(f"measured cell {self.key()}: speedup={self.speedup!r}, speedup_sd={self.speedup_sd!r}: "
                              "give both (mean and sd over the seeds) or neither")
@@ -161,7 +172,22 @@ class MeasuredCell:
         """The cell's setting, ``'depth/paper/cosine@5%/31'`` (``'upcycle[copy]/paper/...'`` for an experts cell), for
         messages."""
         category = self.category if self.init is None else f"{self.category}[{self.init}]"
-        return f"{category}/{self.recipe}/{self.schedule}@{self.growth_at:.0%}/{self.tokens_per_param:g}"
+        when = "+".join(f"{t:.0%}" for t in self.timings)
+        return f"{category}/{self.recipe}/{self.schedule}@{when}/{self.tokens_per_param:g}"
+
+    @property
+    def timings(self) -> tuple[float, ...]:
+        """When each growth came, as shares of the run: a multi-stage cell's every ``at_fraction``, else
+        ``(growth_at,)``."""
+        return tuple(e["at_fraction"] for e in self.stages) if self.stages else (self.growth_at,)
+
+    @property
+    def ceiling_fraction(self) -> float | None:
+        """The measured speed-up as a share of :attr:`ceiling` (above 1: the grown run beat scratch trained on the same
+        steps), or ``None`` without both."""
+        if self.speedup is None or self.ceiling is None:
+            return None
+        return self.speedup / self.ceiling
 
     def describe_speedup(self) -> str | None:
         """``'speed-up at equal loss 1.35x ± 0.08 (3 seeds)'`` (scratch compute / growth compute at the growth run's
@@ -179,10 +205,20 @@ class MeasuredCell:
         return f"{format_params(self.params)} parameters{share}{', ' + where if where else ''}"
 
     @property
+    def verdict(self) -> str:
+        """What the seeds say (:func:`~lightning_sparkling.pretrain.verdict.verdict`): ``paid`` (every seed below
+        scratch, or the mean Δ more than its sd below zero), ``cost`` (the mirror image) or ``no measurable
+        difference``; against the model it grew from too where that was measured (the worse of the two)."""
+        own = verdict(self.delta, self.sd, self.seeds, self.seeds_above)
+        if self.start_delta is None:
+            return own
+        return worse(own, verdict(self.start_delta, self.start_sd, self.seeds, self.start_seeds_above))
+
+    @property
     def pays(self) -> bool:
-        """Whether growth ended at or below scratch on average, and at or below the model it grew from continued on
-        the same FLOPs where that was measured."""
-        return self.delta <= 0 and (self.start_delta is None or self.start_delta <= 0)
+        """Whether growth paid (:attr:`verdict`): below scratch beyond the seeds' spread, and not above the model it
+        grew from continued on the same FLOPs where that was measured."""
+        return self.verdict == PAID
 
     def describe_start(self) -> str | None:
         """``'Δ +0.058 ± 0.012 against the model it grew from continued on the same FLOPs, above it in 3/3 seeds'``,
@@ -198,7 +234,10 @@ class MeasuredCell:
         equal loss 1.35x ± 0.08 (3 seeds), Δ ...'``)."""
         speedup = self.describe_speedup()
         category = self.category if self.init is None else f"{self.category} ({_init_key(self.category)} {self.init})"
-        return (f"{category}, {self.recipe}, {self.schedule}, growth at {self.growth_at:.0%}, "
+        when = (f"growth at {self.growth_at:.0%}" if len(self.timings) == 1 else
+                f"growths at {', '.join(f'{t:.0%}' for t in self.timings)}")
+        arch = f", {self.arch} blocks" if self.arch is not None and self.arch != "llama" else ""
+        return (f"{category}{arch}, {self.recipe}, {self.schedule}, {when}, "
                 f"{self.tokens_per_param:g} tokens per parameter: {speedup + ', ' if speedup else ''}"
                 f"Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
                 f"(above scratch in {self.seeds_above}/{self.seeds} seeds"
@@ -234,6 +273,9 @@ class Advice:
     trend: str | None = None
     label: str | None = None
     recipe_note: str | None = None
+    timings: tuple[float, ...] | None = None
+    arch: str | None = None
+    ceiling: float | None = None
 
     @property
     def size_gap(self) -> float | None:
@@ -266,12 +308,43 @@ class Advice:
         return f"measured at {where}, {relation} than this run's {format_params(self.params)}"
 
     def message(self) -> str:
-        """One sentence for ``sparkling plan`` / ``pretrain``: the run, what was measured nearest, and a recipe that
-        was measured better near it."""
-        if self.better is None:
-            return self._nearest_message()
-        return (f"{self._nearest_message()}. Measured better near this run: growth.recipe {self.better.recipe} "
-                f"({self.better.describe()})")
+        """What ``sparkling plan`` / ``pretrain`` print: the run, what was measured nearest (and its verdict), a
+        recipe that was measured better near it, the schedule's ceiling at the cell's size and the run's, and a note
+        when the cell's block family is not the run's."""
+        text = self._nearest_message()
+        if self.better is not None:
+            text += f". Measured better near this run: growth.recipe {self.better.recipe} ({self.better.describe()})"
+        return ". ".join([text, *filter(None, (self.ceiling_line(), self.family_note()))])
+
+    def ceiling_line(self) -> str | None:
+        """``"this schedule's ceiling (...): 1.50x at the cell's 0.20M, 1.75x at this run's 1.38M; measured 1.29x =
+        86% of it"``, or ``None`` for a demo or without a ceiling to state."""
+        if self.demo or (self.ceiling is None and (self.cell is None or self.cell.ceiling is None)):
+            return None
+        at = []
+        if self.cell is not None and self.cell.ceiling is not None and self.near:
+            size = f" {format_params(self.cell.params)}" if self.cell.params else ""
+            at.append(f"{self.cell.ceiling:.2f}x at the cell's{size}")
+        if self.ceiling is not None:
+            size = f" {format_params(self.params)}" if self.params else ""
+            at.append(f"{self.ceiling:.2f}x at this run's{size}")
+        text = ("this schedule's ceiling (its saving if the grown run matched scratch token for token, from the "
+                f"phases' 6 N D): {', '.join(at)}")
+        fraction = self.cell.ceiling_fraction if self.cell is not None and self.near else None
+        if fraction is not None:
+            text += f"; measured {self.cell.speedup:.2f}x = {fraction:.0%} of its ceiling"
+            if fraction > 1:
+                text += " (above it: the grown run ended below scratch trained on the same steps)"
+        return text
+
+    def family_note(self) -> str | None:
+        """A note when the cited cell was measured on another block family than the run's (``None``: the same, or
+        either unknown)."""
+        if self.cell is None or self.cell.arch is None or self.arch is None or self.cell.arch == self.arch:
+            return None
+        return (f"note: the cell was measured on {self.cell.arch} blocks and this run has {self.arch} blocks: a "
+                "saving measured on one block family did not always hold on another (docs/BENCHMARKS.md, \"Evidence "
+                "that transfers\"); measure it on this family before counting on it")
 
     @property
     def demo(self) -> bool:
@@ -305,9 +378,13 @@ class Advice:
                     f"to say whether growth pays at this size.{trend} To know, {MEASURE_HINT}")
         if self.pays:
             return f"measured nearest to {run}: {self.cell.describe()}{', ' + gap if gap else ''}: growth paid there"
+        if self.cell.verdict == TIE:
+            return (f"no measurable difference near {run}: {self.cell.describe()}{'; ' + gap if gap else ''}: "
+                    "growth neither paid nor cost beyond its seeds' spread, so no saving was measured. Before "
+                    f"counting on the FLOPs saved, {MEASURE_HINT}")
         above = ("above the grown shape trained from scratch on the same FLOPs" if self.cell.delta > 0 else
                  "above the model it grew from continued on the same FLOPs")
-        return (f"growth has not been found to pay near {run}: {self.cell.describe()}, {above}"
+        return (f"growth cost near {run}: {self.cell.describe()}, {above}"
                 f"{'; ' + gap if gap else ''}. Before counting on the FLOPs saved, {MEASURE_HINT}")
 
 
@@ -319,7 +396,9 @@ def load_map(path: Path = MAP_PATH) -> tuple[MeasuredCell, ...]:
 
 
 def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[str]] | None = None) -> str:
-    """The map category of what ``stages`` grow: ``two-stage`` (several width stages), ``depth``, ``depth+width``,
+    """The map category of what ``stages`` grow: ``depth`` (one stage, or several that each grow only ``n_layer``:
+    a depth schedule, matched with the cells of as many growths), ``two-stage`` (several width stages),
+    ``depth+width``,
     ``joint`` (n_embd and an MLP size), ``hidden``, ``hidden+heads``, ``inner``, ``heads``, ``upcycle`` (dense ->
     MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``),
     ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or the
@@ -338,7 +417,9 @@ def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[st
         'upcycle'
     """
     grown = [set(s) for s in sizes] if sizes is not None else [set(stage.sizes) for stage in stages]
-    if len(grown) > 1:  # several stages: "two-stage" when none adds modules (depth, experts)
+    if len(grown) > 1:  # several stages: a depth schedule, "two-stage" when none adds modules (depth, experts)
+        if all(g == {"n_layer"} for g in grown):
+            return "depth"  # matched with the cells of as many growths (nearest's timings)
         return "two-stage" if all(g and not g & structural_sizes() for g in grown) else "several stages"
     (keys,) = grown
     owners = axis_of_size()
@@ -349,26 +430,36 @@ def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[st
 
 
 def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedule: str, growth_at: float,
-            tokens_per_param: float, init: str | None = None,
-            params: int | None = None) -> tuple[MeasuredCell | None, bool]:
-    """The cell of the map category ``category``, ``recipe``, ``schedule`` and ``init`` (an experts stage's ``expert_init``; ``None``
-    elsewhere) nearest in token ratio and model size (the Euclidean distance of their logs; size counts where both
-    the run's ``params`` and the cell's are known), then timing, and whether it is near in token ratio and timing
-    (:data:`NEAR_RATIO`, :data:`NEAR_TIMING`; how far it is in size the advice says itself, :data:`FAR_SIZE`)."""
+            tokens_per_param: float, init: str | None = None, params: int | None = None,
+            timings: Sequence[float] | None = None) -> tuple[MeasuredCell | None, bool]:
+    """The cell of the map category ``category``, ``recipe``, ``schedule`` and ``init`` (an experts stage's
+    ``expert_init``, a depth run's ``depth_init`` where not ``copy-zero``; ``None`` elsewhere) with as many growths as
+    the run (``timings``: when each came, shares of the run; default ``(growth_at,)``), nearest in token ratio and
+    model size (the Euclidean distance of their logs; size counts where both the run's ``params`` and the cell's are
+    known), then timing, and whether it is near in token ratio and every growth's timing (:data:`NEAR_RATIO`,
+    :data:`NEAR_TIMING`; how far it is in size the advice says itself, :data:`FAR_SIZE`).
+
+    A multi-stage schedule (``stages`` in a cell) is matched only by a run with as many growths, and a one-growth
+    cell only by a one-growth run: ``sparkling measure`` of a pasted ``--suggest`` block, ``plan`` of it and the cell
+    ``--suggest`` cited are one match."""
+    timings = tuple(timings) if timings is not None else (growth_at,)
     same = [c for c in cells if (c.category, c.recipe, c.schedule, c.init) == (category, recipe, schedule, init)
-            and c.tokens_per_param > 0]
+            and c.tokens_per_param > 0 and len(c.timings) == len(timings)]
     if not same or tokens_per_param <= 0:
         return None, False
 
     def size_gap(c: MeasuredCell) -> float:
         return abs(math.log(c.params / params)) if params and c.params else 0.0
 
+    def timing_gap(c: MeasuredCell) -> float:
+        return max(abs(a - b) for a, b in zip(c.timings, timings))
+
     def distance(c: MeasuredCell) -> tuple[float, float]:
-        return math.hypot(math.log(c.tokens_per_param / tokens_per_param), size_gap(c)), abs(c.growth_at - growth_at)
+        return math.hypot(math.log(c.tokens_per_param / tokens_per_param), size_gap(c)), timing_gap(c)
 
     best = min(same, key=distance)
-    ratio_gap, timing_gap = abs(math.log(best.tokens_per_param / tokens_per_param)), abs(best.growth_at - growth_at)
-    return best, ratio_gap <= math.log(NEAR_RATIO) + 1e-9 and timing_gap <= NEAR_TIMING + 1e-9
+    ratio_gap = abs(math.log(best.tokens_per_param / tokens_per_param))
+    return best, ratio_gap <= math.log(NEAR_RATIO) + 1e-9 and timing_gap(best) <= NEAR_TIMING + 1e-9
 
 
 def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, init: str | None = None) -> str | None:
@@ -389,7 +480,8 @@ def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, i
 
 
 def better_recipe(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedule: str, growth_at: float,
-                  tokens_per_param: float, than: MeasuredCell | None, init: str | None = None) -> MeasuredCell | None:
+                  tokens_per_param: float, than: MeasuredCell | None, init: str | None = None,
+                  timings: Sequence[float] | None = None) -> MeasuredCell | None:
     """The lowest-Δ cell of a recipe other than ``recipe``, of ``category`` and ``schedule``, near the run, that ended
     below scratch on average and in most seeds, and below ``than`` (the run's own nearest cell, if near) by more than
     the larger of the two sds (a gap inside the seeds' spread is no reason to switch), or ``None``.
@@ -404,7 +496,7 @@ def better_recipe(cells: Sequence[MeasuredCell], *, category: str, recipe: str, 
     best = None
     for other in sorted({c.recipe for c in cells} - {recipe}):  # sorted: a tie goes to the same recipe every run
         cell, near = nearest(cells, category=category, recipe=other, schedule=schedule, growth_at=growth_at,
-                             tokens_per_param=tokens_per_param, init=init)
+                             tokens_per_param=tokens_per_param, init=init, timings=timings)
         if (not near or cell is None or cell.delta >= 0 or not cell.pays or 2 * cell.seeds_above >= cell.seeds
                 or (than is not None and than.delta - cell.delta <= max(cell.sd, than.sd))):
             continue
@@ -439,11 +531,14 @@ def run_init(stages: Sequence[GrowthStage], category: str) -> str | None:
 
 def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param: float, recipe: str | RecipeName,
            schedule: str = "cosine", sizes: Sequence[Sequence[str]] | None = None,
-           cells: Sequence[MeasuredCell] | None = None, params: int | None = None) -> Advice:
+           cells: Sequence[MeasuredCell] | None = None, params: int | None = None, arch: str | None = None,
+           ceiling: float | None = None) -> Advice:
     """What the map says about a run growing by ``stages`` over ``total_steps``, with ``tokens_per_param`` training
     tokens per final active parameter, under ``recipe`` and ``schedule`` (``cells``: default :func:`load_map`), for a
     grown model of ``params`` parameters (``None``: size unknown, not weighed). A one-stage experts run is matched
-    with the cells of its ``expert_init`` only.
+    with the cells of its ``expert_init`` only; a run with several growths with the cells of as many (their
+    ``stages``). ``arch``: the run's block family (a note when the cell's differs); ``ceiling``: its schedule's
+    ceiling (printed beside the cell's).
 
     ``recipe``: the map's name of the run's recipe, or its
     :class:`~lightning_sparkling.growth.recipes.RecipeName` (:func:`~lightning_sparkling.growth.recipes.recipe_name`
@@ -451,15 +546,18 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     name = recipe if isinstance(recipe, RecipeName) else RecipeName(recipe, recipe)
     recipe = name.key
     category = classify_category(stages, sizes)
-    growth_at = stages[0].resolved(total_steps).at_step / total_steps if stages else 0.0
+    timings = tuple(s.resolved(total_steps).at_step / total_steps for s in stages)
+    growth_at = timings[0] if timings else 0.0
     cells = load_map() if cells is None else cells
     init = run_init(stages, category)
-    where = dict(category=category, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param, init=init)
+    where = dict(category=category, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param,
+                 init=init, timings=timings)
     cell, near = nearest(cells, recipe=recipe, params=params, **where)
     better = better_recipe(cells, recipe=recipe, than=cell if near else None, **where)
     trend = size_trend(cells, category=category, schedule=schedule, init=init)
     advice = Advice(recipe=recipe, cell=cell, near=near, better=better, params=params, trend=trend,
-                    label=name.label if name.label != recipe else None, recipe_note=name.note, **where)
+                    label=name.label if name.label != recipe else None, recipe_note=name.note, arch=arch,
+                    ceiling=ceiling, **where)
     if better is not None and advice.far_in_size:  # a recipe "measured better" that far away is no advice either
         advice = dataclasses.replace(advice, better=None)
     return advice

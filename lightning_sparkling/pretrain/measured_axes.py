@@ -93,3 +93,25 @@ def cell_label(keys: set[str], stage: Any, grown: set[str]) -> str:
         if name is not None:
             return name
     return "+".join(sorted(grown)) or "none"
+
+
+def block_family(config: Any) -> str:
+    """The block family of a litgpt ``Config``, the map's ``arch`` of a cell: ``llama`` (sequential residual,
+    ``RMSNorm``, a gated ``LLaMAMLP`` or ``LLaMAMoE``), ``neox`` (pythia / GPT-NeoX: parallel residual, ``LayerNorm``,
+    ``GptNeoxMLP``), ``phi`` (the same with one norm for both branches), ``gemma`` (``GemmaMLP``), else the three traits in words
+    (``'sequential LayerNorm GptNeoxMLP'``, GPT-2's).
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> block_family(Config.from_name("pythia-160m")), block_family(Config.from_name("Llama-3.2-1B"))
+        ('neox', 'llama')
+    """
+    mlp, norm, parallel = config.mlp_class_name, config.norm_class_name, bool(config.parallel_residual)
+    if mlp in ("LLaMAMLP", "LLaMAMoE") and norm == "RMSNorm" and not parallel:
+        return "llama"
+    if mlp == "GptNeoxMLP" and norm == "LayerNorm" and parallel:
+        return "phi" if getattr(config, "shared_attention_norm", False) else "neox"
+    if mlp == "GemmaMLP":
+        return "gemma"
+    return f"{'parallel' if parallel else 'sequential'} {norm} {mlp}"

@@ -224,19 +224,22 @@ def regime_advice(run: ResolvedRun, active_params: Sequence[int], cells: Sequenc
     read (default: the package's, :func:`~lightning_sparkling.pretrain.measured.load_map`). The run's recipe is
     named once, by :func:`~lightning_sparkling.growth.recipes.recipe_name`: cells are matched on its ``key`` (what
     ``sparkling measure`` writes for this run), the advice prints its ``label`` and ``note``."""
-    from lightning_sparkling.growth.compute import count_params
+    from lightning_sparkling.growth.compute import count_params, estimate_compute
     from lightning_sparkling.growth.plan import size_changes
     from lightning_sparkling.growth.recipes import recipe_name
     from lightning_sparkling.pretrain.measured import advise
+    from lightning_sparkling.pretrain.measured_axes import block_family
 
     if not run.stages:
         return None
     configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
     sizes = [list(size_changes(a, b)) for a, b in zip(configs[:-1], configs[1:])]
     _, params = count_params(configs[-1], tie_embeddings=run.train.tie_embeddings)
+    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
+                           tie_embeddings=run.train.tie_embeddings)
     return advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
                   recipe=recipe_name(run.stages), schedule=run.train.lr_schedule, sizes=sizes, cells=cells,
-                  params=params)
+                  params=params, arch=block_family(configs[-1]), ceiling=est.ceiling)
 
 
 def regime_warning(run: ResolvedRun, active_params: Sequence[int], cells: Sequence[Any] | None = None) -> str | None:

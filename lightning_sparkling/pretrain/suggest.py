@@ -1,62 +1,67 @@
-"""``sparkling plan --suggest``: the measured best growth for a run's schedule and token ratio, as a ``growth:`` block
-to paste (:func:`suggest`).
+"""``sparkling plan --suggest``: where to start and how to grow so that a run ends at the model its config names, on
+the config's own token budget, as measured best (:func:`suggest`).
 
-Every cell of the measured map (:mod:`~lightning_sparkling.pretrain.measured`) whose growth is a size factor on the
-run's own model (:data:`CATEGORY_FACTORS`: ``depth`` grows ``n_layer`` 2x, ``joint`` the hidden and MLP sizes 2x, ...;
-a cell's ``factors`` where it names them, e.g. the late-shallow ``n_layer`` 4x) becomes a candidate: the run's model
-grown by those factors at the cell's timing under the cell's recipe. A candidate *fits* when the cell was measured
-under the run's ``train.lr_schedule``, at a token ratio within :data:`~lightning_sparkling.pretrain.measured.NEAR_RATIO`
-of the run's with that growth (training tokens per final active parameter), growth paid there, and the block resolves
-as a configuration of the run. The best fit (largest speed-up at equal loss, then lowest Δ) is printed with the cell's
-size, token ratio and seeds and how far it is from the run; with no fit, the report says so and prints no block.
+The config names the model the user means to train: its ``model_name`` / ``model_config`` when ``growth`` grows
+nothing, else the model its growth ends at (the *target*). Every cell of the measured map
+(:mod:`~lightning_sparkling.pretrain.measured`) under the run's ``train.lr_schedule`` whose schedule applies to the
+target becomes a candidate: the start model (the cell's factors divided out of the target's sizes,
+:func:`~lightning_sparkling.pretrain.target.toward`) and the stages that end at the target. A candidate *fits* when
+the cell was measured within :data:`~lightning_sparkling.pretrain.measured.NEAR_RATIO` of the run's training tokens
+per final active parameter, growth paid there (:mod:`~lightning_sparkling.pretrain.verdict`), and the pasted block
+checks out: the run then resolves, ends at exactly the target, trains the config's tokens, and ``sparkling plan`` of
+it cites this same cell. The best fit (largest speed-up at equal loss, then lowest Δ) is printed: the start model's
+``model_config`` keys and the ``growth:`` block, which model it starts and ends at, and the evidence; with no fit,
+the report says so, with the nearest cell and its verdict, and prints no block. Never a block that ends at another
+model than the config's.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_sparkling.pretrain.errors import ConfigError
+from lightning_sparkling.pretrain.target import CATEGORY_FACTORS, NoFit, toward
 
 __all__ = ["CATEGORY_FACTORS", "Suggestion", "suggest"]
-
-CATEGORY_FACTORS: dict[str, dict[str, int]] = {
-    "depth": {"n_layer": 2},
-    "joint": {"n_embd": 2, "intermediate_size": 2},
-    "hidden": {"n_embd": 2},
-    "inner": {"intermediate_size": 2},
-    "depth+width": {"n_layer": 2, "n_embd": 2, "intermediate_size": 2},
-}
-"""The growth each map category measured (the map's runs grew 2x), as factors on the run's model's sizes; an MoE
-model grows ``moe_intermediate_size`` where a dense one grows ``intermediate_size``."""
 
 
 @dataclass(frozen=True)
 class Suggestion:
-    """What ``--suggest`` found: ``growth`` the block to paste (``None``: no cell fits), ``cell`` its evidence (or the
-    nearest cell of the run's schedule when none fits), ``tokens_per_param`` the run's training tokens per final
-    active parameter with that growth, ``params`` the grown model's parameters (total, as the map's cells count
-    them), ``schedule`` the run's, ``rejected`` fitting cells whose block the run refused (and why)."""
+    """What ``--suggest`` found: ``growth`` the block to paste and ``start`` the start model's ``model_config`` keys
+    (``None``: no cell fits), ``cell`` its evidence (or the nearest cell of the run's schedule when none fits),
+    ``tokens_per_param`` the run's training tokens per final active parameter, ``params`` the target's parameters
+    (total, as the map's cells count them) and ``start_params`` the start model's, ``schedule`` the run's,
+    ``rounded`` the sizes the cell's factors did not divide, ``notes`` the pasted run's ceiling and family lines,
+    ``rejected`` fitting cells whose block the run refused (and why), ``target`` the target model's name and
+    layers."""
 
     growth: dict[str, Any] | None
     cell: Any
     tokens_per_param: float
     params: int
     schedule: str
+    start: dict[str, Any] | None = None
+    start_params: int | None = None
+    rounded: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    target: str = "this run's model"
 
     def evidence(self) -> str:
-        """The cell and how far it is from the run: token ratio, timing, model size and seeds."""
+        """The cell, its verdict and how far it is from the run: token ratio, timing, model size and seeds."""
         from lightning_sparkling.pretrain.measured import FAR_SIZE
         from lightning_sparkling.pretrain.measured_size import format_params
+        from lightning_sparkling.pretrain.verdict import phrase
 
         cell = self.cell
         gap = cell.tokens_per_param / self.tokens_per_param
         ratio = (f"measured at {cell.tokens_per_param:g} tokens per parameter against this run's "
-                 f"{self.tokens_per_param:.3g} with this growth ({max(gap, 1 / gap):.2f}x apart)")
+                 f"{self.tokens_per_param:.3g} ({max(gap, 1 / gap):.2f}x apart)")
         if cell.params:
             size_gap = self.params / cell.params
             relation = (f"{size_gap:.3g}x smaller than" if size_gap > 1.1 else
@@ -68,96 +73,107 @@ class Suggestion:
         if cell.params and max(self.params / cell.params, cell.params / self.params) > FAR_SIZE:
             far = (f". That is over {FAR_SIZE:g}x apart in size: the map cannot say whether it pays at this size; "
                    "measure it before counting on it (sparkling measure --config RUN.yaml)")
-        return f"{cell.describe()}; {ratio}; {size}; {cell.seeds} seeds{far}"
+        return f"{cell.describe()}: {phrase(cell.verdict)}; {ratio}; {size}; {cell.seeds} seeds{far}"
 
     def message(self) -> str:
-        """The report ``sparkling plan --suggest`` prints: the block (YAML) and its evidence, or why there is none."""
+        """The report ``sparkling plan --suggest`` prints: the start model's keys and the block (YAML), which model it
+        starts and ends at, and its evidence; or why there is none."""
         import yaml
+
+        from lightning_sparkling.pretrain.measured_size import format_params
 
         if self.growth is None:
             nearest = f" The nearest cell of this schedule: {self.evidence()}." if self.cell is not None else ""
             return (f"no measured growth fits this run: no cell of the map under train.lr_schedule {self.schedule} "
-                    f"was measured near its token ratio and paid there.{nearest} To know whether growth pays "
-                    "here, measure it: sparkling measure --config RUN.yaml")
-        block = yaml.safe_dump({"growth": self.growth}, sort_keys=False, default_flow_style=False).rstrip()
-        return (f"measured best growth for this run (train.lr_schedule {self.schedule}, "
-                f"{self.tokens_per_param:.3g} training tokens per final active parameter with it): paste into the "
-                f"config:\n\n{block}\n\nevidence: {self.evidence()}")
+                    f"was measured near its token ratio, paid there and ends at its model.{nearest} To know whether "
+                    "growth pays here, measure it: sparkling measure --config RUN.yaml")
+        block = yaml.safe_dump({"model_config": self.start, "growth": self.growth}, sort_keys=False,
+                               default_flow_style=False).rstrip()
+        rounded = (f"\nrounded: {'; '.join(self.rounded)} (the cell's factors do not divide these sizes; the stages "
+                   "still end at your model)" if self.rounded else "")
+        notes = "".join(f"\n{note}" for note in self.notes)
+        return (f"measured best growth toward this run's model (train.lr_schedule {self.schedule}, "
+                f"{self.tokens_per_param:.3g} training tokens per final active parameter): start smaller and grow "
+                "into it. Merge model_config's keys into your config (they set the model the run starts at) and "
+                f"paste growth:\n\n{block}\n\n"
+                f"starts at {format_params(self.start_params)} parameters ({_start_line(self.start)}) and ends at "
+                f"{self.target}, {format_params(self.params)} parameters ({self.params:,}), on the config's "
+                f"{self.tokens_per_param:.3g} tokens per parameter{rounded}\n"
+                f"evidence: {self.evidence()}{notes}")
 
 
-def _factors(cell: Any, config: Any) -> dict[str, int] | None:
-    factors = dict(getattr(cell, "factors", None) or CATEGORY_FACTORS.get(cell.category) or {})
-    if not factors or (cell.init is not None and not cell.stages):  # an experts cell: no size factor to apply
-        return None
-    if config.mlp_class_name == "LLaMAMoE" and "intermediate_size" in factors:
-        factors["moe_intermediate_size"] = factors.pop("intermediate_size")
-    return factors
+def _start_line(start: dict[str, Any]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in start.items())
 
 
-def _grown(run: Any, sizes: dict[str, int], cache: dict) -> tuple[str, tuple[int, int]] | None:
-    """``(map category, (active, total) parameters)`` of ``run``'s model grown to ``sizes`` (``None``: refused),
-    planned once per set of sizes (``cache``)."""
-    from lightning_sparkling.growth.compute import count_params
-    from lightning_sparkling.growth.plan import GrowthError, plan_growth
-    from lightning_sparkling.growth.stage import GrowthStage
-    from lightning_sparkling.pretrain.measured import classify_category
+def _target(run: Any) -> Any:
+    """The model the config means to train: what its growth ends at (its model when it grows nothing)."""
+    from lightning_sparkling.pretrain.planning import stage_plans
 
-    key = tuple(sorted(sizes.items()))
-    if key not in cache:
-        try:
-            stage = GrowthStage(0, recipe="paper", **sizes)
-            grown = plan_growth(run.model_config, stage, tied_embeddings=run.train.tie_embeddings).new_config
-            cache[key] = classify_category([stage]), count_params(grown, tie_embeddings=run.train.tie_embeddings)
-        except (ValueError, GrowthError):
-            cache[key] = None
-    return cache[key]
+    plans = stage_plans(run)
+    return plans[-1].new_config if plans else run.model_config
 
 
-def _candidate(cell: Any, run: Any, cache: dict) -> tuple[dict[str, Any], int, int] | None:
-    """The growth block of ``cell`` on ``run``'s model and the grown model's active and total parameters (``None``:
-    the cell's growth does not apply to this model)."""
-    factors = _factors(cell, run.model_config)
-    if factors is None:
-        return None
-    sizes = {key: getattr(run.model_config, key) * factor for key, factor in factors.items()}
-    grown = _grown(run, sizes, cache)
-    if grown is None or grown[0] != cell.category:
-        return None
-    block = {"recipe": cell.recipe, "stages": _stages(cell, run, sizes)}
-    return block, *grown[1]
+def _start_model_config(ns: Any, run: Any, target: Any, start: dict[str, Any]) -> dict[str, Any]:
+    """The ``model_config`` keys that make the config's model the start model: ``start``'s sizes, plus any field
+    litgpt would otherwise re-derive from them (``head_size``, ``intermediate_size``, ``rope_n_elem`` of a named
+    config), pinned to the target's."""
+    from lightning_sparkling.pretrain.model_config import model_config_from
+
+    want = dataclasses.replace(target, **start)
+    keys = dict(start)
+    for _ in range(3):  # each pass pins what the last one re-derived
+        base = {**(getattr(ns, "model_config", None) or {}), **keys}
+        built = model_config_from(getattr(ns, "model_name", None), base, vocab_size=run.data_vocab_size,
+                                  seq_len=run.seq_len)
+        differ = {f.name: getattr(want, f.name) for f in dataclasses.fields(want)
+                  if f.name != "name" and getattr(built, f.name) != getattr(want, f.name)}
+        if not differ:
+            return keys
+        keys.update(differ)
+    raise NoFit(f"the start model cannot be set by model_config keys: {sorted(differ)} differ")
 
 
-def _stages(cell: Any, run: Any, final: dict[str, int]) -> list[dict[str, Any]]:
-    """The ``growth.stages`` of ``cell`` on ``run``'s model: one stage at the cell's timing to the ``final`` sizes,
-    or a multi-stage cell's schedule (each entry's factors on the sizes before it, its own keys kept), each with a
-    re-warmup that fits before the next growth (at most 250 steps)."""
-    entries = cell.stages or ({"at_fraction": cell.growth_at, "factors": cell.factors or {}},)
-    fractions = [e["at_fraction"] for e in entries] + [1.0]
-    sizes = {key: getattr(run.model_config, key) for key in final}
-    stages = []
-    for k, entry in enumerate(entries):
-        if cell.stages:
-            sizes = {key: value * entry["factors"].get(key, 1) for key, value in sizes.items()}
-        keys = {key: value for key, value in entry.items() if key not in ("at_fraction", "factors")}
-        window = math.floor((fractions[k + 1] - fractions[k]) * run.steps) - 1
-        stages.append({"at_fraction": entry["at_fraction"], **(sizes if cell.stages else final), **keys,
-                       "rewarmup_steps": max(0, min(250, window // 2))})
-    return stages
-
-
-def _resolves(ns: Any, growth: dict[str, Any]) -> str | None:
-    """``None`` when the run's configuration with ``growth`` resolves, else the refusal."""
-    from lightning_sparkling.pretrain.config import resolve
-
+def _pasted(ns: Any, model_config: dict[str, Any], growth: dict[str, Any]) -> Any:
+    """The configuration namespace with the suggestion pasted."""
     candidate = copy.deepcopy(ns)
+    candidate.model_config = {**(getattr(ns, "model_config", None) or {}), **model_config}
     seed = getattr(getattr(ns, "growth", None), "seed", 0)
+    candidate.growth = {**growth, "seed": seed}
+    candidate.resume = False
+    return candidate
+
+
+def _check(ns: Any, run: Any, target: Any, cell: Any, start: dict[str, Any], growth: dict[str, Any],
+           cells: Sequence[Any]) -> tuple[Any, Any]:
+    """The pasted run and ``plan``'s advice on it, once checked: it resolves, ends at exactly ``target``, trains the
+    config's tokens and is advised with ``cell`` itself.
+
+    Raises:
+        NoFit: naming what failed.
+    """
+    from lightning_sparkling.pretrain.config import resolve
+    from lightning_sparkling.pretrain.planning import regime_advice, stage_plans
+
     try:
-        candidate.growth = {**growth, "seed": seed}
-        candidate.resume = False
-        resolve(candidate)
+        pasted = resolve(_pasted(ns, start, growth))
     except (ConfigError, ValueError) as err:
-        return str(err)
-    return None
+        raise NoFit(str(err)) from None
+    final = stage_plans(pasted)[-1].new_config
+    differ = [f.name for f in dataclasses.fields(final) if getattr(final, f.name) != getattr(target, f.name)]
+    if differ:
+        raise NoFit(f"the pasted block ends at another model ({', '.join(differ)} differ)")
+    if pasted.total_tokens != run.total_tokens:
+        raise NoFit(f"the pasted block trains {pasted.total_tokens:,} tokens, the config {run.total_tokens:,}")
+    from lightning_sparkling.growth.compute import estimate_compute
+
+    est = estimate_compute(pasted.model_config, pasted.stages, total_steps=pasted.steps,
+                           tokens_per_step=pasted.tokens_per_step, tie_embeddings=pasted.train.tie_embeddings)
+    advice = regime_advice(pasted, est.active_params, cells)
+    if advice is None or advice.cell != cell:
+        cited = advice.cell.key() if advice is not None and advice.cell is not None else "no cell"
+        raise NoFit(f"sparkling plan of the pasted block would cite {cited}, not this cell")
+    return pasted, advice
 
 
 def _rank(cell: Any) -> tuple[float, float]:
@@ -165,11 +181,12 @@ def _rank(cell: Any) -> tuple[float, float]:
 
 
 def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion:
-    """The measured best growth for ``run`` (its parsed namespace ``ns``, to check the block resolves).
+    """The measured best way to train ``run``'s model by growing into it (its parsed namespace ``ns``, to paste and
+    check the block).
 
     Args:
         ns: the parsed configuration (``parse(...)[0]``).
-        run: the resolved run (its model, steps, tokens, schedule).
+        run: the resolved run (its model, growth, steps, tokens, schedule).
         cells: the map (default: the package's, :func:`~lightning_sparkling.pretrain.measured.load_map`; ``plan
             --map FILE`` adds a ``measure.json``'s).
 
@@ -182,27 +199,34 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
 
     cells = load_map() if cells is None else cells
     schedule = run.train.lr_schedule
-    fits, nearest, rejected, cache = [], None, [], {}
+    target = _target(run)
+    active, params = count_params(target, tie_embeddings=run.train.tie_embeddings)
+    ratio = run.total_tokens / active
+    name = f"{target.name or 'your model'} ({target.n_layer} layers)"
+    fits, nearest, rejected = [], None, []
     for cell in cells:
         if cell.schedule != schedule:
             continue
-        found = _candidate(cell, run, cache)
-        if found is None:
+        try:
+            way = toward(target, cell, steps=run.steps)
+        except NoFit:
             continue
-        block, active, params = found
-        ratio = run.total_tokens / active
         gap = abs(math.log(cell.tokens_per_param / ratio))
         if nearest is None or gap < nearest[0]:
-            nearest = (gap, cell, ratio, params)
+            nearest = (gap, cell)
         if gap <= math.log(NEAR_RATIO) + 1e-9 and cell.pays:
-            fits.append((cell, block, ratio, params))
-    for cell, block, ratio, params in sorted(fits, key=lambda fit: _rank(fit[0]), reverse=True):
-        refusal = _resolves(ns, block)
-        if refusal is None:
-            return Suggestion(block, cell, ratio, params, schedule, rejected)
-        rejected.append(f"{cell.key()}: {refusal}")
-    if nearest is None:
-        active, params = count_params(run.model_config, tie_embeddings=run.train.tie_embeddings)
-        return Suggestion(None, None, run.total_tokens / active, params, schedule, rejected)
-    _, cell, ratio, params = nearest
-    return Suggestion(None, cell, ratio, params, schedule, rejected)
+            fits.append((cell, way))
+    for cell, way in sorted(fits, key=lambda fit: _rank(fit[0]), reverse=True):
+        growth = {"recipe": cell.recipe, "stages": way.stages}
+        try:
+            start = _start_model_config(ns, run, target, way.start)
+            pasted, advice = _check(ns, run, target, cell, start, growth, cells)
+        except NoFit as err:
+            rejected.append(f"{cell.key()}: {err}")
+            continue
+        _, start_params = count_params(pasted.model_config, tie_embeddings=run.train.tie_embeddings)
+        notes = [line for line in (advice.ceiling_line(), advice.family_note()) if line]
+        return Suggestion(growth, cell, ratio, params, schedule, start=start, start_params=start_params,
+                          rounded=way.rounded, notes=notes, rejected=rejected, target=name)
+    return Suggestion(None, nearest[1] if nearest else None, ratio, params, schedule, rejected=rejected,
+                      target=name)

@@ -48,11 +48,14 @@ def test_a_cell_more_than_0_15_of_the_run_away_is_not_near(growth_at, near):
     assert ("nothing near this run" in advice.message()) is not near
 
 
-def test_a_delta_of_exactly_zero_pays_and_is_never_named_better():
+def test_a_delta_of_exactly_zero_is_no_measurable_difference_and_is_never_named_better():
+    """Issue 52: a tie is no saving. Δ 0 (or within its sd of zero with seeds on both sides) is "no measurable
+    difference", never "paid"."""
     stage = GrowthStage(500, n_embd=64, intermediate_size=256)
     level = [cell(delta=0.0, sd=0.01, seeds_above=1)]
     advice = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", cells=level)
-    assert advice.pays and "growth paid there" in advice.message()
+    assert not advice.pays and "growth paid" not in advice.message()
+    assert advice.message().startswith("no measurable difference near this run")
     # another recipe at exactly 0, the run's own cell far above it: not named
     cells = [cell(delta=0.2, sd=0.01, seeds_above=3), cell(recipe="wsd", delta=0.0, sd=0.01, seeds_above=0)]
     advice = advise([stage], total_steps=1000, tokens_per_param=2.8, recipe="recommended", cells=cells)
@@ -72,12 +75,21 @@ def test_n_embd_with_any_mlp_size_is_the_joint_category(sizes, category):
     assert classify_category([GrowthStage(10, **sizes)]) == category
 
 
-def test_a_multi_stage_run_is_timed_by_its_first_stage():
+def test_a_multi_stage_run_is_timed_by_every_stage_and_matched_with_cells_of_as_many_growths():
+    """Issue 52: a schedule of two growths is matched with the cells that record two (their ``stages``), each growth
+    near in timing; a one-growth cell is not its evidence."""
     stages = [GrowthStage(300, n_embd=48), GrowthStage(600, n_embd=64)]
+    two = [{"at_fraction": 0.333, "factors": {"n_embd": 1.5}}, {"at_fraction": 0.667, "factors": {"n_embd": 1.3333}}]
     advice = advise(stages, total_steps=1000, tokens_per_param=2.8, recipe="recommended",
-                    cells=[cell(category="two-stage", growth_at=0.3)])
-    assert advice.growth_at == 0.3 and advice.near
-    assert "first growth at 30%" in advice.message()
+                    cells=[cell(category="two-stage", growth_at=0.333, stages=two)])
+    assert advice.growth_at == 0.3 and advice.timings == (0.3, 0.6) and advice.near
+    assert "first growth at 30%" in advice.message() and "growths at 33%, 67%" in advice.message()
+    one = advise(stages, total_steps=1000, tokens_per_param=2.8, recipe="recommended",
+                 cells=[cell(category="two-stage", growth_at=0.3)])
+    assert one.cell is None
+    late = [GrowthStage(300, n_embd=48), GrowthStage(900, n_embd=64)]  # the second growth 0.23 of the run away
+    assert not advise(late, total_steps=1000, tokens_per_param=2.8, recipe="recommended",
+                      cells=[cell(category="two-stage", growth_at=0.333, stages=two)]).near
 
 
 @pytest.mark.parametrize("ratio", [0.0, -1.0])

@@ -72,11 +72,10 @@ def test_plan_names_the_recipe_auto_chose(capsys):
     assert main(["plan", "--config", QUICKSTART, "--growth.stages", DEPTH_ONLY, *longer]) == 0
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "note: growth.recipe: auto is 'random-zero-3x'" in out  # as `sparkling pretrain` prints it
-    # the recipe it grew by, and in words why the map's cells it is compared with are paper's (issue 49)
-    assert ("(depth, growth.recipe random-zero-3x, cosine schedule, first growth at 3%, 5.85 training tokens per "
-            "final active parameter; random-zero-3x was measured on width growth only and leaves a stage that adds "
-            "no width channels or heads the paper's keys; the measured map names it paper)") in out
-    assert "growth.recipe paper" not in out and "here the keys of" not in out
+    # random-zero-3x grows a stage that adds only layers as the paper does: one plan, one name (issue 52)
+    assert ("(depth, growth.recipe paper, cosine schedule, first growth at 3%, 5.85 training tokens per "
+            "final active parameter)") in out
+    assert "growth.recipe random-zero-3x" not in out and "here the keys of" not in out
     assert "measured nearest to this run" in out and "depth, paper, cosine" in out  # the map's paper cell found
     # a stage that sets a recipe key itself: the recipe it names, and that its own key makes it the map's paper
     stages = "[{at_step: 100, n_layer: 8, rewarmup_steps: 20, rewarmup_ratio: 5.0, recipe: wsd}]"

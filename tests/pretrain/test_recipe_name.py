@@ -26,8 +26,7 @@ EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
 MOE_EXAMPLES = {"olmoe_inner_2x.yaml", "two_stage.yaml"}  # seconds to plan (32 experts): their own schedule only;
 # their categories under WSD are GROWTHS' experts and two-stage below
 OLD_LABEL = "here the keys of"
-NOTE_DEPTH = ("a recipe's init and symmetry loop act on new width channels and heads only, so wsd grows a stage that "
-              "adds none as paper does; the measured map names it paper")
+OLD_NOTE = "grows a stage that adds none as paper does"  # issue 49's note, gone with issue 52's one name
 
 # one stage list per kind of growth the issue names (a tiny LLaMA-MLP model: 2 layers, n_embd 32)
 GROWTHS = {
@@ -46,11 +45,10 @@ GROWTHS = {
     ([GrowthStage(100, n_embd=128, recipe="wsd")], "wsd", "wsd", None),
     ([GrowthStage(100, n_embd=128, recipe="random-zero-3x")], "random-zero-3x", "random-zero-3x", None),
     ([GrowthStage(100, n_embd=128, recipe=r) for r in ("recommended",) * 2], "recommended", "recommended", None),
-    # a depth-only stage: wsd sets the paper's keys there; the label stays wsd and the note says why in words
-    ([GrowthStage(100, n_layer=8, recipe="wsd")], "paper", "wsd", NOTE_DEPTH),
-    ([GrowthStage(100, n_layer=8, recipe="random-zero-3x")], "paper", "random-zero-3x",
-     "random-zero-3x was measured on width growth only and leaves a stage that adds no width channels or heads the "
-     "paper's keys; the measured map names it paper"),
+    # a depth-only stage: wsd and random-zero-3x set the paper's keys there, so it is one plan with one name
+    # (issue 52: the stages form of a --suggest block and the same schedule under auto are matched and labelled alike)
+    ([GrowthStage(100, n_layer=8, recipe="wsd")], "paper", "paper", None),
+    ([GrowthStage(100, n_layer=8, recipe="random-zero-3x")], "paper", "paper", None),
     ([GrowthStage(100, n_layer=8, recipe="random-zero")], "random-zero", "random-zero", None),  # its 10x applies
     # the loop left out (rewarmup_scope all): recommended grows this width stage as the paper does
     ([GrowthStage(100, n_embd=128, recipe="recommended", rewarmup_scope="all")], "paper", "recommended",
@@ -117,9 +115,9 @@ def test_plan_finds_the_cell_measure_wrote_for_the_same_config(tmp_path, monkeyp
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     result, advice, run = _measure_then_plan(path, tmp_path)
     _assert_found(result, advice, run)
-    if growth == "depth" and schedule == "wsd":  # the issue's case: wsd's keys on new blocks are the paper's
-        assert (result["cells"][0]["recipe"], result["growth_recipe"]) == ("paper", "wsd")
-        assert result["recipe_note"] == NOTE_DEPTH and NOTE_DEPTH in advice
+    if growth == "depth" and schedule == "wsd":  # wsd's keys on new blocks are the paper's: one name (issue 52)
+        assert (result["cells"][0]["recipe"], result["growth_recipe"]) == ("paper", "paper")
+        assert result["recipe_note"] is None and OLD_NOTE not in advice
         # the package's own depth cells under WSD (stored as paper) are still this run's without --map
         own = regime_advice(run, plan(run, print_report=False)["active_params"]).cell
         assert own in load_map() and (own.category, own.recipe, own.schedule) == ("depth", "paper", "wsd")
@@ -138,8 +136,8 @@ def test_plan_finds_the_cell_measure_wrote_for_every_example(tmp_path, monkeypat
 @pytest.mark.slow
 def test_a_real_measure_of_a_depth_growth_under_wsd_is_what_plan_finds(tmp_path, capsys):
     """The issue's run, tiny and for real: a depth growth under WSD (``growth.recipe: auto`` is ``wsd``, whose keys on
-    new blocks are the paper's). ``measure`` trains it and its scratch, labels the cell ``paper`` with the label
-    ``wsd`` and the note; ``plan --map`` prints that cell as the nearest; the growth log names the recipe alike."""
+    new blocks are the paper's). ``measure`` trains it and its scratch and labels the cell ``paper`` (one name for
+    one plan, issue 52); ``plan --map`` prints that cell as the nearest."""
     config = tiny_config(tmp_path / "cache", growth={"stages": GROWTHS["depth"]}, rms_monitor=None, num_threads=1,
                          out_dir=str(tmp_path / "run"), seed=3)
     config["train"].update(lr_schedule="wsd", save_interval=None, max_steps=10)
@@ -147,15 +145,14 @@ def test_a_real_measure_of_a_depth_growth_under_wsd_is_what_plan_finds(tmp_path,
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     assert main(["measure", "--config", str(path), "--budgets", "1"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "depth, growth.recipe wsd, wsd, growth at 60%" in out and f"recipe: {NOTE_DEPTH}" in out
+    assert "depth, growth.recipe paper, wsd, growth at 60%" in out and OLD_NOTE not in out
     result = json.loads((tmp_path / "run" / "measure.json").read_text())
     (cell,) = result["cells"]
-    assert (cell["axis"], cell["recipe"], cell["schedule"], result["growth_recipe"]) == ("depth", "paper", "wsd", "wsd")
-    log = (tmp_path / "run" / "measure" / "growth" / "seed3" / "run.log").read_text()
-    assert f"wsd: init copy-copy, rewarmup_ratio 1.3; {NOTE_DEPTH}" in " ".join(log.split())
+    assert (cell["axis"], cell["recipe"], cell["schedule"], result["growth_recipe"]) == ("depth", "paper", "wsd",
+                                                                                        "paper")
     assert main(["plan", "--config", str(path), "--map", str(tmp_path / "run" / "measure.json")]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "(depth, growth.recipe wsd, wsd schedule, first growth at 60%" in out and NOTE_DEPTH in out
+    assert "(depth, growth.recipe paper, wsd schedule, first growth at 60%" in out and OLD_NOTE not in out
     assert f"depth, paper, wsd, growth at 60%, {cell['tokens_per_param']:g} tokens per parameter" in out
     assert "sparkling measure --config" in out and OLD_LABEL not in out
 
