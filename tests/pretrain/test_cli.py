@@ -420,7 +420,7 @@ def test_plan_advises_from_the_measured_map(config_file, capsys):
     # at 2.8 tokens per parameter (the quick grid's ratio): the paper's recipe was measured not to pay, recommended to
     steps = round(2.8 * report["active_params"][-1] / run.tokens_per_step)
     at = {"at_step": steps // 2, "n_embd": 64, "intermediate_size": 128, "rewarmup_steps": 3}
-    for recipe, expected in (("paper", "growth has not been found to pay near"), ("recommended", None)):
+    for recipe, expected in (("paper", "growth cost near"), ("recommended", None)):
         _, near, _ = parse(["--config", str(config_file), "--train.max_steps", str(steps), "--growth.recipe", recipe,
                             "--growth.stages", json.dumps([at])])
         got = plan(near, print_report=False)
@@ -438,7 +438,7 @@ def test_plan_advises_from_the_measured_map(config_file, capsys):
             "Δ -0.089 ± 0.011") in got["regime_advice"]  # the speed-up first where it was measured
     _, pinned, _ = parse([*wsd_args, "--growth.recipe", "recommended"])
     warning = plan(pinned, print_report=False)["regime_warning"]
-    assert warning.startswith("growth has not been found to pay near") and "Δ +0.053 ± 0.007" in warning
+    assert warning.startswith("growth cost near") and "Δ +0.053 ± 0.007" in warning
     assert "Measured better near this run: growth.recipe wsd (joint, wsd, wsd, growth at 50%" in warning
     _, plain, _ = parse(["--config", str(config_file), "--growth.stages", "[]"])
     assert plan(plain, print_report=False)["regime_warning"] is None

@@ -232,3 +232,17 @@ def test_a_copy_depth_cell_is_matched_only_with_copy_runs(tmp_path):
     zeroed = advise([GrowthStage(50, n_layer=8, recipe="wsd")], **kwargs)
     assert copied.cell is cells[0] and copied.init == "copy"
     assert zeroed.cell is None
+
+
+def test_the_suggested_cell_is_the_one_plan_then_cites(tmp_path, capsys):
+    """Two cells of one category: the faster one farther in token ratio, the slower one at the run's ratio. ``plan``
+    of a pasted block cites the nearest cell, so ``--suggest`` suggests that one (one match), never a block whose
+    evidence ``plan`` would not cite."""
+    argv = _tiny(tmp_path)
+    _, run, _ = parse(argv, "plan")
+    report = plan(run, print_report=False)
+    ratio = report["total_tokens"] / report["active_params"][-1]
+    fast = cell(tokens_per_param=round(ratio * 1.4, 4), speedup=2.0, where="the fast cell")
+    near = cell(tokens_per_param=round(ratio, 4), speedup=1.1, where="the near cell")
+    out, _, growth = suggested(capsys, [*argv, "--map", _map(tmp_path, fast, near)])
+    assert growth is not None and "the near cell" in out and "the fast cell" not in out, out
