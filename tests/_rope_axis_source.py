@@ -26,7 +26,7 @@ class RopeAxis(BaseAxis):
     def check_stage(self, stage):
         base = stage.get("rope_base")
         if base is not None and (isinstance(base, bool) or not isinstance(base, int) or base <= 0):
-            raise StageError("rope_base", f"GrowthStage(rope_base={base!r}): must be a positive integer")
+            raise StageError(f"GrowthStage(rope_base={base!r}): must be a positive integer", key="rope_base")
 
     def check_model(self, config, stage):
         if stage.get("rope_base") == config.rope_base:

@@ -130,7 +130,7 @@ class _Twist(BaseAxis):
     def check_stage(self, stage) -> None:
         twist = stage.get("twist")
         if twist is not None and not (isinstance(twist, int) and twist > 0):
-            raise StageError("twist", f"GrowthStage(twist={twist!r}): must be a positive integer")
+            raise StageError(f"GrowthStage(twist={twist!r}): must be a positive integer", key="twist")
 
     def plan(self, ctx):
         return AxisPlan(change=("twist", ctx.stage.get("twist")))
