@@ -18,6 +18,7 @@ from lightning_sparkling.growth.axes import (
     SIZE_KEYS,
     WIDTH_SIZE_KEYS,
     GrowthAxis,
+    checked_stage,
     registered_axes,
     reserve_stage_keys,
 )
@@ -317,7 +318,7 @@ class GrowthStage:
             object.__setattr__(self, key, value)
         check_timing(self)
         for axis in registered_axes():  # each axis' own keys (depth: its map gives n_layer; positive sizes)
-            axis.check_stage(self)
+            checked_stage(axis, self)  # a plain ValueError / TypeError of a user's axis: a StageError of its key
         if self.model_name is not None or self.model_config is not None:
             check_target(self)
         elif not any(axis.active(self) for axis in registered_axes()):

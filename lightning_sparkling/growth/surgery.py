@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.axes import registered_axes
+from lightning_sparkling.growth.axes import plan_axes
 from lightning_sparkling.growth.operators import TensorStats, expand_dim, relayout_dim
 from lightning_sparkling.growth.plan import (
     ChannelChange,
@@ -248,9 +248,8 @@ def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[
             continue
         out[name] = grow_tensor(t, spec, plan.channels, generator=plan.tensor_generator(name), perturb=perturb,
                                 perturb_generator=plan.perturb_generator(name) if perturb else None)
-    for axis in registered_axes():  # plug-in axes' post-processing (e.g. drop-upcycle's re-drawn channels)
-        if axis.name in plan.changes:
-            out = axis.finish_tensors(plan, out)
+    for axis in plan_axes(plan):  # every axis the stage grows: post-processing (e.g. drop-upcycle's re-drawn channels)
+        out = axis.finish_tensors(plan, out)
     return out
 
 
@@ -434,9 +433,8 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
         for module in modules.values():
             if module.__dict__.get("config") is old_config:
                 swap.set(module, "config", plan.new_config)
-        for axis in registered_axes():  # axes that add or replace modules (growth/axes: new blocks, new experts)
-            if axis.name in plan.changes:
-                axis.restructure(swap, model, plan, fresh)
+        for axis in plan_axes(plan):  # every axis the stage grows: new modules (growth/axes: new blocks, experts)
+            axis.restructure(swap, model, plan, fresh)
         reference = build_meta_gpt(plan.new_config)
         # parameter-free norms (e.g. OLMo's non-affine LayerNorm) have no tensor to infer their size from
         for name, ref in reference.named_modules():

@@ -132,6 +132,9 @@ class _Twist(BaseAxis):
         if twist is not None and not (isinstance(twist, int) and twist > 0):
             raise StageError(f"GrowthStage(twist={twist!r}): must be a positive integer", key="twist")
 
+    def config_values(self, config, stage):  # a growth that changes nothing is refused: it names the config
+        return {"name": f"{config.name}-twist{stage.get('twist')}"}
+
     def plan(self, ctx):
         return AxisPlan(change=("twist", ctx.stage.get("twist")))
 
