@@ -108,8 +108,7 @@ def check_axis(axis: object) -> None:
     attributes, methods = protocol_members()
     missing = [m for m in attributes if not hasattr(axis, m)] + [m for m in methods if not hasattr(axis, m)]
     if missing:
-        raise TypeError(f"{label}: {who} lacks {', '.join(missing)} of the GrowthAxis protocol: "
-                        f"{', '.join(attributes + methods)}; {_FIX}")
+        raise TypeError(f"{label}: {who} lacks {', '.join(missing)} of the GrowthAxis protocol; {_FIX}")
     not_callable = [m for m in methods if not callable(getattr(axis, m))]
     if not_callable:
         raise TypeError(f"{label}: {who}: {', '.join(not_callable)} must be method(s) of the GrowthAxis protocol, got "
