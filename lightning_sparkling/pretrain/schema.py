@@ -376,7 +376,8 @@ def pretrain_arguments(
         rms_monitor: activation RMS dashboard settings; ``null`` disables it.
         plugins: modules to import before the configuration is read (on ``PYTHONPATH``; one name, ``--plugins
             my_axis``, or a list, ``[a, b]``): a user's growth axis or backend that registers itself when imported,
-            whose stage keys and ``strategy`` value this configuration may then use (:mod:`~lightning_sparkling.pretrain.plugins`; installed packages can use the
+            whose stage keys and ``strategy`` value this configuration may then use
+            (:mod:`~lightning_sparkling.pretrain.plugins`; installed packages can use the
             ``lightning_sparkling.plugins`` entry-point group instead).
     """
 
