@@ -42,12 +42,13 @@ from lightning_sparkling.callbacks.rewarmup import (
     check_baseline_schedulers,
     check_fresh_bias_correction,
     flat_groups,
+    has_rewarmup,
     resolve_min_lrs,
 )
 from lightning_sparkling.callbacks.clipping import check_gradient_clipping
 from lightning_sparkling.callbacks.module_parts import find_gpt, token_batch
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
-from lightning_sparkling.growth.axes import axis_of_size, describe_changes, size_details
+from lightning_sparkling.growth.axes import growth_log_lines, size_pairs
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
@@ -236,19 +237,8 @@ class GrowthCallback(Callback):
         )
 
     def _rewarms(self, k: int) -> bool:
-        """Whether stage ``k`` has a re-warmup of its new entries (a ``lr_new/stage_k`` scheduler, the
-        ``growth/lr_new/stage_k`` tag): ``rewarmup_ratio`` set, and entries to re-warm (``rewarmup_scope='all'``, or
-        new entries: an applied stage's recorded regions, a pending stage's dry-run plan). A stage that adds no
-        entries (a ``rope_base`` axis: ``litgpt.Config`` fields only) has none."""
-        stage = self.stages[k]
-        if stage.rewarmup_ratio is None:
-            return False
-        if stage.rewarmup_scope == "all":
-            return True
-        if k < len(self._regions):
-            return bool(self._regions[k])
-        plan = self._plans.get(k)
-        return plan is None or plan.adds_entries
+        """Whether stage ``k`` has a re-warmup of new entries (:func:`~.rewarmup.has_rewarmup`)."""
+        return has_rewarmup(self.stages[k], self._regions[k] if k < len(self._regions) else None, self._plans.get(k))
 
     def _set_stages(self, stages: Sequence[GrowthStage]) -> None:
         self.stages = tuple(stages)
@@ -525,12 +515,10 @@ class GrowthCallback(Callback):
     def _recipe_line(self, k: int, plan: GrowthPlan) -> str:
         """The recipe stage ``k`` grew by, and why (``auto``: the module's schedule), named as ``sparkling plan`` and
         ``measure`` name it (:func:`~lightning_sparkling.growth.recipes.recipe_name`: where the measured map names
-        its keys another recipe's, a note says so); for a stage that added no entries (``plan``: a config-field
-        axis), that none applies."""
+        its keys another recipe's, a note says so); none for a stage that added no entries (``plan``)."""
         stage = self.stages[k]
         if not plan.adds_entries:
-            return ("none applies: the stage adds no new entries (e.g. it sets litgpt.Config fields only), so no "
-                    "init, new-entry optimizer state or re-warmup")
+            return "none applies: the stage adds no new entries (no init, new-entry optimizer state or re-warmup)"
         name = recipe_name([stage])
         why = (f" (recipe auto under the {self._schedule} schedule)" if self._given_stages[k].recipe == AUTO
                and self._schedule is not None else "")
@@ -574,9 +562,7 @@ class GrowthCallback(Callback):
     def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, result: GrowthResult, k: int,
                    params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
                    device: torch.device) -> None:
-        old, new = result.old_config, result.new_config
-        sizes = {size: (getattr(old, size), getattr(new, size)) for size in axis_of_size()  # every axis', a user's too
-                 if getattr(old, size, None) != getattr(new, size, None)}
+        sizes = size_pairs(result.old_config, result.new_config)  # every axis' sizes, a user's too
         if device.type == "cuda":
             peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
             peak_what = "peak CUDA memory during growth"
@@ -595,13 +581,7 @@ class GrowthCallback(Callback):
         self.summaries.append(summary)
         lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s",
                  f"  {'recipe':<22} {self._recipe_line(k, result.plan)}"]
-        details, own_lines = size_details(result.plan), describe_changes(result.plan)
-        for size, (a, b) in sizes.items():
-            # every size's old -> new, with its axis' detail; a size its axis describes on a line of its own (the
-            # experts') or one the model did not have (moe_intermediate_size at dense -> MoE) is named by that line
-            if size in details or (axis_of_size()[size].name not in own_lines and a is not None):
-                lines.append(f"  {size:<22} {a:>8} -> {b:<8} {details.get(size, '')}".rstrip())
-        lines += [f"  {name:<22} {line}" for name, line in own_lines.items()]
+        lines += growth_log_lines(result.plan, sizes)  # every axis' old -> new and details, then its own lines
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")
         lines.append(f"  {'FLOPs/token (6N)':<22} {6 * params_before[0]:>8,} -> {6 * params_after[0]:,}")

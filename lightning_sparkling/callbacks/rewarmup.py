@@ -269,6 +269,21 @@ def resolve_min_lrs(trainer: pl.Trainer, min_lr: float | None, pending: Sequence
     return [found[og] for og in groups]
 
 
+def has_rewarmup(stage: GrowthStage, regions: dict | None, plan: Any | None) -> bool:
+    """Whether a stage has a re-warmup of its new entries (a ``lr_new/stage_k`` scheduler, the
+    ``growth/lr_new/stage_k`` tag): ``rewarmup_ratio`` set, and entries to re-warm: ``rewarmup_scope='all'``, or new
+    entries (an applied stage's recorded new-entry ``regions``, else a pending stage's dry-run ``plan``:
+    :attr:`GrowthPlan.rewarms <lightning_sparkling.growth.plan.GrowthPlan.rewarms>`). A stage that adds no entries (a
+    ``rope_base`` axis: ``litgpt.Config`` fields only) has none; with neither known, it has one."""
+    if stage.rewarmup_ratio is None:
+        return False
+    if stage.rewarmup_scope == "all":
+        return True
+    if regions is not None:
+        return bool(regions)
+    return plan is None or plan.rewarms
+
+
 class RewarmupSchedulers:
     """The new entries' LR of a growth callback's applied stages: their re-warmup schedulers, the hooks that apply
     them, and their log.

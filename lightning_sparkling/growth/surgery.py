@@ -25,6 +25,7 @@ from lightning_sparkling.growth.plan import (
     checked_plan,
 )
 from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.types import UndoLog  # defined there (an axis' restructure writes through it)
 
 
 #: prefixes that wrappers insert into parameter and module names: FSDP1, activation checkpointing, torch.compile
@@ -310,35 +311,6 @@ def check_plain_gpt(model: nn.Module, plan: GrowthPlan | None = None) -> None:
         raise GrowthError(f"the model is not a plain GPT of its config (tensors differ, e.g. {diff}); cannot grow it")
     if any(getattr(b.attn, "kv_cache", None) is not None for b in model.transformer.h):
         raise GrowthError("the model has a KV cache set (inference mode); call model.clear_kv_cache() before growing")
-
-
-class UndoLog:
-    """Attribute and parameter assignments that can be undone in reverse order."""
-
-    def __init__(self) -> None:
-        self._log: list[tuple[nn.Module, str, bool, object]] = []
-
-    def set(self, module: nn.Module, attr: str, value: object) -> None:
-        if attr in module._parameters:
-            self._log.append((module, attr, True, module._parameters[attr]))
-            module._parameters[attr] = value
-        elif attr in module._modules:
-            self._log.append((module, attr, False, module._modules[attr]))
-            setattr(module, attr, value)
-        elif attr in module._buffers:
-            self._log.append((module, attr, False, module._buffers[attr]))
-            module._buffers[attr] = value
-        else:
-            self._log.append((module, attr, False, module.__dict__[attr]))
-            setattr(module, attr, value)
-
-    def undo(self) -> None:
-        for module, attr, is_param, old in reversed(self._log):
-            if is_param:
-                module._parameters[attr] = old
-            else:
-                setattr(module, attr, old)
-        self._log.clear()
 
 
 def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:

@@ -38,14 +38,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.types import AxisPlan, ChannelChange, PlanContext
+from lightning_sparkling.growth.types import AxisPlan, ChannelChange, PlanContext, PlanLike, StageLike, UndoLog
 
-if TYPE_CHECKING:  # the stage, the plan and the surgery import the axes: named for type checkers only
+if TYPE_CHECKING:  # litgpt imports Lightning: named for type checkers only
     from litgpt import Config
-
-    from lightning_sparkling.growth.plan import GrowthPlan
-    from lightning_sparkling.growth.stage import GrowthStage
-    from lightning_sparkling.growth.surgery import UndoLog
 
 __all__ = ["BaseAxis", "GrowthAxis"]
 
@@ -69,29 +65,29 @@ class GrowthAxis(Protocol):
     #: built-in axis' keys are fields of ``GrowthStage``)
     stage_keys: type | None
 
-    def active(self, stage: GrowthStage) -> bool:
+    def active(self, stage: StageLike) -> bool:
         """Whether ``stage`` grows this axis (optional: :class:`BaseAxis` says whether it sets one of
         :attr:`sizes`)."""
 
-    def copies(self, stage: GrowthStage) -> bool:
+    def copies(self, stage: StageLike) -> bool:
         """Whether some of the entries ``stage`` adds on this axis start as copies of old ones (what the symmetry
         diagnostics and ``symmetry_target`` act on; optional: ``False``)."""
 
-    def check_stage(self, stage: GrowthStage) -> None:
+    def check_stage(self, stage: StageLike) -> None:
         """Refuse bad values of the axis' own stage keys (no model needed), at every ``GrowthStage(...)``:
         :class:`~lightning_sparkling.growth.errors.StageError` (or a plain ``ValueError``) naming key and fix
         (optional)."""
 
-    def check_model(self, config: Config, stage: GrowthStage) -> None:
+    def check_model(self, config: Config, stage: StageLike) -> None:
         """Refuse a model this axis cannot grow by ``stage``, before anything changes:
         :class:`~lightning_sparkling.growth.errors.GrowthError` (or a plain ``ValueError``) naming key and fix
         (optional)."""
 
-    def config_values(self, config: Config, stage: GrowthStage) -> dict[str, Any]:
+    def config_values(self, config: Config, stage: StageLike) -> dict[str, Any]:
         """The ``litgpt.Config`` fields the growth sets (each a field of ``litgpt.Config``; optional: ``{}``, but an
         axis that sets none must grow tensors by :meth:`dimensions` or :meth:`plan`)."""
 
-    def dimensions(self, config: Config, stage: GrowthStage, *, seed: int,
+    def dimensions(self, config: Config, stage: StageLike, *, seed: int,
                    stage_index: int) -> tuple[Any, dict[str, ChannelChange]]:
         """``(change, {name: ChannelChange})``: the channel dimensions the axis grows (before any tensor is planned),
         and its record of the change (``None``: recorded by :meth:`plan`, or nothing to record; optional)."""
@@ -100,35 +96,35 @@ class GrowthAxis(Protocol):
         """The tensors and dimensions of the growth (shapes and sources only, no values); ``None``: nothing beyond
         :meth:`dimensions` (optional)."""
 
-    def finish_tensors(self, plan: GrowthPlan, grown: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def finish_tensors(self, plan: PlanLike, grown: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Post-process the grown tensors of a (possibly partial) set, e.g. re-draw some channels (optional:
         ``grown`` as it is)."""
 
-    def restructure(self, swap: UndoLog, model: nn.Module, plan: GrowthPlan,
+    def restructure(self, swap: UndoLog, model: nn.Module, plan: PlanLike,
                     fresh: Mapping[str, torch.Tensor]) -> None:
         """Add or replace modules of ``model`` (through ``swap``, so a failure restores the model; optional)."""
 
-    def carry(self, plan: GrowthPlan, name: str) -> str | None | type[NotImplemented]:
+    def carry(self, plan: PlanLike, name: str) -> str | None | type[NotImplemented]:
         """The grown model's name of pre-growth tensor ``name`` when this axis moves it (``None``: gone), or
         ``NotImplemented`` when it does not move it (optional: ``NotImplemented``)."""
 
-    def copy_pairs(self, plan: GrowthPlan) -> tuple[tuple[str, str], ...]:
+    def copy_pairs(self, plan: PlanLike) -> tuple[tuple[str, str], ...]:
         """``(source, copy)`` tensors, by grown-model name, of new modules that start as copies (what the symmetry
         diagnostics compare); empty when nothing is copied (optional)."""
 
-    def details(self, plan: GrowthPlan) -> dict[str, str]:
+    def details(self, plan: PlanLike) -> dict[str, str]:
         """``{size: detail}`` printed after each size's ``old -> new`` in the growth log (optional: ``{}``, the
         sizes' ``old -> new`` alone)."""
 
-    def describe(self, plan: GrowthPlan) -> str | None:
+    def describe(self, plan: PlanLike) -> str | None:
         """One line of its own for ``plan``, the growth log and the summary (``None``: its sizes' ``old -> new``
         say it; optional)."""
 
-    def report(self, plan: GrowthPlan, stage: GrowthStage) -> dict[str, Any]:
+    def report(self, plan: PlanLike, stage: StageLike) -> dict[str, Any]:
         """Entries of ``sparkling plan``'s JSON stage report the axis owns (present, ``None``, when inactive;
         optional: ``{}``)."""
 
-    def target_key(self, size: str, stage: GrowthStage) -> str | None:
+    def target_key(self, size: str, stage: StageLike) -> str | None:
         """The stage's own key to name when a size a named target sets (``size``, of this axis) conflicts with it
         (depth: ``depth_map``), or ``None`` (optional)."""
 
@@ -160,58 +156,58 @@ class BaseAxis:
     def symmetry_key(self) -> str:
         return self.name
 
-    def active(self, stage: GrowthStage) -> bool:
+    def active(self, stage: StageLike) -> bool:
         """Whether ``stage`` sets one of :attr:`sizes` (a field, or a key of a registered axis' ``stage_keys``)."""
         return any(_stage_value(stage, size) is not None for size in self.sizes)
 
-    def copies(self, stage: GrowthStage) -> bool:
+    def copies(self, stage: StageLike) -> bool:
         return False
 
-    def check_stage(self, stage: GrowthStage) -> None:
+    def check_stage(self, stage: StageLike) -> None:
         return None
 
-    def check_model(self, config: Config, stage: GrowthStage) -> None:
+    def check_model(self, config: Config, stage: StageLike) -> None:
         return None
 
-    def config_values(self, config: Config, stage: GrowthStage) -> dict[str, Any]:
+    def config_values(self, config: Config, stage: StageLike) -> dict[str, Any]:
         return {}
 
-    def dimensions(self, config: Config, stage: GrowthStage, *, seed: int,
+    def dimensions(self, config: Config, stage: StageLike, *, seed: int,
                    stage_index: int) -> tuple[Any, dict[str, ChannelChange]]:
         return None, {}
 
     def plan(self, ctx: PlanContext) -> AxisPlan | None:
         return None
 
-    def finish_tensors(self, plan: GrowthPlan, grown: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def finish_tensors(self, plan: PlanLike, grown: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return grown
 
-    def restructure(self, swap: UndoLog, model: nn.Module, plan: GrowthPlan,
+    def restructure(self, swap: UndoLog, model: nn.Module, plan: PlanLike,
                     fresh: Mapping[str, torch.Tensor]) -> None:
         return None
 
-    def carry(self, plan: GrowthPlan, name: str) -> str | None | type[NotImplemented]:
+    def carry(self, plan: PlanLike, name: str) -> str | None | type[NotImplemented]:
         return NotImplemented
 
-    def copy_pairs(self, plan: GrowthPlan) -> tuple[tuple[str, str], ...]:
+    def copy_pairs(self, plan: PlanLike) -> tuple[tuple[str, str], ...]:
         return ()
 
-    def details(self, plan: GrowthPlan) -> dict[str, str]:
+    def details(self, plan: PlanLike) -> dict[str, str]:
         return {}
 
-    def describe(self, plan: GrowthPlan) -> str | None:
+    def describe(self, plan: PlanLike) -> str | None:
         return None
 
-    def report(self, plan: GrowthPlan, stage: GrowthStage) -> dict[str, Any]:
+    def report(self, plan: PlanLike, stage: StageLike) -> dict[str, Any]:
         return {}
 
-    def target_key(self, size: str, stage: GrowthStage) -> str | None:
+    def target_key(self, size: str, stage: StageLike) -> str | None:
         """The stage's own key to name when a size a named target sets (``size``, of this axis) conflicts with it
         (depth: ``depth_map``), or ``None``."""
         return None
 
 
-def _stage_value(stage: GrowthStage, key: str) -> Any:
+def _stage_value(stage: StageLike, key: str) -> Any:
     """``stage.get(key)`` (a field or a registered axis' key), ``None`` for a key that is neither."""
     try:
         return stage.get(key)

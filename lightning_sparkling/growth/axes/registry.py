@@ -12,8 +12,8 @@ from lightning_sparkling.growth.axes.base import BaseAxis, GrowthAxis
 from lightning_sparkling.growth.errors import GrowthError, StageError
 
 __all__ = ["active_axes", "axis_key", "axis_of_size", "check_axis", "checked_model", "checked_stage",
-           "describe_changes", "plan_axes", "protocol_members", "register_axis", "registered_axes",
-           "reserve_stage_keys", "size_details", "structural_sizes", "unregister_axis"]
+           "describe_changes", "growth_log_lines", "plan_axes", "protocol_members", "register_axis", "registered_axes",
+           "reserve_stage_keys", "size_details", "size_pairs", "structural_sizes", "unregister_axis"]
 
 
 _AXES: list[GrowthAxis] = []
@@ -120,10 +120,8 @@ def check_axis(axis: object) -> None:
     if not isinstance(sizes, tuple) or not all(isinstance(s, str) for s in sizes):
         raise TypeError(f"{label}: {who}: sizes={sizes!r} must be a tuple of litgpt.Config field names, e.g. "
                         "sizes = (\"rope_base\",) (with the comma: (\"rope_base\") is a string)")
-    from litgpt import Config
-
-    fields = {f.name for f in dataclasses.fields(Config)}
-    unknown = [s for s in sizes if s not in fields]
+    fields = _config_fields()
+    unknown = [s for s in sizes if fields and s not in fields]
     if unknown:
         raise TypeError(f"{label}: {who}: sizes {unknown} are not fields of litgpt.Config; an axis' sizes are the "
                         "config fields its growth changes (e.g. rope_base, n_embd), whose old -> new the growth log "
@@ -140,6 +138,17 @@ def check_axis(axis: object) -> None:
             raise TypeError(f"{label}: {who} keeps BaseAxis.active (active when the stage sets one of its sizes), but "
                             f"none of its sizes {sizes} is a stage key, so it would never grow: add a field "
                             f"{sizes[0]!r} to its stage_keys dataclass, or override active(stage)")
+
+
+def _config_fields() -> set[str]:
+    """The fields of ``litgpt.Config``; empty while the package itself is imported (the built-in axes, registered
+    then, are not checked against it: importing litgpt imports Lightning, which ``import lightning_sparkling`` does
+    not). A user's axis registers once ``GrowthStage`` exists (:func:`reserve_stage_keys`), and is checked."""
+    if not _RESERVED:
+        return set()
+    from litgpt import Config
+
+    return {f.name for f in dataclasses.fields(Config)}
 
 
 def unregister_axis(axis: GrowthAxis) -> None:
@@ -246,6 +255,24 @@ def describe_changes(plan) -> dict[str, str]:
     (``sparkling plan``, the growth log)."""
     lines = {axis.name: axis.describe(plan) for axis in plan_axes(plan)}
     return {name: line for name, line in lines.items() if line is not None}
+
+
+def size_pairs(old_config, new_config) -> dict[str, tuple]:
+    """``{size: (old, new)}`` of every registered axis' size (a user's axis' too) that differs between two litgpt
+    configs (``None`` where a config lacks it): ``GrowthCallback.summaries[k]["sizes"]``."""
+    return {size: (getattr(old_config, size, None), getattr(new_config, size, None)) for size in axis_of_size()
+            if getattr(old_config, size, None) != getattr(new_config, size, None)}
+
+
+def growth_log_lines(plan, sizes: dict[str, tuple]) -> list[str]:
+    """The growth log's lines of ``plan``'s axes: each size of ``sizes`` (:func:`size_pairs`) as ``old -> new`` and
+    its axis' detail (:meth:`GrowthAxis.details`), then each axis' line of its own (:meth:`GrowthAxis.describe`).
+    A size whose axis has a line of its own and no detail (the experts'), or that the model did not have
+    (``moe_intermediate_size`` at dense -> MoE), is left to that line."""
+    details, own = size_details(plan), describe_changes(plan)
+    lines = [f"  {size:<22} {a:>8} -> {b:<8} {details.get(size, '')}".rstrip() for size, (a, b) in sizes.items()
+             if size in details or (axis_of_size()[size].name not in own and a is not None)]
+    return lines + [f"  {name:<22} {line}" for name, line in own.items()]
 
 
 def size_details(plan) -> dict[str, str]:
