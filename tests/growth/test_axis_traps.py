@@ -18,10 +18,9 @@ import sys
 import warnings
 from pathlib import Path
 
-import lightning as L
 import pytest
 from _rope_axis_source import ROPE_AXIS
-from _tiny import TinyModule, tiny_config
+from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
 from conftest import llama_config, make_gpt
 
 import lightning_sparkling
@@ -353,9 +352,7 @@ def test_the_callback_names_every_axis_size_and_gives_a_stage_without_entries_no
     stages = [GrowthStage.from_keys(3, rope_base=40000, recipe="paper"),
               GrowthStage(4, n_embd=2 * config.n_embd, recipe="paper", rewarmup_steps=1)]
     growth = GrowthCallback(stages, min_lr=1e-4)
-    trainer = L.Trainer(max_steps=6, callbacks=[growth], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-                        default_root_dir=tmp_path)
+    trainer = make_trainer([growth], max_steps=6, default_root_dir=tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(TinyModule(config, max_steps=6))
@@ -368,3 +365,29 @@ def test_the_callback_names_every_axis_size_and_gives_a_stage_without_entries_no
     assert "lr_new/stage_1" in names and "lr_new/stage_0" not in names
     assert growth._recipe_line(0, plan_growth(config, growth.stages[0])).startswith(
         "none applies: the stage adds no new entries")
+
+
+def test_a_run_with_a_stage_without_entries_resumes_bit_for_bit(rope_module, tmp_path):
+    """The rope_base stage registers no re-warmup scheduler and the width stage after it does: a resume before, between
+    or after them rebuilds the same scheduler layout, and ends where the uninterrupted run ends."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    config = tiny_config()
+
+    def stages():
+        return [GrowthStage.from_keys(2, rope_base=40000, recipe="paper"),
+                GrowthStage(4, n_embd=2 * config.n_embd, recipe="paper", rewarmup_steps=2)]
+
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1)
+    whole = TinyModule(config, max_steps=8)
+    make_trainer([GrowthCallback(stages(), min_lr=1e-4), saver], max_steps=8, enable_checkpointing=True).fit(whole)
+    expected = whole.model.state_dict()
+    assert whole.model.config.rope_base == 40000
+    for step in (3, 6):  # after the rope_base stage; after both
+        resumed = TinyModule(config, max_steps=8)
+        growth = GrowthCallback(stages(), min_lr=1e-4)
+        trainer = make_trainer([growth], max_steps=8)
+        trainer.fit(resumed, ckpt_path=str(next(tmp_path.glob(f"*step={step}.ckpt"))))
+        assert [c.name for c in trainer.lr_scheduler_configs if c.name and c.name.startswith("lr_new/")] \
+            == ["lr_new/stage_1"]
+        assert_states_equal(resumed.model.state_dict(), expected, f"resumed from step {step}")
