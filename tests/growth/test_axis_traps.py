@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from _rope_axis_source import ROPE_AXIS
 from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
 from conftest import llama_config, make_gpt
@@ -391,3 +392,50 @@ def test_a_run_with_a_stage_without_entries_resumes_bit_for_bit(rope_module, tmp
         assert [c.name for c in trainer.lr_scheduler_configs if c.name and c.name.startswith("lr_new/")] \
             == ["lr_new/stage_1"]
         assert_states_equal(resumed.model.state_dict(), expected, f"resumed from step {step}")
+
+
+def test_the_growth_log_names_a_size_without_a_detail_and_leaves_the_experts_to_their_line(registered):
+    """``growth_log_lines``: an axis without ``details`` still gets its ``old -> new`` line; a dense -> MoE growth's
+    ``moe_intermediate_size`` (the model had none) and the experts' sizes stay on the experts' own line."""
+    from lightning_sparkling.growth.axes import growth_log_lines, size_pairs
+
+    registered(_axis())  # no details
+    config = llama_config()
+    plan = plan_growth(config, GrowthStage.from_keys(0, rope_base=40000))
+    assert growth_log_lines(plan, size_pairs(config, plan.new_config)) == [f"  {'rope_base':<22} {10000:>8} -> 40000"]
+    upcycle = plan_growth(config, GrowthStage(0, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2))
+    lines = growth_log_lines(upcycle, size_pairs(config, upcycle.new_config))
+    assert [line.split()[0] for line in lines] == ["experts"], lines
+    assert {"moe_intermediate_size", "n_expert", "n_expert_per_token"} <= set(size_pairs(config, upcycle.new_config))
+
+
+def test_an_axis_that_plans_tensors_without_a_config_field_is_not_a_no_op(registered):
+    """Changing a tensor is a growth too: an axis whose ``plan`` rescales ``lm_head`` (no config field) is not
+    refused as one that changes nothing, and grows the model."""
+    from lightning_sparkling.growth.types import AxisPlan, TensorPlan
+
+    def halve_head(self, ctx):
+        shape = ctx.old_shapes["lm_head.weight"]
+        return AxisPlan(change=None, tensors={"lm_head.weight": TensorPlan("lm_head.weight", shape, shape, (),
+                                                                           scale=0.5)})
+
+    registered(_axis(config_values=BaseAxis.config_values, plan=halve_head))
+    model = make_gpt(llama_config())
+    before = model.lm_head.weight.detach().clone()
+    grow_model(model, GrowthStage.from_keys(0, rope_base=40000))
+    assert model.lm_head.weight.detach().equal(before * 0.5)
+
+
+def test_an_axis_that_grows_a_channel_dimension_is_not_called_a_no_op(registered):
+    """``dimensions`` that grow a channel count as a growth: an axis that widens ``n_embd``'s channels but forgets
+    the config field is refused for the shapes it gives, not as one that changes nothing."""
+    from lightning_sparkling.growth.types import ChannelChange
+
+    def widen(self, config, stage, *, seed, stage_index):
+        n = config.n_embd
+        return None, {"n_embd": ChannelChange("n_embd", n, 2 * n, 1.0, src=torch.arange(n))}
+
+    registered(_axis(config_values=BaseAxis.config_values, dimensions=widen))
+    with pytest.raises(GrowthError) as caught:
+        plan_growth(llama_config(), GrowthStage.from_keys(0, rope_base=40000))
+    assert "changes nothing" not in str(caught.value) and "cannot grow tensor" in str(caught.value)

@@ -53,6 +53,7 @@ def test_the_guides_axis_trains_through_a_bare_plugins_name_without_rewarmup_key
     growth_lines = [line.split() for line in log.splitlines() if line.strip().startswith("rope_base")]
     assert ["rope_base", "10000", "->", "40000", "RoPE", "cache", "rebuilt"] in growth_lines, log[-3000:]  # the log
     assert "none applies: the stage adds no new entries" in log  # no recipe note about new entries it has not
+    assert "growth.recipe: auto is" not in log and "rewarmup" not in log
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 8
     assert summary["growth"] == [{"stage": 0, "at_step": 4, "widths": {}, "sizes": {"rope_base": 40000}}]

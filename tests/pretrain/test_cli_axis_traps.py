@@ -168,7 +168,9 @@ def test_an_unknown_stage_key_says_to_load_the_axis_module(tmp_path, capsys, mon
     assert "unknown key (did you mean 'n_embd'?)" in close
 
 
-def test_a_bare_plugins_name_and_a_plugins_string_work(plugin, tmp_path):
+def test_a_bare_plugins_name_and_a_plugins_string_work(plugin, tmp_path, capsys):
+    from lightning_sparkling.pretrain.planning import plan
+
     name = plugin(ROPE_AXIS)
     for argv in (["--config", _config(tmp_path, ROPE_STAGE), "--plugins", name],
                  ["--config", _config(tmp_path, ROPE_STAGE), f"--plugins={name}"],
@@ -179,3 +181,10 @@ def test_a_bare_plugins_name_and_a_plugins_string_work(plugin, tmp_path):
         assert stage.get("rope_base") == 40000 and run.plans[0].new_config.rope_base == 40000, argv
         assert not run.plans[0].adds_entries and not run.plans[0].rewarms  # no re-warmup: none needed
         assert name in yaml.safe_load(dumped)["plugins"], argv
+    report = plan(run)  # sparkling plan: the size, and no recipe, re-warmup or new-entry LR lines it does not have
+    printed = capsys.readouterr().out
+    assert report["stages"][0]["sizes"] == {"rope_base": [10000, 40000]} and "rope_base 10000 -> 40000" in printed
+    assert report["stages"][0]["new_entries"] is False and report["stages"][0]["rewarmup_window"] is None
+    assert "no new entries (the growth sets litgpt.Config fields only)" in printed
+    assert "new-entry LR" not in printed and "rewarmup ratio" not in printed and "tensors change" not in printed
+    assert not any("growth.recipe: auto is" in note for note in run.notes)  # the recipe acts on entries it lacks
