@@ -1,40 +1,25 @@
 """The source of a toy growth axis with a stage key of its own, ``rope_base`` (a ``litgpt.Config`` field that is not
-a shape: it changes the RoPE cache, a buffer derived from the config), written into a module on ``PYTHONPATH`` by
-the tests (``tests/growth/test_toy_axis.py``, ``tests/pretrain/test_cli_plugins.py``): one module, one
-registration."""
+a shape: it changes the RoPE cache, a buffer derived from the config): the example of docs/ARCHITECTURE.md's "Write
+your own axis" guide, read from the page (the block after its ``<!-- example: my_rope_axis.py`` marker), so the
+suite runs the very code the guide shows. The tests (``tests/growth/test_toy_axis.py``,
+``tests/pretrain/test_cli_plugins.py``, ``tests/pretrain/test_axis_guide.py``, the traps' tests) write it into a
+module on ``PYTHONPATH``: one module, one registration."""
 
-ROPE_AXIS = '''
-"""A toy growth axis: grow litgpt's ``rope_base`` (one module and one registration)."""
-import dataclasses
+from __future__ import annotations
 
-from lightning_sparkling.growth import BaseAxis, register_axis
-from lightning_sparkling.growth.errors import GrowthError, StageError
+import re
+from pathlib import Path
 
-
-@dataclasses.dataclass(frozen=True)
-class RopeKeys:
-    """The axis' stage key: ``rope_base``, the RoPE base after the growth."""
-
-    rope_base: int | None = None
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
 
 
-class RopeAxis(BaseAxis):
-    name = "rope"
-    sizes = ("rope_base",)
-    stage_keys = RopeKeys
-
-    def check_stage(self, stage):
-        base = stage.get("rope_base")
-        if base is not None and (isinstance(base, bool) or not isinstance(base, int) or base <= 0):
-            raise StageError("rope_base", f"GrowthStage(rope_base={base!r}): must be a positive integer")
-
-    def check_model(self, config, stage):
-        if stage.get("rope_base") == config.rope_base:
-            raise GrowthError(f"rope_base={config.rope_base} does not change", key="rope_base")
-
-    def config_values(self, config, stage):
-        return {"rope_base": stage.get("rope_base")}
+def guide_example(marker: str = "<!-- example: my_rope_axis.py") -> str:
+    """The ``python`` block that follows ``marker`` in docs/ARCHITECTURE.md."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    after = text.split(marker, 1)[1]
+    match = re.search(r"```python\n(.*?)\n```", after, re.S)
+    assert match is not None, f"docs/ARCHITECTURE.md: no ```python block after {marker!r}"
+    return match.group(1) + "\n"
 
 
-ROPE = register_axis(RopeAxis())
-'''
+ROPE_AXIS = guide_example()

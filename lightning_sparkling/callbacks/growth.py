@@ -42,12 +42,13 @@ from lightning_sparkling.callbacks.rewarmup import (
     check_baseline_schedulers,
     check_fresh_bias_correction,
     flat_groups,
+    has_rewarmup,
     resolve_min_lrs,
 )
 from lightning_sparkling.callbacks.clipping import check_gradient_clipping
 from lightning_sparkling.callbacks.module_parts import find_gpt, token_batch
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
-from lightning_sparkling.growth.axes import describe_changes, size_details
+from lightning_sparkling.growth.axes import growth_log_lines, size_pairs
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
@@ -56,7 +57,6 @@ from lightning_sparkling.growth.recipes import (AUTO, recipe_name, resolve_recip
                                                 schedule_recipe)
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord, growth_state
 from lightning_sparkling.growth.stage import (
-    SIZE_KEYS,
     WIDTH_SIZE_KEYS,
     GrowthStage,
     check_rewarmup_fits,
@@ -152,7 +152,7 @@ class GrowthCallback(Callback):
         self._remove_resume_hook_fn: Callable[[], None] | None = None
         self.summaries: list[dict[str, Any]] = []
         # the records are looked up through self at each use, never captured: load_state_dict replaces them
-        self.lr = RewarmupSchedulers(self.stages, lambda: self._records)  # the new entries' LR
+        self.lr = RewarmupSchedulers(self.stages, lambda: self._records, self._rewarms)  # the new entries' LR
         self.symmetry = SymmetryLoop(self.stages, lambda: self._records)  # copies' cosines, symmetry_target loop
 
     # ------------------------------------------------------------------ state
@@ -236,6 +236,10 @@ class GrowthCallback(Callback):
                "defaults resumes with GrowthStage(..., recipe='paper')" if old else "")
         )
 
+    def _rewarms(self, k: int) -> bool:
+        """Whether stage ``k`` has a re-warmup of new entries (:func:`~.rewarmup.has_rewarmup`)."""
+        return has_rewarmup(self.stages[k], self._regions[k] if k < len(self._regions) else None, self._plans.get(k))
+
     def _set_stages(self, stages: Sequence[GrowthStage]) -> None:
         self.stages = tuple(stages)
         self.lr.stages = self.symmetry.stages = self.stages  # the helpers read the stages in effect
@@ -271,14 +275,15 @@ class GrowthCallback(Callback):
                     f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would never "
                     "train the grown model; lower at_step or raise max_steps"
                 )
+        self._dry_run(gpt)
         if max_steps is not None and max_steps >= 0:
-            try:
-                check_rewarmup_fits(self.stages[self._grown:], max_steps)
+            try:  # the stages with a re-warmup (a stage that adds no entries has none: _rewarms)
+                check_rewarmup_fits([s for k, s in enumerate(self.stages) if k >= self._grown and self._rewarms(k)],
+                                    max_steps)
             except ValueError as err:
                 # A warning, not a refusal: the documented schedule (rewarmup_lr clamps the warm-up to the steps
                 # left) is well defined, and Python users may shorten a run on purpose. The CLI refuses it.
                 rank_zero_warn(f"GrowthCallback: {err}", category=UserWarning)
-        self._dry_run(gpt)
         self._install_resume_hook(trainer, pl_module)
 
     def _dry_run(self, gpt: Any) -> None:
@@ -385,8 +390,9 @@ class GrowthCallback(Callback):
         check_gradient_clipping(trainer, pl_module)
         check_fresh_bias_correction(trainer, self.stages)
         check_baseline_schedulers(trainer, self.stages)  # decay_speedup reads the module's schedule
-        if any(s.rewarmup_ratio is not None for s in self.stages):
-            self.lr.min_lrs = resolve_min_lrs(trainer, self.min_lr, self.stages[self._grown:])
+        if any(self._rewarms(k) for k in range(len(self.stages))):
+            self.lr.min_lrs = resolve_min_lrs(trainer, self.min_lr, [s for k, s in enumerate(self.stages)
+                                                                     if k >= self._grown and self._rewarms(k)])
         self.lr.register_applied(trainer)  # resumed: same scheduler layout as when saved
         self._install_lr_hooks(trainer, pl_module)
 
@@ -468,7 +474,7 @@ class GrowthCallback(Callback):
         self._regions.append(result.new_entries)
         self.symmetry.copies.append(copy_specs(result.plan))
         self._grown += 1
-        if stage.rewarmup_ratio is not None:
+        if self._rewarms(k):  # new entries to re-warm (a stage that only sets config fields has none)
             self.lr.register(trainer, k)
         self._install_lr_hooks(trainer, pl_module)
         params_after = count_params(gpt.config, tie_embeddings=tied)
@@ -506,11 +512,13 @@ class GrowthCallback(Callback):
         if trainer.logger is not None:
             trainer.logger.log_metrics({"growth/first_step_seconds": seconds}, step=step)
 
-    def _recipe_line(self, k: int) -> str:
+    def _recipe_line(self, k: int, plan: GrowthPlan) -> str:
         """The recipe stage ``k`` grew by, and why (``auto``: the module's schedule), named as ``sparkling plan`` and
         ``measure`` name it (:func:`~lightning_sparkling.growth.recipes.recipe_name`: where the measured map names
-        its keys another recipe's, a note says so)."""
+        its keys another recipe's, a note says so); none for a stage that added no entries (``plan``)."""
         stage = self.stages[k]
+        if not plan.adds_entries:
+            return "none applies: the stage adds no new entries (no init, new-entry optimizer state or re-warmup)"
         name = recipe_name([stage])
         why = (f" (recipe auto under the {self._schedule} schedule)" if self._given_stages[k].recipe == AUTO
                and self._schedule is not None else "")
@@ -554,9 +562,7 @@ class GrowthCallback(Callback):
     def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, result: GrowthResult, k: int,
                    params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
                    device: torch.device) -> None:
-        old, new = result.old_config, result.new_config
-        sizes = {size: (getattr(old, size), getattr(new, size)) for size in SIZE_KEYS
-                 if getattr(old, size, None) != getattr(new, size, None)}
+        sizes = size_pairs(result.old_config, result.new_config)  # every axis' sizes, a user's too
         if device.type == "cuda":
             peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
             peak_what = "peak CUDA memory during growth"
@@ -564,7 +570,7 @@ class GrowthCallback(Callback):
             peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             peak_what = "peak process RSS so far"
         summary = {
-            "stage": k, "global_step": trainer.global_step, "sizes": sizes,
+            "stage": k, "global_step": trainer.global_step, "sizes": sizes, "new_entries": result.plan.adds_entries,
             "widths": {size: pair for size, pair in sizes.items() if size in WIDTH_SIZE_KEYS},  # the widths alone
             "alpha": result.plan.alphas(),
             "params_before": params_before[1], "params_after": params_after[1],
@@ -574,12 +580,8 @@ class GrowthCallback(Callback):
         }
         self.summaries.append(summary)
         lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s",
-                 f"  {'recipe':<22} {self._recipe_line(k)}"]
-        details = size_details(result.plan)
-        for size, (a, b) in sizes.items():
-            if size in details:  # a size an axis describes on its own line (e.g. the experts') is left out
-                lines.append(f"  {size:<22} {a:>8} -> {b:<8} {details[size]}")
-        lines += [f"  {name:<22} {line}" for name, line in describe_changes(result.plan).items()]
+                 f"  {'recipe':<22} {self._recipe_line(k, result.plan)}"]
+        lines += growth_log_lines(result.plan, sizes)  # every axis' old -> new and details, then its own lines
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")
         lines.append(f"  {'FLOPs/token (6N)':<22} {6 * params_before[0]:>8,} -> {6 * params_after[0]:,}")

@@ -269,6 +269,21 @@ def resolve_min_lrs(trainer: pl.Trainer, min_lr: float | None, pending: Sequence
     return [found[og] for og in groups]
 
 
+def has_rewarmup(stage: GrowthStage, regions: dict | None, plan: Any | None) -> bool:
+    """Whether a stage has a re-warmup of its new entries (a ``lr_new/stage_k`` scheduler, the
+    ``growth/lr_new/stage_k`` tag): ``rewarmup_ratio`` set, and entries to re-warm: ``rewarmup_scope='all'``, or new
+    entries (an applied stage's recorded new-entry ``regions``, else a pending stage's dry-run ``plan``:
+    :attr:`GrowthPlan.rewarms <lightning_sparkling.growth.plan.GrowthPlan.rewarms>`). A stage that adds no entries (a
+    ``rope_base`` axis: ``litgpt.Config`` fields only) has none; with neither known, it has one."""
+    if stage.rewarmup_ratio is None:
+        return False
+    if stage.rewarmup_scope == "all":
+        return True
+    if regions is not None:
+        return bool(regions)
+    return plan is None or plan.rewarms
+
+
 class RewarmupSchedulers:
     """The new entries' LR of a growth callback's applied stages: their re-warmup schedulers, the hooks that apply
     them, and their log.
@@ -278,11 +293,16 @@ class RewarmupSchedulers:
         records: returns the callback's current stage records (looked up at each step, never captured: a sharded
             resume installs the hooks before Lightning restores the callback state, which replaces the records and
             the symmetry loop's boost).
+        rewarms: whether applied stage ``k`` has a re-warmup (a scheduler ``lr_new/stage_k``, the
+            ``growth/lr_new/stage_k`` tag): :attr:`GrowthPlan.rewarms <lightning_sparkling.growth.plan.GrowthPlan>`,
+            ``rewarmup_ratio`` set and new entries to re-warm; ``None``: ``rewarmup_ratio`` set.
     """
 
-    def __init__(self, stages: Sequence[GrowthStage], records: Callable[[], list[StageRecord]]) -> None:
+    def __init__(self, stages: Sequence[GrowthStage], records: Callable[[], list[StageRecord]],
+                 rewarms: Callable[[int], bool] | None = None) -> None:
         self.stages = stages
         self.records = records
+        self.rewarms = rewarms or (lambda k: self.stages[k].rewarmup_ratio is not None)
         self.min_lrs: list[float] | None = None
         self.schedulers: dict[int, RewarmupLR] = {}  # stage index -> its new-entry LR scheduler
         self.hooks: list[BaselineLR | RewarmupRescale] = []
@@ -310,7 +330,7 @@ class RewarmupSchedulers:
         """After a resume: the schedulers of the applied stages not registered yet, in stage order (Lightning
         restores scheduler states by position)."""
         for k in range(len(self.records())):
-            if self.stages[k].rewarmup_ratio is not None and k not in self.schedulers:
+            if self.rewarms(k) and k not in self.schedulers:
                 self.register(trainer, k)
 
     def lr_fn(self, trainer: pl.Trainer, k: int, flat_group: int) -> Callable[[], float]:

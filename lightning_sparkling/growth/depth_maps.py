@@ -139,9 +139,9 @@ def named_depth_map(old: int, new: int, order: str) -> tuple[int, ...]:
         (0, 1, 0, 1, 0, 1, 0, 1)
     """
     if order not in DEPTH_ORDERS:
-        raise StageError("depth_order", f"depth_order={order!r}: choose one of {', '.join(DEPTH_ORDERS)}")
+        raise StageError(f"depth_order={order!r}: choose one of {', '.join(DEPTH_ORDERS)}", key="depth_order")
     if not 0 < old < new:
-        raise StageError("n_layer", f"depth growth needs 0 < old ({old}) < new ({new}) blocks")
+        raise StageError(f"depth growth needs 0 < old ({old}) < new ({new}) blocks", key="n_layer")
     added = new - old
     if order == "stack":
         return tuple(range(old)) + tuple(i % old for i in range(added))
@@ -193,26 +193,23 @@ def check_depth_map(depth_map: tuple[int, ...], old: int, new: int | None = None
     """
     shown = f"GrowthStage(depth_map={list(depth_map)})"
     if max(depth_map) >= old:
-        raise StageError("depth_map",
-                         f"{shown}: names old block {max(depth_map)}, but the model has {old} blocks (indices 0.."
-                         f"{old - 1}); use indices below {old}")
+        raise StageError(f"{shown}: names old block {max(depth_map)}, but the model has {old} blocks (indices 0.."
+                         f"{old - 1}); use indices below {old}", key="depth_map")
     if any(i > len(set(depth_map[:j])) for j, i in enumerate(depth_map)):
-        raise StageError("depth_map",
-                         f"{shown}: the first occurrence of each old block must come in order 0, 1, 2, ... (old "
-                         "blocks keep their order; later occurrences are copies)")
+        raise StageError(f"{shown}: the first occurrence of each old block must come in order 0, 1, 2, ... (old "
+                         "blocks keep their order; later occurrences are copies)",
+                         key="depth_map")
     if len(set(depth_map)) < old:
         missing = sorted(set(range(old)) - set(depth_map))
-        raise StageError("depth_map",
-                         f"{shown}: leaves out old block(s) {missing} of the model's {old}; every old block must "
-                         "appear (first as itself), a growth drops nothing")
+        raise StageError(f"{shown}: leaves out old block(s) {missing} of the model's {old}; every old block must "
+                         "appear (first as itself), a growth drops nothing", key="depth_map")
     if len(depth_map) <= old:
-        raise StageError("depth_map",
-                         f"{shown}: has {len(depth_map)} entries for a model of {old} blocks; a depth growth adds "
-                         "blocks, so give more entries than the model has blocks (copies of old blocks)")
+        raise StageError(f"{shown}: has {len(depth_map)} entries for a model of {old} blocks; a depth growth adds "
+                         "blocks, so give more entries than the model has blocks (copies of old blocks)",
+                         key="depth_map")
     if new is not None and len(depth_map) != new:
-        raise StageError("depth_map",
-                         f"{shown}: has {len(depth_map)} entries, but the grown model has n_layer={new}; give one "
-                         "old-block index per grown block")
+        raise StageError(f"{shown}: has {len(depth_map)} entries, but the grown model has n_layer={new}; give one "
+                         "old-block index per grown block", key="depth_map")
 
 
 def depth_change(old: int, new: int, order: str, init: str, depth_map: tuple[int, ...] | None = None

@@ -74,8 +74,9 @@ def check_depth_scaling(stage) -> None:
     if rule == "none":
         return
     if any(getattr(stage, key, None) is not None for key in ("n_expert", "n_expert_per_token", "mlp_class_name")):
-        raise StageError("depth_scaling", f"GrowthStage(depth_scaling={rule!r}) with an experts growth in the same "
-                                          "stage: grow the experts in a stage of their own")
+        raise StageError(f"GrowthStage(depth_scaling={rule!r}) with an experts growth in the same "
+                         "stage: grow the experts in a stage of their own",
+                         key="depth_scaling")
 
 
 def is_branch_output(name: str) -> bool:

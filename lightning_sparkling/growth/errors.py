@@ -2,7 +2,9 @@
 
 ``GrowthError`` (a model or stage that cannot be grown) is also importable from its old home,
 :mod:`lightning_sparkling.growth.plan`, and from the package; ``StageError`` (a refused stage setting) and
-``check_choice`` from :mod:`lightning_sparkling.growth.stage` and the package.
+``check_choice`` from :mod:`lightning_sparkling.growth.stage` and the package. Both take their arguments in one
+order, the message first (as every Python exception) and the stage key it is about by keyword:
+``GrowthError(message, key=...)``, ``StageError(message, key=..., stage=...)``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class StageError(ValueError):
     """A refused :class:`~lightning_sparkling.growth.stage.GrowthStage` setting: ``key`` is the field the refusal
     is about (``None`` when it is about the stage as a whole, e.g. a stage that grows nothing) and ``stage`` the
     index of the stage in a list of stages (``None`` for one stage). The message is the refusal's own text; a
-    ``ValueError``, so ``except ValueError`` and ``pytest.raises(ValueError)`` still catch it.
+    ``ValueError``, so ``except ValueError`` and ``pytest.raises(ValueError)`` still catch it. Raised as
+    ``StageError(message, key="rope_base")``: the arguments of :class:`GrowthError`, in its order.
 
     Example::
 
@@ -61,13 +64,13 @@ class StageError(ValueError):
         'init'
     """
 
-    def __init__(self, key: str | None, message: str, *, stage: int | None = None) -> None:
+    def __init__(self, message: str, *, key: str | None = None, stage: int | None = None) -> None:
         super().__init__(message)
         self.key = key
         self.stage = stage
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes despite the extra arguments
-        return _stage_error, (self.key, str(self), self.stage)
+        return _stage_error, (str(self), self.key, self.stage)
 
 
 def check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
@@ -81,8 +84,8 @@ def check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
         lightning_sparkling.growth.errors.StageError: GrowthStage(depth_order='zigzag'): choose one of stack, interleave
     """
     if value not in choices:
-        raise StageError(key, f"GrowthStage({key}={value!r}): choose one of {', '.join(choices)}")
+        raise StageError(f"GrowthStage({key}={value!r}): choose one of {', '.join(choices)}", key=key)
 
 
-def _stage_error(key: str | None, message: str, stage: int | None) -> StageError:
-    return StageError(key, message, stage=stage)
+def _stage_error(message: str, key: str | None, stage: int | None) -> StageError:
+    return StageError(message, key=key, stage=stage)

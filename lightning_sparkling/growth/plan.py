@@ -21,13 +21,13 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.axes import PlanContext, active_axes, axis_of_size, plan_axes, plugin_sizes
+from lightning_sparkling.growth.axes import PlanContext, active_axes, axis_key, axis_of_size, checked_model, plan_axes
 from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_CHANNEL, SUPPORTED_MLPS, channel_tensors
 from lightning_sparkling.growth.errors import GrowthError  # defined there; importable from here as before
 from lightning_sparkling.growth.operators import runs
 from lightning_sparkling.growth.recipes import AUTO, resolve_recipe
 from lightning_sparkling.growth.scaling import make_generator
-from lightning_sparkling.growth.stage import SIZE_KEYS, GrowthStage
+from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.types import ChannelChange, DimGrowth, TensorPlan  # importable from here as before
 
 __all__ = ["SHARED_EXPERT_CHANNEL", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "ChannelChange", "DimGrowth", "GrowthError",
@@ -51,7 +51,10 @@ class GrowthPlan:
         tied_embeddings: the plan is for a model whose ``lm_head`` and ``wte`` share one weight.
         seed: the growth seed.
         changes: each axis' record of its change (:mod:`~lightning_sparkling.growth.axes`), by axis name: the
-            widths' ``{name: ChannelChange}``, the heads' ``HeadLayout``, the ``DepthChange``, the ``ExpertsChange``.
+            widths' ``{name: ChannelChange}``, the heads' ``HeadLayout``, the ``DepthChange``, the ``ExpertsChange``;
+            an axis that records nothing (a config-field axis such as ``rope_base``) has no entry.
+        axes: the names of the axes the stage grows (active in it), in registry order: every hook of these runs
+            (:func:`~lightning_sparkling.growth.axes.plan_axes`), whether or not they recorded a change.
     """
 
     stage: GrowthStage
@@ -63,6 +66,7 @@ class GrowthPlan:
     tied_embeddings: bool
     seed: int
     changes: dict[str, object] = field(default_factory=dict)
+    axes: tuple[str, ...] = ()
     #: ``{state_dict name: shape}`` of ``GPT(old_config)``, read by plan_growth and kept for the growth's check
     _old_shapes: dict[str, tuple[int, ...]] | None = field(default=None, repr=False, compare=False)
     #: the stage as given to plan_growth (``stage`` is it resolved: a ``model_name`` target's sizes set)
@@ -129,6 +133,29 @@ class GrowthPlan:
         that what an earlier stage recorded by name and index must be carried forward (:meth:`carry_region`)."""
         return (any(axis.structural for axis in plan_axes(self))
                 or any(change.layout is not None for change in self.channels.values()))
+
+    @property
+    def adds_entries(self) -> bool:
+        """Whether the growth adds entries (new rows or columns, new blocks, experts or heads): what the init pair,
+        the optimizer state of new entries and their re-warmup act on. A growth that only sets ``litgpt.Config``
+        fields (a ``rope_base`` axis) or only moves entries adds none.
+
+        Example::
+
+            >>> from litgpt import Config
+            >>> cfg = Config(n_embd=16, n_head=2, n_layer=2, vocab_size=32, block_size=8)
+            >>> plan_growth(cfg, GrowthStage(0, n_layer=4)).adds_entries
+            True
+        """
+        return any(spec.new_region() for spec in self.tensors.values())
+
+    @property
+    def rewarms(self) -> bool:
+        """Whether the stage's re-warmup applies: ``rewarmup_ratio`` set, and new entries to re-warm
+        (:attr:`adds_entries`) or ``rewarmup_scope='all'`` (every entry follows it). A stage without one needs no
+        ``rewarmup_*`` keys that fit the run, and gets no ``growth/lr_new/stage_k`` tag."""
+        stage = self.stage
+        return stage.rewarmup_ratio is not None and (stage.rewarmup_scope == "all" or self.adds_entries)
 
     @property
     def depth(self):
@@ -230,7 +257,7 @@ def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
         old, new = getattr(config, key), getattr(target, key)
         if key in _FREE_FIELDS or key in _PER_BLOCK_FIELDS or key in _DERIVED_FIELDS or old == new:
             continue
-        if key not in SIZE_KEYS and key not in plugin_sizes():  # plug-in sizes: e.g. an MoE target's n_expert
+        if key not in axis_of_size():  # every registered axis' sizes: e.g. an MoE target's n_expert
             raise GrowthError(f"GrowthStage({what}): the target's {key}={new!r} differs from the model's {key}={old!r}; "
                               "only sizes (n_embd, n_head, n_query_groups, intermediate_size, moe_intermediate_size, "
                               f"n_layer, n_expert, n_expert_per_token) can grow; grow into a config with {key}={old!r}")
@@ -297,7 +324,9 @@ def grown_config(config, stage_keys: Mapping[str, Any], *, target=None, extra: d
         >>> grown_config(small, {"n_layer": 3, "depth_order": "interleave"}).n_layer
         3
     """
-    values = {} if not stage_keys else axis_config_values(config, GrowthStage(0, **stage_keys, recipe="paper"))
+    # from_keys: a registered axis' own keys (rope_base) go to the stage's extra, the others are fields
+    values = {} if not stage_keys else axis_config_values(config, GrowthStage.from_keys(0, **stage_keys,
+                                                                                         recipe="paper"))
     return _config_with(config, {**values, **(extra or {})}, target)
 
 
@@ -359,14 +388,62 @@ def axis_config_values(config, stage: GrowthStage) -> dict:
     """The ``litgpt.Config`` fields the stage's axes set (:mod:`~lightning_sparkling.growth.axes`), in registry
     order."""
     values: dict = {}
-    for axis in active_axes(stage):
-        values.update(axis.config_values(config, stage))
+    for axis_values in _values_by_axis(config, stage).values():
+        values.update(axis_values)
     return values
 
 
+def _values_by_axis(config, stage: GrowthStage) -> dict[str, dict[str, Any]]:
+    """``{axis name: the litgpt.Config fields it sets}`` of the stage's active axes, in registry order.
+
+    Raises:
+        GrowthError: for an axis whose ``config_values`` is not a mapping of ``litgpt.Config`` fields.
+    """
+    fields = {f.name for f in dataclasses.fields(config)}
+    out: dict[str, dict[str, Any]] = {}
+    for axis in active_axes(stage):
+        values = axis.config_values(config, stage)
+        if not isinstance(values, Mapping) or set(values) - fields:
+            wrong = sorted(set(values) - fields) if isinstance(values, Mapping) else values
+            raise GrowthError(f"the {axis.name!r} axis' config_values gave {wrong!r}: it must return a dict of "
+                              "litgpt.Config fields, the fields the growth sets (e.g. {'rope_base': 40000})",
+                              key=axis_key(axis, stage))
+        out[axis.name] = dict(values)
+    return out
+
+
+def _check_axes_grow(config, stage: GrowthStage, values: dict[str, dict[str, Any]], grows: set[str]) -> None:
+    """Refuse a stage with an active axis whose growth changes nothing: no ``litgpt.Config`` field set to a new value
+    (``values``, by axis) and no tensor or channel dimension planned (``grows``: the axes that planned some). Such an
+    axis, e.g. one that forgot ``config_values``, would be a silent no-op: its size reported grown, the model as it
+    was.
+
+    Raises:
+        GrowthError: naming the axis, its key and the fix, keyed by the axis' key.
+    """
+    for axis in active_axes(stage):
+        if axis.name in grows:
+            continue
+        changed = {k: v for k, v in values.get(axis.name, {}).items() if getattr(config, k) != v}
+        if changed:
+            continue
+        key = axis_key(axis, stage)
+        given = f" ({key}={stage.get(key)!r})" if key is not None else ""
+        same = values.get(axis.name)
+        why = (f"its config_values sets {', '.join(f'{k}={v!r}' for k, v in same.items())}, the model's own value"
+               if same else "its config_values returns no litgpt.Config field")
+        size = axis.sizes[0] if axis.sizes else "<a litgpt.Config field>"
+        read = f"stage.get({key or size!r})"
+        raise GrowthError(f"GrowthStage(at_step={stage.at_step}): the {axis.name!r} axis is active{given}, but its "
+                          f"growth changes nothing: {why}, and neither its dimensions nor its plan grows a tensor; "
+                          + (f"give {key} a value other than the model's" if same else
+                             f"return the fields the growth sets from config_values (e.g. {{{size!r}: {read}}}), "
+                             "or grow tensors by dimensions / plan"), key=key)
+
+
 def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
-    """``{size: (old, new)}`` of every size in :data:`SIZE_KEYS` and of the plug-in axes
-    (:func:`~lightning_sparkling.growth.axes.plugin_sizes`, e.g. ``n_expert``) that differs between two litgpt
+    """``{size: (old, new)}`` of every registered axis' size (``n_embd``, the experts' ``n_expert``, a user's
+    axis' ``rope_base``: :func:`~lightning_sparkling.growth.axes.axis_of_size`) that differs between two litgpt
     configs: what a stage changed, whichever keys set it (explicit sizes or a ``model_name``; an MHA model's
     ``n_query_groups`` follows its ``n_head``). A size the old config does not have (``moe_intermediate_size`` of a
     dense model that becomes a mixture of experts) is not a change of that size and is left out.
@@ -378,7 +455,7 @@ def size_changes(old_config, new_config) -> dict[str, tuple[int, int]]:
         {'n_embd': (512, 768), 'intermediate_size': (2048, 3072), 'n_head': (8, 12), 'n_query_groups': (8, 12), \
 'n_layer': (6, 12)}
     """
-    return {size: (getattr(old_config, size), getattr(new_config, size)) for size in (*SIZE_KEYS, *plugin_sizes())
+    return {size: (getattr(old_config, size), getattr(new_config, size)) for size in axis_of_size()
             if getattr(old_config, size) != getattr(new_config, size) and getattr(old_config, size) is not None}
 
 
@@ -396,7 +473,7 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
             f"config.norm_class_name={config.norm_class_name!r} is not supported: use one of {SUPPORTED_NORMS}"
         )
     for axis in active_axes(stage):
-        axis.check_model(config, stage)
+        checked_model(axis, config, stage)  # a plain ValueError / TypeError of a user's axis: a GrowthError of its key
 
 
 def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
@@ -438,13 +515,18 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     axes_of_stage = active_axes(stage)
     channels: dict[str, ChannelChange] = {}
     changes: dict[str, object] = {}
+    grows: set[str] = set()  # the axes that plan a channel dimension or a tensor
     for axis in axes_of_stage:  # phase 1: the channel dimensions each axis grows
         change, dims = axis.dimensions(config, stage, seed=seed, stage_index=stage_index)
         channels.update(dims)
+        if dims:
+            grows.add(axis.name)
         if change is not None:
             changes[axis.name] = change
+    values = _values_by_axis(config, stage)
     try:
-        new_config = _config_with(config, axis_config_values(config, stage), target_config(stage))
+        new_config = _config_with(config, {k: v for own in values.values() for k, v in own.items()},
+                                  target_config(stage))
     except AssertionError as err:  # litgpt's Config checks its fields with asserts
         raise GrowthError(f"GrowthStage(at_step={stage.at_step}): litgpt refuses the grown config ({err!r})") from err
     _check_target_blocks(config, new_config, stage)
@@ -459,10 +541,14 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
             continue
         ctx.tensors = contribution.tensors if contribution.replace else {**ctx.tensors, **contribution.tensors}
         channels.update(contribution.channels)
-        changes[axis.name] = contribution.change
+        if contribution.tensors or contribution.channels:
+            grows.add(axis.name)
+        if contribution.change is not None:
+            changes[axis.name] = contribution.change
+    _check_axes_grow(config, stage, values, grows)
     plan = GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, channels=channels,
                       tensors=ctx.tensors, tied_embeddings=tied_embeddings, seed=seed, changes=changes,
-                      _old_shapes=old_shapes, _given_stage=given)
+                      axes=tuple(axis.name for axis in axes_of_stage), _old_shapes=old_shapes, _given_stage=given)
     _check_against_grown(plan)
     return plan
 

@@ -112,8 +112,7 @@ def apply_recipe(recipe: str, keys: dict[str, Any]) -> dict[str, Any]:
         {'n_layer': 12}
     """
     if recipe not in RECIPES:
-        raise StageError("recipe",
-                         f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}")
+        raise StageError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)}", key="recipe")
     extra = {k: v for k, v in RECIPES[recipe].items() if k not in keys}
     init = keys.get("init", extra.get("init", "copy-copy"))
     # the loop's keys go to stages whose width copies it unlocks (widths, heads, a named target); copied blocks
@@ -192,8 +191,9 @@ def recipe_keys(stage: Any) -> dict[str, Any]:
     if stage.recipe == AUTO:
         return {}
     if not isinstance(stage.recipe, str) or stage.recipe not in RECIPES:
-        raise StageError("recipe", f"GrowthStage(recipe={stage.recipe!r}): choose {AUTO} (the recipe measured best "
-                                   f"under the run's schedule) or one of {', '.join(RECIPES)}")
+        raise StageError(f"GrowthStage(recipe={stage.recipe!r}): choose {AUTO} (the recipe measured best "
+                         f"under the run's schedule) or one of {', '.join(RECIPES)}",
+                         key="recipe")
     given = {key: getattr(stage, key) for key in stage.given_keys if key != "recipe"}
     return {key: value for key, value in apply_recipe(stage.recipe, given).items() if key not in given}
 

@@ -18,6 +18,7 @@ from lightning_sparkling.growth.axes import (
     SIZE_KEYS,
     WIDTH_SIZE_KEYS,
     GrowthAxis,
+    checked_stage,
     registered_axes,
     reserve_stage_keys,
 )
@@ -317,43 +318,40 @@ class GrowthStage:
             object.__setattr__(self, key, value)
         check_timing(self)
         for axis in registered_axes():  # each axis' own keys (depth: its map gives n_layer; positive sizes)
-            axis.check_stage(self)
+            checked_stage(axis, self)  # a plain ValueError / TypeError of a user's axis: a StageError of its key
         if self.model_name is not None or self.model_config is not None:
             check_target(self)
         elif not any(axis.active(self) for axis in registered_axes()):
             keys = ", ".join(key for axis in registered_axes() for key in axis.sizes)
             raise StageError(
-                None,
                 f"GrowthStage(at_step={self.at_step}) grows nothing: give at least one of {keys}, model_name or "
                 "model_config"
             )
         try:
             fan_out, fan_in = parse_init(self.init)
         except ValueError as err:
-            raise StageError("init", str(err)) from None
+            raise StageError(str(err), key="init") from None
         if fan_out == fan_in == "zero":
             raise StageError(
-                "init",
                 "GrowthStage(init='zero-zero'): with both sides zero the new channels get a zero gradient forever "
-                "and never train; use e.g. 'zero-copy' or 'copy-copy'"
+                "and never train; use e.g. 'zero-copy' or 'copy-copy'", key="init"
             )
         if not isinstance(self.rms_preserving, bool):
-            raise StageError("rms_preserving",
-                             f"GrowthStage(rms_preserving={self.rms_preserving!r}): must be True or False")
+            raise StageError(f"GrowthStage(rms_preserving={self.rms_preserving!r}): must be True or False",
+                             key="rms_preserving")
         check_choice("optimizer_state", self.optimizer_state, OPTIMIZER_STATES)
         if self.rewarmup_ratio is not None:
             if isinstance(self.rewarmup_ratio, bool) or not isinstance(self.rewarmup_ratio, (int, float)):
-                raise StageError("rewarmup_ratio",
-                                 f"GrowthStage(rewarmup_ratio={self.rewarmup_ratio!r}): must be a number > 0 or None")
+                raise StageError(f"GrowthStage(rewarmup_ratio={self.rewarmup_ratio!r}): must be a number > 0 or None",
+                                 key="rewarmup_ratio")
             if not self.rewarmup_ratio > 0:
                 raise StageError(
-                    "rewarmup_ratio",
                     f"GrowthStage(rewarmup_ratio={self.rewarmup_ratio}): must be > 0 (the paper uses 1.3); "
-                    "None turns the re-warmup off"
+                    "None turns the re-warmup off", key="rewarmup_ratio"
                 )
         if isinstance(self.rewarmup_steps, bool) or not isinstance(self.rewarmup_steps, int) or self.rewarmup_steps < 0:
-            raise StageError("rewarmup_steps",
-                             f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0")
+            raise StageError(f"GrowthStage(rewarmup_steps={self.rewarmup_steps!r}): must be an integer >= 0",
+                             key="rewarmup_steps")
         check_baselines(self, fan_in)
         check_lock_breakers(self, fan_out, fan_in)
 

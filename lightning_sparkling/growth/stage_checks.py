@@ -33,34 +33,32 @@ def check_timing(stage: StageLike) -> None:
     """Refuse none or both of ``at_step`` / ``at_fraction``, a negative ``at_step``, an ``at_fraction`` outside
     ``(0, 1)``."""
     if (stage.at_step is None) == (stage.at_fraction is None):
-        raise StageError("at_step",
-                         f"GrowthStage(at_step={stage.at_step!r}, at_fraction={stage.at_fraction!r}): give exactly "
-                         "one of at_step (optimizer steps) and at_fraction (a fraction of max_steps)")
+        raise StageError(f"GrowthStage(at_step={stage.at_step!r}, at_fraction={stage.at_fraction!r}): give exactly "
+                         "one of at_step (optimizer steps) and at_fraction (a fraction of max_steps)",
+                         key="at_step")
     if stage.at_step is not None and (isinstance(stage.at_step, bool) or not isinstance(stage.at_step, int)
                                      or stage.at_step < 0):
-        raise StageError("at_step", f"GrowthStage(at_step={stage.at_step!r}): at_step must be an integer >= 0")
+        raise StageError(f"GrowthStage(at_step={stage.at_step!r}): at_step must be an integer >= 0", key="at_step")
     f = stage.at_fraction
     if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < 1):
-        raise StageError("at_fraction",
-                         f"GrowthStage(at_fraction={f!r}): must be a number in (0, 1), the fraction of "
-                         "max_steps after which to grow (e.g. 0.25), or use at_step")
+        raise StageError(f"GrowthStage(at_fraction={f!r}): must be a number in (0, 1), the fraction of "
+                         "max_steps after which to grow (e.g. 0.25), or use at_step",
+                         key="at_fraction")
 
 
 def check_target(stage: StageLike) -> None:
     """Refuse a named target (``model_name`` / ``model_config``) given twice, with sizes, or of the wrong type."""
     if stage.model_name is not None and stage.model_config is not None:
-        raise StageError("model_name",
-                         "GrowthStage(model_name=..., model_config=...): give one of them, not both")
+        raise StageError("GrowthStage(model_name=..., model_config=...): give one of them, not both", key="model_name")
     if stage.sizes:
-        raise StageError(None,
-                         f"GrowthStage(model_name/model_config with {', '.join(stage.sizes)}): the target config "
+        raise StageError(f"GrowthStage(model_name/model_config with {', '.join(stage.sizes)}): the target config "
                          "sets every size; drop the size keys or the target")
     if stage.model_name is not None and not (isinstance(stage.model_name, str) and stage.model_name):
-        raise StageError("model_name",
-                         f"GrowthStage(model_name={stage.model_name!r}): must be a litgpt config name")
+        raise StageError(f"GrowthStage(model_name={stage.model_name!r}): must be a litgpt config name",
+                         key="model_name")
     if stage.model_config is not None and not isinstance(stage.model_config, dict):
-        raise StageError("model_config",
-                         f"GrowthStage(model_config={stage.model_config!r}): must be a dict of litgpt Config fields")
+        raise StageError(f"GrowthStage(model_config={stage.model_config!r}): must be a dict of litgpt Config fields",
+                         key="model_config")
 
 
 def check_baselines(stage: StageLike, fan_in: str) -> None:
@@ -71,40 +69,38 @@ def check_baselines(stage: StageLike, fan_in: str) -> None:
 
     check_choice("split", stage.split, SPLITS)
     if not number(stage.split_ratio) or not 0 < stage.split_ratio < 1:
-        raise StageError("split_ratio",
-                         f"GrowthStage(split_ratio={stage.split_ratio!r}): must be a number in (0, 1), the "
-                         "source's part r of r : 1 - r (1/3: the paper's 1:2)")
+        raise StageError(f"GrowthStage(split_ratio={stage.split_ratio!r}): must be a number in (0, 1), the "
+                         "source's part r of r : 1 - r (1/3: the paper's 1:2)",
+                         key="split_ratio")
     if stage.split != "uneven" and stage.split_ratio != DEFAULT_SPLIT_RATIO:
-        raise StageError("split",
-                         f"GrowthStage(split_ratio={stage.split_ratio!r}): only used with split='uneven' (split "
-                         f"is {stage.split!r})")
+        raise StageError(f"GrowthStage(split_ratio={stage.split_ratio!r}): only used with split='uneven' (split "
+                         f"is {stage.split!r})", key="split")
     if not number(stage.perturb) or not (math.isfinite(stage.perturb) and stage.perturb >= 0):
-        raise StageError("perturb",
-                         f"GrowthStage(perturb={stage.perturb!r}): must be a finite number >= 0 (the standard "
-                         "deviation of the +/- perturbation relative to the RMS of the shares; 0: off)")
+        raise StageError(f"GrowthStage(perturb={stage.perturb!r}): must be a finite number >= 0 (the standard "
+                         "deviation of the +/- perturbation relative to the RMS of the shares; 0: off)",
+                         key="perturb")
     if stage.n_head is not None or stage.n_query_groups is not None:
         for key, active in (("split", stage.split != "even"), ("perturb", stage.perturb > 0)):
             if active:
-                raise StageError(key,
-                                 f"GrowthStage({key}={getattr(stage, key)!r}): not supported with a heads growth "
-                                 "(n_head / n_query_groups); use the default even split and no perturb")
+                raise StageError(f"GrowthStage({key}={getattr(stage, key)!r}): not supported with a heads growth "
+                                 "(n_head / n_query_groups); use the default even split and no perturb",
+                                 key=key)
     if fan_in != "copy":
         for key, active in (("split", stage.split != "even"), ("perturb", stage.perturb > 0)):
             if active:
                 raise StageError(
-                    key,
                     f"GrowthStage({key}={getattr(stage, key)!r}): divides or perturbs the fan-in shares of a "
                     f"copied channel, but the init pair {stage.init!r} does not copy the fan-in side; use a pair "
-                    "ending in '-copy' (copy-copy, random-copy, zero-copy)")
+                    "ending in '-copy' (copy-copy, random-copy, zero-copy)", key=key)
     check_choice("rewarmup_scope", stage.rewarmup_scope, REWARMUP_SCOPES)
     if stage.rewarmup_scope == "all" and stage.rewarmup_ratio is None:
-        raise StageError("rewarmup_scope",
-                         "GrowthStage(rewarmup_scope='all'): every parameter follows this stage's re-warmup, "
-                         "but rewarmup_ratio is None (no re-warmup); give a rewarmup_ratio or use 'new'")
+        raise StageError("GrowthStage(rewarmup_scope='all'): every parameter follows this stage's re-warmup, "
+                         "but rewarmup_ratio is None (no re-warmup); give a rewarmup_ratio or use 'new'",
+                         key="rewarmup_scope")
     if not number(stage.decay_speedup) or not 0 <= stage.decay_speedup < 1:
-        raise StageError("decay_speedup",
-                         f"GrowthStage(decay_speedup={stage.decay_speedup!r}): must be a number in [0, 1) (the "
-                         "fraction by which the remaining decay is shortened; the paper uses 0.25 and 0.5)")
+        raise StageError(f"GrowthStage(decay_speedup={stage.decay_speedup!r}): must be a number in [0, 1) (the "
+                         "fraction by which the remaining decay is shortened; the paper uses 0.25 and 0.5)",
+                         key="decay_speedup")
 
 
 def check_lock_breakers(stage: StageLike, fan_out: str, fan_in: str) -> None:
@@ -112,44 +108,42 @@ def check_lock_breakers(stage: StageLike, fan_out: str, fan_in: str) -> None:
     apply (no copies, no new-entry LR)."""
     check_choice("bias_correction", stage.bias_correction, BIAS_CORRECTIONS)
     if stage.bias_correction == "fresh" and stage.rewarmup_ratio is None:
-        raise StageError("bias_correction",
-                         "GrowthStage(bias_correction='fresh'): the correction scales the new entries' LR, but "
+        raise StageError("GrowthStage(bias_correction='fresh'): the correction scales the new entries' LR, but "
                          "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio (1.0 for the correction "
-                         "alone)")
+                         "alone)", key="bias_correction")
     if isinstance(stage.symmetry_interval, bool) or not isinstance(stage.symmetry_interval, int) \
             or stage.symmetry_interval < 1:
-        raise StageError("symmetry_interval",
-                         f"GrowthStage(symmetry_interval={stage.symmetry_interval!r}): must be an integer >= 1 "
-                         "(optimizer steps between two symmetry checks)")
+        raise StageError(f"GrowthStage(symmetry_interval={stage.symmetry_interval!r}): must be an integer >= 1 "
+                         "(optimizer steps between two symmetry checks)",
+                         key="symmetry_interval")
     boost = stage.symmetry_max_boost
     if isinstance(boost, bool) or not isinstance(boost, (int, float)) or not (math.isfinite(boost) and boost >= 1):
-        raise StageError("symmetry_max_boost",
-                         f"GrowthStage(symmetry_max_boost={boost!r}): must be a finite number >= 1 (the largest "
-                         "multiplier of the new entries' LR)")
+        raise StageError(f"GrowthStage(symmetry_max_boost={boost!r}): must be a finite number >= 1 (the largest "
+                         "multiplier of the new entries' LR)", key="symmetry_max_boost")
     check_choice("symmetry_release", stage.symmetry_release, SYMMETRY_RELEASES)
     target = stage.symmetry_target
     if target is None:
         return
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
-        raise StageError("symmetry_target",
-                         f"GrowthStage(symmetry_target={target!r}): must be a number in (0, 1), the mean cosine "
-                         "of copies to their sources below which the LR boost ends (e.g. 0.5), or None")
+        raise StageError(f"GrowthStage(symmetry_target={target!r}): must be a number in (0, 1), the mean cosine "
+                         "of copies to their sources below which the LR boost ends (e.g. 0.5), or None",
+                         key="symmetry_target")
     if not stage.copies:
         what = f"the init pair {stage.init!r}" if set(stage.sizes) - {"n_layer"} else ""
         if stage.n_layer is not None:
             what += (" and " if what else "") + f"depth_init={stage.depth_init!r}"
-        raise StageError("depth_init" if stage.n_layer is not None else "symmetry_target",
-                         f"GrowthStage(symmetry_target={target}): {what} copies nothing, so there is no symmetry "
+        raise StageError(f"GrowthStage(symmetry_target={target}): {what} copies nothing, so there is no symmetry "
                          "to break; use a copied init (a pair with a copied side, depth_init 'copy' or "
-                         "'copy-zero') or drop symmetry_target")
+                         "'copy-zero') or drop symmetry_target",
+                         key="depth_init" if stage.n_layer is not None else "symmetry_target")
     if stage.rewarmup_ratio is None:
-        raise StageError("symmetry_target",
-                         f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
-                         "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio")
+        raise StageError(f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
+                         "rewarmup_ratio is None (no new-entry LR); set rewarmup_ratio",
+                         key="symmetry_target")
     if stage.rewarmup_scope == "all":
-        raise StageError("rewarmup_scope",
-                         f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
-                         "with rewarmup_scope='all' every entry follows one LR; use rewarmup_scope='new'")
+        raise StageError(f"GrowthStage(symmetry_target={target}): the boost scales the new entries' LR, but "
+                         "with rewarmup_scope='all' every entry follows one LR; use rewarmup_scope='new'",
+                         key="rewarmup_scope")
 
 
 def _default(f: dataclasses.Field) -> Any:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from lightning_sparkling.growth.axes import registered_axes
+from lightning_sparkling.growth.axes import plan_axes
 from lightning_sparkling.growth.operators import TensorStats, expand_dim, relayout_dim
 from lightning_sparkling.growth.plan import (
     ChannelChange,
@@ -25,6 +25,7 @@ from lightning_sparkling.growth.plan import (
     checked_plan,
 )
 from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.growth.types import UndoLog  # defined there (an axis' restructure writes through it)
 
 
 #: prefixes that wrappers insert into parameter and module names: FSDP1, activation checkpointing, torch.compile
@@ -248,9 +249,8 @@ def grow_tensors(plan: GrowthPlan, tensors: Mapping[str, torch.Tensor]) -> dict[
             continue
         out[name] = grow_tensor(t, spec, plan.channels, generator=plan.tensor_generator(name), perturb=perturb,
                                 perturb_generator=plan.perturb_generator(name) if perturb else None)
-    for axis in registered_axes():  # plug-in axes' post-processing (e.g. drop-upcycle's re-drawn channels)
-        if axis.name in plan.changes:
-            out = axis.finish_tensors(plan, out)
+    for axis in plan_axes(plan):  # every axis the stage grows: post-processing (e.g. drop-upcycle's re-drawn channels)
+        out = axis.finish_tensors(plan, out)
     return out
 
 
@@ -311,35 +311,6 @@ def check_plain_gpt(model: nn.Module, plan: GrowthPlan | None = None) -> None:
         raise GrowthError(f"the model is not a plain GPT of its config (tensors differ, e.g. {diff}); cannot grow it")
     if any(getattr(b.attn, "kv_cache", None) is not None for b in model.transformer.h):
         raise GrowthError("the model has a KV cache set (inference mode); call model.clear_kv_cache() before growing")
-
-
-class UndoLog:
-    """Attribute and parameter assignments that can be undone in reverse order."""
-
-    def __init__(self) -> None:
-        self._log: list[tuple[nn.Module, str, bool, object]] = []
-
-    def set(self, module: nn.Module, attr: str, value: object) -> None:
-        if attr in module._parameters:
-            self._log.append((module, attr, True, module._parameters[attr]))
-            module._parameters[attr] = value
-        elif attr in module._modules:
-            self._log.append((module, attr, False, module._modules[attr]))
-            setattr(module, attr, value)
-        elif attr in module._buffers:
-            self._log.append((module, attr, False, module._buffers[attr]))
-            module._buffers[attr] = value
-        else:
-            self._log.append((module, attr, False, module.__dict__[attr]))
-            setattr(module, attr, value)
-
-    def undo(self) -> None:
-        for module, attr, is_param, old in reversed(self._log):
-            if is_param:
-                module._parameters[attr] = old
-            else:
-                setattr(module, attr, old)
-        self._log.clear()
 
 
 def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
@@ -434,9 +405,8 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
         for module in modules.values():
             if module.__dict__.get("config") is old_config:
                 swap.set(module, "config", plan.new_config)
-        for axis in registered_axes():  # axes that add or replace modules (growth/axes: new blocks, new experts)
-            if axis.name in plan.changes:
-                axis.restructure(swap, model, plan, fresh)
+        for axis in plan_axes(plan):  # every axis the stage grows: new modules (growth/axes: new blocks, experts)
+            axis.restructure(swap, model, plan, fresh)
         reference = build_meta_gpt(plan.new_config)
         # parameter-free norms (e.g. OLMo's non-affine LayerNorm) have no tensor to infer their size from
         for name, ref in reference.named_modules():

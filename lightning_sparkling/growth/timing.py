@@ -100,10 +100,9 @@ def check_stage_sequence(stages: StageLike | list[StageLike] | tuple[StageLike, 
         if stage.changes_baseline:
             key = "rewarmup_scope" if stage.rewarmup_scope == "all" else "decay_speedup"
             raise StageError(
-                key,
                 f"GrowthStage(at_step={stage.at_step}) {key}={getattr(stage, key)!r}: changes the learning rate of "
                 f"every parameter for the rest of the run, so only the last stage may set it (stage {k} of "
-                f"{len(stages)} sets it)", stage=k)
+                f"{len(stages)} sets it)", key=key, stage=k)
 
 
 def rewarmup_window(stage: StageLike, max_steps: int) -> tuple[int, int, int] | None:
@@ -165,10 +164,9 @@ def check_rewarmup_fits(stages: StageLike | list[StageLike] | tuple[StageLike, .
         example = f" (e.g. {max(1, left // 10)}, a tenth of the steps left)" if left >= 2 else ""
         faster = f", decay_speedup={stage.decay_speedup}" if stage.decay_speedup else ""
         raise StageError(
-            "rewarmup_steps",
             f"{name}: rewarmup_steps={stage.rewarmup_steps} does not fit in the {left} steps left after the growth "
             f"(at_step={stage.at_step}, max_steps={max_steps}{faster}): the new entries' LR would still be rising at "
             f"the last step instead of decaying to min_lr. Set rewarmup_steps to at most {max(0, left - 1)}{example}, "
-            f"grow earlier, or raise max_steps",
+            f"grow earlier, or raise max_steps", key="rewarmup_steps",
             stage=k,
         )

@@ -1,6 +1,8 @@
 """The types the growth plan and the axes (plug-ins) share: a growing channel dimension (:class:`ChannelChange`), one
 grown dimension of a tensor (:class:`DimGrowth`), one tensor's plan (:class:`TensorPlan`), what an axis adds to a
-plan (:class:`AxisPlan`) and what the plan hands every axis (:class:`PlanContext`).
+plan (:class:`AxisPlan`), what the plan hands every axis (:class:`PlanContext`), the undo log an axis' ``restructure``
+writes through (:class:`UndoLog`), and the names the axes' signatures give a stage and a plan (:data:`StageLike`,
+:data:`PlanLike`).
 
 They sit in a module of their own, importing nothing of the package, so that :mod:`~lightning_sparkling.growth.plan`
 (which runs the axes) and the axes (which build these) import them without importing each other.
@@ -19,7 +21,18 @@ import torch
 import torch.nn as nn
 
 
-__all__ = ["AxisPlan", "ChannelChange", "DimGrowth", "PlanContext", "TensorPlan"]
+__all__ = ["AxisPlan", "ChannelChange", "DimGrowth", "PlanContext", "PlanLike", "StageLike", "TensorPlan", "UndoLog"]
+
+
+StageLike = Any
+"""A :class:`~lightning_sparkling.growth.stage.GrowthStage` (read its keys by name, a registered axis' own with
+``stage.get(key)``). ``growth/stage.py`` imports the axes, and the package has no import cycle, not even for type
+checking (``tests/pretrain/test_import_graph.py``), so the axes' signatures name it by this alias."""
+
+PlanLike = Any
+"""A :class:`~lightning_sparkling.growth.plan.GrowthPlan` (``plan.stage``, ``plan.changes.get(axis.name)``,
+``plan.tensors``, ``plan.channels``, ``plan.old_config`` / ``new_config``), named by this alias for the reason
+:data:`StageLike` gives (``growth/plan.py`` imports the axes)."""
 
 
 @dataclass(frozen=True)
@@ -192,3 +205,44 @@ class PlanContext:
     seed: int
     stage_index: int
     tied_embeddings: bool
+
+
+class UndoLog:
+    """Attribute and parameter assignments that can be undone in reverse order: what
+    :func:`~lightning_sparkling.growth.surgery.swap_in` and an axis' ``restructure`` write through, so a failure
+    restores the model (importable from :mod:`~lightning_sparkling.growth.surgery` as before).
+
+    Example::
+
+        >>> linear = nn.Linear(2, 3)
+        >>> swap = UndoLog()
+        >>> swap.set(linear, "out_features", 4)
+        >>> swap.undo()
+        >>> linear.out_features
+        3
+    """
+
+    def __init__(self) -> None:
+        self._log: list[tuple[nn.Module, str, bool, object]] = []
+
+    def set(self, module: nn.Module, attr: str, value: object) -> None:
+        if attr in module._parameters:
+            self._log.append((module, attr, True, module._parameters[attr]))
+            module._parameters[attr] = value
+        elif attr in module._modules:
+            self._log.append((module, attr, False, module._modules[attr]))
+            setattr(module, attr, value)
+        elif attr in module._buffers:
+            self._log.append((module, attr, False, module._buffers[attr]))
+            module._buffers[attr] = value
+        else:
+            self._log.append((module, attr, False, module.__dict__[attr]))
+            setattr(module, attr, value)
+
+    def undo(self) -> None:
+        for module, attr, is_param, old in reversed(self._log):
+            if is_param:
+                module._parameters[attr] = old
+            else:
+                setattr(module, attr, old)
+        self._log.clear()

@@ -141,7 +141,8 @@ def resolve(ns: Any) -> ResolvedRun:
                                                          notes)
     spec, optimizer_name, uses_muon, lr = _resolve_optimizer(ns, train, strategy, precision)
     stages, plans = _resolve_stages(growth, config, train, steps, tokens_per_step, notes)
-    if stages and _get(_get(ns, "growth"), "recipe", GrowthArgs.recipe) == "auto":
+    # the recipe acts on new entries: a run whose stages add none (a config-field axis, rope_base) gets no note
+    if any(p.adds_entries for p in plans) and _get(_get(ns, "growth"), "recipe", GrowthArgs.recipe) == "auto":
         notes.append(f"growth.recipe: auto is {growth.recipe!r}, the recipe measured best under train.lr_schedule "
                      f"{train.lr_schedule!r} (docs/BENCHMARKS.md, 'Where growth pays')")
     try:

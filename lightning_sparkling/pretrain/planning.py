@@ -124,7 +124,9 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
         "alpha": gp.alphas(), "grows_channels": grows_channels(stage.to_dict()), "init": stage.init,
         "rms_preserving": stage.rms_preserving,
         "optimizer_state": stage.optimizer_state, "rewarmup_ratio": stage.rewarmup_ratio,
-        "rewarmup_steps": stage.rewarmup_steps, "rewarmup_window": _rewarmup_window(stage, run.steps),
+        "rewarmup_steps": stage.rewarmup_steps,
+        "rewarmup_window": _rewarmup_window(stage, run.steps) if gp.rewarms else None,
+        "new_entries": gp.adds_entries,  # False: a config-field growth (rope_base): no init, state or re-warmup
         **_baseline_options(stage, run.steps),
         "params_before": before[1], "params_after": after[1],
         "active_params_before": before[0], "active_params_after": after[0],
@@ -295,17 +297,23 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
         console.print(f"  heads: {s['heads']} ({how})")
     for name, line in s.get("axes", {}).items():
         console.print(f"  {name}: {line}")
-    # init and rms_preserving act on new width channels and heads only: a stage that adds only blocks does not list them
-    width = (f"init {s['init']}, rms_preserving {s['rms_preserving']}, " if s["grows_channels"] else "")
-    console.print(f"  {width}optimizer_state {s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over "
-                  f"{s['rewarmup_steps']} steps")
-    console.print(_new_entry_lr_line(run, s["rewarmup_window"]))
-    console.print(f"  {_describe_baselines(s)}")
+    if not s["new_entries"]:  # e.g. a config-field axis (rope_base): nothing the recipe's keys act on
+        console.print("  no new entries (the growth sets litgpt.Config fields only): no init, new-entry optimizer "
+                      "state or re-warmup applies")
+    else:
+        # init and rms_preserving act on new width channels and heads only: a stage that adds only blocks does not
+        # list them
+        width = (f"init {s['init']}, rms_preserving {s['rms_preserving']}, " if s["grows_channels"] else "")
+        console.print(f"  {width}optimizer_state {s['optimizer_state']}, rewarmup ratio {s['rewarmup_ratio']} over "
+                      f"{s['rewarmup_steps']} steps")
+        console.print(_new_entry_lr_line(run, s["rewarmup_window"]))
+        console.print(f"  {_describe_baselines(s)}")
     if alphas:
         console.print(f"  alpha (fan-in scale): {alphas}")
     console.print(f"  parameters {s['params_before']:,} -> {s['params_after']:,} (active "
                   f"{s['active_params_before']:,} -> {s['active_params_after']:,})")
-    console.print(_tensor_table(s))
+    if s["tensors"]:
+        console.print(_tensor_table(s))
 
 
 def _new_entry_lr_line(run: ResolvedRun, w: dict[str, Any] | None) -> str:

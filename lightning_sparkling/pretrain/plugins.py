@@ -4,8 +4,9 @@ plug-in module registers itself when imported (``register_axis`` / ``register_ba
 
 Two ways to name them:
 
-- the top-level ``plugins:`` key of a configuration (or ``--plugins NAME`` / ``--plugins '[A, B]'``): module names
-  on ``PYTHONPATH``, imported in order;
+- the top-level ``plugins:`` key of a configuration (a name or a list: ``plugins: my_axis``, ``plugins: [a, b]``), or
+  on the command line ``--plugins NAME`` / ``--plugins '[A, B]'``: module names on ``PYTHONPATH``, imported in
+  order;
 - the entry-point group :data:`PLUGIN_GROUP` of an installed package (``[project.entry-points."lightning_sparkling.plugins"]
   my_axis = "my_package.my_axis"``), loaded by every ``sparkling`` command.
 
@@ -21,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
@@ -71,16 +73,23 @@ def load_plugins(names: Iterable[str], *, entry_point_group: str | None = PLUGIN
     loaded (module names, then ``group:entry`` names).
 
     Raises:
-        ConfigError: keyed ``plugins``, naming the module, why it failed and the fix, for a module that cannot be
-            imported (its own import error included).
+        ConfigError: keyed ``plugins``, for a module that cannot be imported: one not found (the fix: put it on
+            ``PYTHONPATH``), or one found that raised while being imported (its own exception, type and message,
+            with its file and line: e.g. ``register_axis`` refusing its axis, or a dependency it imports missing).
     """
     loaded = []
     for name in names:
         try:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - a plug-in's own failure is reported the same way
-            raise ConfigError("plugins", f"cannot import {name!r} ({type(err).__name__}: {err}); put the module on "
-                                         "PYTHONPATH (or install its package), or fix its name") from err
+            if _not_found(name, err):
+                raise ConfigError("plugins", f"cannot import {name!r}: no module of that name ({type(err).__name__}: "
+                                             f"{err}); put the module on PYTHONPATH (or install its package), or fix "
+                                             "its name") from err
+            fix = (f"install {err.name!r}, which it imports, or fix the plug-in" if isinstance(err, ImportError)
+                   and getattr(err, "name", None) else "fix the plug-in module (the error is its own)")
+            raise ConfigError("plugins", f"{name!r} was found but failed while being imported{_where(err, name)}: "
+                                         f"{type(err).__name__}: {err}; {fix}") from err
         loaded.append(name)
     if entry_point_group is not None:
         for entry in entry_points(group=entry_point_group):
@@ -88,7 +97,44 @@ def load_plugins(names: Iterable[str], *, entry_point_group: str | None = PLUGIN
                 entry.load()
             except Exception as err:  # noqa: BLE001
                 raise ConfigError("plugins", f"cannot load the entry point {entry.name!r} ({entry.value}) of "
-                                             f"{entry_point_group} ({type(err).__name__}: {err}); fix or uninstall "
-                                             "its package") from err
+                                             f"{entry_point_group}{_where(err, entry.module)} ({type(err).__name__}: "
+                                             f"{err}); fix or uninstall its package") from err
             loaded.append(f"{entry_point_group}:{entry.name}")
     return loaded
+
+
+def _not_found(name: str, err: BaseException) -> bool:
+    """Whether ``err`` (raised importing module ``name``) says that ``name`` itself (or a package on its dotted path)
+    is not on ``sys.path``, rather than that the module was found and something inside it failed (an import of a
+    missing dependency included).
+
+    Example::
+
+        >>> _not_found("my_axis", ModuleNotFoundError("No module named 'my_axis'", name="my_axis"))
+        True
+        >>> _not_found("my_axis", ModuleNotFoundError("No module named 'scipy'", name="scipy"))
+        False
+    """
+    missing = getattr(err, "name", None)
+    return (isinstance(err, ModuleNotFoundError) and missing is not None
+            and (name == missing or name.startswith(f"{missing}.")))
+
+
+def _where(err: BaseException, module: str) -> str:
+    """`` (FILE, line N)``: the innermost line of the failing module's own file in ``err``'s traceback (where the
+    plug-in called what failed, e.g. its ``register_axis(...)``), else the innermost line of the traceback; ``""``
+    when there is none."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return ""
+    origin = None
+    try:
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+    except (ImportError, ValueError):  # a parent package that fails itself, or a module without a spec
+        pass
+    own = [f for f in frames if origin is not None and f.filename == origin]
+    frame = (own or frames)[-1]
+    return f" ({frame.filename}, line {frame.lineno})"

@@ -326,7 +326,7 @@ def pretrain_arguments(
     activation_checkpointing: bool = False,
     growth: GrowthArgs = GrowthArgs(),
     rms_monitor: Optional[RMSMonitorArgs] = RMSMonitorArgs(),
-    plugins: Optional[list[str]] = None,
+    plugins: Optional[Union[list[str], str]] = None,
 ) -> None:
     """Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).
 
@@ -374,9 +374,10 @@ def pretrain_arguments(
             (less memory, about one more forward of compute); a growth's new blocks too. Not with ``strategy: fsdp1``.
         growth: growth stages and recipe (see ``growth.*``).
         rms_monitor: activation RMS dashboard settings; ``null`` disables it.
-        plugins: modules to import before the configuration is read (on ``PYTHONPATH``): a user's growth axis or
-            backend that registers itself when imported, whose stage keys and ``strategy`` value this configuration
-            may then use (:mod:`~lightning_sparkling.pretrain.plugins`; installed packages can use the
+        plugins: modules to import before the configuration is read (on ``PYTHONPATH``; one name, ``--plugins
+            my_axis``, or a list, ``[a, b]``): a user's growth axis or backend that registers itself when imported,
+            whose stage keys and ``strategy`` value this configuration may then use
+            (:mod:`~lightning_sparkling.pretrain.plugins`; installed packages can use the
             ``lightning_sparkling.plugins`` entry-point group instead).
     """
 
@@ -418,16 +419,28 @@ def check_keys(raw: Any) -> None:
             _check_dataclass_keys(cls, value, key)
 
 
-def _check_dataclass_keys(cls: type, value: dict, path: str) -> None:
+def _check_dataclass_keys(cls: type, value: dict, path: str, *, stage: bool = False) -> None:
+    """Refuse a key of ``value`` (the mapping at ``path``) that is not a field of ``cls``; a growth stage's
+    (``stage``) unknown key says how to make an axis' key known (``plugins:``) instead of listing every stage key.
+
+    Raises:
+        ConfigError: for the first unknown key, by its full path.
+    """
     known = [f.name for f in dataclasses.fields(cls)]
     for key, item in value.items():
+        if key not in known and stage:
+            raise ConfigError(f"{path}.{key}", f"unknown key{_suggest(str(key), known)}: not a GrowthStage key, nor "
+                                               "a key of a registered growth axis; a key of your own axis is known "
+                                               "once its module is loaded: add plugins: [MODULE] to the "
+                                               "configuration (or --plugins MODULE, the module on PYTHONPATH); "
+                                               "`sparkling pretrain --help` lists the stage keys")
         if key not in known:
             raise ConfigError(f"{path}.{key}", f"unknown key{_suggest(str(key), known)}; {path} takes "
                                                f"{', '.join(known)}")
         if cls is GrowthArgs and key == "stages" and isinstance(item, list):
-            for k, stage in enumerate(item):
-                if isinstance(stage, dict):
-                    _check_dataclass_keys(stage_args(), stage, f"{path}.stages[{k}]")
+            for k, entry in enumerate(item):
+                if isinstance(entry, dict):
+                    _check_dataclass_keys(stage_args(), entry, f"{path}.stages[{k}]", stage=True)
         if cls is GrowthArgs and key == "progressive" and isinstance(item, dict):
             _check_dataclass_keys(progressive_args(), item, f"{path}.progressive")
 
@@ -469,7 +482,7 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
                 s = dataclasses.asdict(s)
             if not isinstance(s, dict):
                 raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {s!r}")
-            _check_dataclass_keys(stage_args(), s, f"growth.stages[{k}]")
+            _check_dataclass_keys(stage_args(), s, f"growth.stages[{k}]", stage=True)
             stages.append(dict(s))
         values["stages"] = stages
         if values.get("progressive") is not None:

@@ -89,8 +89,9 @@ def _resolve_stage_list(growth: GrowthArgs, config: Any, train: TrainArgs, steps
         stage = _target_with_run_vocabulary(stage, current, key, notes if notes is not None else [])
         plans.append(_plan_stage(current, stage, k, growth.seed, train.tie_embeddings, key))
         current = plans[-1].new_config
-        try:
-            check_rewarmup_fits([stage], steps, names=[key])
+        try:  # a stage that adds no entries (a config-field axis, e.g. rope_base) has no re-warmup to fit
+            if plans[-1].rewarms:
+                check_rewarmup_fits([stage], steps, names=[key])
         except StageError as err:
             raise ConfigError(f"{key}.{err.key}", str(err).removeprefix(f"{key}: ")) from err
         stages.append(stage)

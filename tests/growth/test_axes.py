@@ -130,7 +130,10 @@ class _Twist(BaseAxis):
     def check_stage(self, stage) -> None:
         twist = stage.get("twist")
         if twist is not None and not (isinstance(twist, int) and twist > 0):
-            raise StageError("twist", f"GrowthStage(twist={twist!r}): must be a positive integer")
+            raise StageError(f"GrowthStage(twist={twist!r}): must be a positive integer", key="twist")
+
+    def config_values(self, config, stage):  # a growth that changes nothing is refused: it names the config
+        return {"name": f"{config.name}-twist{stage.get('twist')}"}
 
     def plan(self, ctx):
         return AxisPlan(change=("twist", ctx.stage.get("twist")))

@@ -99,9 +99,14 @@ def test_register_axis_refuses_a_plugin_that_claims_a_registered_size():
         register_axis(ClaimsHidden())
     assert registered_axes() == before
 
-    class Fresh(BaseAxis):  # a size of its own: accepted
+    @dataclasses.dataclass(frozen=True)
+    class FreshKeys:
+        rope_condense_ratio: int | None = None
+
+    class Fresh(BaseAxis):  # a size of its own (a litgpt.Config field, a stage key of its own): accepted
         name = "my-axis"
-        sizes = ("my_size",)
+        sizes = ("rope_condense_ratio",)
+        stage_keys = FreshKeys
 
     axis = register_axis(Fresh())
     try:

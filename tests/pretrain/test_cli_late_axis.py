@@ -39,7 +39,10 @@ class _Spin(BaseAxis):
     def check_stage(self, stage) -> None:
         spin = stage.get("spin")
         if spin is not None and not (isinstance(spin, int) and spin > 0):
-            raise StageError("spin", f"GrowthStage(spin={spin!r}): must be a positive integer")
+            raise StageError(f"GrowthStage(spin={spin!r}): must be a positive integer", key="spin")
+
+    def config_values(self, config, stage):  # a growth that changes nothing is refused: it names the config
+        return {"name": f"{config.name}-spin{stage.get('spin')}"}
 
     def plan(self, ctx):
         return AxisPlan(change=("spin", ctx.stage.get("spin")))

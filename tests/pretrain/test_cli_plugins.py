@@ -49,7 +49,7 @@ def test_a_plugin_that_cannot_be_imported_is_one_error_line(tmp_path):
     assert out.returncode == 2
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), out.stderr
-    assert "plugins: cannot import 'no_such_axis_module' (ModuleNotFoundError" in lines[0]
+    assert "plugins: cannot import 'no_such_axis_module': no module of that name (ModuleNotFoundError" in lines[0]
     assert "put the module on PYTHONPATH" in lines[0]
 
 

@@ -46,7 +46,7 @@ def test_stage_error_carries_the_key_and_is_a_value_error():
     with pytest.raises(StageError) as info:
         GrowthStage(10)  # about the stage as a whole
     assert info.value.key is None
-    copy = pickle.loads(pickle.dumps(StageError("perturb", "bad", stage=2)))
+    copy = pickle.loads(pickle.dumps(StageError("bad", key="perturb", stage=2)))
     assert (copy.key, str(copy), copy.stage) == ("perturb", "bad", 2)
 
 

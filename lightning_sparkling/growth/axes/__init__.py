@@ -44,12 +44,18 @@ from __future__ import annotations
 from lightning_sparkling.growth.axes.base import BaseAxis, GrowthAxis
 from lightning_sparkling.growth.axes.registry import (
     active_axes,
+    axis_key,
     axis_of_size,
+    check_axis,
+    checked_model,
+    checked_stage,
     describe_changes,
+    growth_log_lines,
     plan_axes,
     register_axis,
     registered_axes,
     size_details,
+    size_pairs,
     structural_sizes,
     unregister_axis,
     reserve_stage_keys,
@@ -61,22 +67,26 @@ from lightning_sparkling.growth.axes.experts import EXPERTS
 from lightning_sparkling.growth.types import AxisPlan, PlanContext  # importable from here as before
 
 SIZE_KEYS: tuple[str, ...] = (*WIDTH_SIZE_KEYS, *HEAD_SIZE_KEYS, DEPTH_SIZE_KEY)
-"""The size keys of a stage's width, heads and depth (``GrowthStage.sizes``); the structural axes' other sizes
-(``n_expert``, ...) are :func:`plugin_sizes`."""
+"""The size keys of a stage's width, heads and depth (``GrowthStage.sizes``); every registered axis' sizes, the
+experts' (``n_expert``, ...) and a user's axis' among them, are :func:`~.registry.axis_of_size`'s keys."""
 
-__all__ = ["DEPTH", "EXPERTS", "HEADS", "SIZE_KEYS", "WIDTH", "AxisPlan", "BaseAxis", "GrowthAxis", "PlanContext",
-           "active_axes", "axis_of_size", "describe_changes", "plan_axes", "plugin_sizes",
-           "register_axis", "registered_axes", "size_details", "structural_sizes", "unregister_axis",
-           "reserve_stage_keys"]
+BUILT_IN_AXES: tuple[GrowthAxis, ...] = (WIDTH, HEADS, DEPTH, EXPERTS)
+"""The four axes the package registers itself; any other registered axis is a user's plug-in (:func:`plugin_sizes`)."""
+
+__all__ = ["BUILT_IN_AXES", "DEPTH", "EXPERTS", "HEADS", "SIZE_KEYS", "WIDTH", "AxisPlan", "BaseAxis", "GrowthAxis",
+           "PlanContext", "active_axes", "axis_key", "axis_of_size", "check_axis", "checked_model", "checked_stage",
+           "describe_changes", "growth_log_lines", "plan_axes", "plugin_sizes", "register_axis", "registered_axes",
+           "size_details", "size_pairs", "structural_sizes", "unregister_axis", "reserve_stage_keys"]
 
 
 def plugin_sizes() -> dict[str, str]:
-    """``{litgpt.Config size: the structural axis that changes it}`` for the sizes outside the stage's width, head
-    and layer keys (e.g. ``n_expert``).
+    """``{litgpt.Config size: the plug-in axis that changes it}`` for the axes a user registered
+    (:func:`register_axis`), not the four built-in ones (:data:`BUILT_IN_AXES`: width, heads, depth, experts).
 
     Example::
 
-        >>> plugin_sizes()["n_expert"]
-        'experts'
+        >>> plugin_sizes()  # only the built-in axes are registered
+        {}
     """
-    return {size: axis.name for axis in registered_axes() for size in axis.sizes if size not in SIZE_KEYS}
+    return {size: axis.name for axis in registered_axes() if not any(axis is own for own in BUILT_IN_AXES)
+            for size in axis.sizes}

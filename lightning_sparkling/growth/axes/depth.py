@@ -65,33 +65,31 @@ def check_depth_map_key(stage) -> None:
     given = stage.depth_map
     if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not given or any(
             isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in given):
-        raise StageError("depth_map",
-                         f"GrowthStage(depth_map={given!r}): must be a non-empty list of old-block indices "
-                         "(integers >= 0), one per block of the grown model, e.g. [0, 1, 0, 1]")
+        raise StageError(f"GrowthStage(depth_map={given!r}): must be a non-empty list of old-block indices "
+                         "(integers >= 0), one per block of the grown model, e.g. [0, 1, 0, 1]",
+                         key="depth_map")
     depth_map = tuple(given)
     object.__setattr__(stage, "depth_map", depth_map)  # a list from YAML / JSON: a tuple, so stages compare
     seen = 0
     for j, i in enumerate(depth_map):
         if i > seen:
-            raise StageError("depth_map",
-                f"GrowthStage(depth_map={list(depth_map)}): position {j} holds old block {i} before old block "
-                f"{seen} first appears; the first occurrence of each old block must come in order 0, 1, 2, ... "
-                "(it is the old block itself, later ones are its copies, and old blocks keep their order), e.g. "
-                "[0, 1, 0, 1] (stack) or [0, 0, 1, 1] (interleave)")
+            raise StageError(f"GrowthStage(depth_map={list(depth_map)}): position {j} holds old block {i} before old "
+                             f"block {seen} first appears; the first occurrence of each old block must come in order "
+                             "0, 1, 2, ... (it is the old block itself, later ones are its copies, and old blocks keep "
+                             "their order), e.g. [0, 1, 0, 1] (stack) or [0, 0, 1, 1] (interleave)", key="depth_map")
         seen += i == seen
     if stage.depth_order != "stack":
-        raise StageError("depth_map",
-                         f"GrowthStage(depth_map={list(depth_map)}, depth_order={stage.depth_order!r}): give one "
-                         "of them; the map says where every block goes (drop depth_order)")
+        raise StageError(f"GrowthStage(depth_map={list(depth_map)}, depth_order={stage.depth_order!r}): give one "
+                         "of them; the map says where every block goes (drop depth_order)",
+                         key="depth_map")
     if stage.model_name is not None or stage.model_config is not None:
         return  # the target sets n_layer; the map's length is checked against it when planned
     if stage.n_layer is None:
         object.__setattr__(stage, "n_layer", len(depth_map))
     elif stage.n_layer != len(depth_map):
-        raise StageError("n_layer",
-                         f"GrowthStage(depth_map={list(depth_map)}, n_layer={stage.n_layer!r}): the map has "
+        raise StageError(f"GrowthStage(depth_map={list(depth_map)}, n_layer={stage.n_layer!r}): the map has "
                          f"{len(depth_map)} entries, one per block of the grown model; give n_layer="
-                         f"{len(depth_map)} or leave n_layer out")
+                         f"{len(depth_map)} or leave n_layer out", key="n_layer")
 
 
 class DepthAxis(BaseAxis):

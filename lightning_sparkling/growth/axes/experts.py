@@ -84,11 +84,11 @@ class ExpertsKeyError(StageError, GrowthError):
     key like a :class:`~lightning_sparkling.growth.errors.StageError` (``err.key``)."""
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes, keeping both classes
-        return _experts_key_error, (self.key, str(self), self.stage)
+        return _experts_key_error, (str(self), self.key, self.stage)
 
 
-def _experts_key_error(key: str | None, message: str, stage: int | None) -> ExpertsKeyError:
-    return ExpertsKeyError(key, message, stage=stage)
+def _experts_key_error(message: str, key: str | None, stage: int | None) -> ExpertsKeyError:
+    return ExpertsKeyError(message, key=key, stage=stage)
 
 
 def check_expert_keys(stage) -> None:
@@ -107,57 +107,59 @@ def check_expert_keys(stage) -> None:
     """
     grows = stage.grows_experts
     if stage.mlp_class_name is not None and stage.mlp_class_name != MOE_CLASS:
-        raise StageError("mlp_class_name",
-                         f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): litgpt's mixture of experts is "
+        raise StageError(f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): litgpt's mixture of experts is "
                          f"{MOE_CLASS!r} (an nn.Linear top-k router, or a GroupedTopkRouter with n_expert_groups); use "
-                         f"mlp_class_name={MOE_CLASS!r} to turn every LLaMAMLP into experts")
+                         f"mlp_class_name={MOE_CLASS!r} to turn every LLaMAMLP into experts",
+                         key="mlp_class_name")
     for key in ("n_expert", "n_expert_per_token"):
         value = getattr(stage, key)
         if value is not None and not _positive_int(value):
-            raise StageError(key, f"GrowthStage({key}={value!r}): must be a positive integer")
+            raise StageError(f"GrowthStage({key}={value!r}): must be a positive integer", key=key)
     if stage.mlp_class_name is not None and (stage.n_expert is None or stage.n_expert_per_token is None):
-        raise StageError("mlp_class_name",
-                         f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): dense -> MoE needs the number of "
-                         f"experts and of experts per token; give n_expert and n_expert_per_token (e.g. 4 and 2)")
+        raise StageError(f"GrowthStage(mlp_class_name={stage.mlp_class_name!r}): dense -> MoE needs the number of "
+                         f"experts and of experts per token; give n_expert and n_expert_per_token (e.g. 4 and 2)",
+                         key="mlp_class_name")
     _check_dense_key(stage)
     if grows and stage.n_expert is None:
-        raise StageError("n_expert_per_token",
-                         f"GrowthStage(n_expert_per_token={stage.n_expert_per_token}): adds no experts; give n_expert "
-                         "too (doubling both keeps the function)")
+        raise StageError(f"GrowthStage(n_expert_per_token={stage.n_expert_per_token}): adds no experts; give n_expert "
+                         "too (doubling both keeps the function)", key="n_expert_per_token")
     if stage.n_expert is not None and stage.n_expert_per_token is not None \
             and stage.n_expert_per_token > stage.n_expert:
-        raise StageError("n_expert_per_token",
-                         f"GrowthStage(n_expert_per_token={stage.n_expert_per_token}): more experts per token than "
-                         f"experts (n_expert={stage.n_expert}); use at most {stage.n_expert}")
+        raise StageError(f"GrowthStage(n_expert_per_token={stage.n_expert_per_token}): more experts per token than "
+                         f"experts (n_expert={stage.n_expert}); use at most {stage.n_expert}",
+                         key="n_expert_per_token")
     check_choice("expert_init", stage.expert_init, EXPERT_INITS)
     check_choice("router_init", stage.router_init, ROUTER_INITS)
     fraction = stage.expert_reinit_fraction
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
-        raise StageError("expert_reinit_fraction",
-                         f"GrowthStage(expert_reinit_fraction={fraction!r}): must be a number in [0, 1], the part of "
-                         "each new expert's inner channels drop-upcycle re-draws (0.5: Drop-Upcycling's)")
+        raise StageError(f"GrowthStage(expert_reinit_fraction={fraction!r}): must be a number in [0, 1], the part of "
+                         "each new expert's inner channels drop-upcycle re-draws (0.5: Drop-Upcycling's)",
+                         key="expert_reinit_fraction")
     if fraction != DEFAULT_REINIT_FRACTION and stage.expert_init != "drop-upcycle":
-        raise StageError("expert_reinit_fraction", f"GrowthStage(expert_reinit_fraction={fraction!r}): only used with "
-                         f"expert_init='drop-upcycle' (expert_init is {stage.expert_init!r})")
+        raise StageError(f"GrowthStage(expert_reinit_fraction={fraction!r}): only used with "
+                         f"expert_init='drop-upcycle' (expert_init is {stage.expert_init!r})",
+                         key="expert_reinit_fraction")
     if not grows:
         for key, default in (("expert_init", "copy"), ("router_init", "random")):
             if getattr(stage, key) != default:
-                raise StageError(key, f"GrowthStage({key}={getattr(stage, key)!r}): only used when the stage grows the "
-                                 "experts; give n_expert (and mlp_class_name='LLaMAMoE' on a dense model)")
+                raise StageError(f"GrowthStage({key}={getattr(stage, key)!r}): only used when the stage grows the "
+                                 "experts; give n_expert (and mlp_class_name='LLaMAMoE' on a dense model)",
+                                 key=key)
         return
     if stage.router_init != "random" and stage.mlp_class_name is None:
-        raise StageError("router_init", f"GrowthStage(router_init={stage.router_init!r}): only used by dense -> MoE "
-                         "(mlp_class_name='LLaMAMoE'); on MoE -> more experts the new router rows follow expert_init")
+        raise StageError(f"GrowthStage(router_init={stage.router_init!r}): only used by dense -> MoE "
+                         "(mlp_class_name='LLaMAMoE'); on MoE -> more experts the new router rows follow expert_init",
+                         key="router_init")
     if stage.router_init == "zero" and stage.expert_init == "copy":
-        raise StageError("router_init",
-                         "GrowthStage(router_init='zero', expert_init='copy'): every token would go to the first "
+        raise StageError("GrowthStage(router_init='zero', expert_init='copy'): every token would go to the first "
                          "n_expert_per_token experts and the copies would never part (their router gradient is zero "
-                         "while they are equal); use router_init='random' or expert_init='drop-upcycle'")
+                         "while they are equal); use router_init='random' or expert_init='drop-upcycle'",
+                         key="router_init")
     others = [k for k in ("model_name", "model_config") if getattr(stage, k)]
     if others:
-        raise StageError("n_expert",
-                         f"GrowthStage(n_expert={stage.n_expert}) with {', '.join(others)}: a named target sets the "
-                         "experts itself (an MoE target with more experts); drop n_expert, or the target")
+        raise StageError(f"GrowthStage(n_expert={stage.n_expert}) with {', '.join(others)}: a named target sets the "
+                         "experts itself (an MoE target with more experts); drop n_expert, or the target",
+                         key="n_expert")
 
 
 def _check_dense_key(stage) -> None:
@@ -167,12 +169,13 @@ def _check_dense_key(stage) -> None:
     if k is None:
         return
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise StageError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={k!r}): must be an integer >= 0, the number of first "
-                         "blocks that keep their dense MLP at dense -> MoE (e.g. 1)")
+        raise StageError(f"GrowthStage({DENSE_KEY}={k!r}): must be an integer >= 0, the number of first "
+                         "blocks that keep their dense MLP at dense -> MoE (e.g. 1)",
+                         key=DENSE_KEY)
     if stage.n_expert is None:
-        raise StageError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={k}): only used when the stage turns the MLPs into "
+        raise StageError(f"GrowthStage({DENSE_KEY}={k}): only used when the stage turns the MLPs into "
                          "experts; give it with mlp_class_name='LLaMAMoE', n_expert and n_expert_per_token "
-                         "(dense -> MoE), or drop it")
+                         "(dense -> MoE), or drop it", key=DENSE_KEY)
 
 
 @dataclass(frozen=True)
@@ -275,9 +278,10 @@ class ExpertsAxis(BaseAxis):
             k = stage.first_k_dense_replace or 0
             n_layer = stage.n_layer or config.n_layer  # the grown model's blocks
             if k >= n_layer:
-                raise ExpertsKeyError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={k}): the model has n_layer="
+                raise ExpertsKeyError(f"GrowthStage({DENSE_KEY}={k}): the model has n_layer="
                                       f"{n_layer} blocks and at least one must get experts, so at most "
-                                      f"{n_layer - 1} keep their dense MLP; use {DENSE_KEY} <= {n_layer - 1}")
+                                      f"{n_layer - 1} keep their dense MLP; use {DENSE_KEY} <= {n_layer - 1}",
+                                      key=DENSE_KEY)
             inner = stage.intermediate_size or config.intermediate_size  # the MLP's, grown in the same stage
             return {"mlp_class_name": MOE_CLASS, "n_expert": E, "n_expert_per_token": K,
                     "moe_intermediate_size": inner, DENSE_KEY: k or None}
@@ -287,9 +291,10 @@ class ExpertsAxis(BaseAxis):
                               "turn every MLP into experts (dense -> MoE)", key="n_expert")
         own = config.first_k_dense_replace or 0
         if stage.first_k_dense_replace is not None and stage.first_k_dense_replace != own:
-            raise ExpertsKeyError(DENSE_KEY, f"GrowthStage({DENSE_KEY}={stage.first_k_dense_replace}): this MoE model "
+            raise ExpertsKeyError(f"GrowthStage({DENSE_KEY}={stage.first_k_dense_replace}): this MoE model "
                                   f"has {DENSE_KEY}={own} (its experts start at block {own}) and a growth of the "
-                                  f"experts keeps which blocks are dense; drop {DENSE_KEY} or give {own}")
+                                  f"experts keeps which blocks are dense; drop {DENSE_KEY} or give {own}",
+                                  key=DENSE_KEY)
         E_old, K_old = config.n_expert, config.n_expert_per_token
         K = K_old if K is None else K
         if E <= E_old:

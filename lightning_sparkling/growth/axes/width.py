@@ -32,7 +32,7 @@ def check_positive_sizes(stage, sizes: tuple[str, ...], what: str) -> None:
     for size in sizes:
         value = getattr(stage, size)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise StageError(size, f"GrowthStage({size}={value!r}): {what} must be a positive integer")
+            raise StageError(f"GrowthStage({size}={value!r}): {what} must be a positive integer", key=size)
 
 
 def check_larger(config, stage, sizes: tuple[str, ...]) -> None:
