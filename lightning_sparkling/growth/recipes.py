@@ -352,8 +352,7 @@ def _has_keys_of(stage: Any, recipe: str, *, strict: bool = False) -> bool:
 def _own_recipe_keys(stage: Any) -> set[str]:
     """The recipe keys of ``stage`` that are not what its recipe gives a stage growing the same (set by the stage
     itself); those it was built with where the recipe cannot take the stage without them."""
-    kept = {f.name: getattr(stage, f.name) for f in fields(stage)
-            if f.compare and f.name not in RECIPE_KEYS | {"recipe"}}
+    kept = {f.name: getattr(stage, f.name) for f in fields(stage) if f.name not in RECIPE_KEYS | {"recipe"}}
     try:
         twin = type(stage)(recipe=stage.recipe, **kept)
     except ValueError:  # e.g. split='uneven' under a sourceless init: the stage's own init made it possible

@@ -21,6 +21,7 @@ from jsonargparse import ArgumentParser
 from lightning_sparkling import GrowthStage
 from lightning_sparkling.growth.axes import unregister_axis
 from lightning_sparkling.growth.recipes import PAPER_KEYS, RECIPE_DEFAULT, RECIPE_KEYS, resolve_recipe
+from lightning_sparkling.growth.stage import stage_key_fields
 from lightning_sparkling.growth.stage_keys import FrozenKeys
 
 COPIES: dict[str, Callable[[GrowthStage], GrowthStage]] = {
@@ -96,6 +97,15 @@ def test_the_recipe_keys_default_to_one_recipe_default_object():
     shown = inspect.signature(GrowthStage)
     assert str(shown.parameters["init"]) == "init: 'str' = <recipe>" and "_filled" not in shown.parameters
     assert all(GrowthStage(100, n_embd=128).get(key) is not RECIPE_DEFAULT for key in RECIPE_KEYS)
+
+
+def test_a_recipe_key_no_recipe_fills_holds_the_papers_value():
+    """The design card's defaults: what ``recipe='paper'`` grows by, and an ``auto`` stage until it is resolved."""
+    paper = {"init": "copy-copy", "rewarmup_ratio": 1.3, "symmetry_target": None, "symmetry_max_boost": 8.0,
+             "symmetry_release": "hold"}
+    for stage in (GrowthStage(100, n_embd=128, recipe="paper"), GrowthStage(100, n_embd=128)):
+        assert {key: getattr(stage, key) for key in RECIPE_KEYS} == paper
+    assert {f.name: f.default for f in stage_key_fields() if f.name in RECIPE_KEYS} == paper  # the CLI's defaults
 
 
 def test_equality_and_hash_are_by_value():
