@@ -1,10 +1,12 @@
 """Issue 53: a Lightning user configures growth in a ``LightningCLI`` Trainer YAML, the stages as plain mappings
-(``python run.py fit --config cfg.yaml``). The regression: ``GrowthStage`` hid its signature from jsonargparse and
-the run exited 2 with ``Key 'at_step' is not expected``. Run in-process on a tiny litgpt ``GPT``: it grows width,
-then depth, and the stages keep ``recipe: auto`` until the callback resolves it at fit start."""
+(``python run.py fit --config cfg.yaml``; the README's YAML, run as shown). The regression: ``GrowthStage`` hid its
+signature from jsonargparse and the run exited 2 with ``Key 'at_step' is not expected``. Run in-process on a tiny
+litgpt ``GPT``: it grows width, then depth, and the stages keep ``recipe: auto`` until the callback resolves it at
+fit start."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -17,18 +19,15 @@ from litgpt import GPT, Config
 
 from lightning_sparkling import GrowthCallback
 
-# the README's YAML (and the issue's), on the model below: n_embd 32 -> 64, intermediate_size 64 -> 256, then
-# n_layer 2 -> 4
-CALLBACKS = """
-trainer:
-  callbacks:
-    - class_path: lightning_sparkling.{name}
-      init_args:
-        min_lr: 0.0
-        stages:
-          - {{at_step: 10, n_embd: 64, intermediate_size: 256, rewarmup_steps: 5}}
-          - {{at_step: 20, n_layer: 4, rewarmup_steps: 5}}
-"""
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_yaml() -> str:
+    """The README's LightningCLI Trainer YAML (the issue's), as shown: it fits the model below (n_embd 32 -> 64,
+    intermediate_size 64 -> 256, then n_layer 2 -> 4)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    (block,) = [b for b in blocks if "class_path: lightning_sparkling.WidthGrowthCallback" in b]
+    return block
 
 TRAINER = {"max_steps": 26, "accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False,
            "enable_progress_bar": False, "enable_model_summary": False}
@@ -70,7 +69,10 @@ class RecordingCLI(LightningCLI):
 def test_lightning_cli_trains_and_grows_from_a_trainer_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             name: str) -> None:
     monkeypatch.setattr(sys, "argv", ["run.py"])  # as `python run.py fit --config cfg.yaml`: args= holds the rest
-    config = yaml.safe_load(CALLBACKS.format(name=name))
+    config = yaml.safe_load(readme_yaml().replace(".WidthGrowthCallback", f".{name}"))
+    assert config["trainer"]["callbacks"][0]["init_args"]["stages"] == [
+        {"at_step": 10, "n_embd": 64, "intermediate_size": 256, "rewarmup_steps": 5},
+        {"at_step": 20, "n_layer": 4, "rewarmup_steps": 5}]
     config["trainer"].update(TRAINER, default_root_dir=str(tmp_path))
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
