@@ -35,8 +35,8 @@ __all__ = ["AUTO", "PAPER_KEYS", "RECIPES", "RECIPE_DEFAULT", "RECIPE_KEYS", "SC
            "schedule_of", "schedule_recipe"]
 
 RECIPES: dict[str, dict[str, Any]] = {
-    # GrowthStage's field defaults and PAPER_KEYS: the SPARKLING recipe as published (copy-copy, RMS-preserving
-    # scale, asymmetric state, new entries re-warmed to 1.3x over rewarmup_steps).
+    # GrowthStage's field defaults (PAPER_KEYS for the recipe keys): the SPARKLING recipe as published (copy-copy,
+    # RMS-preserving scale, asymmetric state, new entries re-warmed to 1.3x over rewarmup_steps).
     "paper": {},
     # What the seeded comparisons of docs/BENCHMARKS.md ("Making growth pay") found best over the token ratios
     # measured: the paper's function-preserving copy-copy growth plus the closed loop on the symmetry lock (the new

@@ -154,8 +154,10 @@ class GrowthStage:
     The field defaults are the SPARKLING recipe as published (``paper``): copy-copy init, RMS-preserving fan-in
     scale, asymmetric optimizer state (old entries keep theirs, new entries start at zero) and an asymmetric
     learning-rate re-warmup of the new entries (from the LR at growth to ``rewarmup_ratio`` times it over
-    ``rewarmup_steps``, then cosine). An ``auto`` stage holds them until resolved, so :func:`grow_model` and
-    ``plan_growth`` called on it directly grow by the paper's keys.
+    ``rewarmup_steps``, then cosine). A key a recipe may fill defaults to ``<recipe>``
+    (:data:`~lightning_sparkling.growth.recipes.RECIPE_DEFAULT`): the recipe's value, else the paper's
+    (:data:`~lightning_sparkling.growth.recipes.PAPER_KEYS`). An ``auto`` stage holds the paper's until resolved,
+    so :func:`grow_model` and ``plan_growth`` called on it directly grow by the paper's keys.
 
     Args:
         at_step: grow after this many optimizer steps, before step ``at_step + 1``'s first micro-batch.
@@ -517,7 +519,7 @@ class GrowthStage:
 
         ``GrowthStage(...)`` alone is ``recipe='auto'``: the recipe ``sparkling pretrain`` picks for the run's
         schedule, resolved by the callback (:mod:`~lightning_sparkling.growth.recipes`). ``'paper'`` is SPARKLING
-        as published (the field defaults); ``'recommended'`` is the one our
+        as published (the field defaults, PAPER_KEYS); ``'recommended'`` is the one our
         seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay"): the paper's plus the closed loop on
         the symmetry lock; ``'random-zero'`` grows sourceless channels re-warmed to 10x; ``'wsd'`` (for
         warmup-stable-decay schedules) grows sourceless channels re-warmed to the paper's 1.3x;
