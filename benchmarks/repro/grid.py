@@ -106,6 +106,7 @@ def stage_identity(stage: dict, n_layer: int | None) -> dict:
     """
     stage = {k: v for k, v in stage.items() if not (k in _UNSET_LATER_KEYS and v is None)}
     stage.pop("recipe", None)  # a label: the keys it filled in are the run (and runs before the label hash alike)
+    stage.pop("_filled", None)  # which keys the recipe filled (GrowthStage.to_dict): their values are the run
     if stage.get("n_layer") is None:
         for key in _DEPTH_KEYS:
             stage.pop(key, None)

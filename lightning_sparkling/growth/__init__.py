@@ -1,8 +1,9 @@
 """The paper's growth, as pure functions of torch tensors and litgpt models (no Lightning import here).
 
 - :mod:`~lightning_sparkling.growth.stage`: ``GrowthStage``, one growth and its recipe, checked at construction; its
-  own keys' checks :mod:`~lightning_sparkling.growth.stage_checks`, the stages' timing and schedule rules
-  :mod:`~lightning_sparkling.growth.timing`;
+  own keys' checks :mod:`~lightning_sparkling.growth.stage_checks`, how it keeps the keys it was given on every
+  path (replace, copy, pickle, jsonargparse) :mod:`~lightning_sparkling.growth.stage_keys`, the stages' timing and
+  schedule rules :mod:`~lightning_sparkling.growth.timing`;
 - :mod:`~lightning_sparkling.growth.progressive`: a multi-stage progressive schedule (size lists, one timing list)
   expanded into ordinary stage keys;
 - :mod:`~lightning_sparkling.growth.recipes`: the named recipes, and ``recipe='auto'`` resolved by the run's schedule

@@ -30,13 +30,13 @@ from lightning_sparkling.growth.axes import HEAD_SIZE_KEYS, WIDTH_SIZE_KEYS
 from lightning_sparkling.growth.errors import StageError
 from lightning_sparkling.growth.schedules import SCHEDULES, baseline_of
 
-__all__ = ["AUTO", "RECIPES", "RECIPE_KEYS", "SCHEDULE_RECIPES", "WIDTH_ONLY_RECIPES", "RecipeName", "apply_recipe",
-           "grows_channels", "recipe_keys", "recipe_name", "resolve_recipe", "same_keys", "schedule_of",
-           "schedule_recipe"]
+__all__ = ["AUTO", "PAPER_KEYS", "RECIPES", "RECIPE_DEFAULT", "RECIPE_KEYS", "SCHEDULE_RECIPES", "WIDTH_ONLY_RECIPES",
+           "RecipeName", "apply_recipe", "grows_channels", "recipe_keys", "recipe_name", "resolve_recipe", "same_keys",
+           "schedule_of", "schedule_recipe"]
 
 RECIPES: dict[str, dict[str, Any]] = {
-    # GrowthStage's field defaults: the SPARKLING recipe as published (copy-copy, RMS-preserving scale, asymmetric
-    # state, new entries re-warmed to 1.3x over rewarmup_steps).
+    # GrowthStage's field defaults (PAPER_KEYS for the recipe keys): the SPARKLING recipe as published (copy-copy,
+    # RMS-preserving scale, asymmetric state, new entries re-warmed to 1.3x over rewarmup_steps).
     "paper": {},
     # What the seeded comparisons of docs/BENCHMARKS.md ("Making growth pay") found best over the token ratios
     # measured: the paper's function-preserving copy-copy growth plus the closed loop on the symmetry lock (the new
@@ -63,6 +63,33 @@ RECIPES: dict[str, dict[str, Any]] = {
 RECIPE_KEYS: frozenset[str] = frozenset(key for keys in RECIPES.values() for key in keys)
 """The :class:`.GrowthStage` keys some named recipe sets (``init``, ``rewarmup_ratio``, the symmetry loop's): those
 that tell recipes apart (:func:`recipe_name`)."""
+
+PAPER_KEYS: dict[str, Any] = {"init": "copy-copy", "rewarmup_ratio": 1.3, "symmetry_target": None,
+                              "symmetry_max_boost": 8.0, "symmetry_release": "hold"}
+"""The paper's value of each :data:`RECIPE_KEYS` key: what a :class:`.GrowthStage` holds for a recipe key that
+neither the stage nor its recipe sets (``recipe='paper'`` sets none)."""
+
+if set(PAPER_KEYS) != RECIPE_KEYS:  # a recipe key GrowthStage cannot tell unset from set, or a stale one
+    raise RuntimeError(f"PAPER_KEYS ({sorted(PAPER_KEYS)}) must name exactly the keys the recipes set "
+                       f"({sorted(RECIPE_KEYS)}): give a new recipe key its paper value here and the RECIPE_DEFAULT "
+                       "default in GrowthStage")
+
+
+class _RecipeDefault:
+    """The type of :data:`RECIPE_DEFAULT`, one object: copies and pickles of it are it."""
+
+    def __repr__(self) -> str:
+        return "<recipe>"
+
+    def __reduce__(self) -> str:
+        return "RECIPE_DEFAULT"  # pickled by name: the one object
+
+
+RECIPE_DEFAULT: Any = _RecipeDefault()
+"""The default of each :class:`.GrowthStage` field a recipe may fill (:data:`RECIPE_KEYS`; prints ``<recipe>``): a
+key left at it was not given, so the stage's recipe fills it (``auto``: once the run's schedule is known), else
+:data:`PAPER_KEYS` does. Passing it (``dataclasses.replace(stage, init=RECIPE_DEFAULT)``) leaves a key to the recipe.
+"""
 
 SCHEDULE_RECIPES: dict[str, str] = {name: kind.recipe for name, kind in SCHEDULES.items()}
 """The recipe the seeded comparisons found best under each LR schedule (docs/BENCHMARKS.md, "Where growth pays"):
@@ -223,7 +250,7 @@ def resolve_recipe(stage: Any, schedule: str) -> Any:
 def same_keys(a: Any, b: Any) -> bool:
     """Whether two stages grow alike, whatever recipe name they carry (every field but ``recipe`` equal): how a
     checkpoint written before stages named their recipe is matched."""
-    return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name != "recipe")
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.compare and f.name != "recipe")
 
 
 @dataclass(frozen=True)
@@ -311,8 +338,7 @@ def _has_keys_of(stage: Any, recipe: str, *, strict: bool = False) -> bool:
     that grows no width is not judged by ``init``, which does nothing there."""
     expected = dict(RECIPES[recipe])
     if strict:
-        defaults = {f.name: f.default for f in fields(stage)}
-        expected = {**{k: defaults[k] for k in RECIPE_KEYS}, **expected}
+        expected = {**PAPER_KEYS, **expected}
     if not grows_channels(stage.to_dict()):
         expected.pop("init", None)
     return all(getattr(stage, key) == value for key, value in expected.items())

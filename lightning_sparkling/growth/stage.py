@@ -27,12 +27,13 @@ from lightning_sparkling.growth.depth_maps import DEPTH_INITS, DEPTH_ORDERS
 from lightning_sparkling.growth.errors import StageError, check_choice
 from lightning_sparkling.growth.recipes import (
     AUTO,
+    RECIPE_DEFAULT,
+    RECIPE_KEYS,
     RECIPES,
     SCHEDULE_RECIPES,
     WIDTH_ONLY_RECIPES,
     apply_recipe,
     grows_channels,
-    recipe_keys,
 )
 from lightning_sparkling.growth.scaling import parse_init
 from lightning_sparkling.growth.stage_checks import (
@@ -49,6 +50,7 @@ from lightning_sparkling.growth.stage_checks import (
     check_target,
     check_timing,
 )
+from lightning_sparkling.growth.stage_keys import FILLED, FrozenKeys, fill_recipe_keys, paper_default, set_signatures
 from lightning_sparkling.growth.timing import (
     check_rewarmup_fits,
     check_stage_order,
@@ -153,8 +155,10 @@ class GrowthStage:
     The field defaults are the SPARKLING recipe as published (``paper``): copy-copy init, RMS-preserving fan-in
     scale, asymmetric optimizer state (old entries keep theirs, new entries start at zero) and an asymmetric
     learning-rate re-warmup of the new entries (from the LR at growth to ``rewarmup_ratio`` times it over
-    ``rewarmup_steps``, then cosine). An ``auto`` stage holds them until resolved, so :func:`grow_model` and
-    ``plan_growth`` called on it directly grow by the paper's keys.
+    ``rewarmup_steps``, then cosine). A key a recipe may fill defaults to ``<recipe>``
+    (:data:`~lightning_sparkling.growth.recipes.RECIPE_DEFAULT`): the recipe's value, else the paper's
+    (:data:`~lightning_sparkling.growth.recipes.PAPER_KEYS`). An ``auto`` stage holds the paper's until resolved,
+    so :func:`grow_model` and ``plan_growth`` called on it directly grow by the paper's keys.
 
     Args:
         at_step: grow after this many optimizer steps, before step ``at_step + 1``'s first micro-batch.
@@ -284,10 +288,10 @@ class GrowthStage:
     router_init: str = "random"
     first_k_dense_replace: int | None = None
     # the stage's own keys: the recipe of the new entries, a named target, the baselines, the lock breakers, timing
-    init: str = "copy-copy"
+    init: str = RECIPE_DEFAULT  # a recipe key: RECIPE_DEFAULT until the recipe (or the paper's value) fills it
     rms_preserving: bool = True
     optimizer_state: str = "asymmetric"
-    rewarmup_ratio: float | None = 1.3
+    rewarmup_ratio: float | None = RECIPE_DEFAULT
     rewarmup_steps: int = 250
     model_name: str | None = None
     model_config: dict[str, Any] | None = None
@@ -297,25 +301,21 @@ class GrowthStage:
     rewarmup_scope: str = "new"
     decay_speedup: float = 0.0
     bias_correction: str = "shared"
-    symmetry_target: float | None = None
+    symmetry_target: float | None = RECIPE_DEFAULT
     symmetry_interval: int = 10
-    symmetry_max_boost: float = 8.0
-    symmetry_release: str = "hold"
+    symmetry_max_boost: float = RECIPE_DEFAULT
+    symmetry_release: str = RECIPE_DEFAULT
     at_fraction: float | None = None
     recipe: str = "auto"
     # the keys of axes a user registers (their stage_keys), by name; only those set to other than their default
-    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> GrowthStage:
-        # the keys the caller gave (by name, or at_step by position): a recipe fills only the others (given_keys)
-        self = super().__new__(cls)
-        object.__setattr__(self, "_given", frozenset(("at_step",)[: len(args)]) | frozenset(kwargs))
-        return self
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)  # held read-only (FrozenKeys)
+    # the recipe keys the stage left to its recipe, with the values filled in: a copy (dataclasses.replace,
+    # to_dict) passes them back, so a key still holding its filled value stays the recipe's (fill_recipe_keys)
+    _filled: Mapping[str, Any] = field(default_factory=FrozenKeys, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra", _checked_extra(self.extra))
-        for key, value in recipe_keys(self).items():  # a named recipe fills the keys the stage did not set
-            object.__setattr__(self, key, value)
+        fill_recipe_keys(self)
         check_timing(self)
         for axis in registered_axes():  # each axis' own keys (depth: its map gives n_layer; positive sizes)
             checked_stage(axis, self)  # a plain ValueError / TypeError of a user's axis: a StageError of its key
@@ -372,9 +372,7 @@ class GrowthStage:
         if max_steps is None or isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
             raise ValueError(f"GrowthStage(at_fraction={self.at_fraction}): a fraction of the run needs the run's "
                              f"length, but max_steps is {max_steps!r}; set Trainer(max_steps=...) or give at_step")
-        stage = replace(self, at_step=fraction_step(self.at_fraction, max_steps), at_fraction=None)
-        object.__setattr__(stage, "_given", self.given_keys - {"at_fraction"} | {"at_step"})  # still resolvable
-        return stage
+        return replace(self, at_step=fraction_step(self.at_fraction, max_steps), at_fraction=None)
 
     @property
     def grows_experts(self) -> bool:
@@ -448,10 +446,19 @@ class GrowthStage:
 
     @property
     def given_keys(self) -> frozenset[str]:
-        """The fields the stage was built with (by name or position); the others hold defaults, which a recipe
-        fills (:mod:`~lightning_sparkling.growth.recipes`). A stage rebuilt from all its fields
-        (``GrowthStage(**stage.to_dict())``) gave them all."""
-        return getattr(self, "_given", frozenset(f.name for f in fields(self)))
+        """The keys the stage sets: each recipe key (:data:`RECIPE_KEYS`) it was given, by name or in a YAML mapping,
+        and every other field not at its default. A recipe fills the recipe keys it was not given
+        (:mod:`~lightning_sparkling.growth.recipes`); ``dataclasses.replace``, ``copy``, pickling and
+        ``GrowthStage(**stage.to_dict())`` keep them so (a key replaced by the value the recipe gave it stays the
+        recipe's).
+
+        Example::
+
+            >>> sorted(GrowthStage(500, n_embd=1024, init="copy-copy").given_keys)
+            ['at_step', 'init', 'n_embd']
+        """
+        return frozenset(f.name for f in fields(self) if f.name in _FIELD_NAMES and f.name not in self._filled
+                         and (f.name in RECIPE_KEYS or getattr(self, f.name) != _default(f)))
 
     @property
     def unresolved_keys(self) -> tuple[str, ...]:
@@ -489,7 +496,7 @@ class GrowthStage:
         """
         unresolved = self.unresolved_keys
         parts = []
-        for f in fields(self):
+        for f in (f for f in fields(self) if f.repr):
             value = "<auto>" if f.name in unresolved else repr(getattr(self, f.name))
             if f.name == "recipe" and unresolved:
                 choices = ", ".join(f"{recipe} under {schedule}" for schedule, recipe in SCHEDULE_RECIPES.items())
@@ -500,8 +507,8 @@ class GrowthStage:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for checkpoints and logs); ``GrowthStage(**stage.to_dict())`` rebuilds it (a registered
-        axis' keys under ``"extra"``)."""
-        return asdict(self)
+        axis' keys under ``"extra"``; ``"_filled"``: the recipe keys the stage left to its recipe, still its)."""
+        return {**asdict(self), "extra": dict(self.extra), "_filled": dict(self._filled)}
 
     @classmethod
     def from_recipe(cls, recipe: str, at_step: int | None = None, **keys: Any) -> GrowthStage:
@@ -510,7 +517,7 @@ class GrowthStage:
 
         ``GrowthStage(...)`` alone is ``recipe='auto'``: the recipe ``sparkling pretrain`` picks for the run's
         schedule, resolved by the callback (:mod:`~lightning_sparkling.growth.recipes`). ``'paper'`` is SPARKLING
-        as published (the field defaults); ``'recommended'`` is the one our
+        as published (the field defaults, PAPER_KEYS); ``'recommended'`` is the one our
         seeded comparisons chose (``docs/BENCHMARKS.md``, "Making growth pay"): the paper's plus the closed loop on
         the symmetry lock; ``'random-zero'`` grows sourceless channels re-warmed to 10x; ``'wsd'`` (for
         warmup-stable-decay schedules) grows sourceless channels re-warmed to the paper's 1.3x;
@@ -548,8 +555,9 @@ class GrowthStage:
         return cls(at_step, **_split_keys(keys))
 
 
-_FIELD_NAMES = frozenset(f.name for f in fields(GrowthStage))
-reserve_stage_keys(_FIELD_NAMES)  # no axis' stage_keys may shadow a field
+_FIELD_NAMES = frozenset(f.name for f in fields(GrowthStage) if f.name != FILLED)  # the stage keys and extra
+reserve_stage_keys(_FIELD_NAMES | {FILLED})  # no axis' stage_keys may shadow a field
+set_signatures(GrowthStage)  # jsonargparse reads __init__'s: a YAML mapping passes only the keys it sets
 
 
 def _axis(name: str) -> GrowthAxis:
@@ -557,16 +565,17 @@ def _axis(name: str) -> GrowthAxis:
 
 
 def stage_key_fields() -> tuple[dataclasses.Field, ...]:
-    """Every stage key as a dataclass ``Field`` (name, type, default): :class:`GrowthStage`'s fields but ``extra``,
-    then the registered axes' own keys (:func:`plugin_key_fields`), flat: what the CLI's ``growth.stages`` entries
-    hold.
+    """Every stage key as a dataclass ``Field`` (name, type, default): :class:`GrowthStage`'s fields but ``extra``
+    (a recipe key with the paper's value as its default), then the registered axes' own keys
+    (:func:`plugin_key_fields`), flat: what the CLI's ``growth.stages`` entries hold.
 
     Example::
 
         >>> [f.name for f in stage_key_fields()][:3]
         ['at_step', 'n_embd', 'intermediate_size']
     """
-    return (*(f for f in fields(GrowthStage) if f.name != "extra"), *plugin_key_fields().values())
+    own = (paper_default(f) for f in fields(GrowthStage) if f.name not in ("extra", FILLED))
+    return (*own, *plugin_key_fields().values())
 
 
 def _split_keys(keys: Mapping[str, Any]) -> dict[str, Any]:

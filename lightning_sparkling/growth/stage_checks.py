@@ -13,6 +13,7 @@ from typing import Any
 from lightning_sparkling.growth.axes import registered_axes
 from lightning_sparkling.growth.errors import StageError, check_choice
 from lightning_sparkling.growth.scaling import SPLITS
+from lightning_sparkling.growth.stage_keys import FrozenKeys
 
 
 OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
@@ -166,9 +167,9 @@ def plugin_key_fields() -> dict[str, dataclasses.Field]:
     return out
 
 
-def _checked_extra(extra: Any) -> dict[str, Any]:
-    """``extra`` as a plain dict of the registered axes' keys set to other than their default (a default, e.g. an
-    unset CLI key, is left out, so stages compare by what they grow).
+def _checked_extra(extra: Any) -> FrozenKeys:
+    """``extra`` as a read-only mapping (:class:`FrozenKeys`) of the registered axes' keys set to other than their
+    default (a default, e.g. an unset CLI key, is left out, so stages compare by what they grow).
 
     Raises:
         TypeError: for a key no registered axis has, naming the keys they have.
@@ -181,4 +182,4 @@ def _checked_extra(extra: Any) -> dict[str, Any]:
         raise TypeError(f"GrowthStage got unexpected stage key(s) {', '.join(map(repr, unknown))}: not a field, nor "
                         f"a registered axis' key (registered: {', '.join(plugin) or 'none'}); register its axis first "
                         "(growth.register_axis, or the CLI's plugins:)")
-    return {k: v for k, v in extra.items() if v != _default(plugin[k])}
+    return FrozenKeys({k: v for k, v in extra.items() if v != _default(plugin[k])})

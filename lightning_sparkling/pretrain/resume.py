@@ -232,15 +232,16 @@ def _check_resumed_stages(path: Path, checkpoint: dict[str, Any], stages: list[G
 def _refuse_other_stage(path: Path, k: int, done: GrowthStage, given: GrowthStage) -> None:
     """Refuse a checkpoint grown by another ``growth.stages[k]`` than the config's, naming the fields that differ
     (and the recipe, when only a recipe's keys differ)."""
+    from dataclasses import fields
+
     from lightning_sparkling.growth.stage import RECIPES
 
-    diff = ", ".join(f"{f}: checkpoint {getattr(done, f)!r}, config {getattr(given, f)!r}"
-                     for f in done.to_dict() if getattr(done, f) != getattr(given, f))
-    differing = {f for f in done.to_dict() if getattr(done, f) != getattr(given, f)}
+    differing = [f.name for f in fields(done) if f.compare and getattr(done, f.name) != getattr(given, f.name)]
+    diff = ", ".join(f"{f}: checkpoint {getattr(done, f)!r}, config {getattr(given, f)!r}" for f in differing)
     trained = done.recipe if done.recipe != "auto" else "paper (the recipe of runs started before recipes existed)"
     recipe = (f"; only the recipe's keys differ: growth.recipe: {trained}"
               + (" or the recipe it was trained with" if done.recipe == "auto" else "")
-              if differing <= {"recipe", *(k for keys in RECIPES.values() for k in keys)} else "")
+              if set(differing) <= {"recipe", *(k for keys in RECIPES.values() for k in keys)} else "")
     raise ConfigError("resume", f"{str(path)!r} was grown by another growth.stages[{k}] than the config's "
                                 f"({diff}): resume with the stages it was trained with{recipe}, {_FRESH}")
 

@@ -250,7 +250,10 @@ def test_symmetry_breaking_baselines_unlock_the_copies(kwargs):
 def test_stage_args_mirror_growth_stage():
     from lightning_sparkling.pretrain.config import StageArgs
 
-    stage_fields = {f.name: f.default for f in dataclasses.fields(GrowthStage) if f.name not in ("at_step", "extra")}
+    from lightning_sparkling.growth.recipes import PAPER_KEYS
+
+    stage_fields = {f.name: PAPER_KEYS.get(f.name, f.default) for f in dataclasses.fields(GrowthStage)
+                    if f.name not in ("at_step", "extra", "_filled")}  # a recipe key: its paper value (issue 53)
     args_fields = {f.name: f.default for f in dataclasses.fields(StageArgs)}
     for name, default in stage_fields.items():
         assert name in args_fields and args_fields[name] == default, name

@@ -217,6 +217,7 @@ def test_a_checkpoint_written_before_stages_named_their_recipe_resumes_on_its_ke
     state = torch.load(out / "checkpoints" / "step-00000010.ckpt", weights_only=False)
     for stage in state["callbacks"]["GrowthCallback"]["stages"]:
         assert stage.pop("recipe") == "random-zero-3x"
+        assert stage.pop("_filled")["init"] == "random-zero"  # nor which keys the recipe filled (issue 53)
     old = tmp_path / "old.ckpt"
     torch.save(state, old)
     _, resumed, _ = parse(["--config", str(config), "--resume", str(old), "--out_dir", str(tmp_path / "o")])

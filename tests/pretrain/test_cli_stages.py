@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_sparkling.growth.recipes import PAPER_KEYS
 from lightning_sparkling.growth.stage import GrowthStage, StageError
 from lightning_sparkling.pretrain import schema
 from lightning_sparkling.pretrain.cli import main, parse
@@ -31,9 +32,10 @@ def test_a_field_added_to_growth_stage_is_a_stage_key_with_no_second_edit(monkey
     assert list(keys)[:2] == ["at_step", "at_tokens"] and keys["at_step"] is None
     assert keys["new_timing"] is None and keys["new_map"] == ()
     assert "extra" not in keys  # a registered axis' keys are flat there (tests/pretrain/test_cli_late_axis.py)
-    for f in dataclasses.fields(GrowthStage):  # every field, its default
-        if f.name not in ("at_step", "extra"):
-            assert keys[f.name] == f.default, f.name
+    for f in dataclasses.fields(GrowthStage):  # every field, its default (a recipe key: the paper's value)
+        if f.name not in ("at_step", "extra", "_filled"):
+            assert keys[f.name] == PAPER_KEYS.get(f.name, f.default), f.name
+    assert "_filled" not in keys
 
 
 def test_stage_error_carries_the_key_and_is_a_value_error():
