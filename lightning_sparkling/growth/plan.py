@@ -53,7 +53,7 @@ class GrowthPlan:
         changes: each axis' record of its change (:mod:`~lightning_sparkling.growth.axes`), by axis name: the
             widths' ``{name: ChannelChange}``, the heads' ``HeadLayout``, the ``DepthChange``, the ``ExpertsChange``;
             an axis that records nothing (a config-field axis such as ``rope_base``) has no entry.
-        axes: the names of the axes the stage grows (active in it), in registry order: every hook of these runs
+        active_axes: the names of the axes the stage grows (active in it), in registry order: every hook of these runs
             (:func:`~lightning_sparkling.growth.axes.plan_axes`), whether or not they recorded a change.
     """
 
@@ -66,7 +66,7 @@ class GrowthPlan:
     tied_embeddings: bool
     seed: int
     changes: dict[str, object] = field(default_factory=dict)
-    axes: tuple[str, ...] = ()
+    active_axes: tuple[str, ...] = ()
     #: ``{state_dict name: shape}`` of ``GPT(old_config)``, read by plan_growth and kept for the growth's check
     _old_shapes: dict[str, tuple[int, ...]] | None = field(default=None, repr=False, compare=False)
     #: the stage as given to plan_growth (``stage`` is it resolved: a ``model_name`` target's sizes set)
@@ -548,7 +548,7 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     _check_axes_grow(config, stage, values, grows)
     plan = GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, channels=channels,
                       tensors=ctx.tensors, tied_embeddings=tied_embeddings, seed=seed, changes=changes,
-                      axes=tuple(axis.name for axis in axes_of_stage), _old_shapes=old_shapes, _given_stage=given)
+                      active_axes=tuple(axis.name for axis in axes_of_stage), _old_shapes=old_shapes, _given_stage=given)
     _check_against_grown(plan)
     return plan
 

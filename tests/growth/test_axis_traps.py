@@ -264,7 +264,7 @@ def test_every_hook_of_an_active_axis_runs_whether_or_not_it_recorded_a_change(r
     model = make_gpt(config)
     result = grow_model(model, GrowthStage.from_keys(0, rope_base=40000, n_embd=2 * config.n_embd, recipe="paper"))
     plan = result.plan
-    assert "rope" in plan.axes and "rope" not in plan.changes  # active, no record
+    assert "rope" in plan.active_axes and "rope" not in plan.changes  # active, no record
     assert size_details(plan)["rope_base"] == "RoPE cache rebuilt"
     assert describe_changes(plan) == {}
     copy_specs(plan)
