@@ -26,12 +26,15 @@ would repeat ~7 times) at 20.8 tokens per grown parameter, vocabulary 1024 unles
     mini-sp     8 layers, n_embd 16, 2 heads of 8, MLP 64 (65,808 parameters, embedding and head 50%)
     quick-sp    the ``quick`` model (197,152 parameters, 33%)
     cpu-1m-sp   8 layers, n_embd 96, 6 heads of 16, MLP 384 (1,377,888 parameters, 14%)
-    deep-sp     16 layers at quick's width, vocabulary 512 (295,968 parameters, 11%): a 1B model's embedding share
+    lowemb-sp   the ``quick`` model with a vocabulary of 272 (149,024 parameters, embedding and head 11.7%): a 1B
+                model's embedding share, nothing else changed
     neox-sp     quick's sizes in the pythia / GPT-NeoX block: parallel residual, LayerNorm, GELU MLP (``GptNeoxMLP``),
                 biases, rotary on a quarter of each head (167,232 parameters, 39%). Chosen before any result, with
                 quick's optimizer, LR and schedule, and never tuned.
 
-A candidate's layer counts are written for 8 layers and scale with the shape (``deep-sp`` grows 4 -> 8 -> 16).
+A candidate's layer counts are written for 8 layers and scale with a shape of 16 or 24 layers. The shapes added for
+issue 54 train the scratch ladder at 0.55, 0.75 and 1.0 of the steps (0.4 was never needed at 20+ tokens per
+parameter: every candidate's loss fell between 0.55 and 1.0 there).
 
     python benchmarks/depth_ladder.py --shape cpu-1m-sp --seeds 1,2 --candidates stages-248-copy --jobs 2
 """
@@ -81,16 +84,16 @@ class Shape:
         return self.model["n_layer"]
 
 
-_LADDER = (0.4, 0.55, 0.75, 1.0)
+_LADDER = (0.55, 0.75, 1.0)
 SHAPES: dict[str, Shape] = {
-    "quick": Shape(MODEL, 4000, _LADDER, source="stdlib", eval_iters=20),
+    "quick": Shape(MODEL, 4000, (0.4, *_LADDER), source="stdlib", eval_iters=20),
     "mini-sp": Shape({**MODEL, "name": "depth-ladder-mini", "n_embd": 16, "head_size": 8, "intermediate_size": 64},
                      1337, _LADDER),
     "quick-sp": Shape(MODEL, 4000, _LADDER),
     # 2 -> 4 -> 8 costs 0.571 of the 8-layer run: budgets 1 and 1.4 of the growth run, and the full run (1.75)
     "cpu-1m-sp": Shape({**MODEL, "name": "depth-ladder-1m", "n_embd": 96, "n_head": 6, "n_query_groups": 6,
                         "intermediate_size": 384}, 27988, (0.571, 0.8, 1.0)),
-    "deep-sp": Shape({**MODEL, "name": "depth-ladder-deep", "n_layer": 16}, 6012, _LADDER, vocab_size=512),
+    "lowemb-sp": Shape({**MODEL, "name": "depth-ladder-lowemb"}, 3027, _LADDER, vocab_size=272),
     "neox-sp": Shape({**MODEL, **_NEOX, "name": "depth-ladder-neox"}, 3397, _LADDER, arch="neox"),
 }
 
