@@ -1,0 +1,97 @@
+"""The schedule's ceiling (issue 54): the speed-up a growth schedule reaches if the grown run matched scratch token for
+token (scratch's FLOPs over the same steps / the growth run's, 6 N D per phase). Every cell of the map records its
+ceiling and its block family; ``sparkling plan`` prints the ceiling at the cell's size and at the run's, the cell's
+measured fraction of it, and a note when the run's block family differs from the cell's."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_sparkling.growth.compute import estimate_compute
+from lightning_sparkling.pretrain.cli import main, parse
+from lightning_sparkling.pretrain.measured import MeasuredCell, load_map
+from lightning_sparkling.pretrain.measured_axes import block_family
+from lightning_sparkling.pretrain.planning import plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_suggest import Q8, _wsd  # noqa: E402
+from test_cli import write_config  # noqa: E402
+
+README_PROGRESSIVE = {"progressive": {"n_layer": [2, 4, 8], "at_fraction": [0.5, 0.75], "depth_init": "copy"}}
+NEOX = {"mlp_class_name": "GptNeoxMLP", "norm_class_name": "LayerNorm", "bias": True, "parallel_residual": True,
+        "rotary_percentage": 0.25}
+
+
+def _plan(tmp_path: Path, model: dict, growth: dict) -> dict:
+    config = {**_wsd(tmp_path, model), "growth": growth}
+    _, run, _ = parse(["--config", str(write_config(tmp_path / "run.yaml", config))], "plan")
+    return plan(run, print_report=False)
+
+
+def test_every_cell_records_its_ceiling_and_block_family():
+    for cell in load_map():
+        assert cell.arch is not None and cell.ceiling is not None and cell.ceiling >= 1, cell.key()
+        if cell.speedup is not None:
+            assert cell.ceiling_fraction == pytest.approx(cell.speedup / cell.ceiling)
+
+
+def test_the_ceiling_is_scratch_flops_over_the_same_steps_over_the_growth_runs(tmp_path):
+    report = _plan(tmp_path, {**Q8, "n_layer": 2}, README_PROGRESSIVE)
+    assert report["flops_from_scratch"] / report["flops"] == pytest.approx(1 / (1 - report["flops_saved"]))
+    # 2 layers for half the run, 4 for a quarter, 8 for the last quarter, embeddings (50% of the 8-layer model) in each
+    phases = [0.5, 0.25, 0.25]
+    expected = report["active_params"][-1] / sum(f * p for f, p in zip(phases, report["active_params"]))
+    assert f"{expected:.2f}x at this run's 1.05M" in report["regime_advice"]
+
+
+def test_plan_prints_the_cell_s_ceiling_the_run_s_and_the_measured_fraction(tmp_path, capsys):
+    """The README's progressive form at 20 tokens per parameter cites the 20.8 cell, with both ceilings."""
+    (cell,) = [c for c in load_map() if c.stages and c.init == "copy" and c.params == 197_152]
+    report = _plan(tmp_path, {**Q8, "n_layer": 2}, README_PROGRESSIVE)
+    advice = report["regime_advice"]
+    assert "growth paid there" in advice and "Depth at 20+ tokens per parameter (2 -> 4 -> 8, copy)" in advice
+    assert (f"this schedule's ceiling (its saving if the grown run matched scratch token for token, from the phases' "
+            f"6 N D): {cell.ceiling:.2f}x at the cell's 0.20M, 1.33x at this run's 1.05M; measured "
+            f"{cell.speedup:.2f}x = {cell.ceiling_fraction:.0%} of its ceiling") in advice
+    assert "note: the cell was measured on" not in advice  # both llama blocks
+
+
+def test_a_grown_run_that_beats_same_steps_scratch_is_said_to_exceed_the_ceiling():
+    from lightning_sparkling.growth.stage import GrowthStage
+    from lightning_sparkling.pretrain.measured import advise
+
+    cell = MeasuredCell(category="depth", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.0,
+                        delta=-0.08, sd=0.01, seeds=3, seeds_above=0, where="w", speedup=1.2, speedup_sd=0.02,
+                        ceiling=1.09, arch="llama")
+    advice = advise([GrowthStage(250, n_layer=8)], total_steps=1000, tokens_per_param=5.0, recipe="paper",
+                    cells=[cell], ceiling=1.1, arch="llama")
+    assert "measured 1.20x = 110% of its ceiling (above it: the grown run ended below scratch trained on the same " \
+           "steps)" in advice.message()
+
+
+def test_plan_notes_a_block_family_other_than_the_cell_s(tmp_path, capsys):
+    neox = {**Q8, **NEOX, "n_layer": 2}
+    report = _plan(tmp_path, neox, README_PROGRESSIVE)
+    assert ("note: the cell was measured on llama blocks and this run has neox blocks: a saving measured on one block "
+            "family did not always hold on another") in report["regime_advice"]
+    # the printed plan says it too
+    config = {**_wsd(tmp_path, neox), "growth": README_PROGRESSIVE}
+    assert main(["plan", "--config", str(write_config(tmp_path / "neox.yaml", config))]) == 0
+    assert "this run has neox blocks" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("name, family", [("pythia-160m", "neox"), ("Llama-3.2-1B", "llama"), ("phi-2", "phi"),
+                                          ("gemma-2b", "gemma"), ("OLMo-1B-hf", "sequential LayerNorm LLaMAMLP")])
+def test_block_families_of_named_configs(name, family):
+    from litgpt import Config
+
+    try:
+        config = Config.from_name(name)
+    except ValueError:
+        pytest.skip(f"litgpt has no config {name}")
+    assert block_family(config) == family
