@@ -3,7 +3,7 @@ configuration its runs trained (``params``, ``active_params``, ``embedding_share
 ``corpus``), and (issue 54) its block family (``arch``) and its schedule's ``ceiling``; nothing is typed in but which
 size and axis a cell's section names.
 
-    python benchmarks/backfill_sizes.py            # rewrite lightning_sparkling/pretrain/measured.json in place
+    python benchmarks/backfill_sizes.py            # rewrite lightning_sparkling/pretrain/advice/measured.json in place
     python benchmarks/backfill_sizes.py --check    # exit 1 when a cell's stored size differs from the computed one
 
 A cell's size preset is the one its ``where`` names (``(cpu ...)``, ``cpu size``, ``(mini ...)``, else ``quick``: the
@@ -22,7 +22,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-MAP = HERE.parent / "lightning_sparkling" / "pretrain" / "measured.json"
+MAP = HERE.parent / "lightning_sparkling" / "pretrain" / "advice" / "measured.json"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
@@ -52,7 +52,7 @@ def computed_size(cell: dict[str, Any]) -> dict[str, Any]:
     import reproduce as repro
 
     from lightning_sparkling.pretrain.cli import parse
-    from lightning_sparkling.pretrain.measured_size import cell_size
+    from lightning_sparkling.pretrain.advice.measured_size import cell_size
 
     size = repro.resolve_size(size_name(cell["where"]))
     axis, row = reproduce_axis(cell["axis"], cell["growth_at"])
@@ -76,10 +76,10 @@ def computed_schedule(cell: dict[str, Any]) -> dict[str, Any]:
     from lightning_sparkling.growth.compute import estimate_compute
     from lightning_sparkling.growth.stage import GrowthStage
     from lightning_sparkling.pretrain.cli import parse
-    from lightning_sparkling.pretrain.measure import schedule_record
-    from lightning_sparkling.pretrain.measured import MeasuredCell
-    from lightning_sparkling.pretrain.measured_axes import block_family
-    from lightning_sparkling.pretrain.target import toward
+    from lightning_sparkling.pretrain.measure.command import schedule_record
+    from lightning_sparkling.pretrain.advice.measured import MeasuredCell
+    from lightning_sparkling.pretrain.advice.measured_axes import block_family
+    from lightning_sparkling.pretrain.advice.target import toward
 
     def run_of(config: dict[str, Any]) -> Any:
         path = Path("/tmp") / f"backfill_{cell['axis'].replace('+', '_')}.yaml"

@@ -112,8 +112,8 @@ def cell_runs(cell: Cell, out: Path, overrides: Sequence[str] = ()) -> tuple[lis
     import reproduce as repro
     from lightning_sparkling.growth.compute import estimate_compute
     from lightning_sparkling.pretrain.cli import parse
-    from lightning_sparkling.pretrain.measure_runs import plan_runs
-    from lightning_sparkling.pretrain.planning import stage_plans
+    from lightning_sparkling.pretrain.measure.measure_runs import plan_runs
+    from lightning_sparkling.pretrain.advice.planning import stage_plans
 
     config = repro.build_config(size_preset(cell.size), cell.axis, repro.ROWS[cell.row], cell.seed)
     for item in overrides:
@@ -202,7 +202,7 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
     """Train the next unfinished runs of ``cells`` until ``deadline``; append each finished run to ``results``, then
     write the complete cells (:func:`write_cells`). Returns 0, the deadline reached or not (the runs it stopped are
     trained again next time); a ``SIGINT`` or ``SIGTERM`` stops the runs and raises ``KeyboardInterrupt``."""
-    from lightning_sparkling.pretrain.measure_runs import is_done, prepare_data, read_result, train_runs
+    from lightning_sparkling.pretrain.measure.measure_runs import is_done, prepare_data, read_result, train_runs
 
     done = read_results(results)
     todo, cell_of = [], {}
@@ -248,10 +248,10 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
 def write_cells(results: Path, cells: Sequence[Cell], out: Path, overrides: Sequence[str] = ()) -> list[dict]:
     """Every complete cell of the results file in the measured map's format (plus ``wall_speedup``), written to
     ``<results>.cells.json``."""
-    from lightning_sparkling.pretrain.measure import shared_device_note
-    from lightning_sparkling.pretrain.measure_stats import compare
-    from lightning_sparkling.pretrain.measured_size import cell_size
-    from lightning_sparkling.pretrain.planning import regime_advice, stage_plans
+    from lightning_sparkling.pretrain.measure.command import shared_device_note
+    from lightning_sparkling.pretrain.measure.measure_stats import compare
+    from lightning_sparkling.pretrain.advice.measured_size import cell_size
+    from lightning_sparkling.pretrain.advice.planning import regime_advice, stage_plans
 
     done = read_results(results)
     out_cells = []

@@ -38,7 +38,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_sparkling import ActivationRMSMonitor, GrowthCallback, GrowthStage
-from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
 ROOT = Path(__file__).resolve().parent
 

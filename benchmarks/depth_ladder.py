@@ -55,8 +55,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from lightning_sparkling.pretrain.measure_runs import TrainingRun, train_runs  # noqa: E402
-from lightning_sparkling.pretrain.measure_stats import mean_sd, scratch_flops_at  # noqa: E402
+from lightning_sparkling.pretrain.measure.measure_runs import TrainingRun, train_runs  # noqa: E402
+from lightning_sparkling.pretrain.measure.measure_stats import mean_sd, scratch_flops_at  # noqa: E402
 
 RESULTS = HERE / "results"
 MODEL = {"name": "depth-ladder", "n_layer": 8, "n_embd": 32, "n_head": 2, "n_query_groups": 2, "head_size": 16,
@@ -197,7 +197,7 @@ def prepare(run: LadderRun) -> None:
     import yaml
 
     from lightning_sparkling.pretrain.cli import parse
-    from lightning_sparkling.pretrain.measure_runs import prepare_data
+    from lightning_sparkling.pretrain.measure.measure_runs import prepare_data
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"

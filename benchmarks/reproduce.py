@@ -6,7 +6,7 @@
 The harness lives in the package ``benchmarks/repro/`` (one job per module: ``sizes``, ``rows``, ``grid``,
 ``tables``, ``scan``, ``export``, ``cli``; its docstring is the manual); this script runs it and re-exports its
 names, so ``import reproduce`` (with ``benchmarks/`` on the path) keeps working. The statistics of a cell (speed-up
-at equal loss, ``mean_sd``) are those of ``sparkling measure`` (``lightning_sparkling.pretrain.measure_stats``).
+at equal loss, ``mean_sd``) are those of ``sparkling measure`` (``lightning_sparkling.pretrain.measure.measure_stats``).
 """
 
 from __future__ import annotations

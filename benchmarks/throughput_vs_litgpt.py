@@ -89,7 +89,7 @@ def param_count(size: dict) -> int:
 # ------------------------------------------------------------------------------------------------------------ setup
 def write_text(folder: Path, max_bytes: int) -> Path:
     """``folder/train/*.txt`` and ``folder/val/*.txt``: stdlib sources (by the corpus's own file split), capped."""
-    from lightning_sparkling.pretrain.corpus import corpus_splits
+    from lightning_sparkling.pretrain.data.corpus import corpus_splits
 
     if (folder / "done").is_file():
         return folder
@@ -154,7 +154,7 @@ def _sparkling_has_compile() -> bool:
     """Whether this version of ``sparkling pretrain`` has the top-level ``compile`` key."""
     import inspect
 
-    from lightning_sparkling.pretrain.schema import pretrain_arguments
+    from lightning_sparkling.pretrain.config.schema import pretrain_arguments
 
     return "compile" in inspect.signature(pretrain_arguments).parameters
 

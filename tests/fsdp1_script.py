@@ -220,7 +220,7 @@ def module(out: dict, out_dir: Path, precision: str = "32-true") -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
     from lightning_sparkling import ActivationRMSMonitor, WidthGrowthCallback
-    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+    from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
     cfg = dict(n_embd=32, n_head=4, n_query_groups=2, n_layer=2, block_size=16, vocab_size=64, padded_vocab_size=64,
                mlp_class_name="LLaMAMLP", intermediate_size=64, norm_class_name="RMSNorm", bias=False)

@@ -26,7 +26,7 @@ from _tiny import exit_now, tiny_config  # noqa: E402
 from lightning_sparkling import GrowthCallback, GrowthStage  # noqa: E402
 from lightning_sparkling.parallel.activation_checkpointing import is_checkpointed  # noqa: E402
 from lightning_sparkling.parallel.compile import is_compiled  # noqa: E402
-from lightning_sparkling.pretrain.module import LitGPTPretrainModule  # noqa: E402
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule  # noqa: E402
 
 ADAMW = {"class_path": "torch.optim.AdamW", "init_args": {"lr": 3e-3, "weight_decay": 0.1, "betas": [0.9, 0.95]}}
 MAX_STEPS = 6

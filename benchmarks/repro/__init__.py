@@ -11,13 +11,13 @@
 
 Every run is ``sparkling pretrain --config <generated>.yaml`` in a subprocess (one torch thread each; ``--jobs``
 runs in parallel, every row of seed 1 first), in ``--out/<size>/<axis>/<row>/seed<k>/``, trained by the loop of
-``sparkling measure`` (``lightning_sparkling.pretrain.measure_runs.train_runs``). A finished run (``summary.json`` with status
-``completed`` next to an identical ``config.yaml``) is reused, so an interrupted grid continues where it stopped,
-and rows whose configurations are identical (e.g. the ablation's "RMS only" and naive growth under copy-copy at
-2x) train once. Results: ``<results>/reproduce_<size>.json`` (every run, every curve), ``reproduce_<size>.md``
-(the tables) and ``reproduce_<size>_<axis>.png`` (validation loss against tokens and against FLOPs, growth
-marked); with ``--tag NAME``: ``reproduce_<size>_<NAME>.{json,md,png}`` (one PNG, a row per axis), so a grid's
-results can go straight into ``benchmarks/results`` next to the size's own. Paths inside the repository are
+``sparkling measure`` (``lightning_sparkling.pretrain.measure.measure_runs.train_runs``). A finished run
+(``summary.json`` with status ``completed`` next to an identical ``config.yaml``) is reused, so an interrupted grid
+continues where it stopped, and rows whose configurations are identical (e.g. the ablation's "RMS only" and naive growth
+under copy-copy at 2x) train once. Results: ``<results>/reproduce_<size>.json`` (every run, every curve),
+``reproduce_<size>.md`` (the tables) and ``reproduce_<size>_<axis>.png`` (validation loss against tokens and against
+FLOPs, growth marked); with ``--tag NAME``: ``reproduce_<size>_<NAME>.{json,md,png}`` (one PNG, a row per axis), so a
+grid's results can go straight into ``benchmarks/results`` next to the size's own. Paths inside the repository are
 written relative to it (``benchmarks/results/...``).
 
 Axes: ``inner`` / ``hidden`` / ``joint`` (MLP, n_embd, both 2x at half the run), ``two-stage``, ``joint-5`` /
@@ -56,7 +56,7 @@ large (iso-FLOPs)". Each ratio and schedule trains in ``--out/x<ratio>-<schedule
 below it), finished runs are reused, ``--dry-run`` lists the cells and run counts. The result is one line per cell
 (paired Δ mean ± sd against that scratch, seeds above it, tokens per grown parameter, growth_at) in
 ``reproduce_<size>_scan[_<tag>].{json,md}``, and the cells of 2 seeds or more in the format of
-``lightning_sparkling/pretrain/measured.json`` (printed; ``--scan-export PATH`` writes them as a JSON list).
+``lightning_sparkling/pretrain/advice/measured.json`` (printed; ``--scan-export PATH`` writes them as a JSON list).
 
 Statistics: per row the mean and sample standard deviation of the final validation loss over seeds; against
 SPARKLING the per-seed difference (same seed = same initial small model, same data order, same validation

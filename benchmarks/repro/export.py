@@ -24,7 +24,7 @@ def scan_where(size_name: str, ratio: int, axis: str | None = None) -> str:
 
 
 def export_cells(lines: list[dict], size_name: str, size: dict | None = None) -> list[dict]:
-    """The measured lines (2 seeds or more) as cells of lightning_sparkling/pretrain/measured.json; with the size
+    """The measured lines (2 seeds or more) as cells of lightning_sparkling/pretrain/advice/measured.json; with the size
     preset the runs trained (``size``, ``--set`` applied), each cell also records its grown model's size
     (:func:`cell_size_of`)."""
     out = []
@@ -54,7 +54,7 @@ def cell_size_of(size: dict, axis: str, scratch_row: str) -> dict[str, Any]:
     import tempfile
 
     from lightning_sparkling.pretrain.cli import parse
-    from lightning_sparkling.pretrain.measured_size import cell_size
+    from lightning_sparkling.pretrain.advice.measured_size import cell_size
 
     config = build_config(size, axis, ROWS[scratch_row], seed=1)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -91,7 +91,7 @@ def format_cell(cell: dict) -> str:
 
 
 _SIZE_KEYS = ("params", "active_params", "embedding_share", "device", "precision", "corpus")
-"""The size fields of a cell (issue 38; ``lightning_sparkling.pretrain.measured_size.SIZE_KEYS``)."""
+"""The size fields of a cell (issue 38; ``lightning_sparkling.pretrain.advice.measured_size.SIZE_KEYS``)."""
 
 
 def format_export(cells: list[dict]) -> str:

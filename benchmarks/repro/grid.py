@@ -1,6 +1,6 @@
 """A grid of runs: each run's config, checked and identified by the package (resolved_hash), its FLOPs; training the
-runs through the measure engine's loop (``lightning_sparkling.pretrain.measure_runs.train_runs``: jobs at a time,
-finished runs reused); reading their curves."""
+runs through the measure engine's loop (``lightning_sparkling.pretrain.measure.measure_runs.train_runs``: jobs at a
+time, finished runs reused); reading their curves."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 import yaml
 
-from lightning_sparkling.pretrain import measure_runs
-from lightning_sparkling.pretrain.measure_runs import TrainingRun
+from lightning_sparkling.pretrain.measure import measure_runs
+from lightning_sparkling.pretrain.measure.measure_runs import TrainingRun
 
 from .sizes import _MODEL, set_dotted, slug
 from .rows import REFERENCE, ROWS, axis_rows, axis_small, axis_stages, large_model, reference
@@ -211,7 +211,7 @@ GRID_ENV = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 def run_grid(cells: list[dict], jobs: int, log=print) -> None:
     """Train every distinct run of ``cells`` (by ``run_dir``), every row of seed 1 first (a stopped grid is still
-    paired), through the measure engine's loop (:func:`~lightning_sparkling.pretrain.measure_runs.train_runs`:
+    paired), through the measure engine's loop (:func:`~lightning_sparkling.pretrain.measure.measure_runs.train_runs`:
     ``jobs`` subprocesses at a time, finished runs skipped). Ctrl-C or ``SIGTERM`` stops the running subprocesses
     (trained again next time) and exits with status 130."""
     distinct = {}

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from lightning_sparkling.pretrain.measure_stats import scratch_flops_at  # noqa: F401 - the engine's, re-exported
+from lightning_sparkling.pretrain.measure.measure_stats import scratch_flops_at  # noqa: F401 - re-exported
 
 
 from .sizes import slug
@@ -78,7 +78,7 @@ def map_recipe(row: str) -> str | None:
 def default_decay_fraction() -> float:
     """``train.lr_decay_fraction``'s default in the installed package (0.2 where it cannot be read)."""
     try:
-        from lightning_sparkling.pretrain.config import TrainArgs
+        from lightning_sparkling.pretrain.config.schema import TrainArgs
 
         return float(TrainArgs.lr_decay_fraction)
     except (ImportError, AttributeError, TypeError, ValueError):
@@ -291,7 +291,7 @@ def expert_load(run_dir: Path, batches: int = 4) -> dict[str, list[float]]:
     from litgpt import GPT, Config
 
     from lightning_sparkling.pretrain.cli import parse
-    from lightning_sparkling.pretrain.run import build_datamodule
+    from lightning_sparkling.pretrain.training.run import build_datamodule
 
     final = Path(run_dir) / "final"
     if not (final / "lit_model.pth").is_file():

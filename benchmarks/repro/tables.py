@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 
-from lightning_sparkling.pretrain.measure_stats import mean_sd  # the engine's statistics
+from lightning_sparkling.pretrain.measure.measure_stats import mean_sd  # the engine's statistics
 
 
 from .sizes import HERE, slug

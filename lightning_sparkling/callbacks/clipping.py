@@ -53,7 +53,7 @@ def _fsdp1_root(pl_module: pl.LightningModule) -> torch.nn.Module | None:
 def clip_gradients(pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None,
                    gradient_clip_algorithm: str | None = None) -> None:
     """Clip the gradients of ``optimizer``'s parameters, fused optimizers under mixed precision included: call it
-    from ``configure_gradient_clipping`` (as :class:`~lightning_sparkling.pretrain.module.LitGPTPretrainModule`
+    from ``configure_gradient_clipping`` (as :class:`~lightning_sparkling.pretrain.training.module.LitGPTPretrainModule`
     does) where Lightning's ``self.clip_gradients`` would refuse a fused AdamW.
 
     - A scaler (``16-mixed``) and an optimizer that unscales itself: ``scaler.unscale_(optimizer)`` first (Lightning

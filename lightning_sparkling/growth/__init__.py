@@ -30,7 +30,7 @@
 - :mod:`~lightning_sparkling.growth.symmetry`: how alike copied channels still are;
 - :mod:`~lightning_sparkling.growth.compute`: parameter and FLOPs accounting.
 
-The measured map of where growth pays is results, not growth math: :mod:`lightning_sparkling.pretrain.measured`.
+The measured map of where growth pays is results, not growth math: :mod:`lightning_sparkling.pretrain.advice.measured`.
 """
 
 from lightning_sparkling.growth.axes import BaseAxis, GrowthAxis, register_axis, registered_axes, unregister_axis

@@ -6,15 +6,17 @@
   (``out_dir/logs/``) and ``out_dir/summary.json``.
 - ``sparkling plan --config FILE.yaml``: what the growth stages of that config do (widths, tensors, alpha,
   parameters, FLOPs saved), without training and without building a tokenizer; with ``--suggest``, the measured
-  best growth for its schedule and token ratio as a ``growth:`` block (:mod:`~lightning_sparkling.pretrain.suggest`).
+  best growth for its schedule and token ratio as a ``growth:`` block
+  (:mod:`~lightning_sparkling.pretrain.advice.suggest`).
 - ``sparkling plot LOGDIR... --out FILE.png [--x step|tokens|flops] [--panels P,...]``: the dashboard figure
   (:mod:`lightning_sparkling.dashboards.plotting`).
 
 This module parses the command line (:func:`build_parser`, :func:`parse`) and dispatches (:func:`main`). The
-configuration schema is in :mod:`~lightning_sparkling.pretrain.schema` and its checks in
-:mod:`~lightning_sparkling.pretrain.config`; ``plan`` is :mod:`~lightning_sparkling.pretrain.planning`, ``pretrain``
-:mod:`~lightning_sparkling.pretrain.run` (Trainer and callbacks: :mod:`~lightning_sparkling.pretrain.trainer`,
-summary: :mod:`~lightning_sparkling.pretrain.summary`). Their public names are importable from here as before.
+configuration schema is in :mod:`~lightning_sparkling.pretrain.config.schema` and its checks in
+:mod:`~lightning_sparkling.pretrain.config.resolve`; ``plan`` is :mod:`~lightning_sparkling.pretrain.advice.planning`,
+``pretrain`` :mod:`~lightning_sparkling.pretrain.training.run` (Trainer and callbacks:
+:mod:`~lightning_sparkling.pretrain.training.trainer`,
+summary: :mod:`~lightning_sparkling.pretrain.training.summary`). Their public names are importable from here as before.
 """
 
 from __future__ import annotations
@@ -26,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from lightning_sparkling.parallel.registry import cli_backend
-from lightning_sparkling.pretrain.config import ResolvedRun, resolve
+from lightning_sparkling.pretrain.config.resolve import ResolvedRun, resolve
 from lightning_sparkling.pretrain.errors import ConfigError, _one_line_error
-from lightning_sparkling.pretrain.plugins import load_plugins, plugin_names
-from lightning_sparkling.pretrain.planning import plan, regime_advice, regime_warning, run_recipe  # noqa: F401
-from lightning_sparkling.pretrain.resume import check_out_dir
-from lightning_sparkling.pretrain.run import build_datamodule, build_module, pretrain  # noqa: F401
-from lightning_sparkling.pretrain.schema import check_keys, pretrain_arguments
-from lightning_sparkling.pretrain.summary import print_summary_table, resume_command  # noqa: F401
-from lightning_sparkling.pretrain.trainer import _build_trainer, _callbacks_module, _strategy  # noqa: F401
+from lightning_sparkling.pretrain.config.plugins import load_plugins, plugin_names
+from lightning_sparkling.pretrain.advice.planning import plan, regime_advice, regime_warning, run_recipe  # noqa: F401
+from lightning_sparkling.pretrain.config.resume import check_out_dir
+from lightning_sparkling.pretrain.training.run import build_datamodule, build_module, pretrain  # noqa: F401
+from lightning_sparkling.pretrain.config.schema import check_keys, pretrain_arguments
+from lightning_sparkling.pretrain.training.summary import print_summary_table, resume_command  # noqa: F401
+from lightning_sparkling.pretrain.training.trainer import _build_trainer, _callbacks_module, _strategy  # noqa: F401
 
 __all__ = ["build_parser", "main", "parse", "plan", "pretrain"]
 
@@ -134,7 +136,7 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
 
 def _rewrite_optimizer_args(argv: list[str]) -> list[str]:
     """``--optimizer.init_args.lr X`` -> ``--optimizer.lr X`` (jsonargparse cannot descend into the free-form
-    optimizer dict; :func:`~lightning_sparkling.pretrain.optim.normalize_optimizer` moves such keys into
+    optimizer dict; :func:`~lightning_sparkling.pretrain.model.optim.normalize_optimizer` moves such keys into
     ``init_args``)."""
     return [a.replace("--optimizer.init_args.", "--optimizer.", 1) if a.startswith("--optimizer.init_args.") else a
             for a in argv]
@@ -284,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(main_plot(rest) or 0)
     if command == "measure":
-        from lightning_sparkling.pretrain.measure import main_measure
+        from lightning_sparkling.pretrain.measure.command import main_measure
 
         rest, maps = _take_maps(rest)  # --map FILE: the cells its summary may cite, as plan's
         return main_measure(rest, parse, cells=_read_maps(maps))
@@ -301,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rest = [arg for arg in rest if arg != "--suggest"]
         ns, run, _ = parse(rest, command)
         if wants_suggestion:  # the measured best growth for this run, as a growth: block to paste
-            from lightning_sparkling.pretrain.suggest import suggest
+            from lightning_sparkling.pretrain.advice.suggest import suggest
 
             print(suggest(ns, run, cells=_read_maps(maps)).message())
             return 0
@@ -339,7 +341,7 @@ def _read_maps(paths: list[str]) -> tuple | None:
     """The package's measured cells and those of ``paths`` (``None`` without paths: the package's map alone)."""
     if not paths:
         return None
-    from lightning_sparkling.pretrain.measured import load_map
+    from lightning_sparkling.pretrain.advice.measured import load_map
 
     cells = list(load_map())
     for path in paths:

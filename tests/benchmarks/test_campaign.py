@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_sparkling.pretrain import measure_runs
+from lightning_sparkling.pretrain.measure import measure_runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import campaign  # noqa: E402

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_sparkling.pretrain import measure_runs
+from lightning_sparkling.pretrain.measure import measure_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 

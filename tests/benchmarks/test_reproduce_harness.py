@@ -443,7 +443,7 @@ def test_scan_skips_growth_inside_the_wsd_decay_and_the_package_agrees(repro, tm
 def test_scan_table_and_export_load_as_measured_cells(repro, tmp_path):
     """Hand-made finished runs of two cells: one line per cell with the paired Δ against its own scratch, and the
     export (--scan-export) is a JSON list of measured.json cells, written as the map writes them."""
-    from lightning_sparkling.pretrain.measured import MAP_PATH, MeasuredCell
+    from lightning_sparkling.pretrain.advice.measured import MAP_PATH, MeasuredCell
 
     size = repro.resolve_size("tiny")
     out, results, export = tmp_path / "runs", tmp_path / "results", tmp_path / "cells.json"
@@ -666,7 +666,7 @@ def test_experts_scan_pairs_each_comparison_and_exports_the_init(repro, tmp_path
     """Hand-made finished runs of the upcycle and experts-2x cells: each row's Δ against each of its comparisons,
     paired by seed (the K=4 row against the K=4 MoE, not the K=2 one); the exported cells name the map's axis
     (``upcycle`` / ``experts``) and the row's ``expert_init``, and load as measured cells."""
-    from lightning_sparkling.pretrain.measured import MeasuredCell
+    from lightning_sparkling.pretrain.advice.measured import MeasuredCell
 
     size = repro.resolve_size("tiny")
     out, results, export = tmp_path / "runs", tmp_path / "results", tmp_path / "cells.json"
@@ -767,7 +767,7 @@ def test_experts_cells_are_named_as_the_package_classifies_their_stages(repro):
     """The axis and init a scan exports for an experts row are what ``measured.advise`` reads off that row's own
     stage, so ``plan`` on the same run finds the cell."""
     from lightning_sparkling import GrowthStage
-    from lightning_sparkling.pretrain.measured import classify_category
+    from lightning_sparkling.pretrain.advice.measured import classify_category
 
     size = repro.resolve_size("quick")
     named = set()

@@ -21,7 +21,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning_sparkling import GrowthCallback, GrowthStage
 from lightning_sparkling.callbacks import clip_gradients
 from lightning_sparkling.growth.errors import GrowthError
-from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
 from _tiny import TinyModule, make_trainer
 

@@ -20,7 +20,7 @@ from _litgpt_flops import litgpt_measured_flops
 from lightning_sparkling import GrowthStage, WidthGrowthCallback
 from lightning_sparkling.callbacks.throughput import TokenThroughputMonitor, measured_flops_per_batch
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
 CONFIG = dict(n_embd=32, n_head=4, n_layer=2, block_size=16, vocab_size=64, padded_vocab_size=64,
               mlp_class_name="LLaMAMLP", intermediate_size=64, norm_class_name="RMSNorm", bias=False)

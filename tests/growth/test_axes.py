@@ -23,8 +23,8 @@ from lightning_sparkling.growth.axes import (
     registered_axes,
     unregister_axis,
 )
-from lightning_sparkling.pretrain.measured import classify_category
-from lightning_sparkling.pretrain.measured_axes import register_cell_label, unregister_cell_label
+from lightning_sparkling.pretrain.advice.measured import classify_category
+from lightning_sparkling.pretrain.advice.measured_axes import register_cell_label, unregister_cell_label
 from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 PACKAGE = Path(lightning_sparkling.__file__).parent
@@ -89,7 +89,7 @@ class _Recorder(BaseAxis):
 def test_an_axis_is_its_module_and_one_registration():
     """Every layer reads a registered axis without naming it: the plan, the grown config, the surgery, the
     symmetry diagnostics and the description; the measured map names its cells by a labeller of its own
-    (``pretrain/measured_axes.py``, not the axis)."""
+    (``pretrain/advice/measured_axes.py``, not the axis)."""
     toy = register_axis(_Recorder())
     register_cell_label("toy", lambda keys, stage, grown: "toy" if "toy" in grown or keys else None, rank=-1)
     try:
@@ -144,7 +144,7 @@ def test_an_axis_with_its_own_stage_key_is_its_module_and_one_registration():
     (``stage.get``, ``GrowthStage.from_keys``), the CLI reads them flat; its check runs at construction;
     unregistering takes the key away. ``GrowthStage`` itself never changes (its fields are the file's)."""
     from lightning_sparkling.growth import register_axis as public_register
-    from lightning_sparkling.pretrain import schema
+    from lightning_sparkling.pretrain.config import schema
 
     assert public_register is register_axis
     kept = GrowthStage(0, n_embd=64)
@@ -197,7 +197,8 @@ def test_the_protocol_declares_what_the_code_calls():
     assert {"name", "sizes", "target_key", "check_stage", "copies"} <= called
     assert called <= declared, sorted(called - declared)
     assert {"target_key", "stage_keys", "copies"} <= declared
-    assert not {"label_rank", "cell_label"} & declared  # the measured map's vocabulary is not an axis' (pretrain/measured_axes.py)
+    # the measured map's vocabulary is not an axis' (pretrain/advice/measured_axes.py)
+    assert not {"label_rank", "cell_label"} & declared
 
 
 # modules that orchestrate (plan, surgery, optimizer patch, backends, callbacks, app, dashboards): they read the
@@ -213,7 +214,7 @@ def _sources() -> list[Path]:
     out = []
     for entry in _ORCHESTRATION:
         path = PACKAGE / entry
-        out += sorted(path.glob("*.py")) if path.is_dir() else [path]
+        out += sorted(path.rglob("*.py")) if path.is_dir() else [path]  # pretrain/ has sub-packages
     return out
 
 

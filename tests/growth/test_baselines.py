@@ -248,7 +248,7 @@ def test_symmetry_breaking_baselines_unlock_the_copies(kwargs):
 
 # ------------------------------------------------------------------------------------------------------------ CLI
 def test_stage_args_mirror_growth_stage():
-    from lightning_sparkling.pretrain.config import StageArgs
+    from lightning_sparkling.pretrain.config.schema import StageArgs
 
     from lightning_sparkling.growth.recipes import PAPER_KEYS
 

@@ -295,7 +295,7 @@ def test_decay_speedup_under_manual_optimization_with_two_optimizers():
     """The package's module with Muon (Muon for block matrices + AdamW for the rest, stepped by the module under
     manual optimization, 2 micro-batches per step): Lightning's global step already counts the step when the second
     optimizer steps, so the time of a step is each optimizer's scheduler position; both get the fast baseline."""
-    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+    from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
     from _tiny import VOCAB, tiny_config
 

@@ -95,8 +95,8 @@ def test_the_old_names_are_gone():
     """No shim answers for an old name: neither a module attribute nor a field, property or keyword."""
     from lightning_sparkling.growth import axes, plan, stage, surgery, types
     from lightning_sparkling.growth.symmetry import CopySpec
-    from lightning_sparkling.pretrain import measured
-    from lightning_sparkling.pretrain.measured import MeasuredCell
+    from lightning_sparkling.pretrain.advice import measured
+    from lightning_sparkling.pretrain.advice.measured import MeasuredCell
 
     for module, name in ((types, "AxisChange"), (plan, "AxisChange"), (surgery, "AxisChange"),
                          (axes, "WIDTH_AXES"), (stage, "SIZE_AXES"), (measured, "classify_axis")):
@@ -111,8 +111,8 @@ def test_the_old_names_are_gone():
 
 
 def test_map_categories_and_the_files_their_key():
-    from lightning_sparkling.pretrain import measured
-    from lightning_sparkling.pretrain.measured import MeasuredCell, classify_category, load_map
+    from lightning_sparkling.pretrain.advice import measured
+    from lightning_sparkling.pretrain.advice.measured import MeasuredCell, classify_category, load_map
 
     stages = [GrowthStage(10, n_embd=64, intermediate_size=256)]
     assert classify_category(stages) == "joint"
@@ -130,7 +130,7 @@ def test_map_categories_and_the_files_their_key():
 def test_the_plan_report_lists_widths_apart_from_the_channel_dimensions(tmp_path):
     """``plan()["stages"][k]["widths"]`` holds the widths only (the glossary's word), ``"channels"`` every channel
     dimension a stage grows (a heads growth's ``attn_q`` ...)."""
-    from lightning_sparkling.pretrain.planning import _stage_report
+    from lightning_sparkling.pretrain.advice.planning import _stage_report
 
     config = llama_config()
     stage = GrowthStage(0, n_embd=2 * config.n_embd, n_head=2 * config.n_head,

@@ -19,7 +19,7 @@ from litgpt.model import GPT
 from lightning_sparkling import GrowthStage, StageError, grow_model, plan_growth
 from lightning_sparkling.growth.axes import registered_axes, unregister_axis
 from lightning_sparkling.growth.surgery import derived_buffers
-from lightning_sparkling.pretrain.measured import classify_category
+from lightning_sparkling.pretrain.advice.measured import classify_category
 
 
 @pytest.fixture

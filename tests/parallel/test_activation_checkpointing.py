@@ -17,7 +17,7 @@ from _tiny import assert_states_equal, tiny_config
 from lightning_sparkling import GrowthCallback, GrowthStage
 from lightning_sparkling.parallel import checkpoint_blocks
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks, is_checkpointed
-from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
 ADAMW = {"class_path": "torch.optim.AdamW", "init_args": {"lr": 3e-3, "weight_decay": 0.1, "betas": [0.9, 0.95]}}
 

@@ -167,8 +167,8 @@ def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
 
     from lightning_sparkling.parallel import cli_strategies, register_backend, registered_backends, unregister_backend
     from lightning_sparkling.pretrain.cli import parse
-    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
-    from lightning_sparkling.pretrain.trainer import _strategy
+    from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
+    from lightning_sparkling.pretrain.training.trainer import _strategy
 
     (tmp_path / "toy_backend.py").write_text(_TOY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -189,9 +189,9 @@ def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
         backend = select_backend(strategy)
         assert type(backend) is toy_backend.ToyBackend and isinstance(backend, GrowthBackend)
         assert cli_strategies()[-1] == "toy" and registered_backends()[-1] is entry
-        from lightning_sparkling.pretrain import config, schema
+        from lightning_sparkling.pretrain.config import schema
 
-        assert schema.STRATEGIES[-1] == config.STRATEGIES[-1] == "toy"  # read now, not at import
+        assert schema.STRATEGIES[-1] == "toy"  # read now, not at import
         with pytest.raises(GrowthError, match=r"_OtherStrategy is not supported.*toy_strategy\(\)"):
             select_backend(_OtherStrategy.__new__(_OtherStrategy))
         with pytest.raises(ValueError, match="clashes with the registered backend 'toy'"):
@@ -234,7 +234,7 @@ def test_a_backend_is_its_module_and_one_registration(tmp_path, monkeypatch):
 
 def test_the_cli_strategies_are_the_registry_s():
     from lightning_sparkling.parallel import cli_backend
-    from lightning_sparkling.pretrain.schema import STRATEGIES
+    from lightning_sparkling.pretrain.config.schema import STRATEGIES
 
     assert STRATEGIES == ("auto", "ddp", "fsdp2", "fsdp1")
     assert cli_backend("fsdp1").name == "fsdp1" and cli_backend("fsdp") is None  # no alias: never released
@@ -246,7 +246,7 @@ def test_configure_model_prepares_the_gpt_per_backend_without_checking_the_strat
     user's FSDPStrategy that growth would refuse; FSDP2: shard_gpt over the device mesh; one device: nothing), and
     leaves the GPT as it is under a strategy no backend accepts."""
     from lightning_sparkling.parallel import sharding
-    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+    from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
     calls = []
     monkeypatch.setattr(sharding, "wrap_gpt", lambda gpt: calls.append(("wrap", gpt)) or gpt)

@@ -21,7 +21,7 @@ from _tiny import assert_states_equal, tiny_config
 from lightning_sparkling import ActivationRMSMonitor, GrowthCallback, GrowthStage
 from lightning_sparkling.parallel import compile_gpt
 from lightning_sparkling.parallel.compile import eager, is_compiled, recompile_after_growth
-from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
 ADAMW = {"class_path": "torch.optim.AdamW", "init_args": {"lr": 3e-3, "weight_decay": 0.1, "betas": [0.9, 0.95]}}
 RUN_COMPILE = pytest.mark.skipif(not os.environ.get("SPARKLING_COMPILE_TESTS"),

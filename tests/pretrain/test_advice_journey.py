@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_sparkling.pretrain import measure as measure_module
+from lightning_sparkling.pretrain.measure import command as measure_module
 from lightning_sparkling.pretrain.cli import main, parse
-from lightning_sparkling.pretrain.measured import load_map
-from lightning_sparkling.pretrain.planning import plan, stage_plans
+from lightning_sparkling.pretrain.advice.measured import load_map
+from lightning_sparkling.pretrain.advice.planning import plan, stage_plans
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli import tiny_config, write_config  # noqa: E402
@@ -137,6 +137,6 @@ def test_suggest_paste_plan_measure_plan_map(tmp_path, capsys, monkeypatch, name
     assert f"docs/BENCHMARKS.md, {written['where']})" in _flat(final), final
     word = {"paid": "growth paid there", "cost": "growth cost near", "no measurable difference":
             "no measurable difference near"}
-    from lightning_sparkling.pretrain.verdict import verdict
+    from lightning_sparkling.pretrain.advice.verdict import verdict
 
     assert word[verdict(written["delta"], written["sd"], written["seeds"], written["seeds_above"])] in final

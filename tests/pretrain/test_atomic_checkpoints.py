@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_sparkling.pretrain.checkpointing import (AtomicCheckpointIO, AtomicFSDPStrategy,
-                                                        AtomicModelParallelStrategy, _writes_sharded, atomic_save,
-                                                        publish_dir, remove_stale_temporaries)
+from lightning_sparkling.pretrain.model.checkpointing import (AtomicCheckpointIO, AtomicFSDPStrategy,
+                                                              AtomicModelParallelStrategy, _writes_sharded, atomic_save,
+                                                              publish_dir, remove_stale_temporaries)
 from lightning_sparkling.pretrain.cli import main, parse
-from lightning_sparkling.pretrain.config import newest_readable_checkpoint
+from lightning_sparkling.pretrain.config.resume import newest_readable_checkpoint
 from test_cli import tiny_config, write_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def test_any_sharded_strategy_a_backend_makes_is_written_atomically():
     writes sharded directories; the built-in classes map to the named ones."""
     from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
-    from lightning_sparkling.pretrain.checkpointing import _AtomicShardedSave, atomic_class, atomic_strategy
+    from lightning_sparkling.pretrain.model.checkpointing import _AtomicShardedSave, atomic_class, atomic_strategy
 
     class MyShardedStrategy(ModelParallelStrategy):
         pass
@@ -116,7 +116,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
 KILLED_WRITE = textwrap.dedent("""
     import io, os, signal, sys
     import torch
-    from lightning_sparkling.pretrain import checkpointing
+    from lightning_sparkling.pretrain.model import checkpointing
 
     state, target = torch.load(sys.argv[1], weights_only=False), sys.argv[2]
 
@@ -177,7 +177,7 @@ def test_sigkill_while_replacing_a_checkpoint_keeps_the_old_one(run, tmp_path):
 LOOPED_WRITES = textwrap.dedent("""
     import sys
     import torch
-    from lightning_sparkling.pretrain.checkpointing import AtomicCheckpointIO
+    from lightning_sparkling.pretrain.model.checkpointing import AtomicCheckpointIO
 
     io, target = AtomicCheckpointIO(), sys.argv[1]
     weights = torch.randn(12_000_000)  # 48 MB: a write takes a while
@@ -257,7 +257,7 @@ def test_publish_dir_replaces_a_directory_and_stale_temporaries_are_ours_only(tm
 def test_a_checkpoint_swapped_aside_by_a_killed_replacement_is_resumed_from_and_renamed_back(tmp_path):
     """A kill between publish_dir's two renames leaves only `.step-N.ckpt.old-<hex>`: `auto` must still find step N
     (it is the only copy), and the next save's cleanup renames it back instead of deleting it."""
-    from lightning_sparkling.pretrain.resume import _step_checkpoints
+    from lightning_sparkling.pretrain.config.resume import _step_checkpoints
 
     folder = tmp_path / "checkpoints"
     folder.mkdir()

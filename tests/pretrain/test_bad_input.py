@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lightning_sparkling.pretrain.cli import main, parse
-from lightning_sparkling.pretrain.data import save_tokenizer_dir, train_tokenizer
+from lightning_sparkling.pretrain.data.bpe import save_tokenizer_dir, train_tokenizer
 from test_cli import tiny_config, write_config
 
 WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in tall green trees".split()
@@ -283,7 +283,7 @@ def test_data_dir_without_text(tmp_path, capsys, files, expected):
     line = refused(capsys, tmp_path, tiny_config(tmp_path / "cache", data={"data_dir": str(root)}))
     split = None
     if "{split}" in expected:  # the one file goes to the split its name hashes to; the other is empty
-        from lightning_sparkling.pretrain.data import collect_corpus_files, split_files
+        from lightning_sparkling.pretrain.data.corpus import collect_corpus_files, split_files
 
         split = "train" if not split_files(collect_corpus_files(data_dir=root), 20)[0] else "validation"
     assert line == "error: " + expected.format(root=root, split=split), line

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.pretrain.measured import MeasuredCell, advise, classify_category, load_map, nearest
-from lightning_sparkling.pretrain.measured_size import format_params
+from lightning_sparkling.pretrain.advice.measured import MeasuredCell, advise, classify_category, load_map, nearest
+from lightning_sparkling.pretrain.advice.measured_size import format_params
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 INDEX_HEADING = "## The measured map, cell by cell"

@@ -14,9 +14,9 @@ import yaml
 
 from lightning_sparkling.growth.compute import estimate_compute
 from lightning_sparkling.pretrain.cli import main, parse
-from lightning_sparkling.pretrain.measured import MeasuredCell, load_map
-from lightning_sparkling.pretrain.measured_axes import block_family
-from lightning_sparkling.pretrain.planning import plan
+from lightning_sparkling.pretrain.advice.measured import MeasuredCell, load_map
+from lightning_sparkling.pretrain.advice.measured_axes import block_family
+from lightning_sparkling.pretrain.advice.planning import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_suggest import Q8, _wsd  # noqa: E402
@@ -63,7 +63,7 @@ def test_plan_prints_the_cell_s_ceiling_the_run_s_and_the_measured_fraction(tmp_
 
 def test_a_grown_run_that_beats_same_steps_scratch_is_said_to_exceed_the_ceiling():
     from lightning_sparkling.growth.stage import GrowthStage
-    from lightning_sparkling.pretrain.measured import advise
+    from lightning_sparkling.pretrain.advice.measured import advise
 
     cell = MeasuredCell(category="depth", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.0,
                         delta=-0.08, sd=0.01, seeds=3, seeds_above=0, where="w", speedup=1.2, speedup_sd=0.02,

@@ -287,7 +287,7 @@ def test_unknown_strategy_lists_the_registry_s(config_file, capsys):
 def test_strategy_fsdp_is_no_alias_of_fsdp1(config_file, capsys):
     """``strategy: fsdp`` (fsdp1's value before 0.1.0) is not kept as an alias: 0.1.0 was never released. The
     error lists the values, ``fsdp1`` among them."""
-    from lightning_sparkling.pretrain.config import _resolve_hardware
+    from lightning_sparkling.pretrain.config.resolve import _resolve_hardware
 
     with pytest.raises(SystemExit):
         main(["plan", "--config", str(config_file), "--strategy", "fsdp"])
@@ -397,7 +397,7 @@ def test_plan_matches_estimate_compute(config_file, capsys, tmp_path):
 
 
 def test_plan_advises_from_the_measured_map(config_file, capsys):
-    from lightning_sparkling.pretrain.measured import load_map
+    from lightning_sparkling.pretrain.advice.measured import load_map
 
     _, run, _ = parse(["--config", str(config_file), "--growth.recipe", "paper"])
     report = plan(run, print_report=False)
@@ -509,7 +509,7 @@ def test_readme_commands_and_config_reference():
     import dataclasses
     import inspect
 
-    from lightning_sparkling.pretrain import config as schema
+    from lightning_sparkling.pretrain.config import schema
 
     root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()

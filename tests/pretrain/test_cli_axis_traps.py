@@ -169,7 +169,7 @@ def test_an_unknown_stage_key_says_to_load_the_axis_module(tmp_path, capsys, mon
 
 
 def test_a_bare_plugins_name_and_a_plugins_string_work(plugin, tmp_path, capsys):
-    from lightning_sparkling.pretrain.planning import plan
+    from lightning_sparkling.pretrain.advice.planning import plan
 
     name = plugin(ROPE_AXIS)
     for argv in (["--config", _config(tmp_path, ROPE_STAGE), "--plugins", name],

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from lightning_sparkling.pretrain.cli import main, resume_command
-from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 from test_cli import tiny_config, write_config
 
 

@@ -1,7 +1,7 @@
 """Issue 41: the CLI's stage keys are derived when a configuration is read, not when the schema is imported, so an
-axis registered after ``lightning_sparkling.pretrain.schema`` and ``cli`` were imported has its stage key accepted by
-``sparkling pretrain`` / ``plan`` (a configuration file, ``--growth.stages.K.KEY``, a ``StageArgs`` instance), and
-unregistering it takes the key away again."""
+axis registered after ``lightning_sparkling.pretrain.config.schema`` and ``cli`` were imported has its stage key
+accepted by ``sparkling pretrain`` / ``plan`` (a configuration file, ``--growth.stages.K.KEY``, a ``StageArgs``
+instance), and unregistering it takes the key away again."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import yaml
 from lightning_sparkling.growth.axes import BaseAxis, register_axis, registered_axes, unregister_axis
 from lightning_sparkling.growth.stage import GrowthStage, StageError
 from lightning_sparkling.growth.types import AxisPlan
-from lightning_sparkling.pretrain import cli, config, schema  # imported before the toy axis registers
+from lightning_sparkling.pretrain import cli  # imported before the toy axis registers
+from lightning_sparkling.pretrain.config import resolve, schema
 from lightning_sparkling.pretrain.cli import parse
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
@@ -73,8 +74,7 @@ def test_an_axis_registered_after_the_cli_has_its_stage_key_in_the_cli(tmp_path,
 
     toy = register_axis(_Spin())
     try:
-        for module in (schema, config):  # the module attribute follows the registry
-            assert "spin" in {f.name for f in dataclasses.fields(module.StageArgs)}
+        assert "spin" in {f.name for f in dataclasses.fields(schema.StageArgs)}  # the attribute follows the registry
         assert schema.StageArgs is schema.stage_args()  # derived once per set of keys
         _, run, dumped = parse(["--config", path])  # the configuration file's key
         (stage,) = run.stages
@@ -84,7 +84,7 @@ def test_an_axis_registered_after_the_cli_has_its_stage_key_in_the_cli(tmp_path,
         assert "spin=-1" in _refused(capsys, ["--config", path, "--growth.stages.0.spin", "-1"])  # its check runs
         ns, _, _ = parse(["--config", str(QUICKSTART)])
         ns.growth = schema.GrowthArgs(stages=[schema.StageArgs(at_step=100, n_embd=128, rewarmup_steps=20, spin=4)])
-        assert config.resolve(ns).stages[0].get("spin") == 4  # a StageArgs instance with the late key
+        assert resolve.resolve(ns).stages[0].get("spin") == 4  # a StageArgs instance with the late key
         assert cli.main(["plan", "--config", path]) == 0
         capsys.readouterr()
     finally:

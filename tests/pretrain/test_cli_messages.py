@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_sparkling.pretrain import config as config_module
+from lightning_sparkling.pretrain.config import resolve as config_module
 from lightning_sparkling.pretrain.cli import main, parse
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml")

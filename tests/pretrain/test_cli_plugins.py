@@ -14,7 +14,7 @@ import yaml
 from _rope_axis_source import ROPE_AXIS
 
 from lightning_sparkling.growth.axes import registered_axes, unregister_axis
-from lightning_sparkling.pretrain.plugins import load_plugins, plugin_names
+from lightning_sparkling.pretrain.config.plugins import load_plugins, plugin_names
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"

@@ -8,7 +8,7 @@ import lightning as L
 import torch
 
 from lightning_sparkling.pretrain.cli import _callbacks_module
-from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
 CONFIG = dict(n_layer=1, n_embd=16, n_head=2, block_size=8, vocab_size=32, padded_vocab_size=32,
               mlp_class_name="LLaMAMLP", intermediate_size=32, norm_class_name="RMSNorm", bias=False)

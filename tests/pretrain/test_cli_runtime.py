@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from lightning_sparkling.pretrain.cli import main
-from lightning_sparkling.pretrain.config import _resolve_runtime
+from lightning_sparkling.pretrain.config.resolve import _resolve_runtime
 from lightning_sparkling.pretrain.errors import ConfigError
 from test_bad_input import refused
 from test_cli import _tb_scalars, tiny_config, write_config
@@ -98,7 +98,7 @@ def test_the_module_refuses_both_under_fsdp1(kwargs):
 
     from lightning.pytorch.strategies import FSDPStrategy
 
-    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+    from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
     module = LitGPTPretrainModule({"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 32, "block_size": 8},
                                   **kwargs)

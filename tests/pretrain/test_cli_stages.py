@@ -12,7 +12,7 @@ import pytest
 
 from lightning_sparkling.growth.recipes import PAPER_KEYS
 from lightning_sparkling.growth.stage import GrowthStage, StageError
-from lightning_sparkling.pretrain import schema
+from lightning_sparkling.pretrain.config import schema
 from lightning_sparkling.pretrain.cli import main, parse
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml")
@@ -150,7 +150,7 @@ def test_a_bad_stage_key_from_the_command_line_is_one_error_line(capsys, argv, l
 def test_resolve_takes_stage_args_instances_with_every_key_given():
     """Python callers of ``resolve`` may give ``GrowthArgs(stages=[StageArgs(...)])``: every key of a ``StageArgs`` is
     set, so the recipe fills none (a dict stage gets the recipe's keys)."""
-    from lightning_sparkling.pretrain.config import resolve
+    from lightning_sparkling.pretrain.config.resolve import resolve
 
     ns, _, _ = parse(["--config", QUICKSTART])
     ns.growth = schema.GrowthArgs(stages=[schema.StageArgs(at_step=100, n_embd=128, rewarmup_steps=20),

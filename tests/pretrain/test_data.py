@@ -11,18 +11,12 @@ import pytest
 import torch
 from litgpt.tokenizer import Tokenizer
 
-import lightning_sparkling.pretrain.data as data_mod
-from lightning_sparkling.pretrain.data import (
-    EOS_TOKEN,
-    ContiguousWindowDataset,
-    CorpusFile,
-    RandomWindowDataset,
-    ResumableWindowSampler,
-    TextCorpusDataModule,
-    cap_files,
-    collect_corpus_files,
-    split_files,
-)
+import lightning_sparkling.pretrain.data.datamodule as data_mod
+from lightning_sparkling.pretrain.data.bpe import EOS_TOKEN
+from lightning_sparkling.pretrain.data.windows import (ContiguousWindowDataset, RandomWindowDataset,
+                                                       ResumableWindowSampler)
+from lightning_sparkling.pretrain.data.corpus import CorpusFile, cap_files, collect_corpus_files, split_files
+from lightning_sparkling.pretrain.data.datamodule import TextCorpusDataModule
 
 SMALL = dict(seq_len=32, batch_size=4, vocab_size=512, val_percent=20, max_files=24, max_bytes=200_000)
 

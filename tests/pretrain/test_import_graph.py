@@ -1,7 +1,9 @@
 """The modules of ``lightning_sparkling/pretrain/`` import each other without a cycle (issue 24: ``config.py`` and
-``litgpt_compat.py`` used to import each other), no module of the whole package is on an import cycle, counting
-imports inside functions (issue 41: nine modules of ``growth/`` were), the layers import downwards only, every
-subfolder included, and the CLI stays light to import (``sparkling plan`` never imports Lightning)."""
+``litgpt_compat.py`` used to import each other) and follow its layers, its sub-packages in order (issue 53: data <
+model < config < advice < training < measure < cli, a module of a lower one never imports a higher one); no module of
+the whole package is on an import cycle, counting imports inside functions (issue 41: nine modules of ``growth/``
+were), the layers import downwards only, every subfolder included, and the CLI stays light to import (``sparkling
+plan`` never imports Lightning)."""
 
 from __future__ import annotations
 
@@ -14,35 +16,64 @@ import lightning_sparkling
 
 PACKAGE = "lightning_sparkling.pretrain"
 FOLDER = Path(lightning_sparkling.__file__).parent / "pretrain"
+PRETRAIN_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "formatting"),  # flat: the errors and the console every layer shares
+    ("data",),
+    ("model",),
+    ("config",),
+    ("advice",),
+    ("training",),
+    ("measure",),
+    ("cli",),  # flat: the command line dispatches to every layer
+)
+"""``pretrain/``'s layers, bottom to top: each a sub-package (or a flat module); a module imports only modules of its
+own layer and of the layers before it."""
 
 
 def _modules() -> list[str]:
-    return sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
+    """Every module of ``pretrain/`` by its dotted name under it (``cli``, ``config.resolve``; sub-packages'
+    ``__init__`` as ``config``), the package's own ``__init__`` left out."""
+    out = []
+    for path in sorted(FOLDER.rglob("*.py")):
+        parts = list(path.relative_to(FOLDER).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts:
+            out.append(".".join(parts))
+    return out
 
 
 def _imported(name: str, modules: set[str]) -> set[str]:
     """The pretrain modules ``name`` imports anywhere in its source (at the top, inside functions, for type checking
-    only)."""
-    tree = ast.parse((FOLDER / f"{name}.py").read_text(encoding="utf-8"))
+    only), by their dotted names under ``pretrain``; ``from lightning_sparkling.pretrain.config import schema`` counts
+    ``config.schema``."""
+    path = FOLDER / (name.replace(".", "/") + ".py")
+    if not path.is_file():
+        path = FOLDER / name.replace(".", "/") / "__init__.py"
     found: set[str] = set()
 
     def add(dotted: str) -> None:
-        if dotted.startswith(PACKAGE + "."):
-            found.add(dotted[len(PACKAGE) + 1:].split(".")[0])
+        if dotted.startswith(PACKAGE + ".") and dotted[len(PACKAGE) + 1:] in modules:
+            found.add(dotted[len(PACKAGE) + 1:])
 
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
         elif isinstance(node, ast.ImportFrom):
+            assert not node.level, f"{name}: a relative import (the package imports absolutely)"
             base = node.module or ""
-            if node.level:  # relative: from . import x / from .x import y
-                base = ".".join([PACKAGE, base] if base else [PACKAGE])
             add(base)
-            if base == PACKAGE:  # from lightning_sparkling.pretrain import config, litgpt_compat
-                found.update(alias.name for alias in node.names if alias.name in modules)
+            for alias in node.names:
+                add(f"{base}.{alias.name}")
     found.discard(name)
     return found
+
+
+def _layer(name: str) -> int:
+    """The index in :data:`PRETRAIN_LAYERS` of the layer module ``name`` belongs to (its first component)."""
+    top = name.split(".")[0]
+    return next(k for k, layer in enumerate(PRETRAIN_LAYERS) if top in layer)
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -70,9 +101,11 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_walk_sees_the_imports():
     modules = set(_modules())
-    assert {"cli", "config", "litgpt_compat", "errors", "schema"} <= modules
-    assert {"config", "planning", "run"} <= _imported("cli", modules)
-    assert "errors" in _imported("litgpt_compat", modules)
+    assert {"cli", "config.resolve", "config.litgpt_compat", "errors", "config.schema", "data"} <= modules
+    assert {"config.resolve", "advice.planning", "training.run"} <= _imported("cli", modules)
+    assert "errors" in _imported("config.litgpt_compat", modules)
+    assert "config.schema" in _imported("config.resolve", modules)  # from ...pretrain.config.schema import ...
+    assert "data.litgpt_data" in _imported("config.resolve", modules)  # from ...pretrain.data import litgpt_data
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
@@ -80,12 +113,40 @@ def test_the_walk_sees_the_imports():
 def test_pretrain_modules_import_no_cycle():
     modules = set(_modules())
     graph = {name: _imported(name, modules) for name in modules}
-    assert "config" not in graph["litgpt_compat"] and "config" not in graph["litgpt_data"]
+    assert "config.resolve" not in graph["config.litgpt_compat"] and "config.resolve" not in graph["data.litgpt_data"]
     assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph))}"
 
 
+def test_every_pretrain_module_is_in_a_layer_and_at_most_ten_are_flat():
+    modules = _modules()
+    assert [m for m in modules if m.split(".")[0] not in {n for layer in PRETRAIN_LAYERS for n in layer}] == []
+    flat = [p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__"]
+    assert len(flat) <= 10, flat
+    packages = sorted(p.parent.name for p in FOLDER.glob("*/__init__.py"))
+    assert packages == sorted(n for layer in PRETRAIN_LAYERS for n in layer if (FOLDER / n).is_dir()), packages
+
+
+def test_pretrain_sub_packages_import_only_the_layers_below_them():
+    """A module of a lower layer never imports a higher one (``config`` does not read ``advice``, ``training`` does
+    not read ``measure``, nothing but ``cli`` reads ``cli``), counting imports inside functions."""
+    modules = set(_modules())
+    upward = sorted(f"{name} imports {other}" for name in modules for other in _imported(name, modules)
+                    if _layer(other) > _layer(name))
+    assert upward == [], upward
+    assert _layer("config.resolve") < _layer("advice.planning") < _layer("training.run") < _layer("measure.command")
+
+
+def test_pretrain_sub_packages_init_import_nothing():
+    """Importing ``pretrain.config.resolve`` runs ``pretrain/config/__init__.py`` first: each sub-package's
+    ``__init__`` is a docstring, so importing one module of it imports no other (nor Lightning)."""
+    for init in FOLDER.glob("*/__init__.py"):
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        assert ast.get_docstring(tree), init
+        assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))], init
+
+
 def test_cli_and_config_import_no_lightning():
-    code = ("import sys\nimport lightning_sparkling.pretrain.cli, lightning_sparkling.pretrain.config\n"
+    code = ("import sys\nimport lightning_sparkling.pretrain.cli, lightning_sparkling.pretrain.config.resolve\n"
             "bad = sorted(m for m in sys.modules if m == 'lightning' or m.startswith('lightning.'))\n"
             "assert not bad, bad[:5]\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
@@ -131,8 +192,8 @@ def test_the_package_walk_sees_subfolders_and_function_imports():
     graph = _package_graph()
     assert "lightning_sparkling.growth.axes.width" in graph and "lightning_sparkling.growth.axes.base" in graph
     assert "lightning_sparkling.growth.types" in graph["lightning_sparkling.growth.axes.experts"]
-    # an import inside a function counts: pretrain.run imports pretrain.module lazily (Lightning on demand)
-    assert "lightning_sparkling.pretrain.module" in graph["lightning_sparkling.pretrain.run"]
+    # an import inside a function counts: training.run imports training.module lazily (Lightning on demand)
+    assert "lightning_sparkling.pretrain.training.module" in graph["lightning_sparkling.pretrain.training.run"]
 
 
 def test_no_import_cycle_in_the_package():
@@ -214,7 +275,8 @@ def test_one_home_for_errors_counts_and_sharding():
     import lightning_sparkling
     from lightning_sparkling.growth import errors, plan
     from lightning_sparkling.parallel import shard_gpt, wrap_gpt
-    from lightning_sparkling.pretrain import gpt, module
+    from lightning_sparkling.pretrain.model import gpt
+    from lightning_sparkling.pretrain.training import module
 
     assert plan.GrowthError is errors.GrowthError is lightning_sparkling.GrowthError
     for old in (gpt, module):

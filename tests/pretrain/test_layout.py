@@ -16,15 +16,36 @@ import lightning_sparkling
 ROOT = Path(lightning_sparkling.__file__).parent
 
 
+PRETRAIN_FLAT_BEFORE = ("bpe", "checkpointing", "corpus", "gpt", "litgpt_compat", "litgpt_data", "measure_runs",
+                        "measure_stats", "measured", "measured_axes", "measured_size", "model_config", "module",
+                        "optim", "planning", "plugins", "resume", "run", "run_callbacks", "schema", "stages",
+                        "suggest", "summary", "target", "token_cache", "trainer", "verdict", "windows")
+"""The flat modules of ``pretrain/`` before its sub-packages (issue 53) whose names no sub-package took (``data``,
+``config`` and ``measure`` are sub-packages now)."""
+
+
 @pytest.mark.parametrize("old", ["lightning_sparkling.stage",
                                  "lightning_sparkling.cli", "lightning_sparkling.distributed",
-                                 "lightning_sparkling.growth.depth", "lightning_sparkling.growth.measured"])
+                                 "lightning_sparkling.growth.depth", "lightning_sparkling.growth.measured",
+                                 *(f"lightning_sparkling.pretrain.{name}" for name in PRETRAIN_FLAT_BEFORE)])
 def test_no_old_module_path_imports(old):
     """0.1.0 was never released: the flat paths of before the subpackages are gone, with no import hook."""
     sys.modules.pop(old, None)
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(old)
     assert not (ROOT / "_deprecated.py").exists()
+
+
+def test_pretrain_sub_packages_took_the_flat_names_with_nothing_of_before():
+    """``pretrain.data``, ``pretrain.config`` and ``pretrain.measure`` are sub-packages; the names their flat modules
+    held are in the modules that define them, not re-exported by the package (``pretrain.config.resolve.resolve``)."""
+    import lightning_sparkling.pretrain.config as config
+    import lightning_sparkling.pretrain.data as data
+    import lightning_sparkling.pretrain.measure as measure
+
+    for package, gone in ((config, "ResolvedRun"), (data, "TextCorpusDataModule"), (measure, "main_measure")):
+        assert hasattr(package, "__path__") and not hasattr(package, gone), package
+        assert not (ROOT / "pretrain" / f"{package.__name__.rsplit('.', 1)[1]}.py").exists()
 
 
 def _walk(package: str) -> list[str]:
@@ -127,6 +148,6 @@ def _layout_files() -> list[str]:
 def test_architecture_layout_lists_only_modules_that_exist():
     """The other way round: every module the layout lists is in the tree, under the folder it is listed in."""
     files = _layout_files()
-    assert "growth/stage.py" in files and "growth/axes/width.py" in files and "pretrain/plugins.py" in files
+    assert "growth/stage.py" in files and "growth/axes/width.py" in files and "pretrain/config/plugins.py" in files
     missing = sorted(f for f in files if not (ROOT / f).is_file())
     assert not missing, f"docs/ARCHITECTURE.md's layout lists modules that are not in the tree: {missing}"

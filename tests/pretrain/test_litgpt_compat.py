@@ -20,8 +20,8 @@ from lightning import LightningDataModule
 from torch.utils.data import DataLoader
 
 from lightning_sparkling.pretrain.cli import main, parse
-from lightning_sparkling.pretrain.config import check_keys
-from lightning_sparkling.pretrain.data import save_tokenizer_dir, train_tokenizer
+from lightning_sparkling.pretrain.config.schema import check_keys
+from lightning_sparkling.pretrain.data.bpe import save_tokenizer_dir, train_tokenizer
 
 WORDS = ("the cat sat on a mat and the dog ran to the park while birds sang in tall green trees near "
          "old stone walls").split()
@@ -95,7 +95,7 @@ def test_every_litgpt_pretrain_key_is_known(printed):
     """Every key of the installed litgpt's pretrain (its printed config, and its ``setup`` signature with the
     fields of its sections) is a key of ``sparkling pretrain``: a key a new litgpt adds fails here."""
     from lightning_sparkling.pretrain.cli import build_parser
-    from lightning_sparkling.pretrain.litgpt_compat import litgpt_pretrain_keys
+    from lightning_sparkling.pretrain.config.litgpt_compat import litgpt_pretrain_keys
 
     keys = dotted_keys(printed)
     assert {"initial_checkpoint_dir", "logger_name", "log", "train.epochs", "train.max_time", "train.max_seq_length",

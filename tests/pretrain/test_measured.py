@@ -1,4 +1,4 @@
-"""The measured map (lightning_sparkling/pretrain/measured.json) and the advice a run gets from it."""
+"""The measured map (lightning_sparkling/pretrain/advice/measured.json) and the advice a run gets from it."""
 
 from __future__ import annotations
 
@@ -8,18 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import lightning_sparkling.pretrain.measured as measured_module
+import lightning_sparkling.pretrain.advice.measured as measured_module
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.pretrain.measured import (
-    DEMO_TOKENS_PER_PARAM,
-    MAP_PATH,
-    NEAR_RATIO,
-    MeasuredCell,
-    advise,
-    classify_category,
-    load_map,
-    nearest,
-)
+from lightning_sparkling.pretrain.advice.measured import (DEMO_TOKENS_PER_PARAM, MAP_PATH, NEAR_RATIO, MeasuredCell,
+                                                          advise, classify_category, load_map, nearest)
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 
@@ -192,7 +184,7 @@ def test_advice_names_a_recipe_measured_better_near_the_run():
     ("random-zero", {"n_layer": 8}, "random-zero"),  # its 10x re-warmup does apply to new blocks
 ])
 def test_run_recipe_names_what_the_stages_do(recipe, keys, expected):
-    from lightning_sparkling.pretrain.planning import run_recipe
+    from lightning_sparkling.pretrain.advice.planning import run_recipe
 
     assert run_recipe([GrowthStage.from_recipe(recipe, 500, **keys)]) == expected
 
@@ -249,7 +241,7 @@ def test_a_demo_length_run_is_told_so_in_one_line():
 
 _TIE = """
 import dataclasses, sys
-from lightning_sparkling.pretrain.measured import MeasuredCell, better_recipe
+from lightning_sparkling.pretrain.advice.measured import MeasuredCell, better_recipe
 base = MeasuredCell(category="joint", recipe="r", schedule="cosine", growth_at=0.5, tokens_per_param=2.8, delta=-0.1,
                     sd=0.01, seeds=3, seeds_above=0, where="test")
 names = [f"tie-{i}" for i in range(8)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.pretrain.measured import MeasuredCell, advise, classify_category
+from lightning_sparkling.pretrain.advice.measured import MeasuredCell, advise, classify_category
 
 UPCYCLE = dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2)
 
@@ -81,7 +81,7 @@ def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init
     upcycle cell of the run's ``expert_init`` from the package's own map, with what the dense model continued gave."""
     import yaml
 
-    from lightning_sparkling.pretrain.measured import load_map
+    from lightning_sparkling.pretrain.advice.measured import load_map
     from lightning_sparkling.pretrain.cli import parse, plan
 
     path = tmp_path / "upcycle.yaml"
@@ -105,7 +105,7 @@ def test_sparkling_plan_of_an_upcycle_run_names_its_measured_cell(tmp_path, init
 def test_a_cell_pays_only_at_or_below_both_scratch_and_the_model_it_grew_from():
     """An upcycle that beats the MoE from scratch but not the dense model it started from does not pay; the three
     start fields come together or not at all."""
-    from lightning_sparkling.pretrain.measured import Advice, MeasuredCell
+    from lightning_sparkling.pretrain.advice.measured import Advice, MeasuredCell
 
     base = dict(category="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7, delta=-0.03,
                 sd=0.01, seeds=3, seeds_above=0, where="w", init="copy")
@@ -129,7 +129,7 @@ def test_sparkling_plan_of_a_more_experts_run_names_its_measured_cell(tmp_path, 
     MoE from scratch: a warning), with K doubled the ``experts+topk`` cell; never the upcycle ones."""
     import yaml
 
-    from lightning_sparkling.pretrain.measured import load_map
+    from lightning_sparkling.pretrain.advice.measured import load_map
     from lightning_sparkling.pretrain.cli import parse, plan
 
     moe = {**QUICK["model_config"], "mlp_class_name": "LLaMAMoE", "n_expert": 4, "n_expert_per_token": 2,

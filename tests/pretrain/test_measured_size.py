@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.pretrain.measured import FAR_SIZE, MeasuredCell, advise, load_map, nearest, size_trend
+from lightning_sparkling.pretrain.advice.measured import FAR_SIZE, MeasuredCell, advise, load_map, nearest, size_trend
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE = GrowthStage(500, n_embd=64, intermediate_size=256)
@@ -88,7 +88,7 @@ def test_the_size_trend_lists_the_axis_speedups_smallest_model_first():
 
 def test_plan_on_the_pythia_example_states_the_size_gap():
     from lightning_sparkling.pretrain.cli import parse
-    from lightning_sparkling.pretrain.planning import plan
+    from lightning_sparkling.pretrain.advice.planning import plan
 
     _, run, _ = parse(["--config", str(ROOT / "examples" / "pythia_70m_to_160m.yaml")], "plan")
     report = plan(run, print_report=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_sparkling.pretrain.module import LitGPTPretrainModule, _next_token_loss
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule, _next_token_loss
 
 CONFIG = dict(n_embd=32, n_head=4, n_layer=2, block_size=16, vocab_size=64, padded_vocab_size=64,
               mlp_class_name="LLaMAMLP", intermediate_size=64, norm_class_name="RMSNorm", bias=False)

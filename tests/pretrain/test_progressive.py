@@ -192,7 +192,7 @@ def test_fsdp2_two_cpu_ranks_grow_by_the_schedule(tmp_path):
 
 
 def test_sparkling_measure_trains_scratch_without_the_schedule(tmp_path):
-    from lightning_sparkling.pretrain.measure_runs import plan_runs
+    from lightning_sparkling.pretrain.measure.measure_runs import plan_runs
 
     config = {"train": {"max_steps": 12}, "growth": {"stages": [], "progressive": DEPTH}, "seed": 1}
     runs = plan_runs(config, {"n_layer": 4}, growth_flops=1e9, flops_per_step=1e8, seeds=[1], budgets=[1.0],

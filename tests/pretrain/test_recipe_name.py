@@ -13,10 +13,10 @@ import yaml
 
 from lightning_sparkling.growth.recipes import RECIPES, RecipeName, recipe_name
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.pretrain import measure as measure_module
+from lightning_sparkling.pretrain.measure import command as measure_module
 from lightning_sparkling.pretrain.cli import _read_maps, main, parse
-from lightning_sparkling.pretrain.measured import MAP_PATH, load_map
-from lightning_sparkling.pretrain.planning import plan, regime_advice, run_recipe
+from lightning_sparkling.pretrain.advice.measured import MAP_PATH, load_map
+from lightning_sparkling.pretrain.advice.planning import plan, regime_advice, run_recipe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli import tiny_config  # noqa: E402

@@ -27,7 +27,7 @@ def _documented() -> set[str]:
 def config_keys() -> list[str]:
     """Every key `sparkling pretrain` takes: the jsonargparse parser's, each section's fields, each stage's fields."""
     from lightning_sparkling.pretrain.cli import build_parser
-    from lightning_sparkling.pretrain.schema import _SECTIONS, StageArgs
+    from lightning_sparkling.pretrain.config.schema import _SECTIONS, StageArgs
 
     keys = [a.dest for a in build_parser()._actions if a.dest not in ("help", "config", "print_config")]
     for section, cls in _SECTIONS.items():

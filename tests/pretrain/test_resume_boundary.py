@@ -14,7 +14,8 @@ import pytest
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback
-from lightning_sparkling.pretrain.config import ConfigError, check_resume_checkpoint
+from lightning_sparkling.pretrain.errors import ConfigError
+from lightning_sparkling.pretrain.config.resume import check_resume_checkpoint
 
 from _measure import RecordSteps
 from _tiny import TinyModule, make_trainer, tiny_config

@@ -14,8 +14,8 @@ import yaml
 
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.pretrain.cli import main, parse
-from lightning_sparkling.pretrain.measured import load_map
-from lightning_sparkling.pretrain.planning import plan, stage_plans
+from lightning_sparkling.pretrain.advice.measured import load_map
+from lightning_sparkling.pretrain.advice.planning import plan, stage_plans
 from test_cli import tiny_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,7 +224,7 @@ def test_a_copy_depth_cell_is_matched_only_with_copy_runs(tmp_path):
     """The map keys depth cells by ``depth_init`` where it is not ``copy-zero`` (``run_init``), as it keys experts
     cells by ``expert_init``: a ``copy-zero`` run is not told what a ``copy`` schedule measured."""
     from lightning_sparkling.growth.stage import GrowthStage
-    from lightning_sparkling.pretrain.measured import MeasuredCell, advise
+    from lightning_sparkling.pretrain.advice.measured import MeasuredCell, advise
 
     cells = [MeasuredCell.from_json(cell(init="copy", tokens_per_param=20.0, delta=-0.08, speedup=1.25))]
     kwargs = dict(total_steps=100, tokens_per_param=20.0, recipe="paper", schedule="wsd", cells=cells)

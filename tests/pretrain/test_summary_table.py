@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_sparkling.pretrain.summary import print_summary_table
+from lightning_sparkling.pretrain.training.summary import print_summary_table
 
 SUMMARY = dict(steps=33, max_steps=60, tokens=33 * 256, growth=[], total_params=[100, 200], flops=1.0e12,
                flops_from_scratch=1.5e12, flops_saved=0.364, train_loss=4.0, train_loss_last10=4.1, val_loss=3.9,

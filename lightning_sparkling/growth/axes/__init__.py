@@ -24,10 +24,10 @@ experts add experts or turn an MLP into a mixture of experts), rebuilds those mo
 describes itself for ``sparkling plan``, the growth log and the summary (:meth:`GrowthAxis.details`,
 :meth:`GrowthAxis.describe`, :meth:`GrowthAxis.report`) and gives the copies the symmetry diagnostics watch
 (:meth:`GrowthAxis.copy_pairs`). The measured map's names for what a stage grows are the results' vocabulary, not an
-axis': :mod:`lightning_sparkling.pretrain.measured_axes`.
+axis': :mod:`lightning_sparkling.pretrain.advice.measured_axes`.
 
 The plan (:func:`~lightning_sparkling.growth.plan.plan_growth`), the surgery, the optimizer patch, every parallel
-backend, the callbacks, the summary and :mod:`~lightning_sparkling.pretrain.measured` call the registered axes
+backend, the callbacks, the summary and :mod:`~lightning_sparkling.pretrain.advice.measured` call the registered axes
 without naming any of them. The tensors on a growing channel dimension are planned from one table of litgpt's
 layout (:func:`~lightning_sparkling.growth.axes.channels.channel_tensors`: which tensor reads or writes which
 channels); a tensor of a new module is planned like a new block's (``block_init``, ``source``), so the optimizer

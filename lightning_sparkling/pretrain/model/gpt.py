@@ -1,7 +1,9 @@
 """A plain ``litgpt.GPT`` for pretraining: built from a config, a dict or a name with litgpt's init drawn from a
-seeded generator, so every rank builds the same weights (:func:`build_gpt`, :func:`init_gpt_weights`); counted
-(:func:`active_parameter_count`); FSDP2-sharded (:func:`shard_gpt`: every block, then the root) or FSDP1-wrapped
-(:func:`wrap_gpt`); and rebuilt for a checkpoint of another config (:func:`_rebuilt_gpt`).
+seeded generator, so every rank builds the same weights (:func:`build_gpt`, :func:`init_gpt_weights`), and rebuilt
+for a checkpoint of another config (:func:`_rebuilt_gpt`). Counted by
+:func:`~lightning_sparkling.growth.compute.active_parameter_count`; sharded by
+:func:`~lightning_sparkling.parallel.sharding.shard_gpt` (FSDP2) or
+:func:`~lightning_sparkling.parallel.sharding.wrap_gpt` (FSDP1).
 """
 
 from __future__ import annotations
@@ -14,9 +16,7 @@ import torch.nn as nn
 from litgpt import GPT, Config
 from litgpt.model import CausalSelfAttention, LLaMAMLP
 
-from lightning_sparkling.growth.compute import active_parameter_count  # noqa: F401 - the package's one count
-
-__all__ = ["active_parameter_count", "build_gpt", "init_gpt_weights", "shard_gpt", "wrap_gpt"]
+__all__ = ["build_gpt", "init_gpt_weights"]
 
 
 def _as_config(model_config: Config | dict | str) -> Config:

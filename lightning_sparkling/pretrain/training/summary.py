@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lightning_sparkling.pretrain.config import ResolvedRun
+from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 from lightning_sparkling.pretrain.formatting import _console, _fmt_flops, _fmt_int
 
 if TYPE_CHECKING:
-    from lightning_sparkling.pretrain.trainer import _RunCallbacks
+    from lightning_sparkling.pretrain.training.trainer import _RunCallbacks
 
 __all__ = ["print_summary_table", "resume_command"]
 
@@ -109,7 +109,7 @@ def _write_outputs(run: ResolvedRun, trainer: Any, summary: dict[str, Any], fail
         summary["checkpoint_step"] = on_interrupt.step if resume_from == on_interrupt.path else None
         summary["resume_command"] = resume_command(argv, resume_from) if resume_from is not None else None
     if trainer.is_global_zero:
-        from lightning_sparkling.pretrain.checkpointing import atomic_save
+        from lightning_sparkling.pretrain.model.checkpointing import atomic_save
 
         text = json.dumps(summary, indent=2, default=_json_default) + "\n"
         atomic_save(text, out_dir / "summary.json", write=lambda t, file: file.write(t.encode()))  # never half written

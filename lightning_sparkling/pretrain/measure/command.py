@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
-from lightning_sparkling.pretrain.measure_runs import (MeasureRun, is_done, plan_runs, prepare_data, read_result,
-                                                      train_runs)
-from lightning_sparkling.pretrain.measure_stats import compare
-from lightning_sparkling.pretrain.verdict import phrase, verdict
+from lightning_sparkling.pretrain.measure.measure_runs import (MeasureRun, is_done, plan_runs, prepare_data,
+                                                               read_result, train_runs)
+from lightning_sparkling.pretrain.measure.measure_stats import compare
+from lightning_sparkling.pretrain.advice.verdict import phrase, verdict
 
 DEFAULT_BUDGETS = (0.7, 1.0, 1.4, 2.0)
 """The scratch budgets, as multiples of the growth run's FLOPs (1.0, equal FLOPs, is always trained)."""
@@ -104,7 +104,7 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
             ``None``: the package's).
     """
     from lightning_sparkling.growth.compute import estimate_compute
-    from lightning_sparkling.pretrain.planning import regime_advice
+    from lightning_sparkling.pretrain.advice.planning import regime_advice
 
     if any(a in ("-h", "--help") for a in argv):
         print(HELP)
@@ -128,7 +128,7 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
         return 2
     est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
                            tie_embeddings=run.train.tie_embeddings)
-    from lightning_sparkling.pretrain.planning import stage_plans
+    from lightning_sparkling.pretrain.advice.planning import stage_plans
 
     grown = stage_plans(run)[-1].new_config
     out = Path(run.out_dir) / "measure"
@@ -189,7 +189,7 @@ def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, a
     (``advice.recipe``: the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_name`); ``growth_recipe`` is
     the recipe the run grew by (its ``label``) and ``recipe_note`` why the two differ, in words (``None``: they
     do not), e.g. ``wsd`` and the note that it grows a stage that only adds layers as ``paper`` does."""
-    from lightning_sparkling.pretrain.measured_size import cell_size
+    from lightning_sparkling.pretrain.advice.measured_size import cell_size
 
     growth = {r.seed: read_result(r) for r in runs if r.kind == "growth"}
     scratch: dict[float, dict[int, dict[str, float]]] = {}
@@ -263,12 +263,12 @@ def describe(result: dict) -> str:
 
 def schedule_record(run: Any) -> dict[str, Any]:
     """What a cell records of the run's schedule and model: ``factors`` and, for several growths, ``stages``
-    (:func:`~lightning_sparkling.pretrain.target.run_schedule`), ``arch`` (the block family) and ``ceiling`` (the
+    (:func:`~lightning_sparkling.pretrain.advice.target.run_schedule`), ``arch`` (the block family) and ``ceiling`` (the
     schedule's speed-up if the grown run matched scratch token for token)."""
     from lightning_sparkling.growth.compute import estimate_compute
-    from lightning_sparkling.pretrain.measured_axes import block_family
-    from lightning_sparkling.pretrain.planning import stage_plans
-    from lightning_sparkling.pretrain.target import run_schedule
+    from lightning_sparkling.pretrain.advice.measured_axes import block_family
+    from lightning_sparkling.pretrain.advice.planning import stage_plans
+    from lightning_sparkling.pretrain.advice.target import run_schedule
 
     configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
     est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,

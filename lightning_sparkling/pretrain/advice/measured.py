@@ -35,9 +35,9 @@ from pathlib import Path
 from lightning_sparkling.growth.axes import active_axes, axis_of_size, structural_sizes
 from lightning_sparkling.growth.recipes import RecipeName
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.pretrain.measured_axes import cell_label
-from lightning_sparkling.pretrain.measured_size import format_params
-from lightning_sparkling.pretrain.verdict import COST, PAID, TIE, verdict, worse
+from lightning_sparkling.pretrain.advice.measured_axes import cell_label
+from lightning_sparkling.pretrain.advice.measured_size import format_params
+from lightning_sparkling.pretrain.advice.verdict import PAID, TIE, verdict, worse
 
 MAP_PATH = Path(__file__).with_name("measured.json")
 NEAR_RATIO = 1.6
@@ -94,13 +94,13 @@ class MeasuredCell:
     corpus: str | None = None
     factors: dict[str, int] | None = None
     """What grew, as factors on the sizes of the model it grew from (``{"n_layer": 4}``), where the category's usual
-    2x (:data:`~lightning_sparkling.pretrain.suggest.CATEGORY_FACTORS`) is not it; ``plan --suggest`` reads it."""
+    2x (:data:`~lightning_sparkling.pretrain.advice.target.CATEGORY_FACTORS`) is not it; ``plan --suggest`` reads it."""
     stages: tuple[dict, ...] | None = None
     """A multi-stage growth, one entry per growth: its ``at_fraction``, its ``factors`` on the sizes that growth starts
     from, and any other stage key it set (``depth_init``); ``growth_at`` is the first entry's and ``factors`` their
     product. ``plan --suggest`` pastes the whole schedule."""
     arch: str | None = None
-    """The block family of the measured model (:func:`~lightning_sparkling.pretrain.evidence.block_family`:
+    """The block family of the measured model (:func:`~lightning_sparkling.pretrain.advice.measured_axes.block_family`:
     ``llama``, ``neox``, ...); ``plan`` says when a run's differs."""
     ceiling: float | None = None
     """The speed-up the cell's schedule reaches if the grown run matched scratch token for token: scratch's FLOPs over
@@ -206,7 +206,7 @@ class MeasuredCell:
 
     @property
     def verdict(self) -> str:
-        """What the seeds say (:func:`~lightning_sparkling.pretrain.verdict.verdict`): ``paid`` (every seed below
+        """What the seeds say (:func:`~lightning_sparkling.pretrain.advice.verdict.verdict`): ``paid`` (every seed below
         scratch, or the mean Δ more than its sd below zero), ``cost`` (the mirror image) or ``no measurable
         difference``; against the model it grew from too where that was measured (the worse of the two)."""
         own = verdict(self.delta, self.sd, self.seeds, self.seeds_above)
@@ -403,7 +403,8 @@ def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[st
     MoE: a stage that sets ``mlp_class_name``), ``experts+topk`` (more experts and a new ``n_expert_per_token``),
     ``experts``, those joined with the other axes of a stage that also grows them (``upcycle+depth+width``), or the
     name of a registered axis that no labeller names (``none`` for no axis at all):
-    :func:`~lightning_sparkling.pretrain.measured_axes.cell_label` names it (experts first, then depth, heads, width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
+    :func:`~lightning_sparkling.pretrain.advice.measured_axes.cell_label` names it (experts first, then depth, heads,
+    width). ``sizes``: each stage's changed sizes, where they are not its keys (a named target).
 
     Example::
 

@@ -4,12 +4,11 @@ by ``class_path``, ``initial_checkpoint_dir``, ``logger_name`` / ``log``, and th
 
 - :func:`litgpt_pretrain_keys`: every dotted key of the *installed* litgpt's ``litgpt.pretrain.setup`` (its signature
   and the dataclasses of its sections), so a key a new litgpt adds fails a test instead of being a silent gap.
-- :func:`resolve_data_class` / :func:`check_data_init_args` / :func:`build_litgpt_datamodule`: litgpt data modules,
-  in :mod:`~lightning_sparkling.pretrain.litgpt_data` (importable from here).
+- litgpt data modules (``data.class_path``) are read in :mod:`~lightning_sparkling.pretrain.data.litgpt_data`.
 - :func:`read_initial_checkpoint` / :func:`load_initial_weights`: a litgpt checkpoint dir to start from.
 - :func:`make_logger`: litgpt's ``logger_name`` choices, logging under ``out_dir/logs``.
-- :class:`SampleGeneration`: greedy text from a validation prompt after each evaluation (in
-  :mod:`~lightning_sparkling.pretrain.run_callbacks`, imported on first use: importing Lightning is slow).
+- the sample generated after each evaluation is
+  :class:`~lightning_sparkling.pretrain.training.run_callbacks.SampleGeneration` (it imports Lightning).
 """
 
 from __future__ import annotations
@@ -20,23 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from lightning_sparkling.pretrain.errors import ConfigError
-from lightning_sparkling.pretrain.litgpt_data import (LITGPT_PRETRAIN_DATA, build_litgpt_datamodule,  # noqa: F401
-                                                      check_data_init_args, check_litgpt_data, check_special_token,
-                                                      instantiate_data, load_tokenizer, needs_tokenizer,
-                                                      resolve_data_class)
 
-__all__ = [
-    "LITGPT_PRETRAIN_DATA",
-    "LOGGERS",
-    "SampleGeneration",
-    "build_litgpt_datamodule",
-    "check_data_init_args",
-    "litgpt_pretrain_keys",
-    "load_initial_weights",
-    "make_logger",
-    "read_initial_checkpoint",
-    "resolve_data_class",
-]
+__all__ = ["LOGGERS", "litgpt_pretrain_keys", "load_initial_weights", "make_logger", "read_initial_checkpoint"]
 
 LOGGERS = ("tensorboard", "csv", "wandb", "mlflow", "litlogger")
 """litgpt's ``logger_name`` choices (``litgpt.types.LoggerChoice``)."""
@@ -176,12 +160,3 @@ def make_logger(run: Any):
     return LitLogger(root_dir=str(out_dir / "logs"), name=model, teamspace=log.teamspace, metadata=log.metadata,
                      log_model=log.log_model, save_logs=log.save_logs, checkpoint_name=log.checkpoint_name)
 
-
-# ------------------------------------------------------------------------------------------------------------ samples
-def __getattr__(name: str) -> Any:  # SampleGeneration imports Lightning, which is slow: only when it is asked for
-    if name == "SampleGeneration":
-        from lightning_sparkling.pretrain.run_callbacks import SampleGeneration
-
-        globals()["SampleGeneration"] = SampleGeneration
-        return SampleGeneration
-    raise AttributeError(name)

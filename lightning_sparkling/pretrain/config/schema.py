@@ -7,9 +7,9 @@ Keys follow ``litgpt pretrain``: every key of the installed litgpt's ``litgpt.pr
 litgpt's meaning or refused by name (``model_name`` / ``model_config``, ``out_dir``, ``precision``,
 ``initial_checkpoint_dir``, ``resume``, ``data`` (also litgpt data modules by ``class_path``), ``train.*``, ``eval.*``,
 ``log.*``, ``optimizer``, ``devices``, ``num_nodes``, ``tokenizer_dir``, ``logger_name``, ``seed``; see
-:mod:`lightning_sparkling.pretrain.litgpt_compat`), plus ``accelerator``, ``strategy``, ``num_threads``, ``compile``,
-``activation_checkpointing``, ``growth`` and ``rms_monitor``. What the values mean for a run is checked by
-:func:`lightning_sparkling.pretrain.config.resolve`.
+:mod:`lightning_sparkling.pretrain.config.litgpt_compat`), plus ``accelerator``, ``strategy``, ``num_threads``,
+``compile``, ``activation_checkpointing``, ``growth`` and ``rms_monitor``. What the values mean for a run is checked by
+:func:`lightning_sparkling.pretrain.config.resolve.resolve`.
 """
 
 from __future__ import annotations
@@ -377,7 +377,7 @@ def pretrain_arguments(
         plugins: modules to import before the configuration is read (on ``PYTHONPATH``; one name, ``--plugins
             my_axis``, or a list, ``[a, b]``): a user's growth axis or backend that registers itself when imported,
             whose stage keys and ``strategy`` value this configuration may then use
-            (:mod:`~lightning_sparkling.pretrain.plugins`; installed packages can use the
+            (:mod:`~lightning_sparkling.pretrain.config.plugins`; installed packages can use the
             ``lightning_sparkling.plugins`` entry-point group instead).
     """
 
@@ -458,7 +458,7 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
     """A jsonargparse Namespace / dict / dataclass instance of ``cls`` as an instance of ``cls``. For
     :class:`GrowthArgs`, ``growth.recipe: auto`` becomes the recipe of ``lr_schedule``, and each stage a mapping of the
     keys it sets (checked by name; the recipe fills the others when the stage is built:
-    :func:`~lightning_sparkling.pretrain.stages._resolve_stages`)."""
+    :func:`~lightning_sparkling.pretrain.config.stages._resolve_stages`)."""
     if value is None or (isinstance(value, cls) and cls is not GrowthArgs):  # GrowthArgs: stages normalized
         return value
     values = (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else

@@ -1,12 +1,12 @@
 """The Lightning callbacks of a ``sparkling pretrain`` run (built by
-:func:`~lightning_sparkling.pretrain.trainer._build_callbacks`): the tokens and FLOPs counter (:class:`TokenCounter`),
-the litgpt checkpoint dirs (:class:`LitGPTExport`), the fit's clock and last validation (:class:`RunTracker`), the
-progress bar counting optimizer steps (:class:`StepProgressBar`), the checkpoint of a Ctrl-C or a failed step
-(:class:`InterruptCheckpoint`) and the sample generated after each evaluation (:class:`SampleGeneration`, litgpt's
-``eval.max_new_tokens``).
+:func:`~lightning_sparkling.pretrain.training.trainer._build_callbacks`): the tokens and FLOPs counter
+(:class:`TokenCounter`), the litgpt checkpoint dirs (:class:`LitGPTExport`), the fit's clock and last validation
+(:class:`RunTracker`), the progress bar counting optimizer steps (:class:`StepProgressBar`), the checkpoint of a Ctrl-C
+or a failed step (:class:`InterruptCheckpoint`) and the sample generated after each evaluation
+(:class:`SampleGeneration`, litgpt's ``eval.max_new_tokens``).
 
 This module imports Lightning, which is slow: the CLI imports it only once a run starts (``sparkling plan`` never
-does), through :func:`~lightning_sparkling.pretrain.trainer._callbacks_module`.
+does), through :func:`~lightning_sparkling.pretrain.training.trainer._callbacks_module`.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class LitGPTExport(pl.Callback):
                 else {}
         if trainer.is_global_zero:
             folder.mkdir(parents=True, exist_ok=True)
-            from lightning_sparkling.pretrain.checkpointing import atomic_save
+            from lightning_sparkling.pretrain.model.checkpointing import atomic_save
 
             atomic_save(state, folder / "lit_model.pth")  # a kill mid-export leaves no half-written weights
             tokenizer_dir = self.tokenizer_dir_fn()

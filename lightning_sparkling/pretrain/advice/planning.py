@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from lightning_sparkling.pretrain.config import ResolvedRun
+from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 from lightning_sparkling.pretrain.formatting import _console, _fmt_flops, _model_line
 
 __all__ = ["plan", "regime_advice", "regime_warning", "run_recipe", "stage_plans"]
@@ -75,7 +75,7 @@ def _progressive_line(run: ResolvedRun) -> str:
 
 
 def stage_plans(run: ResolvedRun) -> list[Any]:
-    """The ``GrowthPlan`` of each stage of ``run``: those :func:`~lightning_sparkling.pretrain.config.resolve`
+    """The ``GrowthPlan`` of each stage of ``run``: those :func:`~lightning_sparkling.pretrain.config.resolve.resolve`
     made when it checked the stages (planned once), or planned here for a run built otherwise."""
     if len(run.plans) == len(run.stages):
         return list(run.plans)
@@ -220,17 +220,17 @@ def run_recipe(stages: Sequence[Any]) -> str:
 
 
 def regime_advice(run: ResolvedRun, active_params: Sequence[int], cells: Sequence[Any] | None = None):
-    """What the project's measured map (:mod:`lightning_sparkling.pretrain.measured`) says about ``run``: the
+    """What the project's measured map (:mod:`lightning_sparkling.pretrain.advice.measured`) says about ``run``: the
     comparison nearest to its axis, recipe, schedule, timing, token ratio and model size, or that none is near
-    (:class:`~lightning_sparkling.pretrain.measured.Advice`); ``None`` without growth stages. ``cells``: the map to
-    read (default: the package's, :func:`~lightning_sparkling.pretrain.measured.load_map`). The run's recipe is
-    named once, by :func:`~lightning_sparkling.growth.recipes.recipe_name`: cells are matched on its ``key`` (what
+    (:class:`~lightning_sparkling.pretrain.advice.measured.Advice`); ``None`` without growth stages. ``cells``: the map
+    to read (default: the package's, :func:`~lightning_sparkling.pretrain.advice.measured.load_map`). The run's recipe
+    is named once, by :func:`~lightning_sparkling.growth.recipes.recipe_name`: cells are matched on its ``key`` (what
     ``sparkling measure`` writes for this run), the advice prints its ``label`` and ``note``."""
     from lightning_sparkling.growth.compute import count_params, estimate_compute
     from lightning_sparkling.growth.plan import size_changes
     from lightning_sparkling.growth.recipes import recipe_name
-    from lightning_sparkling.pretrain.measured import advise
-    from lightning_sparkling.pretrain.measured_axes import block_family
+    from lightning_sparkling.pretrain.advice.measured import advise
+    from lightning_sparkling.pretrain.advice.measured_axes import block_family
 
     if not run.stages:
         return None
@@ -320,7 +320,7 @@ def _new_entry_lr_line(run: ResolvedRun, w: dict[str, Any] | None) -> str:
     """The plan's line on a stage's new-entry LR (its re-warmup window ``w``)."""
     if w is None:
         return "  new-entry LR: no re-warmup (rewarmup_ratio null): the new entries follow the baseline schedule"
-    from lightning_sparkling.pretrain.stages import lr_decay_start
+    from lightning_sparkling.pretrain.config.stages import lr_decay_start
 
     if lr_decay_start(run.train, run.steps) is not None:  # a stable phase: the re-warmup holds, then its decay
         return (f"  new-entry LR: linear re-warmup over steps {w['start']:,}..{w['warmup_end']:,} (to "

@@ -3,10 +3,12 @@ weight init, an optimizer from a litgpt-style spec (AdamW, Muon + AdamW, or any 
 warmup-cosine schedule (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`), and checkpoints that carry the
 model config of their moment (so a checkpoint of a grown model loads into a freshly built small module).
 
-The GPT itself (:func:`build_gpt`, :func:`init_gpt_weights`, :func:`active_parameter_count`; sharded by
+The GPT itself (:func:`~lightning_sparkling.pretrain.model.gpt.build_gpt`,
+:func:`~lightning_sparkling.pretrain.model.gpt.init_gpt_weights`; sharded by
 :func:`~lightning_sparkling.parallel.shard_gpt` / :func:`~lightning_sparkling.parallel.wrap_gpt`) is built in
-:mod:`~lightning_sparkling.pretrain.gpt`, the optimizers and their LR schedules (:func:`resolve_optimizer`) in
-:mod:`~lightning_sparkling.pretrain.optim`; both are importable from here.
+:mod:`~lightning_sparkling.pretrain.model.gpt`, the optimizers and their LR schedules
+(:func:`~lightning_sparkling.pretrain.model.optim.resolve_optimizer`) in
+:mod:`~lightning_sparkling.pretrain.model.optim`.
 """
 
 from __future__ import annotations
@@ -24,24 +26,14 @@ from torchmetrics import MeanMetric
 
 from lightning_sparkling.callbacks.clipping import clip_gradients
 from lightning_sparkling.callbacks.throughput import measured_flops_per_batch
-from lightning_sparkling.growth.compute import active_parameter_count
 from lightning_sparkling.growth.schedules import WarmupStableDecay, build_schedule, schedule_kind
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
 from lightning_sparkling.parallel.compile import compile_gpt
-from lightning_sparkling.pretrain.gpt import _as_config, _rebuilt_gpt, build_gpt, init_gpt_weights
-from lightning_sparkling.pretrain.optim import (DEFAULT_MIN_LR_RATIO, DEFAULT_WARMUP_FRACTION, _build_optimizers,
-                                                _clip_global_norm, _is_muon, _min_lr_ratio, _schedule_steps,
-                                                _schedule_configs, resolve_optimizer)
+from lightning_sparkling.pretrain.model.gpt import _as_config, _rebuilt_gpt, build_gpt
+from lightning_sparkling.pretrain.model.optim import (_build_optimizers, _clip_global_norm, _is_muon, _min_lr_ratio,
+                                                      _schedule_configs, _schedule_steps, resolve_optimizer)
 
-__all__ = [
-    "DEFAULT_MIN_LR_RATIO",
-    "DEFAULT_WARMUP_FRACTION",
-    "LitGPTPretrainModule",
-    "active_parameter_count",
-    "build_gpt",
-    "init_gpt_weights",
-    "resolve_optimizer",
-]
+__all__ = ["LitGPTPretrainModule"]
 
 
 def _noop_closure() -> None:

@@ -10,7 +10,7 @@ leaves less than one of a size does not fit.
 Example::
 
     >>> from litgpt import Config
-    >>> from lightning_sparkling.pretrain.measured import load_map
+    >>> from lightning_sparkling.pretrain.advice.measured import load_map
     >>> target = Config(n_layer=8, n_embd=32, n_head=2, head_size=16, intermediate_size=128, vocab_size=1024,
     ...                 padded_vocab_size=1024, mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False)
     >>> cell = next(c for c in load_map() if c.stages and c.init == "copy")

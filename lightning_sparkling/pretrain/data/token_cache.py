@@ -2,8 +2,9 @@
 ``corpus-tok-<key>/`` for a given tokenizer: :func:`corpus_cache_key`, :func:`_corpus_cache_path`) holding each split
 as a flat ``uint16`` (``int32`` above 65535 tokens) file with one EOS after every source file
 (:func:`_tokenize_to_file`) and a ``meta.json`` (:func:`_read_cache_meta`), built in a temporary folder and renamed
-into place (:func:`_publish_cache`). The builders are :func:`~lightning_sparkling.pretrain.data.build_corpus_cache`
-and :func:`~lightning_sparkling.pretrain.data.build_tokenized_cache`.
+into place (:func:`_publish_cache`). The builders are
+:func:`~lightning_sparkling.pretrain.data.datamodule.build_corpus_cache` and
+:func:`~lightning_sparkling.pretrain.data.datamodule.build_tokenized_cache`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_sparkling.pretrain.corpus import CorpusFile, _read_text
+from lightning_sparkling.pretrain.data.corpus import CorpusFile, _read_text
 
 __all__ = ["CACHE_FORMAT_VERSION", "DEFAULT_CACHE_DIR", "corpus_cache_key"]
 

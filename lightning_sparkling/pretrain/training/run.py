@@ -1,8 +1,8 @@
 """``sparkling pretrain``: running a resolved configuration (:func:`pretrain`), one call per phase
 (:func:`_pretrain`): announce the run, build the data module (:func:`build_datamodule`) and the module
-(:func:`build_module`), the callbacks, logger and ``Trainer`` (:mod:`~lightning_sparkling.pretrain.trainer`), fit
-(:func:`_fit`: Ctrl-C and failures captured), settle the outcome (:func:`_settle_fit`) and write the summary
-(:mod:`~lightning_sparkling.pretrain.summary`).
+(:func:`build_module`), the callbacks, logger and ``Trainer`` (:mod:`~lightning_sparkling.pretrain.training.trainer`),
+fit (:func:`_fit`: Ctrl-C and failures captured), settle the outcome (:func:`_settle_fit`) and write the summary
+(:mod:`~lightning_sparkling.pretrain.training.summary`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_sparkling.pretrain import litgpt_compat, litgpt_data
-from lightning_sparkling.pretrain.config import ResolvedRun
+from lightning_sparkling.pretrain.config import litgpt_compat
+from lightning_sparkling.pretrain.data import litgpt_data
+from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 from lightning_sparkling.pretrain.formatting import _fmt_flops, _info, _model_line
-from lightning_sparkling.pretrain.planning import regime_advice
-from lightning_sparkling.pretrain.resume import find_resume_checkpoint
-from lightning_sparkling.pretrain.summary import _run_summary, _write_outputs
-from lightning_sparkling.pretrain.trainer import _build_callbacks, _build_trainer, _RunCallbacks
+from lightning_sparkling.pretrain.advice.planning import regime_advice
+from lightning_sparkling.pretrain.config.resume import find_resume_checkpoint
+from lightning_sparkling.pretrain.training.summary import _run_summary, _write_outputs
+from lightning_sparkling.pretrain.training.trainer import _build_callbacks, _build_trainer, _RunCallbacks
 
 __all__ = ["build_datamodule", "build_module", "pretrain"]
 
@@ -27,7 +28,7 @@ __all__ = ["build_datamodule", "build_module", "pretrain"]
 def pretrain(run: ResolvedRun, *, hparams_yaml: str = "", print_summary: bool = True,
              argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run a resolved configuration: build the data module, the
-    :class:`~lightning_sparkling.pretrain.module.LitGPTPretrainModule`, the callbacks and the ``Trainer``, fit
+    :class:`~lightning_sparkling.pretrain.training.module.LitGPTPretrainModule`, the callbacks and the ``Trainer``, fit
     (resuming when asked), validate at the end, export the litgpt ``final/`` dir, and print and write the summary.
 
     A Ctrl-C (or an exception in a training step) during the fit saves the Lightning checkpoint of the last
@@ -121,7 +122,7 @@ def build_datamodule(run: ResolvedRun):
     """The data module of ``run`` (nothing is read or trained until ``prepare_data``). With ``eval.max_iters`` it
     validates on ``max_iters`` batches per rank of windows spread over the whole validation split (a fixed, seeded
     sample: the same windows at every evaluation and on resume), not on the split's first batches."""
-    from lightning_sparkling.pretrain.data import TextCorpusDataModule
+    from lightning_sparkling.pretrain.data.datamodule import TextCorpusDataModule
 
     if run.litgpt_data:  # data.class_path: a litgpt data module, connect()-ed as litgpt pretrain does
         return litgpt_data.build_litgpt_datamodule(run)
@@ -136,9 +137,9 @@ def build_datamodule(run: ResolvedRun):
 
 
 def build_module(run: ResolvedRun):
-    """The :class:`~lightning_sparkling.pretrain.module.LitGPTPretrainModule` of ``run``, holding the weights of
-    ``initial_checkpoint_dir`` when one is given (litgpt's init otherwise)."""
-    from lightning_sparkling.pretrain.module import LitGPTPretrainModule
+    """The :class:`~lightning_sparkling.pretrain.training.module.LitGPTPretrainModule` of ``run``, holding the weights
+    of ``initial_checkpoint_dir`` when one is given (litgpt's init otherwise)."""
+    from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
     module = LitGPTPretrainModule(
         run.model_config, run.optimizer, max_steps=run.steps, lr_warmup_steps=run.train.lr_warmup_steps,

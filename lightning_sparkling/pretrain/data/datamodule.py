@@ -18,10 +18,10 @@ Data flows top to bottom, each step a pure function where it can be:
    validation (:class:`ContiguousWindowDataset`): the whole split, or a fixed, seeded sample of windows spread over
    all of it (:func:`spread_sample`, ``val_windows=``), the same at every evaluation and on resume.
 
-Steps 1-2 live in :mod:`~lightning_sparkling.pretrain.corpus`, step 3 in :mod:`~lightning_sparkling.pretrain.bpe`,
-the cache's layout in :mod:`~lightning_sparkling.pretrain.token_cache` and the windows in
-:mod:`~lightning_sparkling.pretrain.windows`; every name above is importable from here. This module builds the cache
-(step 4) and serves it (step 5).
+Steps 1-2 live in :mod:`~lightning_sparkling.pretrain.data.corpus`, step 3 in
+:mod:`~lightning_sparkling.pretrain.data.bpe`, the cache's layout in
+:mod:`~lightning_sparkling.pretrain.data.token_cache` and the windows in
+:mod:`~lightning_sparkling.pretrain.data.windows`. This module builds the cache (step 4) and serves it (step 5).
 """
 
 from __future__ import annotations
@@ -39,39 +39,19 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader
 
-from lightning_sparkling.pretrain.bpe import EOS_TOKEN, save_tokenizer_dir, train_tokenizer
-from lightning_sparkling.pretrain.corpus import (CorpusFile, _iter_texts, cap_files, collect_corpus_files,
-                                                 corpus_splits, split_files)
-from lightning_sparkling.pretrain.token_cache import (CACHE_FORMAT_VERSION, DEFAULT_CACHE_DIR, _corpus_cache_path,
-                                                      _publish_cache, _read_cache_meta, _token_dtype,
-                                                      _tokenize_to_file, _tokenizer_corpus_key, corpus_cache_key)
-from lightning_sparkling.pretrain.windows import (ContiguousWindowDataset, RandomWindowDataset,
-                                                  ResumableWindowSampler, spread_sample)
+from lightning_sparkling.pretrain.data.bpe import EOS_TOKEN, save_tokenizer_dir, train_tokenizer
+from lightning_sparkling.pretrain.data.corpus import CorpusFile, _iter_texts, corpus_splits
+from lightning_sparkling.pretrain.data.token_cache import (CACHE_FORMAT_VERSION, DEFAULT_CACHE_DIR, _corpus_cache_path,
+                                                           _publish_cache, _read_cache_meta, _token_dtype,
+                                                           _tokenize_to_file, _tokenizer_corpus_key, corpus_cache_key)
+from lightning_sparkling.pretrain.data.windows import (ContiguousWindowDataset, RandomWindowDataset,
+                                                       ResumableWindowSampler)
 
 if TYPE_CHECKING:
     from litgpt.tokenizer import Tokenizer as LitTokenizer
 
-# the names of steps 1-3 are this module's too: build_corpus_cache looks train_tokenizer up here (tests patch it here)
-__all__ = [
-    "CACHE_FORMAT_VERSION",
-    "DEFAULT_CACHE_DIR",
-    "EOS_TOKEN",
-    "ContiguousWindowDataset",
-    "CorpusFile",
-    "RandomWindowDataset",
-    "ResumableWindowSampler",
-    "TextCorpusDataModule",
-    "build_corpus_cache",
-    "build_tokenized_cache",
-    "cap_files",
-    "collect_corpus_files",
-    "corpus_cache_key",
-    "corpus_splits",
-    "save_tokenizer_dir",
-    "split_files",
-    "spread_sample",
-    "train_tokenizer",
-]
+# build_corpus_cache looks train_tokenizer up here (tests patch it here)
+__all__ = ["TextCorpusDataModule", "build_corpus_cache", "build_tokenized_cache"]
 
 
 # ------------------------------------------------------------------------------------------------------------ cache
@@ -93,6 +73,7 @@ def build_corpus_cache(train_files: Sequence[CorpusFile], val_files: Sequence[Co
     Example::
 
         >>> import tempfile
+        >>> from lightning_sparkling.pretrain.data.corpus import cap_files, collect_corpus_files, split_files
         >>> fs = collect_corpus_files("stdlib")
         >>> train, val = split_files(fs, 20)
         >>> d = build_corpus_cache(cap_files(train, max_files=4), cap_files(val, max_files=2), 300, tempfile.mkdtemp())

@@ -3,7 +3,7 @@ checkpoints written atomically), its callbacks in the order they must run (:func
 :class:`_RunCallbacks` the run reads back after the fit) and the ``Trainer`` itself (:func:`_build_trainer`).
 
 Nothing here imports Lightning at import time: the callback classes
-(:mod:`~lightning_sparkling.pretrain.run_callbacks`) come through :func:`_callbacks_module`.
+(:mod:`~lightning_sparkling.pretrain.training.run_callbacks`) come through :func:`_callbacks_module`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ import types
 import warnings
 from typing import Any
 
-from lightning_sparkling.pretrain.config import ResolvedRun
+from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 
 
 @functools.cache
 def _callbacks_module() -> types.SimpleNamespace:
     """The callback classes of a CLI run, imported on first use (importing Lightning is slow and ``plan`` does not
     need it): ``TokenCounter``, ``LitGPTExport``, ``RunTracker``, ``StepProgressBar``, ``InterruptCheckpoint``,
-    ``SampleGeneration``, ``RunCheckpoint``, ``OldEntryLRMonitor`` (:mod:`~lightning_sparkling.pretrain.run_callbacks`)."""
-    from lightning_sparkling.pretrain import run_callbacks as cb
+    ``SampleGeneration``, ``RunCheckpoint``, ``OldEntryLRMonitor``
+    (:mod:`~lightning_sparkling.pretrain.training.run_callbacks`)."""
+    from lightning_sparkling.pretrain.training import run_callbacks as cb
 
     return types.SimpleNamespace(TokenCounter=cb.TokenCounter, LitGPTExport=cb.LitGPTExport, RunTracker=cb.RunTracker,
                                  StepProgressBar=cb.StepProgressBar, InterruptCheckpoint=cb.InterruptCheckpoint,
@@ -59,7 +60,8 @@ def quiet_lightning() -> None:
 def _strategy(run: ResolvedRun):
     """The Lightning strategy of ``run``: the one its growth backend makes (the registry's entry for the CLI value:
     :meth:`~lightning_sparkling.parallel.base.BaseBackend.make_strategy`; ``auto`` is Lightning's own), with its sharded
-    checkpoint directories written atomically (:func:`~lightning_sparkling.pretrain.checkpointing.atomic_strategy`).
+    checkpoint directories written atomically
+    (:func:`~lightning_sparkling.pretrain.model.checkpointing.atomic_strategy`).
 
     Example::
 
@@ -67,7 +69,7 @@ def _strategy(run: ResolvedRun):
         _strategy(run)  # AtomicModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
     """
     from lightning_sparkling.parallel.registry import backend_class, cli_backend
-    from lightning_sparkling.pretrain.checkpointing import atomic_strategy
+    from lightning_sparkling.pretrain.model.checkpointing import atomic_strategy
 
     entry = cli_backend(run.strategy)
     if entry is None:  # auto
@@ -142,10 +144,10 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
 def _build_trainer(run: ResolvedRun, callbacks: list[Any], logger: Any):
     """The ``lightning.Trainer`` of ``run``: devices, strategy, precision, steps, accumulation (the module's own
     under Muon), logging and validation intervals, ``max_time``; checkpoints written atomically
-    (:class:`~lightning_sparkling.pretrain.checkpointing.AtomicCheckpointIO`)."""
+    (:class:`~lightning_sparkling.pretrain.model.checkpointing.AtomicCheckpointIO`)."""
     import lightning as L
 
-    from lightning_sparkling.pretrain.checkpointing import AtomicCheckpointIO
+    from lightning_sparkling.pretrain.model.checkpointing import AtomicCheckpointIO
 
     quiet_lightning()
     interval = run.eval.interval if run.eval.interval else run.steps + 1

@@ -10,18 +10,12 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from lightning_sparkling.growth.record import GROWTH_STATE_KEY, growth_state  # GROWTH_STATE_KEY: importable here
+from lightning_sparkling.growth.record import growth_state
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.errors import ConfigError
-from lightning_sparkling.pretrain.model_config import _expected_shapes
+from lightning_sparkling.pretrain.model.model_config import _expected_shapes
 
-__all__ = [
-    "GROWTH_STATE_KEY",
-    "check_out_dir",
-    "check_resume_checkpoint",
-    "find_resume_checkpoint",
-    "newest_readable_checkpoint",
-]
+__all__ = ["check_out_dir", "check_resume_checkpoint", "find_resume_checkpoint", "newest_readable_checkpoint"]
 
 # ------------------------------------------------------------------------------------------------------------ finding
 _STEP_RE = re.compile(r"step-(\d+)")
@@ -32,7 +26,7 @@ def _step_checkpoints(out_dir: Path) -> list[Path]:
     step) first. Hidden names (the temporaries of unfinished writes, ``.step-*.ckpt.*.tmp``) are left out, except a
     checkpoint swapped aside by a replacement that a kill interrupted (``.step-*.ckpt.old-*`` with no
     ``step-*.ckpt``): the only copy of that step, read where it is (the next save renames it back)."""
-    from lightning_sparkling.pretrain.checkpointing import orphaned_original
+    from lightning_sparkling.pretrain.model.checkpointing import orphaned_original
 
     folder = Path(out_dir) / "checkpoints"
     found = []

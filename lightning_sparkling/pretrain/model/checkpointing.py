@@ -10,7 +10,7 @@ into place once complete, so a process killed mid-write (preemption, SIGKILL, ou
   the strategy's class with the :class:`_AtomicShardedSave` mixin).
 - :func:`remove_stale_temporaries`: the temporaries a killed write left behind (removed before each new write).
 
-Temporary names start with ``.`` and do not end in ``.ckpt``, so :func:`~lightning_sparkling.pretrain.config.
+Temporary names start with ``.`` and do not end in ``.ckpt``, so :func:`~lightning_sparkling.pretrain.config.resolve.
 find_resume_checkpoint` never takes one for a checkpoint.
 """
 
@@ -229,8 +229,8 @@ def atomic_strategy(strategy: Any) -> Any:
     """``strategy`` as the CLI trains under it: a ``Strategy`` that writes sharded checkpoint directories
     (:func:`_writes_sharded`) gives an instance of its :func:`atomic_class` holding the same attribute objects (its
     settings: it is freshly made, not set up yet; the two share them, so use the returned one only, as
-    :func:`~lightning_sparkling.pretrain.trainer._strategy` does); anything else (a strategy name, a strategy writing
-    whole files through its ``checkpoint_io``) is returned as it is.
+    :func:`~lightning_sparkling.pretrain.training.trainer._strategy` does); anything else (a strategy name, a strategy
+    writing whole files through its ``checkpoint_io``) is returned as it is.
 
     Args:
         strategy: what a backend's ``make_strategy`` returned.

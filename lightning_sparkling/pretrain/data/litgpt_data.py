@@ -8,7 +8,7 @@ or any ``LightningDataModule`` with litgpt's ``connect``), as ``litgpt pretrain`
 - :func:`build_litgpt_datamodule`: the instance, ``connect``-ed as litgpt does (tokenizer, micro-batch size, sequence
   length).
 
-Importable from :mod:`~lightning_sparkling.pretrain.litgpt_compat` too.
+Importable from :mod:`~lightning_sparkling.pretrain.config.litgpt_compat` too.
 """
 
 from __future__ import annotations

@@ -3,16 +3,16 @@ the config's own token budget, as measured best (:func:`suggest`).
 
 The config names the model the user means to train: its ``model_name`` / ``model_config`` when ``growth`` grows
 nothing, else the model its growth ends at (the *target*). Every cell of the measured map
-(:mod:`~lightning_sparkling.pretrain.measured`) under the run's ``train.lr_schedule`` whose schedule applies to the
-target becomes a candidate: the start model (the cell's factors divided out of the target's sizes,
-:func:`~lightning_sparkling.pretrain.target.toward`) and the stages that end at the target. A candidate *fits* when
-the cell was measured within :data:`~lightning_sparkling.pretrain.measured.NEAR_RATIO` of the run's training tokens
-per final active parameter, growth paid there (:mod:`~lightning_sparkling.pretrain.verdict`), and the pasted block
-checks out: the run then resolves, ends at exactly the target, trains the config's tokens, and ``sparkling plan`` of
-it cites this same cell. The best fit (largest speed-up at equal loss, then lowest Δ) is printed: the start model's
-``model_config`` keys and the ``growth:`` block, which model it starts and ends at, and the evidence; with no fit,
-the report says so, with the nearest cell and its verdict, and prints no block. Never a block that ends at another
-model than the config's.
+(:mod:`~lightning_sparkling.pretrain.advice.measured`) under the run's ``train.lr_schedule`` whose schedule applies to
+the target becomes a candidate: the start model (the cell's factors divided out of the target's sizes,
+:func:`~lightning_sparkling.pretrain.advice.target.toward`) and the stages that end at the target. A candidate *fits*
+when the cell was measured within :data:`~lightning_sparkling.pretrain.advice.measured.NEAR_RATIO` of the run's training
+tokens per final active parameter, growth paid there (:mod:`~lightning_sparkling.pretrain.advice.verdict`), and the
+pasted block checks out: the run then resolves, ends at exactly the target, trains the config's tokens, and
+``sparkling plan`` of it cites this same cell. The best fit (largest speed-up at equal loss, then lowest Δ) is printed:
+the start model's ``model_config`` keys and the ``growth:`` block, which model it starts and ends at, and the
+evidence; with no fit, the report says so, with the nearest cell and its verdict, and prints no block. Never a block
+that ends at another model than the config's.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_sparkling.pretrain.errors import ConfigError
-from lightning_sparkling.pretrain.target import CATEGORY_FACTORS, NoFit, toward
+from lightning_sparkling.pretrain.advice.target import NoFit, toward
 
-__all__ = ["CATEGORY_FACTORS", "Suggestion", "suggest"]
+__all__ = ["Suggestion", "suggest"]
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,9 @@ class Suggestion:
 
     def evidence(self) -> str:
         """The cell, its verdict and how far it is from the run: token ratio, timing, model size and seeds."""
-        from lightning_sparkling.pretrain.measured import FAR_SIZE
-        from lightning_sparkling.pretrain.measured_size import format_params
-        from lightning_sparkling.pretrain.verdict import phrase
+        from lightning_sparkling.pretrain.advice.measured import FAR_SIZE
+        from lightning_sparkling.pretrain.advice.measured_size import format_params
+        from lightning_sparkling.pretrain.advice.verdict import phrase
 
         cell = self.cell
         gap = cell.tokens_per_param / self.tokens_per_param
@@ -80,7 +80,7 @@ class Suggestion:
         starts and ends at, and its evidence; or why there is none."""
         import yaml
 
-        from lightning_sparkling.pretrain.measured_size import format_params
+        from lightning_sparkling.pretrain.advice.measured_size import format_params
 
         if self.growth is None:
             nearest = f" The nearest cell of this schedule: {self.evidence()}." if self.cell is not None else ""
@@ -108,7 +108,7 @@ def _start_line(start: dict[str, Any]) -> str:
 
 def _target(run: Any) -> Any:
     """The model the config means to train: what its growth ends at (its model when it grows nothing)."""
-    from lightning_sparkling.pretrain.planning import stage_plans
+    from lightning_sparkling.pretrain.advice.planning import stage_plans
 
     plans = stage_plans(run)
     return plans[-1].new_config if plans else run.model_config
@@ -118,7 +118,7 @@ def _start_model_config(ns: Any, run: Any, target: Any, start: dict[str, Any]) -
     """The ``model_config`` keys that make the config's model the start model: ``start``'s sizes, plus any field
     litgpt would otherwise re-derive from them (``head_size``, ``intermediate_size``, ``rope_n_elem`` of a named
     config), pinned to the target's."""
-    from lightning_sparkling.pretrain.model_config import model_config_from
+    from lightning_sparkling.pretrain.model.model_config import model_config_from
 
     want = dataclasses.replace(target, **start)
     keys = dict(start)
@@ -152,8 +152,8 @@ def _check(ns: Any, run: Any, target: Any, cell: Any, start: dict[str, Any], gro
     Raises:
         NoFit: naming what failed.
     """
-    from lightning_sparkling.pretrain.config import resolve
-    from lightning_sparkling.pretrain.planning import regime_advice, stage_plans
+    from lightning_sparkling.pretrain.config.resolve import resolve
+    from lightning_sparkling.pretrain.advice.planning import regime_advice, stage_plans
 
     try:
         pasted = resolve(_pasted(ns, start, growth))
@@ -187,7 +187,7 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
     Args:
         ns: the parsed configuration (``parse(...)[0]``).
         run: the resolved run (its model, growth, steps, tokens, schedule).
-        cells: the map (default: the package's, :func:`~lightning_sparkling.pretrain.measured.load_map`; ``plan
+        cells: the map (default: the package's, :func:`~lightning_sparkling.pretrain.advice.measured.load_map`; ``plan
             --map FILE`` adds a ``measure.json``'s).
 
     Example::
@@ -195,7 +195,7 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
         sparkling plan --config examples/depth_2x.yaml --suggest
     """
     from lightning_sparkling.growth.compute import count_params
-    from lightning_sparkling.pretrain.measured import NEAR_RATIO, load_map
+    from lightning_sparkling.pretrain.advice.measured import NEAR_RATIO, load_map
 
     cells = load_map() if cells is None else cells
     schedule = run.train.lr_schedule

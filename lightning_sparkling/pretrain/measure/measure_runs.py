@@ -125,7 +125,7 @@ def read_result(run: MeasureRun) -> dict[str, float]:
 def prepare_data(run: Any) -> None:
     """Build the data cache of a resolved run (tokenizer and token files) once, before its runs start side by side:
     ``jobs`` runs starting at once would otherwise each train the same tokenizer."""
-    from lightning_sparkling.pretrain.run import build_datamodule
+    from lightning_sparkling.pretrain.training.run import build_datamodule
 
     build_datamodule(run).prepare_data()
 

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from lightning_sparkling.growth.schedules import build_schedule, check_growth_before_decay, schedule_kind
 from lightning_sparkling.growth.stage import GrowthStage, StageError, check_rewarmup_fits
 from lightning_sparkling.pretrain.errors import ConfigError, _positive_int
-from lightning_sparkling.pretrain.schema import GrowthArgs, TrainArgs
+from lightning_sparkling.pretrain.config.schema import GrowthArgs, TrainArgs
 
 __all__ = ["lr_decay_start"]
 
@@ -219,8 +219,8 @@ def _check_stage_sequence(stages: list[GrowthStage]) -> None:
 def lr_decay_start(train: TrainArgs, steps: int) -> Optional[int]:
     """The first step of the decay phase of a run of ``steps`` optimizer steps under a schedule with a stable phase
     (``wsd``; ``None`` under one without, ``cosine``), as ``LitGPTPretrainModule`` builds it (the schedule registry,
-    warmup by :func:`~lightning_sparkling.pretrain.optim.warmup_steps`)."""
-    from lightning_sparkling.pretrain.optim import warmup_steps
+    warmup by :func:`~lightning_sparkling.pretrain.model.optim.warmup_steps`)."""
+    from lightning_sparkling.pretrain.model.optim import warmup_steps
 
     if not schedule_kind(train.lr_schedule).stable_phase:
         return None

@@ -1,14 +1,11 @@
 """Resolving a ``sparkling pretrain`` / ``sparkling plan`` configuration: :func:`resolve` checks every value of the
-parsed keys (:mod:`~lightning_sparkling.pretrain.schema`) and derives what a run needs (:class:`ResolvedRun`: model
-``Config``, steps, gradient accumulation, growth stages, the checkpoint to resume) *before* anything starts: no
+parsed keys (:mod:`~lightning_sparkling.pretrain.config.schema`) and derives what a run needs (:class:`ResolvedRun`:
+model ``Config``, steps, gradient accumulation, growth stages, the checkpoint to resume) *before* anything starts: no
 tokenizer is trained and no weight is allocated here. Every error names the key it is about (:class:`ConfigError`).
 
 :func:`resolve` reads as its steps, one helper per section in this order: hardware, litgpt-only keys, initial
-checkpoint, data, model, length, optimizer (:mod:`~lightning_sparkling.pretrain.optim`), growth stages
-(:mod:`~lightning_sparkling.pretrain.stages`), resume (:mod:`~lightning_sparkling.pretrain.resume`).
-
-The schema, the resume checks and the model config moved to their own modules; their names are importable from here
-as before (``from lightning_sparkling.pretrain.config import DataArgs, ConfigError, check_resume_checkpoint``).
+checkpoint, data, model, length, optimizer (:mod:`~lightning_sparkling.pretrain.model.optim`), growth stages
+(:mod:`~lightning_sparkling.pretrain.config.stages`), resume (:mod:`~lightning_sparkling.pretrain.config.resume`).
 """
 
 from __future__ import annotations
@@ -22,40 +19,17 @@ from typing import Any, Optional, Union
 from lightning_sparkling.growth.schedules import DECAY_SHAPES, SCHEDULES
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.parallel.registry import cli_backend, registered_backends
-from lightning_sparkling.pretrain import litgpt_compat, litgpt_data
+from lightning_sparkling.pretrain.config import litgpt_compat
+from lightning_sparkling.pretrain.config.resume import _newest_to_resume, check_resume_checkpoint
+from lightning_sparkling.pretrain.config.schema import (PRECISIONS, DataArgs, EvalArgs, GrowthArgs, LogArgs,
+                                                        RMSMonitorArgs, TrainArgs, _as, _get)
+from lightning_sparkling.pretrain.config.stages import _resolve_stages, progressive_config_error
+from lightning_sparkling.pretrain.data import litgpt_data
 from lightning_sparkling.pretrain.errors import ConfigError, _positive_int
-from lightning_sparkling.pretrain.model_config import _initial_model_config, model_config_from
-from lightning_sparkling.pretrain.optim import (_check_fresh_bias_correction, _optimizer_info,  # noqa: F401
-                                                normalize_optimizer)
-from lightning_sparkling.pretrain.resume import (GROWTH_STATE_KEY, _newest_to_resume, check_out_dir,  # noqa: F401
-                                                 check_resume_checkpoint, find_resume_checkpoint,
-                                                 newest_readable_checkpoint)
-from lightning_sparkling.pretrain.schema import (PRECISIONS, _SECTIONS, DataArgs, EvalArgs,  # noqa: F401
-                                                 GrowthArgs, LogArgs, RMSMonitorArgs, TrainArgs, _as, _get,
-                                                 check_keys, pretrain_arguments, stage_args)
-from lightning_sparkling.pretrain.stages import (  # noqa: F401
-    _resolve_stages,
-    lr_decay_start,
-    progressive_config_error,
-)
+from lightning_sparkling.pretrain.model.model_config import _initial_model_config, model_config_from
+from lightning_sparkling.pretrain.model.optim import _check_fresh_bias_correction, _optimizer_info, normalize_optimizer
 
-__all__ = [
-    "ConfigError",
-    "DataArgs",
-    "EvalArgs",
-    "GrowthArgs",
-    "LogArgs",
-    "RMSMonitorArgs",
-    "ResolvedRun",
-    "StageArgs",
-    "TrainArgs",
-    "check_keys",
-    "check_out_dir",
-    "check_resume_checkpoint",
-    "find_resume_checkpoint",
-    "pretrain_arguments",
-    "resolve",
-]
+__all__ = ["ResolvedRun", "resolve", "tokenizer_vocab_size"]
 
 
 @dataclass
@@ -418,7 +392,7 @@ def _check_data_dir(data: DataArgs) -> None:
         return
     if not Path(data.data_dir).expanduser().is_dir():
         raise ConfigError("data.data_dir", f"{str(data.data_dir)!r} is not a directory")
-    from lightning_sparkling.pretrain.corpus import corpus_splits
+    from lightning_sparkling.pretrain.data.corpus import corpus_splits
 
     try:
         corpus_splits(data.source, Path(data.data_dir).expanduser(), data.include_tests, data.val_percent,
@@ -430,7 +404,7 @@ def _check_data_dir(data: DataArgs) -> None:
 def _check_tokenizer(tokenizer_dir: Path, data_class: Any) -> Any:
     """litgpt's ``Tokenizer`` of ``tokenizer_dir`` (it must load); with the embedded corpus it must have the EOS token
     that ends every file (``<|endoftext|>`` when it names none). A litgpt data module's needs are checked by
-    :func:`~lightning_sparkling.pretrain.litgpt_data.check_litgpt_data`."""
+    :func:`~lightning_sparkling.pretrain.data.litgpt_data.check_litgpt_data`."""
     tokenizer = litgpt_data.load_tokenizer(tokenizer_dir)
     if data_class is None and tokenizer.eos_id is None and tokenizer.processor.token_to_id("<|endoftext|>") is None:
         litgpt_data.check_special_token(tokenizer, tokenizer_dir, "eos", "the corpus of data.data_dir / "
@@ -589,12 +563,3 @@ def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list
                                          num_optimizers=2 if uses_muon else 1)
     return out_dir, resume, resume_path
 
-
-def __getattr__(name: str) -> Any:
-    """``StageArgs``: the stage keys of the axes registered now (:func:`~lightning_sparkling.pretrain.schema.stage_args`);
-    ``STRATEGIES``: the backends' CLI values registered now; never copies taken when this module was imported."""
-    if name in ("StageArgs", "STRATEGIES"):
-        from lightning_sparkling.pretrain import schema
-
-        return getattr(schema, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
