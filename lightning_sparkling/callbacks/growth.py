@@ -37,16 +37,11 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_sparkling.callbacks.rewarmup import (
-    RewarmupSchedulers,
-    check_baseline_schedulers,
-    check_fresh_bias_correction,
-    flat_groups,
-    has_rewarmup,
-    resolve_min_lrs,
-)
 from lightning_sparkling.callbacks.clipping import check_gradient_clipping
 from lightning_sparkling.callbacks.module_parts import find_gpt, token_batch
+from lightning_sparkling.callbacks.rewarmup import (RewarmupSchedulers, check_baseline_schedulers,
+                                                    check_fresh_bias_correction, flat_groups, has_rewarmup,
+                                                    resolve_min_lrs)
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
 from lightning_sparkling.growth.axes import growth_log_lines, size_pairs
 from lightning_sparkling.growth.compute import count_params
@@ -56,14 +51,8 @@ from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
 from lightning_sparkling.growth.recipes import (AUTO, recipe_name, resolve_recipe, same_keys, schedule_of,
                                                 schedule_recipe)
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord, growth_state
-from lightning_sparkling.growth.stage import (
-    WIDTH_SIZE_KEYS,
-    GrowthStage,
-    check_rewarmup_fits,
-    check_stage_order,
-    check_stage_sequence,
-    resolve_timing,
-)
+from lightning_sparkling.growth.stage import (WIDTH_SIZE_KEYS, GrowthStage, check_rewarmup_fits, check_stage_order,
+                                              check_stage_sequence, resolve_timing)
 from lightning_sparkling.growth.surgery import GrowthResult
 from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
@@ -99,9 +88,13 @@ class GrowthCallback(Callback):
             to their sources, per channel dimension; a depth or experts copy under its axis' ``symmetry_key``);
             ``None`` follows ``Trainer(log_every_n_steps)``, ``0`` turns it off. Each log reads every
             copy-initialized tensor (under FSDP2 it gathers them), so raise it for very large models.
+        plans: each stage's :class:`~lightning_sparkling.growth.plan.GrowthPlan` when the caller planned the stages
+            (``sparkling pretrain``'s run plan): ``setup``'s dry run applies each that is the plan of its stage on the
+            model (``GrowthPlan.fits``: same stage, position, seed, tying, config) and plans the others.
 
     Raises:
-        ValueError: for stages that are not ``GrowthStage`` or not in increasing ``at_step`` order.
+        ValueError: for stages that are not ``GrowthStage`` or not in increasing ``at_step`` order, or plans that
+            are not ``GrowthPlan``.
 
     Example::
 
@@ -116,7 +109,8 @@ class GrowthCallback(Callback):
     """
 
     def __init__(self, stages: GrowthStage | Sequence[GrowthStage], *, min_lr: float | None = None,
-                 seed: int = 0, symmetry_every_n_steps: int | None = None) -> None:
+                 seed: int = 0, symmetry_every_n_steps: int | None = None,
+                 plans: Sequence[GrowthPlan] | None = None) -> None:
         stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
         if not stages:
             raise ValueError("GrowthCallback(stages=[]): give at least one GrowthStage")
@@ -149,6 +143,9 @@ class GrowthCallback(Callback):
         self._first_step: tuple[int, int, float] | None = None  # (stage, global step, time) of the last growth
         self._step_clock: tuple[int, float, float | None] | None = None  # (global step, its end, the step's time)
         self._plans: dict[int, GrowthPlan] = {}  # each stage's plan, by index: setup's dry run (see _plan)
+        if not all(isinstance(p, GrowthPlan) for p in plans or ()):
+            raise ValueError("GrowthCallback(plans=...): expected GrowthPlan objects (plan_growth's), one per stage")
+        self._given_plans: tuple[GrowthPlan, ...] = tuple(plans or ())  # the caller's: applied where they fit
         self._remove_resume_hook_fn: Callable[[], None] | None = None
         self.summaries: list[dict[str, Any]] = []
         # the records are looked up through self at each use, never captured: load_state_dict replaces them
@@ -288,13 +285,13 @@ class GrowthCallback(Callback):
 
     def _dry_run(self, gpt: Any) -> None:
         """Plan every stage not applied yet once, each on the config the stages before it grow (shapes only): a
-        refused stage fails here, before training; the growth applies these plans (:meth:`_plan`)."""
+        refused stage fails here, before training; the growth applies these plans (:meth:`_plan`). A plan the
+        caller gave (``plans=``) is kept where it fits (:meth:`_plan`), not planned again."""
         config = gpt.config
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
-        self._plans = {}
+        self._plans = dict(enumerate(self._given_plans))
         for k in range(self._grown, len(self.stages)):
-            self._plans[k] = plan_growth(config, self.stages[k], seed=self.seed, stage_index=k, tied_embeddings=tied)
-            config = self._plans[k].new_config
+            config = self._plan(k, config, seed=self.seed, tied=tied).new_config
 
     def _resolve_recipes(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Resolve ``recipe='auto'`` of the stages not applied yet by the schedule the module's scheduler runs

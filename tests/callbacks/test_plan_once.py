@@ -1,7 +1,7 @@
 """Each stage is planned once: ``GrowthCallback.setup``'s dry run over the stages keeps its plans and the growth
 applies them (``plan_growth`` runs once per stage in a fit, not again at growth time), with the weights and
 optimizer state of re-planning; a plan that does not fit the model is re-planned by the callback, refused by
-``grow_model``."""
+``grow_model``; plans the caller made (``plans=``, the CLI's run plan) are applied, not planned again."""
 
 from __future__ import annotations
 
@@ -116,3 +116,29 @@ def test_the_plan_of_a_named_target_fits_the_stage_as_given():
     plan = plan_module.plan_growth(config, stage)
     assert plan.stage != stage and plan.stage.n_embd == 64
     assert plan.fits(config, stage, seed=0, stage_index=0, tied_embeddings=False)
+
+
+def test_plans_the_caller_made_are_applied_with_the_weights_of_planning_and_one_that_does_not_fit_is_planned_again(
+        monkeypatch):
+    """``GrowthCallback(plans=...)`` (what ``sparkling pretrain`` passes from its run plan): the dry run keeps each
+    given plan that fits and plans none of them again; the fit ends where the callback's own plans end it. A plan of
+    another seed does not fit: that stage is planned again (the next one, on the same config, is kept)."""
+    config = tiny_config()
+    first = plan_module.plan_growth(config, STAGES[0], seed=0, stage_index=0)
+    given = [first, plan_module.plan_growth(first.new_config, STAGES[1], seed=0, stage_index=1)]
+    other_seed = [plan_module.plan_growth(config, STAGES[0], seed=1, stage_index=0), given[1]]
+    own, own_opt = _fit()
+    calls = _count_plans(monkeypatch)
+    module = TinyModule(tiny_config(), max_steps=9)
+    trainer = make_trainer([callback := GrowthCallback(STAGES, min_lr=1e-3, plans=given)], max_steps=9)
+    trainer.fit(module)
+    assert calls == [] and callback._plans == {0: given[0], 1: given[1]}  # applied as given, none planned again
+    for (name, a), b in zip(own.model.state_dict().items(), module.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    for a, b in zip(own_opt.state.values(), trainer.optimizers[0].state.values()):
+        assert torch.equal(a["exp_avg"], b["exp_avg"]) and torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+    module = TinyModule(tiny_config(), max_steps=9)
+    make_trainer([callback := GrowthCallback(STAGES, min_lr=1e-3, plans=other_seed)], max_steps=9).fit(module)
+    assert calls == [0] and callback._plans[0].seed == 0 and callback._plans[1] is given[1]
+    with pytest.raises(ValueError, match="expected GrowthPlan objects"):
+        GrowthCallback(STAGES, plans=[{"n_embd": 48}])
