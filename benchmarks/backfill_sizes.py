@@ -76,6 +76,7 @@ def computed_schedule(cell: dict[str, Any]) -> dict[str, Any]:
     from lightning_sparkling.growth.compute import estimate_compute
     from lightning_sparkling.growth.stage import GrowthStage
     from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.advice.run_plan import plan_run
     from lightning_sparkling.pretrain.measure.command import schedule_record
     from lightning_sparkling.pretrain.advice.measured import MeasuredCell
     from lightning_sparkling.pretrain.advice.measured_axes import block_family
@@ -90,7 +91,7 @@ def computed_schedule(cell: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if cell["axis"] == "two-stage" and not cell.get("stages"):
         growth = run_of(repro.build_config(size, "two-stage", repro.ROWS["SPARKLING"], seed=1))
-        out["stages"] = schedule_record(growth)["stages"]
+        out["stages"] = schedule_record(plan_run(growth, advise=False))["stages"]
     axis, row = reproduce_axis(cell["axis"], cell["growth_at"])
     grown = run_of(repro.build_config(size, axis, repro.ROWS[row], seed=1)).model_config
     measured = MeasuredCell.from_json({**cell, **out})

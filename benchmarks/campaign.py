@@ -106,14 +106,14 @@ def size_preset(name: str) -> dict[str, Any]:
 
 
 def cell_runs(cell: Cell, out: Path, overrides: Sequence[str] = ()) -> tuple[list, dict[str, Any]]:
-    """The runs of ``cell`` (the measure engine's :class:`MeasureRun`) and its facts (parameters, tokens, FLOPs)."""
+    """The runs of ``cell`` (the measure engine's :class:`MeasureRun`) and its facts (parameters, tokens, FLOPs, the
+    resolved run and its plan)."""
     import yaml
 
     import reproduce as repro
-    from lightning_sparkling.growth.compute import estimate_compute
+    from lightning_sparkling.pretrain.advice.run_plan import plan_run
     from lightning_sparkling.pretrain.cli import parse
     from lightning_sparkling.pretrain.measure.measure_runs import plan_runs
-    from lightning_sparkling.pretrain.advice.planning import stage_plans
 
     config = repro.build_config(size_preset(cell.size), cell.axis, repro.ROWS[cell.row], cell.seed)
     for item in overrides:
@@ -123,16 +123,15 @@ def cell_runs(cell: Cell, out: Path, overrides: Sequence[str] = ()) -> tuple[lis
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({**config, "out_dir": str(out / cell.key)}, sort_keys=False))
     _, run, dumped = parse(["--config", str(path)], "plan")
-    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
-                           tie_embeddings=run.train.tie_embeddings)
-    grown = stage_plans(run)[-1].new_config
+    run_plan = plan_run(run)  # the stages' plans, the compute and the advice, once
+    est, grown = run_plan.compute, run_plan.final_config
     per_step = 6.0 * est.active_params[-1] * run.tokens_per_step
     runs = plan_runs(yaml.safe_load(dumped), dataclasses.asdict(grown), growth_flops=est.flops, flops_per_step=per_step,
                      seeds=[cell.seed], budgets=cell.budgets, out=out / cell.key)
     facts = {"params": est.total_params[-1], "tokens": run.total_tokens,
              "tokens_per_param": run.total_tokens / est.active_params[-1], "growth_flops": est.flops,
              "steps": {r.name: round(r.flops / per_step) if r.kind == "scratch" else run.steps for r in runs},
-             "tokens_per_step": run.tokens_per_step, "run": run}
+             "tokens_per_step": run.tokens_per_step, "run": run, "run_plan": run_plan}
     return runs, facts
 
 
@@ -248,10 +247,9 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
 def write_cells(results: Path, cells: Sequence[Cell], out: Path, overrides: Sequence[str] = ()) -> list[dict]:
     """Every complete cell of the results file in the measured map's format (plus ``wall_speedup``), written to
     ``<results>.cells.json``."""
+    from lightning_sparkling.pretrain.advice.measured_size import cell_size
     from lightning_sparkling.pretrain.measure.command import shared_device_note
     from lightning_sparkling.pretrain.measure.measure_stats import compare
-    from lightning_sparkling.pretrain.advice.measured_size import cell_size
-    from lightning_sparkling.pretrain.advice.planning import regime_advice, stage_plans
 
     done = read_results(results)
     out_cells = []
@@ -265,12 +263,8 @@ def write_cells(results: Path, cells: Sequence[Cell], out: Path, overrides: Sequ
         stats = compare(growth, scratch)
         note = shared_device_note(max(int(e.get("jobs") or 0) or 2 for e in entries))  # no "jobs": an older,
         # unrecorded run; the campaign has always trained several at a time
-        run = facts["run"]
-        from lightning_sparkling.growth.compute import estimate_compute
-
-        est = estimate_compute(run.model_config, run.stages, total_steps=run.steps,
-                               tokens_per_step=run.tokens_per_step, tie_embeddings=run.train.tie_embeddings)
-        advice = regime_advice(run, est.active_params)
+        run, run_plan = facts["run"], facts["run_plan"]
+        advice = run_plan.advice
         entry = {"cell": cell.key, "axis": advice.category, "recipe": advice.recipe, "schedule": advice.schedule,
                  "growth_at": round(advice.growth_at, 3), "tokens_per_param": round(advice.tokens_per_param, 1),
                  "delta": round(stats["delta"], 3), "seeds": 1, "seeds_above": stats["seeds_above"],
@@ -278,7 +272,7 @@ def write_cells(results: Path, cells: Sequence[Cell], out: Path, overrides: Sequ
                  "wall_speedup": None if note else stats["wall_speedup"] and round(stats["wall_speedup"], 3),
                  "wall_clock_note": note,
                  "per_seed": stats["per_seed"],
-                 **cell_size(stage_plans(run)[-1].new_config, device=entries[0]["device"], precision=str(run.precision),
+                 **cell_size(run_plan.final_config, device=entries[0]["device"], precision=str(run.precision),
                              corpus=str(run.data.source), tie_embeddings=run.train.tie_embeddings)}
         out_cells.append(entry)
     path = results.with_suffix(".cells.json")

@@ -1,5 +1,6 @@
-"""``estimate_compute``: parameters per phase and training FLOPs (``6 N_active D``, the paper's accounting); G_stack's
-fitted growth timing (:func:`gstack_growth_tokens`)."""
+"""``estimate_compute``: parameters per phase and training FLOPs (``6 N_active D``, the paper's accounting), of growth
+stages or of the phases' configs when they are planned already (:func:`phase_compute`); G_stack's fitted growth timing
+(:func:`gstack_growth_tokens`)."""
 
 from __future__ import annotations
 
@@ -133,9 +134,37 @@ def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, tot
             raise ValueError(f"GrowthStage(at_step={stage.at_step}) is past total_steps={total_steps}")
         _check_model_kind(configs[-1], stage)
         configs.append(stage_config(configs[-1], stage))  # a model_name / model_config stage resolved
-    bounds = [0] + [s.at_step for s in stages] + [total_steps]
+    return phase_compute(configs, [s.at_step for s in stages], total_steps=total_steps, tokens_per_step=tokens_per_step,
+                         tie_embeddings=tie_embeddings)
+
+
+def phase_compute(configs: Sequence, at_steps: Sequence[int], *, total_steps: int, tokens_per_step: int,
+                  tie_embeddings: bool = False, counts: Sequence[tuple[int, int]] | None = None) -> ComputeEstimate:
+    """The :class:`ComputeEstimate` of a run whose model is ``configs[0]`` until step ``at_steps[0]``, ``configs[k]``
+    from ``at_steps[k - 1]`` on, and ``configs[-1]`` to ``total_steps``: :func:`estimate_compute` once the phases'
+    configs are known (a caller that planned the stages passes their configs, not the stages to plan again).
+
+    Args:
+        configs: litgpt ``Config`` of each phase (one more than ``at_steps``).
+        at_steps: the step of each growth, increasing, at most ``total_steps``.
+        counts: each config's ``(active, total)`` parameter counts (:func:`count_params`) when the caller has them;
+            ``None``: counted here.
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> cfg = Config(n_layer=2, n_embd=32, n_head=2, head_size=16, intermediate_size=128, vocab_size=1024,
+        ...              padded_vocab_size=1024, mlp_class_name="LLaMAMLP", norm_class_name="RMSNorm", bias=False)
+        >>> grown = stage_config(cfg, GrowthStage(500, n_layer=4))
+        >>> est = phase_compute([cfg, grown], [500], total_steps=1000, tokens_per_step=1024)
+        >>> est.phase_steps, round(est.ceiling, 2)
+        ((500, 500), 1.14)
+    """
+    if len(configs) != len(at_steps) + 1:
+        raise ValueError(f"phase_compute: {len(configs)} configs for {len(at_steps)} growths (one more config needed)")
+    bounds = [0, *at_steps, total_steps]
     phase_steps = tuple(b - a for a, b in zip(bounds[:-1], bounds[1:]))
-    counts = [count_params(c, tie_embeddings=tie_embeddings) for c in configs]
+    counts = [count_params(c, tie_embeddings=tie_embeddings) for c in configs] if counts is None else list(counts)
     active = tuple(a for a, _ in counts)
     total = tuple(t for _, t in counts)
     flops = float(sum(6 * n * tokens_per_step * steps for n, steps in zip(active, phase_steps)))

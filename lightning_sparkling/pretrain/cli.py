@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from lightning_sparkling.parallel.registry import cli_backend
-from lightning_sparkling.pretrain.config.resolve import ResolvedRun, resolve
-from lightning_sparkling.pretrain.errors import ConfigError, _one_line_error
+from lightning_sparkling.pretrain.advice.planning import plan, run_recipe  # noqa: F401
+from lightning_sparkling.pretrain.advice.run_plan import plan_run  # noqa: F401
 from lightning_sparkling.pretrain.config.plugins import load_plugins, plugin_names
-from lightning_sparkling.pretrain.advice.planning import plan, regime_advice, regime_warning, run_recipe  # noqa: F401
+from lightning_sparkling.pretrain.config.resolve import ResolvedRun, resolve
 from lightning_sparkling.pretrain.config.resume import check_out_dir
-from lightning_sparkling.pretrain.training.run import build_datamodule, build_module, pretrain  # noqa: F401
 from lightning_sparkling.pretrain.config.schema import check_keys, pretrain_arguments
+from lightning_sparkling.pretrain.errors import ConfigError, _one_line_error
+from lightning_sparkling.pretrain.training.run import build_datamodule, build_module, pretrain  # noqa: F401
 from lightning_sparkling.pretrain.training.summary import print_summary_table, resume_command  # noqa: F401
 from lightning_sparkling.pretrain.training.trainer import _build_trainer, _callbacks_module, _strategy  # noqa: F401
 

@@ -21,7 +21,8 @@ import yaml
 from lightning_sparkling.pretrain.measure import command as measure_module
 from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.advice.measured import load_map
-from lightning_sparkling.pretrain.advice.planning import plan, stage_plans
+from lightning_sparkling.pretrain.advice.planning import plan
+from lightning_sparkling.pretrain.advice.run_plan import stage_plans
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli import tiny_config, write_config  # noqa: E402

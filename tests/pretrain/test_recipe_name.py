@@ -16,7 +16,8 @@ from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.measure import command as measure_module
 from lightning_sparkling.pretrain.cli import _read_maps, main, parse
 from lightning_sparkling.pretrain.advice.measured import MAP_PATH, load_map
-from lightning_sparkling.pretrain.advice.planning import plan, regime_advice, run_recipe
+from lightning_sparkling.pretrain.advice.planning import plan, run_recipe
+from lightning_sparkling.pretrain.advice.run_plan import plan_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli import tiny_config  # noqa: E402
@@ -119,7 +120,7 @@ def test_plan_finds_the_cell_measure_wrote_for_the_same_config(tmp_path, monkeyp
         assert (result["cells"][0]["recipe"], result["growth_recipe"]) == ("paper", "paper")
         assert result["recipe_note"] is None and OLD_NOTE not in advice
         # the package's own depth cells under WSD (stored as paper) are still this run's without --map
-        own = regime_advice(run, plan(run, print_report=False)["active_params"]).cell
+        own = plan_run(run).advice.cell
         assert own in load_map() and (own.category, own.recipe, own.schedule) == ("depth", "paper", "wsd")
 
 

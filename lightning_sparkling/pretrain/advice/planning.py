@@ -1,7 +1,8 @@
 """``sparkling plan``: what the growth stages of a resolved run do, without training (:func:`plan`: per stage the
 sizes, alpha per channel dimension, the tensors touched, parameters before and after, the new entries' LR; the run's
-FLOPs against a from-scratch run of the final size), what the project's measured map says about the run
-(:func:`regime_advice`), and the report printed (:func:`_print_plan`).
+FLOPs against a from-scratch run of the final size; what the project's measured map says about the run), all read from
+the run's one plan (:func:`~lightning_sparkling.pretrain.advice.run_plan.plan_run`), and the report printed
+(:func:`_print_plan`).
 """
 
 from __future__ import annotations
@@ -12,16 +13,25 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from lightning_sparkling.pretrain.advice.run_plan import RunPlan, plan_run
 from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 from lightning_sparkling.pretrain.formatting import _console, _fmt_flops, _model_line
 
-__all__ = ["plan", "regime_advice", "regime_warning", "run_recipe", "stage_plans"]
+__all__ = ["plan", "run_recipe"]
 
 
-def plan(run: ResolvedRun, *, print_report: bool = True, cells: Sequence[Any] | None = None) -> dict[str, Any]:
+def plan(run: ResolvedRun, *, print_report: bool = True, cells: Sequence[Any] | None = None,
+         run_plan: RunPlan | None = None) -> dict[str, Any]:
     """What the growth stages of ``run`` do, without training: per stage the widths, alpha per channel dimension, the
     tensors touched (grouped by kind), parameters before/after; and the run's FLOPs against a from-scratch run of the
-    final width (:func:`~lightning_sparkling.growth.compute.estimate_compute`).
+    final width (:func:`~lightning_sparkling.growth.compute.estimate_compute`'s accounting).
+
+    Args:
+        run: the resolved run.
+        print_report: print the report.
+        cells: the measured map the advice reads (default: the package's; ``--map FILE`` adds a ``measure.json``'s).
+        run_plan: the run's plan when the caller has it (``cells`` is then its own); ``None``: planned here, once
+            (:func:`~lightning_sparkling.pretrain.advice.run_plan.plan_run`).
 
     Returns:
         a dict: ``stages`` (list of per-stage dicts: ``sizes`` every size key the stage changes, ``widths`` the widths
@@ -31,28 +41,22 @@ def plan(run: ResolvedRun, *, print_report: bool = True, cells: Sequence[Any] | 
         ``gstack`` (what G_stack's fitted timing rule gives for the run: ``tokens``, ``step``, ``n_params``,
         ``flops``; ``None`` without growth stages).
     """
-    from lightning_sparkling.growth.compute import estimate_compute
-
-    config = run.model_config
-    stages_out = []
-    for k, (stage, gp) in enumerate(zip(run.stages, stage_plans(run))):
-        stages_out.append(_stage_report(run, k, stage, config, gp))
-        config = gp.new_config
-    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
-                           tie_embeddings=run.train.tie_embeddings)
+    run_plan = plan_run(run, cells=cells) if run_plan is None else run_plan
+    est = run_plan.compute
+    stages_out = [_stage_report(run_plan, k) for k in range(len(run.stages))]
     report = {
         "steps": run.steps, "tokens_per_step": run.tokens_per_step, "total_tokens": run.total_tokens,
         "stages": stages_out, "phase_steps": list(est.phase_steps), "active_params": list(est.active_params),
         "total_params": list(est.total_params), "flops": est.flops, "flops_from_scratch": est.flops_from_scratch,
-        "flops_saved": est.flops_saved, "final_config": dataclasses.asdict(config),
+        "flops_saved": est.flops_saved, "final_config": dataclasses.asdict(run_plan.final_config),
     }
-    report["tokens_per_param"] = run.total_tokens / est.active_params[-1]
+    report["tokens_per_param"] = run_plan.tokens_per_param
     report["progressive"] = _progressive_line(run) if run.growth.progressive is not None else None
     deepens = any(s["depth"] is not None for s in stages_out)  # G_stack's rule is about stacking blocks
     report["gstack"] = _gstack_timing(run, est) if deepens else None
-    advice = regime_advice(run, est.active_params, cells)
+    advice = run_plan.advice
     report["regime_advice"] = advice.message() if advice is not None else None
-    report["regime_warning"] = advice.message() if advice is not None and not advice.pays else None
+    report["regime_warning"] = run_plan.warning
     if print_report:
         _print_plan(run, report)
     return report
@@ -74,21 +78,6 @@ def _progressive_line(run: ResolvedRun) -> str:
             f"growth.stages[0..{n - 1}] below")
 
 
-def stage_plans(run: ResolvedRun) -> list[Any]:
-    """The ``GrowthPlan`` of each stage of ``run``: those :func:`~lightning_sparkling.pretrain.config.resolve.resolve`
-    made when it checked the stages (planned once), or planned here for a run built otherwise."""
-    if len(run.plans) == len(run.stages):
-        return list(run.plans)
-    from lightning_sparkling.growth.plan import plan_growth
-
-    plans, config = [], run.model_config
-    for k, stage in enumerate(run.stages):
-        plans.append(plan_growth(config, stage, seed=run.growth.seed, stage_index=k,
-                                 tied_embeddings=run.train.tie_embeddings))
-        config = plans[-1].new_config
-    return plans
-
-
 def _gstack_timing(run: ResolvedRun, est: Any) -> dict[str, Any]:
     """What G_stack's fitted timing rule gives for ``run``
     (:func:`~lightning_sparkling.growth.compute.gstack_growth_tokens`): ``N`` the grown model's active parameters,
@@ -103,22 +92,19 @@ def _gstack_timing(run: ResolvedRun, est: Any) -> dict[str, Any]:
             "in_run": step < run.steps}
 
 
-def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) -> dict[str, Any]:
-    """What stage ``k`` of ``run`` does to the model of ``config`` (its plan ``gp``): one entry of
-    ``plan()["stages"]``."""
-    from lightning_sparkling.growth.compute import count_params
+def _stage_report(run_plan: RunPlan, k: int) -> dict[str, Any]:
+    """What stage ``k`` of the run does to the model of the phase before it (its plan, sizes and parameter counts of
+    ``run_plan``): one entry of ``plan()["stages"]``."""
     from lightning_sparkling.growth.axes import describe_changes, registered_axes
-    from lightning_sparkling.growth.plan import size_changes
     from lightning_sparkling.growth.stage import WIDTH_SIZE_KEYS, grows_channels
 
-    tied = run.train.tie_embeddings
-    before, after = count_params(config, tie_embeddings=tied), count_params(gp.new_config, tie_embeddings=tied)
+    run, stage, gp, est = run_plan.run, run_plan.run.stages[k], run_plan.plans[k], run_plan.compute
     report = {
         "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
         "at_fraction": stage.at_step / run.steps,
         "widths": {name: [change.old, change.new] for name, change in gp.channels.items() if name in WIDTH_SIZE_KEYS},
         "channels": {name: [change.old, change.new] for name, change in gp.channels.items()},
-        "sizes": {size: list(pair) for size, pair in size_changes(config, gp.new_config).items()},
+        "sizes": {size: list(pair) for size, pair in run_plan.sizes[k].items()},
         "into": gp.new_config.name if stage.model_name or stage.model_config else None,
         **{key: value for axis in registered_axes() for key, value in axis.report(gp, stage).items()},  # depth, heads
         "alpha": gp.alphas(), "grows_channels": grows_channels(stage.to_dict()), "init": stage.init,
@@ -128,8 +114,8 @@ def _stage_report(run: ResolvedRun, k: int, stage: Any, config: Any, gp: Any) ->
         "rewarmup_window": _rewarmup_window(stage, run.steps) if gp.rewarms else None,
         "new_entries": gp.adds_entries,  # False: a config-field growth (rope_base): no init, state or re-warmup
         **_baseline_options(stage, run.steps),
-        "params_before": before[1], "params_after": after[1],
-        "active_params_before": before[0], "active_params_after": after[0],
+        "params_before": est.total_params[k], "params_after": est.total_params[k + 1],
+        "active_params_before": est.active_params[k], "active_params_after": est.active_params[k + 1],
         "tensors": len(gp.tensors), "tensor_groups": _tensor_groups(gp),
         "axes": describe_changes(gp),  # plug-in axes (growth/axes): one line each
     }
@@ -208,7 +194,7 @@ def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
             "tail_steps": tail, "end": warmup_end + tail}  # max_steps, or the faster decay's end (decay_speedup)
 
 
-# ------------------------------------------------------------------------------------------------------------ regime
+# ------------------------------------------------------------------------------------------------------------ recipe
 def run_recipe(stages: Sequence[Any]) -> str:
     """The recipe a run's stages follow, as the measured map names it: the ``key`` of
     :func:`~lightning_sparkling.growth.recipes.recipe_name` (``paper`` when every stage keeps the paper's value of
@@ -217,38 +203,6 @@ def run_recipe(stages: Sequence[Any]) -> str:
     from lightning_sparkling.growth.recipes import recipe_name
 
     return recipe_name(stages).key
-
-
-def regime_advice(run: ResolvedRun, active_params: Sequence[int], cells: Sequence[Any] | None = None):
-    """What the project's measured map (:mod:`lightning_sparkling.pretrain.advice.measured`) says about ``run``: the
-    comparison nearest to its axis, recipe, schedule, timing, token ratio and model size, or that none is near
-    (:class:`~lightning_sparkling.pretrain.advice.measured.Advice`); ``None`` without growth stages. ``cells``: the map
-    to read (default: the package's, :func:`~lightning_sparkling.pretrain.advice.measured.load_map`). The run's recipe
-    is named once, by :func:`~lightning_sparkling.growth.recipes.recipe_name`: cells are matched on its ``key`` (what
-    ``sparkling measure`` writes for this run), the advice prints its ``label`` and ``note``."""
-    from lightning_sparkling.growth.compute import count_params, estimate_compute
-    from lightning_sparkling.growth.plan import size_changes
-    from lightning_sparkling.growth.recipes import recipe_name
-    from lightning_sparkling.pretrain.advice.measured import advise
-    from lightning_sparkling.pretrain.advice.measured_axes import block_family
-
-    if not run.stages:
-        return None
-    configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
-    sizes = [list(size_changes(a, b)) for a, b in zip(configs[:-1], configs[1:])]
-    _, params = count_params(configs[-1], tie_embeddings=run.train.tie_embeddings)
-    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
-                           tie_embeddings=run.train.tie_embeddings)
-    return advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / active_params[-1],
-                  recipe=recipe_name(run.stages), schedule=run.train.lr_schedule, sizes=sizes, cells=cells,
-                  params=params, arch=block_family(configs[-1]), ceiling=est.ceiling)
-
-
-def regime_warning(run: ResolvedRun, active_params: Sequence[int], cells: Sequence[Any] | None = None) -> str | None:
-    """The warning of :func:`regime_advice` when the run is not where growth was measured to pay (nothing measured
-    near it, or the nearest comparison ended above scratch), else ``None``."""
-    advice = regime_advice(run, active_params, cells)
-    return None if advice is None or advice.pays else advice.message()
 
 
 # ------------------------------------------------------------------------------------------------------------ print

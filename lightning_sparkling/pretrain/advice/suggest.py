@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_sparkling.pretrain.errors import ConfigError
+from lightning_sparkling.pretrain.advice.run_plan import RunPlan, plan_run
 from lightning_sparkling.pretrain.advice.target import NoFit, toward
+from lightning_sparkling.pretrain.errors import ConfigError
 
 __all__ = ["Suggestion", "suggest"]
 
@@ -106,14 +107,6 @@ def _start_line(start: dict[str, Any]) -> str:
     return ", ".join(f"{key} {value}" for key, value in start.items())
 
 
-def _target(run: Any) -> Any:
-    """The model the config means to train: what its growth ends at (its model when it grows nothing)."""
-    from lightning_sparkling.pretrain.advice.planning import stage_plans
-
-    plans = stage_plans(run)
-    return plans[-1].new_config if plans else run.model_config
-
-
 def _start_model_config(ns: Any, run: Any, target: Any, start: dict[str, Any]) -> dict[str, Any]:
     """The ``model_config`` keys that make the config's model the start model: ``start``'s sizes, plus any field
     litgpt would otherwise re-derive from them (``head_size``, ``intermediate_size``, ``rope_n_elem`` of a named
@@ -145,35 +138,31 @@ def _pasted(ns: Any, model_config: dict[str, Any], growth: dict[str, Any]) -> An
 
 
 def _check(ns: Any, run: Any, target: Any, cell: Any, start: dict[str, Any], growth: dict[str, Any],
-           cells: Sequence[Any]) -> tuple[Any, Any]:
-    """The pasted run and ``plan``'s advice on it, once checked: it resolves, ends at exactly ``target``, trains the
-    config's tokens and is advised with ``cell`` itself.
+           cells: Sequence[Any]) -> RunPlan:
+    """The pasted run's plan (:func:`~lightning_sparkling.pretrain.advice.run_plan.plan_run`: its advice is what
+    ``plan`` prints for it), once checked: it resolves, ends at exactly ``target``, trains the config's tokens and is
+    advised with ``cell`` itself.
 
     Raises:
         NoFit: naming what failed.
     """
     from lightning_sparkling.pretrain.config.resolve import resolve
-    from lightning_sparkling.pretrain.advice.planning import regime_advice, stage_plans
 
     try:
-        pasted = resolve(_pasted(ns, start, growth))
+        pasted = plan_run(resolve(_pasted(ns, start, growth)), cells=cells)  # its plan, compute and advice, once
     except (ConfigError, ValueError) as err:
         raise NoFit(str(err)) from None
-    final = stage_plans(pasted)[-1].new_config
+    final = pasted.final_config
     differ = [f.name for f in dataclasses.fields(final) if getattr(final, f.name) != getattr(target, f.name)]
     if differ:
         raise NoFit(f"the pasted block ends at another model ({', '.join(differ)} differ)")
-    if pasted.total_tokens != run.total_tokens:
-        raise NoFit(f"the pasted block trains {pasted.total_tokens:,} tokens, the config {run.total_tokens:,}")
-    from lightning_sparkling.growth.compute import estimate_compute
-
-    est = estimate_compute(pasted.model_config, pasted.stages, total_steps=pasted.steps,
-                           tokens_per_step=pasted.tokens_per_step, tie_embeddings=pasted.train.tie_embeddings)
-    advice = regime_advice(pasted, est.active_params, cells)
+    if pasted.run.total_tokens != run.total_tokens:
+        raise NoFit(f"the pasted block trains {pasted.run.total_tokens:,} tokens, the config {run.total_tokens:,}")
+    advice = pasted.advice
     if advice is None or advice.cell != cell:
         cited = advice.cell.key() if advice is not None and advice.cell is not None else "no cell"
         raise NoFit(f"sparkling plan of the pasted block would cite {cited}, not this cell")
-    return pasted, advice
+    return pasted
 
 
 def _rank(cell: Any) -> tuple[float, float]:
@@ -194,14 +183,13 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
 
         sparkling plan --config examples/depth_2x.yaml --suggest
     """
-    from lightning_sparkling.growth.compute import count_params
     from lightning_sparkling.pretrain.advice.measured import NEAR_RATIO, load_map
 
     cells = load_map() if cells is None else cells
     schedule = run.train.lr_schedule
-    target = _target(run)
-    active, params = count_params(target, tie_embeddings=run.train.tie_embeddings)
-    ratio = run.total_tokens / active
+    run_plan = plan_run(run, advise=False)  # the model the config means to train: what its growth ends at
+    target, params = run_plan.final_config, run_plan.compute.total_params[-1]
+    ratio = run_plan.tokens_per_param
     name = f"{target.name or 'your model'} ({target.n_layer} layers)"
     fits, nearest, rejected = [], None, []
     for cell in cells:
@@ -220,11 +208,11 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
         growth = {"recipe": cell.recipe, "stages": way.stages}
         try:
             start = _start_model_config(ns, run, target, way.start)
-            pasted, advice = _check(ns, run, target, cell, start, growth, cells)
+            pasted = _check(ns, run, target, cell, start, growth, cells)
         except NoFit as err:
             rejected.append(f"{cell.key()}: {err}")
             continue
-        _, start_params = count_params(pasted.model_config, tie_embeddings=run.train.tie_embeddings)
+        start_params, advice = pasted.compute.total_params[0], pasted.advice
         notes = [line for line in (advice.ceiling_line(), advice.family_note()) if line]
         return Suggestion(growth, cell, ratio, params, schedule, start=start, start_params=start_params,
                           rounded=way.rounded, notes=notes, rejected=rejected, target=name)

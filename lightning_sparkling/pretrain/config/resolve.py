@@ -121,7 +121,8 @@ def resolve(ns: Any) -> ResolvedRun:
                      f"{train.lr_schedule!r} (docs/BENCHMARKS.md, 'Where growth pays')")
     try:
         _check_fresh_bias_correction(stages, spec, optimizer_name, uses_muon)
-        out_dir, resume, resume_path = _resolve_resume(ns, initial_dir, config, stages, train, uses_muon, notes)
+        out_dir, resume, resume_path = _resolve_resume(ns, initial_dir, config, stages, plans, train, uses_muon,
+                                                       notes)
     except ConfigError as err:  # about an expanded stage of growth.progressive: named by its key there
         if growth.progressive is None:
             raise
@@ -533,9 +534,10 @@ def _resolve_optimizer(ns: Any, train: TrainArgs, strategy: str, precision: str)
 
 
 # ------------------------------------------------------------------------------------------------------------ resume
-def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list[GrowthStage], train: TrainArgs,
-                    uses_muon: bool, notes: list[str]) -> tuple[Path, Any, Path | None]:
-    """``(out_dir, resume setting, checkpoint to resume or None)``; the checkpoint is checked against the run."""
+def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list[GrowthStage], plans: list[Any],
+                    train: TrainArgs, uses_muon: bool, notes: list[str]) -> tuple[Path, Any, Path | None]:
+    """``(out_dir, resume setting, checkpoint to resume or None)``; the checkpoint is checked against the run (the
+    model it must hold: ``config`` grown by the stages it applied, the stages' ``plans``' configs)."""
     out_dir = Path(str(_get(ns, "out_dir", "out/sparkling"))).expanduser()
     resume = _get(ns, "resume", False)
     resume_path = None
@@ -560,6 +562,7 @@ def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list
         notes.append(f"resume: auto found {resume_path}: resuming it (initial_checkpoint_dir is not read)")
     if resume_path is not None:
         notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=train.tie_embeddings,
-                                         num_optimizers=2 if uses_muon else 1)
+                                         num_optimizers=2 if uses_muon else 1,
+                                         configs=[config, *(gp.new_config for gp in plans)])
     return out_dir, resume, resume_path
 

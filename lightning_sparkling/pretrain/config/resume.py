@@ -7,6 +7,7 @@ the same model and optimizers), and checking that ``out_dir`` can be written (:f
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -144,7 +145,7 @@ def _clean_name(name: str) -> str:
 
 
 def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], *, tie_embeddings: bool,
-                            num_optimizers: Optional[int] = None) -> list[str]:
+                            num_optimizers: Optional[int] = None, configs: Optional[Sequence[Any]] = None) -> list[str]:
     """Check, before anything starts, that the run can resume from the Lightning checkpoint ``path``: it is
     readable, its growth was done by a prefix of ``stages`` (the same stages, none skipped), and its model is the
     configured one grown by those stages (litgpt ``Config`` fields, parameter names and shapes, tied embeddings,
@@ -156,6 +157,8 @@ def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], 
         stages: the run's growth stages.
         tie_embeddings: the run's ``train.tie_embeddings``.
         num_optimizers: how many optimizers the run builds (2 with Muon: Muon + AdamW), or ``None`` not to check.
+        configs: the model's config before each stage and after the last, when the caller planned the stages
+            (``resolve``: its dry runs' configs); ``None``: the stages the checkpoint applied are planned here.
 
     Returns:
         notes on what was checked (e.g. a sharded directory's shapes could not be read).
@@ -167,7 +170,7 @@ def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], 
     checkpoint, shapes, kind = _readable_checkpoint(path)
     notes: list[str] = []
     grown = _check_resumed_stages(path, checkpoint, stages)
-    expected = _grown_config(config, stages[:grown], tie_embeddings)
+    expected = configs[grown] if configs is not None else _grown_config(config, stages[:grown], tie_embeddings)
     _check_resumed_config(path, checkpoint, expected, grown, tie_embeddings)
     if shapes is not None:
         _check_resumed_shapes(path, shapes, expected, grown, tie_embeddings)

@@ -28,10 +28,11 @@ from typing import Any
 
 import yaml
 
+from lightning_sparkling.pretrain.advice.run_plan import RunPlan, plan_run
+from lightning_sparkling.pretrain.advice.verdict import phrase, verdict
 from lightning_sparkling.pretrain.measure.measure_runs import (MeasureRun, is_done, plan_runs, prepare_data,
                                                                read_result, train_runs)
 from lightning_sparkling.pretrain.measure.measure_stats import compare
-from lightning_sparkling.pretrain.advice.verdict import phrase, verdict
 
 DEFAULT_BUDGETS = (0.7, 1.0, 1.4, 2.0)
 """The scratch budgets, as multiples of the growth run's FLOPs (1.0, equal FLOPs, is always trained)."""
@@ -103,9 +104,6 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
         cells: the measured map its summary cites the config's cell from (``--map FILE``, as ``sparkling plan``'s;
             ``None``: the package's).
     """
-    from lightning_sparkling.growth.compute import estimate_compute
-    from lightning_sparkling.pretrain.advice.planning import regime_advice
-
     if any(a in ("-h", "--help") for a in argv):
         print(HELP)
         return 0
@@ -126,11 +124,8 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
         print("error: eval.final_validation: false: sparkling measure compares the runs' final val loss; set "
               "eval.final_validation: true", file=sys.stderr)
         return 2
-    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
-                           tie_embeddings=run.train.tie_embeddings)
-    from lightning_sparkling.pretrain.advice.planning import stage_plans
-
-    grown = stage_plans(run)[-1].new_config
+    run_plan = plan_run(run, cells=cells)  # the stages' plans, the compute and the advice, once
+    est, grown = run_plan.compute, run_plan.final_config
     out = Path(run.out_dir) / "measure"
     seeds = [run.seed + k for k in range(opts["seeds"])]
     runs = plan_runs(yaml.safe_load(dumped), dataclasses.asdict(grown), growth_flops=est.flops,
@@ -150,8 +145,7 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
         print(f"error: {len(failed)} run(s) failed: {', '.join(r.name for r in failed)} (see their run.log)",
               file=sys.stderr)
         return 1
-    advice = regime_advice(run, est.active_params, cells)
-    result = measurement(runs, advice, grown, run, rest, jobs=opts["jobs"])
+    result = measurement(runs, run_plan, rest, jobs=opts["jobs"])
     path = Path(run.out_dir) / "measure.json"
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(describe(result))
@@ -176,8 +170,7 @@ def shared_device_note(jobs: int, devices: int = 1) -> str | None:
             "idle machine for a time ratio")
 
 
-def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, argv: Sequence[str],
-                jobs: int = 1) -> dict:
+def measurement(runs: Sequence[MeasureRun], run_plan: RunPlan, argv: Sequence[str], jobs: int = 1) -> dict:
     """``measure.json``: ``cells`` (one cell in the measured map's format), ``growth_recipe`` and ``recipe_note``,
     ``per_seed``, ``wall_speedup`` and ``runs`` (each run's name, folder, final val loss, FLOPs and seconds).
 
@@ -188,8 +181,11 @@ def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, a
     The cell's ``recipe`` is the map's name of the run's recipe, the one ``sparkling plan`` matches for this config
     (``advice.recipe``: the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_name`); ``growth_recipe`` is
     the recipe the run grew by (its ``label``) and ``recipe_note`` why the two differ, in words (``None``: they
-    do not), e.g. ``wsd`` and the note that it grows a stage that only adds layers as ``paper`` does."""
+    do not), e.g. ``wsd`` and the note that it grows a stage that only adds layers as ``paper`` does. ``run_plan``:
+    the measured run's plan (its advice, schedule, compute and the model it grows into)."""
     from lightning_sparkling.pretrain.advice.measured_size import cell_size
+
+    run, advice, grown = run_plan.run, run_plan.advice, run_plan.final_config
 
     growth = {r.seed: read_result(r) for r in runs if r.kind == "growth"}
     scratch: dict[float, dict[int, dict[str, float]]] = {}
@@ -207,7 +203,7 @@ def measurement(runs: Sequence[MeasureRun], advice: Any, grown: Any, run: Any, a
                 speedup_sd=round(stats["speedup_sd"], 2) if has_speedup else None)
     if advice.init is not None:
         cell["init"] = advice.init
-    cell.update(schedule_record(run))  # factors, a multi-stage schedule's stages, arch, ceiling
+    cell.update(schedule_record(run_plan))  # factors, a multi-stage schedule's stages, arch, ceiling
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     cell["where"] = f"sparkling measure {' '.join(argv)} ({when})"
     cell.update(cell_size(grown, device=_device(run), precision=str(run.precision), corpus=_corpus(run),
@@ -261,20 +257,16 @@ def describe(result: dict) -> str:
     return "\n".join(lines)
 
 
-def schedule_record(run: Any) -> dict[str, Any]:
-    """What a cell records of the run's schedule and model: ``factors`` and, for several growths, ``stages``
-    (:func:`~lightning_sparkling.pretrain.advice.target.run_schedule`), ``arch`` (the block family) and ``ceiling`` (the
-    schedule's speed-up if the grown run matched scratch token for token)."""
-    from lightning_sparkling.growth.compute import estimate_compute
+def schedule_record(run_plan: RunPlan) -> dict[str, Any]:
+    """What a cell records of the run's schedule and model (``run_plan``: the run's plan): ``factors`` and, for several
+    growths, ``stages`` (:func:`~lightning_sparkling.pretrain.advice.target.run_schedule`), ``arch`` (the block family)
+    and ``ceiling`` (the schedule's speed-up if the grown run matched scratch token for token)."""
     from lightning_sparkling.pretrain.advice.measured_axes import block_family
-    from lightning_sparkling.pretrain.advice.planning import stage_plans
     from lightning_sparkling.pretrain.advice.target import run_schedule
 
-    configs = [run.model_config] + [gp.new_config for gp in stage_plans(run)]
-    est = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
-                           tie_embeddings=run.train.tie_embeddings)
+    configs, run = run_plan.configs, run_plan.run
     return {**run_schedule(configs, run.stages, run.steps), "arch": block_family(configs[-1]),
-            "ceiling": round(est.ceiling, 3)}
+            "ceiling": round(run_plan.compute.ceiling, 3)}
 
 
 def _device(run: Any) -> str:

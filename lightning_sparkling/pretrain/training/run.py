@@ -2,7 +2,9 @@
 (:func:`_pretrain`): announce the run, build the data module (:func:`build_datamodule`) and the module
 (:func:`build_module`), the callbacks, logger and ``Trainer`` (:mod:`~lightning_sparkling.pretrain.training.trainer`),
 fit (:func:`_fit`: Ctrl-C and failures captured), settle the outcome (:func:`_settle_fit`) and write the summary
-(:mod:`~lightning_sparkling.pretrain.training.summary`).
+(:mod:`~lightning_sparkling.pretrain.training.summary`). The run's plan (stages planned, phases, compute, advice) is
+computed once (:func:`~lightning_sparkling.pretrain.advice.run_plan.plan_run`) and read by the announcement, the
+growth callback and the summary.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from lightning_sparkling.pretrain.config import litgpt_compat
 from lightning_sparkling.pretrain.data import litgpt_data
 from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 from lightning_sparkling.pretrain.formatting import _fmt_flops, _info, _model_line
-from lightning_sparkling.pretrain.advice.planning import regime_advice
+from lightning_sparkling.pretrain.advice.run_plan import RunPlan, plan_run
 from lightning_sparkling.pretrain.config.resume import find_resume_checkpoint
 from lightning_sparkling.pretrain.training.summary import _run_summary, _write_outputs
 from lightning_sparkling.pretrain.training.trainer import _build_callbacks, _build_trainer, _RunCallbacks
@@ -26,7 +28,7 @@ __all__ = ["build_datamodule", "build_module", "pretrain"]
 
 
 def pretrain(run: ResolvedRun, *, hparams_yaml: str = "", print_summary: bool = True,
-             argv: Sequence[str] | None = None) -> dict[str, Any]:
+             argv: Sequence[str] | None = None, run_plan: RunPlan | None = None) -> dict[str, Any]:
     """Run a resolved configuration: build the data module, the
     :class:`~lightning_sparkling.pretrain.training.module.LitGPTPretrainModule`, the callbacks and the ``Trainer``, fit
     (resuming when asked), validate at the end, export the litgpt ``final/`` dir, and print and write the summary.
@@ -41,6 +43,8 @@ def pretrain(run: ResolvedRun, *, hparams_yaml: str = "", print_summary: bool = 
         print_summary: print the end-of-run table.
         argv: the arguments after ``sparkling pretrain``, for the resume command (``None``: the command given uses
             ``--config out_dir/hparams.yaml``, ``hparams_yaml`` written there on an interruption).
+        run_plan: the run's plan when the caller has it; ``None``: planned here, once
+            (:func:`~lightning_sparkling.pretrain.advice.run_plan.plan_run`, the package's measured map).
 
     Returns:
         the summary (also written to ``out_dir/summary.json``); ``summary["status"]`` is ``"interrupted"`` after a
@@ -53,32 +57,34 @@ def pretrain(run: ResolvedRun, *, hparams_yaml: str = "", print_summary: bool = 
 
     threads = torch.get_num_threads()
     try:
-        return _pretrain(run, hparams_yaml=hparams_yaml, print_summary=print_summary, argv=argv)
+        return _pretrain(run, run_plan if run_plan is not None else plan_run(run), hparams_yaml=hparams_yaml,
+                         print_summary=print_summary, argv=argv)
     finally:
         torch.set_num_threads(threads)
 
 
-def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
+def _pretrain(run: ResolvedRun, run_plan: RunPlan, *, hparams_yaml: str, print_summary: bool,
               argv: Sequence[str] | None) -> dict[str, Any]:
     """The body of :func:`pretrain`, one call per phase: announce the run, build the data module and the module,
-    the callbacks, the logger and the Trainer, fit, settle the outcome, write the summary."""
+    the callbacks (the growth callback gets ``run_plan``'s stage plans), the logger and the Trainer, fit, settle the
+    outcome, write the summary (the compute of what ran, from ``run_plan``)."""
     import lightning as L
     import torch
 
     start, started = time.perf_counter(), time.time()
     run.out_dir.mkdir(parents=True, exist_ok=True)
-    _announce_run(run)
+    _announce_run(run, run_plan)
     if run.num_threads is not None:
         torch.set_num_threads(run.num_threads)
     L.seed_everything(run.seed, verbose=False)
     datamodule = build_datamodule(run)
     module = build_module(run)
-    callbacks = _build_callbacks(run, datamodule, hparams_yaml)
+    callbacks = _build_callbacks(run, datamodule, hparams_yaml, plans=run_plan.plans)
     logger = litgpt_compat.make_logger(run)
     trainer = _build_trainer(run, callbacks.all, logger)
     failure = _fit(trainer, module, datamodule, run, callbacks.on_interrupt)
     status, resume_from = _settle_fit(trainer, module, datamodule, run, callbacks, failure, started)
-    summary = _run_summary(run, trainer, module, callbacks, status, start)
+    summary = _run_summary(run, run_plan, trainer, module, callbacks, status, start)
     _write_outputs(run, trainer, summary, failure, resume_from, callbacks.on_interrupt, hparams_yaml, argv,
                    print_summary)
     if failure is not None and status == "failed":
@@ -86,12 +92,10 @@ def _pretrain(run: ResolvedRun, *, hparams_yaml: str, print_summary: bool,
     return summary
 
 
-def _announce_run(run: ResolvedRun) -> None:
+def _announce_run(run: ResolvedRun, run_plan: RunPlan) -> None:
     """Log what the run is about to do: its notes, the model, steps and tokens, parameters and FLOPs of the growth
-    plan (with the regime warning), the growth stages, and where the weights come from."""
-    from lightning_sparkling.growth.compute import estimate_compute
-    from lightning_sparkling.growth.plan import size_changes
-
+    plan (with the regime warning), the growth stages, and where the weights come from (all of the plan from
+    ``run_plan``)."""
     for note in run.notes:
         _info(note)
     _info(f"model: {_model_line(run.model_config)}")
@@ -100,16 +104,14 @@ def _announce_run(run: ResolvedRun) -> None:
           f"strategy {run.strategy}, precision {run.precision}, optimizer {run.optimizer_name} (lr {run.lr:g})"
           + (", compiled" if run.compile else "")
           + (", activation checkpointing" if run.activation_checkpointing else ""))
-    planned = estimate_compute(run.model_config, run.stages, total_steps=run.steps, tokens_per_step=run.tokens_per_step,
-                               tie_embeddings=run.train.tie_embeddings)
+    planned = run_plan.compute
     active = (f" (active {' -> '.join(f'{p:,}' for p in planned.active_params)})"
               if list(planned.active_params) != list(planned.total_params) else "")
     _info(f"parameters {' -> '.join(f'{p:,}' for p in planned.total_params)}{active}; training FLOPs (6 N D) "
           f"{_fmt_flops(planned.flops)}, {planned.flops_saved:.1%} fewer than the final width from scratch")
-    if (advice := regime_advice(run, planned.active_params)) is not None:
+    if (advice := run_plan.advice) is not None:
         _info(advice.message() if advice.pays else f"warning: {advice.message()}")
-    for k, s in enumerate(run.stages):
-        changes = size_changes(planned.configs[k], planned.configs[k + 1])
+    for k, (s, changes) in enumerate(zip(run.stages, run_plan.sizes)):
         _info(f"growth stage {k}: at step {s.at_step}: " + ", ".join(f"{a} {o} -> {n}" for a, (o, n) in changes.items()))
     if run.resume_path is not None:
         _info(f"resuming from {run.resume_path}")

@@ -18,32 +18,29 @@ from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 from lightning_sparkling.pretrain.formatting import _console, _fmt_flops, _fmt_int
 
 if TYPE_CHECKING:
+    from lightning_sparkling.pretrain.advice.run_plan import RunPlan
     from lightning_sparkling.pretrain.training.trainer import _RunCallbacks
 
 __all__ = ["print_summary_table", "resume_command"]
 
 
-def _run_summary(run: ResolvedRun, trainer: Any, module: Any, callbacks: _RunCallbacks, status: str,
+def _run_summary(run: ResolvedRun, run_plan: RunPlan, trainer: Any, module: Any, callbacks: _RunCallbacks, status: str,
                  start: float) -> dict[str, Any]:
     """The summary of the run (``summary.json`` without the failure keys): steps, tokens, FLOPs of the growth
     stages applied (``growth[k]["sizes"]``: every size the stage set, a named config's included), parameters, final
-    sizes, losses, times, and where it started and ended.
+    sizes, losses, times, and where it started and ended. The FLOPs, parameters and sizes are ``run_plan``'s, as far
+    as the run went (:meth:`~lightning_sparkling.pretrain.advice.run_plan.RunPlan.compute_until`).
 
     Args:
         start: ``time.perf_counter()`` at the start of the run.
     """
-    from lightning_sparkling.growth.compute import estimate_compute
     from lightning_sparkling.growth.stage import SIZE_KEYS
 
     out_dir = run.out_dir
     step = trainer.global_step
     token_counter, tracker, growth = callbacks.token_counter, callbacks.tracker, callbacks.growth
-    applied = []
-    if growth is not None:
-        records = growth.state_dict()["records"]
-        applied = [s for s, _ in zip(run.stages, records)]
-    est = estimate_compute(run.model_config, applied, total_steps=max(step, applied[-1].at_step if applied else 0, 1),
-                           tokens_per_step=run.tokens_per_step, tie_embeddings=run.train.tie_embeddings)
+    applied = len(growth.state_dict()["records"]) if growth is not None else 0
+    est = run_plan.compute_until(step, applied)
     fit_seconds = tracker.fit_seconds or (time.perf_counter() - tracker._t0 if tracker._t0 is not None else 0.0)
     return {
         "status": status, "out_dir": str(out_dir), "steps": step, "max_steps": run.steps,
@@ -53,7 +50,7 @@ def _run_summary(run: ResolvedRun, trainer: Any, module: Any, callbacks: _RunCal
         "active_params": list(est.active_params), "total_params": list(est.total_params),
         "phase_steps": list(est.phase_steps),
         "final_model_config": {k: getattr(module.model.config, k) for k in SIZE_KEYS},
-        "growth": _growth_summary(applied, est.configs),
+        "growth": _growth_summary(run.stages[:applied], run_plan.sizes),
         "growth_events": list(growth.summaries) if growth is not None else [],
         **_losses(token_counter, trainer.callback_metrics, step),
         "wall_clock_seconds": time.perf_counter() - start, "fit_seconds": fit_seconds,
@@ -65,13 +62,10 @@ def _run_summary(run: ResolvedRun, trainer: Any, module: Any, callbacks: _RunCal
     }
 
 
-def _growth_summary(applied: list[Any], configs: Sequence[Any]) -> list[dict[str, Any]]:
-    """``summary["growth"]``: each applied stage's step, widths and every size it set (``configs``: the model's
-    config before each stage and after the last)."""
-    from lightning_sparkling.growth.plan import size_changes
-
-    return [{"stage": k, "at_step": s.at_step, "widths": s.widths,
-             "sizes": {a: n for a, (_, n) in size_changes(configs[k], configs[k + 1]).items()}}
+def _growth_summary(applied: Sequence[Any], sizes: Sequence[dict[str, tuple[int, int]]]) -> list[dict[str, Any]]:
+    """``summary["growth"]``: each applied stage's step, widths and every size it set (``sizes``: each stage's size
+    changes, the run plan's)."""
+    return [{"stage": k, "at_step": s.at_step, "widths": s.widths, "sizes": {a: n for a, (_, n) in sizes[k].items()}}
             for k, s in enumerate(applied)]
 
 

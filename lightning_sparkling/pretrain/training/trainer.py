@@ -13,6 +13,7 @@ import functools
 import logging
 import types
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from lightning_sparkling.pretrain.config.resolve import ResolvedRun
@@ -96,7 +97,8 @@ class _RunCallbacks:
     growth: Any | None
 
 
-def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _RunCallbacks:
+def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str,
+                     plans: Sequence[Any] | None = None) -> _RunCallbacks:
     """The callbacks of ``run``: interrupt checkpoint, throughput and MFU (before the growth, which changes the FLOPs
     of the batches after it), growth, activation RMS monitor, sample generation, token counter, litgpt export, run
     tracker, LR monitor, periodic Lightning checkpoints and the progress bar.
@@ -105,6 +107,9 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
         run: the resolved configuration.
         datamodule: the run's data module (its ``tokenizer_dir``, once prepared, goes next to exported checkpoints).
         hparams_yaml: the configuration as YAML (written next to every litgpt checkpoint).
+        plans: each stage's ``GrowthPlan`` (the run plan's,
+            :attr:`~lightning_sparkling.pretrain.advice.run_plan.RunPlan.plans`): the growth callback applies them
+            where they fit the model instead of planning the stages again; ``None``: it plans them.
     """
     from lightning_sparkling.callbacks.growth import GrowthCallback
     from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
@@ -119,7 +124,7 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str) -> _R
     callbacks.append(TokenThroughputMonitor(window_size=max(2, 5 * run.accumulate)))
     growth = None
     if run.stages:
-        growth = GrowthCallback(run.stages, min_lr=run.growth.min_lr, seed=run.growth.seed)
+        growth = GrowthCallback(run.stages, min_lr=run.growth.min_lr, seed=run.growth.seed, plans=plans)
         callbacks.append(growth)
     if run.rms_monitor is not None:
         callbacks.append(ActivationRMSMonitor(every_n_steps=run.rms_monitor.every_n_steps,
