@@ -95,3 +95,31 @@ def test_block_families_of_named_configs(name, family):
     except ValueError:
         pytest.skip(f"litgpt has no config {name}")
     assert block_family(config) == family
+
+
+def test_cells_of_the_run_s_block_family_are_the_nearer_evidence(tmp_path, capsys):
+    """Two cells of one schedule, one measured on llama blocks and one on neox: a neox run is told the neox cell (and
+    ``--suggest`` suggests it first), a llama run the llama cell, with no family note."""
+    import json
+
+    from lightning_sparkling.growth.stage import GrowthStage
+    from lightning_sparkling.pretrain.advice.measured import advise
+
+    base = dict(category="depth", recipe="paper", schedule="wsd", growth_at=0.5, tokens_per_param=20.0, delta=-0.08,
+                sd=0.01, seeds=3, seeds_above=0, where="w")
+    llama = MeasuredCell(**base, speedup=1.3, speedup_sd=0.02, arch="llama", params=200_000)
+    neox = MeasuredCell(**{**base, "where": "neox"}, speedup=1.1, speedup_sd=0.02, arch="neox", params=2_000_000)
+    kwargs = dict(total_steps=1000, tokens_per_param=20.0, recipe="paper", schedule="wsd", cells=[llama, neox],
+                  params=200_000)
+    assert advise([GrowthStage(500, n_layer=8)], arch="neox", **kwargs).cell is neox
+    on_llama = advise([GrowthStage(500, n_layer=8)], arch="llama", **kwargs)
+    assert on_llama.cell is llama and on_llama.family_note() is None
+    # --suggest: the neox cell for a neox target although the llama cell was faster
+    cells = tmp_path / "cells.json"
+    cells.write_text(json.dumps({"cells": [{**c.to_json(), "factors": {"n_layer": 2}} for c in (llama, neox)]}))
+    load_map.cache_clear()
+    config = {**_wsd(tmp_path, {**Q8, **NEOX}), "growth": {"stages": []}}
+    assert main(["plan", "--config", str(write_config(tmp_path / "n.yaml", config)), "--suggest", "--map",
+                 str(cells)]) == 0
+    out = capsys.readouterr().out
+    assert "docs/BENCHMARKS.md, neox)" in out and "note: the cell was measured on" not in out, out

@@ -432,7 +432,7 @@ def classify_category(stages: Sequence[GrowthStage], sizes: Sequence[Sequence[st
 
 def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedule: str, growth_at: float,
             tokens_per_param: float, init: str | None = None, params: int | None = None,
-            timings: Sequence[float] | None = None) -> tuple[MeasuredCell | None, bool]:
+            timings: Sequence[float] | None = None, arch: str | None = None) -> tuple[MeasuredCell | None, bool]:
     """The cell of the map category ``category``, ``recipe``, ``schedule`` and ``init`` (an experts stage's
     ``expert_init``, a depth run's ``depth_init`` where not ``copy-zero``; ``None`` elsewhere) with as many growths as
     the run (``timings``: when each came, shares of the run; default ``(growth_at,)``), nearest in token ratio and
@@ -442,10 +442,14 @@ def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedu
 
     A multi-stage schedule (``stages`` in a cell) is matched only by a run with as many growths, and a one-growth
     cell only by a one-growth run: ``sparkling measure`` of a pasted ``--suggest`` block, ``plan`` of it and the cell
-    ``--suggest`` cited are one match."""
+    ``--suggest`` cited are one match. Where cells of the run's block family (``arch``, or cells that did not record
+    theirs) exist among them, only those are weighed: a saving measured on the run's own blocks is the nearer
+    evidence."""
     timings = tuple(timings) if timings is not None else (growth_at,)
     same = [c for c in cells if (c.category, c.recipe, c.schedule, c.init) == (category, recipe, schedule, init)
             and c.tokens_per_param > 0 and len(c.timings) == len(timings)]
+    own = [c for c in same if arch is not None and c.arch in (arch, None)]  # None: a cell that did not record it
+    same = own or same
     if not same or tokens_per_param <= 0:
         return None, False
 
@@ -553,7 +557,7 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     init = run_init(stages, category)
     where = dict(category=category, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param,
                  init=init, timings=timings)
-    cell, near = nearest(cells, recipe=recipe, params=params, **where)
+    cell, near = nearest(cells, recipe=recipe, params=params, arch=arch, **where)
     better = better_recipe(cells, recipe=recipe, than=cell if near else None, **where)
     trend = size_trend(cells, category=category, schedule=schedule, init=init)
     advice = Advice(recipe=recipe, cell=cell, near=near, better=better, params=params, trend=trend,

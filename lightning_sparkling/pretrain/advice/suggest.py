@@ -165,8 +165,9 @@ def _check(ns: Any, run: Any, target: Any, cell: Any, start: dict[str, Any], gro
     return pasted
 
 
-def _rank(cell: Any) -> tuple[float, float]:
-    return (cell.speedup if cell.speedup is not None else 1.0, -cell.delta)
+def _rank(cell: Any, arch: str) -> tuple[bool, float, float]:
+    """Cells of the run's block family first, then the largest speed-up, then the lowest Δ."""
+    return (cell.arch in (arch, None), cell.speedup if cell.speedup is not None else 1.0, -cell.delta)
 
 
 def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion:
@@ -184,6 +185,7 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
         sparkling plan --config examples/depth_2x.yaml --suggest
     """
     from lightning_sparkling.pretrain.advice.measured import NEAR_RATIO, load_map
+    from lightning_sparkling.pretrain.advice.measured_axes import block_family
 
     cells = load_map() if cells is None else cells
     schedule = run.train.lr_schedule
@@ -204,7 +206,8 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
             nearest = (gap, cell)
         if gap <= math.log(NEAR_RATIO) + 1e-9 and cell.pays:
             fits.append((cell, way))
-    for cell, way in sorted(fits, key=lambda fit: _rank(fit[0]), reverse=True):
+    arch = block_family(target)
+    for cell, way in sorted(fits, key=lambda fit: _rank(fit[0], arch), reverse=True):
         growth = {"recipe": cell.recipe, "stages": way.stages}
         try:
             start = _start_model_config(ns, run, target, way.start)
