@@ -47,6 +47,7 @@ import json
 import math
 import statistics
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -309,7 +310,60 @@ def report(args: argparse.Namespace) -> list[dict[str, Any]]:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"depth_ladder{args.tag}.md").write_text(table + "\n")
     (RESULTS / f"depth_ladder{args.tag}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (RESULTS / f"depth_ladder{args.tag}_runs.json").write_text(json.dumps(run_rows(args), indent=1) + "\n")
+    (RESULTS / f"depth_ladder{args.tag}_cells.json").write_text(
+        json.dumps([map_cell(r, args) for r in rows if r["speedup"] is not None and r["seeds"] >= 3], indent=1) + "\n")
     return rows
+
+
+def run_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every finished run's final val loss, FLOPs, steps, parameters and growth steps (what BENCHMARKS lists)."""
+    out = []
+    for seed in args.seeds:
+        dirs = [(f"{name}/seed{seed}", args.out / name / f"seed{seed}") for name in args.candidates]
+        dirs += [(f"scratch x{f:g}/seed{seed}", args.out / "scratch" / f"x{f:g}" / f"seed{seed}") for f in args.ladder]
+        for label, run_dir in dirs:
+            summary = _summary(run_dir)
+            if summary is not None:
+                out.append({"run": label, "val_loss": summary["val_loss"], "flops": summary["flops"],
+                            "steps": summary["steps"], "total_params": summary["total_params"],
+                            "growth_at_steps": [e["global_step"] for e in summary.get("growth_events", [])]})
+    return out
+
+
+def map_cell(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """A reported candidate of 3+ seeds as a cell of the measured map (``measured.json``'s format; the size fields
+    from the grown model, ``ceiling`` from the growth run's FLOPs over the full scratch run's)."""
+    from lightning_sparkling.pretrain.advice.measured_size import cell_size
+    from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.advice.measured_axes import block_family
+    from lightning_sparkling.pretrain.advice.run_plan import plan_run
+    from lightning_sparkling.pretrain.advice.target import run_schedule
+
+    shape: Shape = args.shape_spec
+    growth, small = scaled(*CANDIDATES[row["candidate"]][::-1], shape.n_layer)
+    config = base_config(shape, args.steps, 1, args.out / "unused", args.cache)
+    config["model_config"].update(small)
+    config["growth"] = growth
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cell_config.yaml"
+        path.write_text(json.dumps(config))
+        run = parse(["--config", str(path)], "plan")[1]
+    run_plan = plan_run(run, advise=False)
+    schedule = run_schedule(run_plan.configs, run.stages, run.steps)
+    deltas = [s["delta"] for s in row["per_seed"]]
+    inits = {st.depth_init for st in run.stages}
+    cell = {"axis": "depth", "recipe": "paper", "schedule": "wsd",
+            "growth_at": round(run.stages[0].at_step / run.steps, 3),
+            "tokens_per_param": round(row["tokens_per_param"], 1),
+            "delta": round(row["delta"][0], 3), "sd": round(row["delta"][1] or 0.0, 3), "seeds": row["seeds"],
+            "seeds_above": sum(d > 0 for d in deltas),
+            "speedup": round(row["speedup"][0], 2), "speedup_sd": round(row["speedup"][1] or 0.0, 2),
+            **({"init": next(iter(inits))} if inits != {"copy-zero"} else {}),
+            "where": f"Evidence that transfers ({args.shape}: {row['candidate']})", **schedule,
+            **cell_size(run_plan.final_config, device="cpu", precision="32-true", corpus=shape.source),
+            "arch": block_family(run_plan.final_config), "ceiling": round(1 / row["flops_vs_full"], 3)}
+    return cell
 
 
 def main(argv: list[str] | None = None) -> int:
