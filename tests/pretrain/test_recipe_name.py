@@ -134,29 +134,6 @@ def test_plan_finds_the_cell_measure_wrote_for_every_example(tmp_path, monkeypat
     _assert_found(result, advice, run)
 
 
-@pytest.mark.slow
-def test_a_real_measure_of_a_depth_growth_under_wsd_is_what_plan_finds(tmp_path, capsys):
-    """The issue's run, tiny and for real: a depth growth under WSD (``growth.recipe: auto`` is ``wsd``, whose keys on
-    new blocks are the paper's). ``measure`` trains it and its scratch and labels the cell ``paper`` (one name for
-    one plan, issue 52); ``plan --map`` prints that cell as the nearest."""
-    config = tiny_config(tmp_path / "cache", growth={"stages": GROWTHS["depth"]}, rms_monitor=None, num_threads=1,
-                         out_dir=str(tmp_path / "run"), seed=3)
-    config["train"].update(lr_schedule="wsd", save_interval=None, max_steps=10)
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    assert main(["measure", "--config", str(path), "--budgets", "1"]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "depth, growth.recipe paper, wsd, growth at 60%" in out and OLD_NOTE not in out
-    result = json.loads((tmp_path / "run" / "measure.json").read_text())
-    (cell,) = result["cells"]
-    assert (cell["axis"], cell["recipe"], cell["schedule"], result["growth_recipe"]) == ("depth", "paper", "wsd",
-                                                                                        "paper")
-    assert main(["plan", "--config", str(path), "--map", str(tmp_path / "run" / "measure.json")]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "(depth, growth.recipe paper, wsd schedule, first growth at 60%" in out and OLD_NOTE not in out
-    assert f"depth, paper, wsd, growth at 60%, {cell['tokens_per_param']:g} tokens per parameter" in out
-    assert "sparkling measure --config" in out and OLD_LABEL not in out
-
 
 def test_a_measure_json_written_with_the_old_compound_label_still_matches(tmp_path, monkeypatch):
     """A ``measure.json`` written before issue 49 (``"wsd, here the keys of paper"``) is read as its map name."""
