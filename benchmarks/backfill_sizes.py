@@ -15,6 +15,7 @@ the GPU the session recorded in docs/BENCHMARKS.md ("One NVIDIA H100 80GB HBM3")
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -24,6 +25,36 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 MAP = HERE.parent / "lightning_sparkling" / "pretrain" / "advice" / "measured.json"
 H100 = "NVIDIA H100 80GB HBM3"
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(config_json: str) -> Any:
+    """The resolved run of a ``reproduce.py`` configuration (as JSON), parsed once: many cells share a grown shape."""
+    from lightning_sparkling.pretrain.cli import parse
+
+    path = Path("/tmp") / f"backfill_{abs(hash(config_json))}.yaml"
+    path.write_text(config_json)
+    return parse(["--config", str(path)], "plan")[1]
+
+
+def run_of(config: dict[str, Any]) -> Any:
+    """The resolved run of ``config`` (its ``out_dir`` never written)."""
+    return _parsed(json.dumps({**config, "out_dir": "/tmp/backfill_unused"}, sort_keys=True))
+
+
+LADDER = "Evidence that transfers ("
+"""The ``where`` of a ``depth_ladder.py`` cell (issue 54): ``Evidence that transfers (<shape>, <candidate>)``."""
+
+
+def ladder_run(cell: dict[str, Any]) -> Any:
+    """The growth run of a ``depth_ladder.py`` cell (its shape and candidate, as its ``where`` names them), or
+    ``None`` for a ``reproduce.py`` cell."""
+    if not cell["where"].startswith(LADDER):
+        return None
+    import depth_ladder
+
+    shape, candidate = cell["where"][len(LADDER):].rstrip(")").split(", ")
+    return depth_ladder.candidate_run(shape, candidate)
 
 
 def size_name(where: str) -> str:
@@ -51,15 +82,17 @@ def computed_size(cell: dict[str, Any]) -> dict[str, Any]:
     """The size fields of ``cell`` from the configuration of its grown shape's scratch run."""
     import reproduce as repro
 
-    from lightning_sparkling.pretrain.cli import parse
     from lightning_sparkling.pretrain.advice.measured_size import cell_size
+    from lightning_sparkling.pretrain.advice.run_plan import plan_run
 
+    ladder = ladder_run(cell)
+    if ladder is not None:  # the grown model of the ladder's growth run, on the ladder's corpus
+        return cell_size(plan_run(ladder, advise=False).final_config, device="cpu", precision=ladder.precision,
+                         corpus=ladder.data.source, tie_embeddings=ladder.train.tie_embeddings)
     size = repro.resolve_size(size_name(cell["where"]))
     axis, row = reproduce_axis(cell["axis"], cell["growth_at"])
     config = repro.build_config(size, axis, repro.ROWS[row], seed=1)
-    path = Path("/tmp") / f"backfill_{cell['axis'].replace('+', '_')}.yaml"
-    path.write_text(json.dumps({**config, "out_dir": "/tmp/backfill_unused"}))
-    _, run, _ = parse(["--config", str(path)], "plan")
+    run = run_of(config)
     gpu = "on one H100" in cell["where"]
     return cell_size(run.model_config, device=H100 if gpu else "cpu", precision=config["precision"],
                      corpus=config["data"]["source"], tie_embeddings=run.train.tie_embeddings)
@@ -75,25 +108,23 @@ def computed_schedule(cell: dict[str, Any]) -> dict[str, Any]:
 
     from lightning_sparkling.growth.compute import estimate_compute
     from lightning_sparkling.growth.stage import GrowthStage
-    from lightning_sparkling.pretrain.cli import parse
     from lightning_sparkling.pretrain.advice.run_plan import plan_run
     from lightning_sparkling.pretrain.measure.command import schedule_record
     from lightning_sparkling.pretrain.advice.measured import MeasuredCell
     from lightning_sparkling.pretrain.advice.measured_axes import block_family
     from lightning_sparkling.pretrain.advice.target import toward
 
-    def run_of(config: dict[str, Any]) -> Any:
-        path = Path("/tmp") / f"backfill_{cell['axis'].replace('+', '_')}.yaml"
-        path.write_text(json.dumps({**config, "out_dir": "/tmp/backfill_unused"}))
-        return parse(["--config", str(path)], "plan")[1]
-
     size = repro.resolve_size(size_name(cell["where"]))
     out: dict[str, Any] = {}
     if cell["axis"] == "two-stage" and not cell.get("stages"):
         growth = run_of(repro.build_config(size, "two-stage", repro.ROWS["SPARKLING"], seed=1))
         out["stages"] = schedule_record(plan_run(growth, advise=False))["stages"]
-    axis, row = reproduce_axis(cell["axis"], cell["growth_at"])
-    grown = run_of(repro.build_config(size, axis, repro.ROWS[row], seed=1)).model_config
+    ladder = ladder_run(cell)
+    if ladder is not None:
+        grown = plan_run(ladder, advise=False).final_config
+    else:
+        axis, row = reproduce_axis(cell["axis"], cell["growth_at"])
+        grown = run_of(repro.build_config(size, axis, repro.ROWS[row], seed=1)).model_config
     measured = MeasuredCell.from_json({**cell, **out})
     way = toward(grown, measured, steps=1000)
     stages = [GrowthStage.from_keys(**{**s, "recipe": "paper"}).resolved(1000) for s in way.stages]

@@ -265,23 +265,30 @@ def report(args: argparse.Namespace) -> list[dict[str, Any]]:
         per_seed = []
         for seed in args.seeds:
             growth = _summary(args.out / name / f"seed{seed}")
+            # the rungs this seed has: a rung past the full run (x1.25) is trained only for a seed whose growth run
+            # beat the full-length scratch run, so the other seeds' ladders end at x1
             ladder = {f: _summary(args.out / "scratch" / f"x{f:g}" / f"seed{seed}") for f in args.ladder}
-            if growth is None or any(s is None for s in ladder.values()):
+            ladder = {f: s for f, s in ladder.items() if s is not None}
+            if growth is None or any(f not in ladder for f in args.ladder if f <= 1.0):
                 continue
             points = [(s["flops"], s["val_loss"]) for s in ladder.values()]
             flops, why = scratch_flops_at(points, growth["val_loss"])
             at_equal = _loss_at(points, growth["flops"])
-            full = ladder[max(args.ladder)]
-            rms_g, rms_s = _rms(args.out / name / f"seed{seed}"), _rms(args.out / "scratch" / f"x{max(args.ladder):g}"
-                                                                           / f"seed{seed}")
-            if growth["total_params"][-1] != ladder[max(args.ladder)]["total_params"][-1]:
+            # the rung nearest the growth run's steps (x1, or cpu-1m's x0.8): the RMS reference and the shape check;
+            # the full-length run's FLOPs from it (FLOPs grow linearly with steps at a fixed shape)
+            same_steps = min(ladder, key=lambda f: abs(f - 1.0))
+            full = ladder[same_steps]
+            full_flops = full["flops"] / same_steps
+            rms_g = _rms(args.out / name / f"seed{seed}")
+            rms_s = _rms(args.out / "scratch" / f"x{same_steps:g}" / f"seed{seed}")
+            if growth["total_params"][-1] != full["total_params"][-1]:
                 raise SystemExit(f"{name} seed {seed}: the grown model has {growth['total_params'][-1]:,} parameters, "
-                                 f"scratch {ladder[max(args.ladder)]['total_params'][-1]:,}: not the same shape")
+                                 f"scratch {full['total_params'][-1]:,}: not the same shape")
             per_seed.append({
                 "seed": seed, "loss": growth["val_loss"], "flops": growth["flops"],
                 "speedup": flops / growth["flops"] if flops else None, "outside": why,
                 "delta": growth["val_loss"] - at_equal if at_equal is not None else None,
-                "flops_vs_full": growth["flops"] / full["flops"],
+                "flops_vs_full": growth["flops"] / full_flops,
                 "tokens_per_param": growth["tokens"] / growth["total_params"][-1],
                 "residual_ratio": rms_g["residual_max"] / rms_s["residual_max"],
                 "hidden_ratio": rms_g["hidden"] / rms_s["hidden"]})
@@ -331,26 +338,42 @@ def run_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
+def candidate_run(shape_name: str, candidate: str, steps: int | None = None) -> Any:
+    """The resolved growth run of ``candidate`` at ``shape_name`` (seed 1, nothing written): what a map cell of it
+    was measured on (``backfill_sizes.py`` computes the cell's size and ceiling from it)."""
+    from lightning_sparkling.pretrain.cli import parse
+
+    shape: Shape = SHAPES[shape_name]
+    growth, small = scaled(*CANDIDATES[candidate][::-1], shape.n_layer)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = base_config(shape, steps or shape.steps, 1, Path(tmp) / "unused", Path(tmp) / "cache")
+        config["model_config"].update(small)
+        config["growth"] = growth
+        path = Path(tmp) / "cell_config.yaml"
+        path.write_text(json.dumps(config))
+        return parse(["--config", str(path)], "plan")[1]
+
+
+def cell_where(shape_name: str, candidate: str) -> str:
+    """A ladder cell's ``where``: this page's section in docs/BENCHMARKS.md, the shape and the candidate."""
+    return f"Evidence that transfers ({shape_name}, {candidate})"
+
+
 def map_cell(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """A reported candidate of 3+ seeds as a cell of the measured map (``measured.json``'s format; the size fields
-    from the grown model, ``ceiling`` from the growth run's FLOPs over the full scratch run's)."""
-    from lightning_sparkling.pretrain.advice.measured_size import cell_size
-    from lightning_sparkling.pretrain.cli import parse
+    from the grown model, ``ceiling`` from the growth run's FLOPs over the full scratch run's;
+    ``backfill_sizes.py`` computes both again from :func:`candidate_run`)."""
     from lightning_sparkling.pretrain.advice.measured_axes import block_family
+    from lightning_sparkling.pretrain.advice.measured_size import cell_size
     from lightning_sparkling.pretrain.advice.run_plan import plan_run
     from lightning_sparkling.pretrain.advice.target import run_schedule
 
     shape: Shape = args.shape_spec
-    growth, small = scaled(*CANDIDATES[row["candidate"]][::-1], shape.n_layer)
-    config = base_config(shape, args.steps, 1, args.out / "unused", args.cache)
-    config["model_config"].update(small)
-    config["growth"] = growth
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "cell_config.yaml"
-        path.write_text(json.dumps(config))
-        run = parse(["--config", str(path)], "plan")[1]
+    run = candidate_run(args.shape, row["candidate"], args.steps)
     run_plan = plan_run(run, advise=False)
     schedule = run_schedule(run_plan.configs, run.stages, run.steps)
+    for stage in schedule.get("stages", []):  # 1,699 / 3,397 steps is the schedule's 50%
+        stage["at_fraction"] = round(stage["at_fraction"], 3)
     deltas = [s["delta"] for s in row["per_seed"]]
     inits = {st.depth_init for st in run.stages}
     cell = {"axis": "depth", "recipe": "paper", "schedule": "wsd",
@@ -360,7 +383,7 @@ def map_cell(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             "seeds_above": sum(d > 0 for d in deltas),
             "speedup": round(row["speedup"][0], 2), "speedup_sd": round(row["speedup"][1] or 0.0, 2),
             **({"init": next(iter(inits))} if inits != {"copy-zero"} else {}),
-            "where": f"Evidence that transfers ({args.shape}: {row['candidate']})", **schedule,
+            "where": cell_where(args.shape, row["candidate"]), **schedule,
             **cell_size(run_plan.final_config, device="cpu", precision="32-true", corpus=shape.source),
             "arch": block_family(run_plan.final_config), "ceiling": round(1 / row["flops_vs_full"], 3)}
     return cell

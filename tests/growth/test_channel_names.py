@@ -127,24 +127,18 @@ def test_map_categories_and_the_files_their_key():
     assert advice.category == "joint" and "axis" not in advice.message()
 
 
-def test_the_plan_report_lists_widths_apart_from_the_channel_dimensions(tmp_path):
+def test_the_plan_report_lists_widths_apart_from_the_channel_dimensions():
     """``plan()["stages"][k]["widths"]`` holds the widths only (the glossary's word), ``"channels"`` every channel
-    dimension a stage grows (a heads growth's ``attn_q`` ...)."""
-    from lightning_sparkling.pretrain.advice.planning import _stage_report
+    dimension a stage grows (a heads growth's ``attn_q`` ...): read from the report ``sparkling plan`` prints."""
+    from lightning_sparkling.pretrain.advice.planning import plan
+    from lightning_sparkling.pretrain.cli import parse
 
-    config = llama_config()
-    stage = GrowthStage(0, n_embd=2 * config.n_embd, n_head=2 * config.n_head,
-                        n_query_groups=2 * config.n_query_groups)
-    gp = plan_growth(config, stage, seed=0)
-
-    class Run:
-        tokens_per_step, steps = 8, 100
-
-        class train:  # noqa: N801
-            tie_embeddings = False
-
-    report = _stage_report(Run, 0, stage, config, gp)
-    assert report["widths"] == {"n_embd": [config.n_embd, 2 * config.n_embd]}
+    heads = "[{at_step: 120, n_embd: 128, n_head: 8, n_query_groups: 8, rewarmup_steps: 20}]"
+    _, run, _ = parse(["--config", str(PACKAGE.parent / "examples" / "quickstart.yaml"), "--growth.stages", heads],
+                      "plan")
+    gp = plan_growth(run.model_config, run.stages[0], seed=0)
+    report = plan(run, print_report=False)["stages"][0]
+    assert report["widths"] == {"n_embd": [64, 128]}
     assert set(report["channels"]) == set(gp.channels) > {"n_embd", "attn_q"}
     assert report["channels"]["n_embd"] == report["widths"]["n_embd"]
 

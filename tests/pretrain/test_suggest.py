@@ -115,8 +115,9 @@ def test_a_named_target_gets_its_sizes_divided_and_its_derived_fields_pinned(tmp
     out, start, growth = suggested(capsys, ["--config", str(write_config(tmp_path / "p.yaml", config))])
     assert start == {"n_layer": 3} and growth["stages"][-1]["n_layer"] == 12, out
     assert "ends at pythia-160m (12 layers), 162M parameters (162,322,944)" in out
-    # measured on llama blocks, this run has pythia's (NeoX) blocks: said (issue 54)
-    assert "measured on llama blocks and this run has neox blocks" in out
+    # pythia's blocks are NeoX's: the map's NeoX cell is the nearer evidence, cited first, with no family note
+    # (issue 54; a llama run's family note: test_ceiling.py)
+    assert "evidence: depth (depth_init copy), neox blocks" in out and "this run has neox blocks" not in out
     assert_lands_on_the_config(tmp_path, config, start, growth, out)
 
 
