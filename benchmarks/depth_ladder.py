@@ -26,8 +26,10 @@ would repeat ~7 times) at 20.8 tokens per grown parameter, vocabulary 1024 unles
     mini-sp     8 layers, n_embd 16, 2 heads of 8, MLP 64 (65,808 parameters, embedding and head 50%)
     quick-sp    the ``quick`` model (197,152 parameters, 33%)
     cpu-1m-sp   8 layers, n_embd 96, 6 heads of 16, MLP 384 (1,377,888 parameters, 14%)
-    lowemb-sp   the ``quick`` model with a vocabulary of 272 (149,024 parameters, embedding and head 11.7%): a 1B
-                model's embedding share, nothing else changed
+    lowemb-sp   the ``quick`` model with a vocabulary of 272, which litgpt pads to 512 (164,384 parameters, embedding
+                and head 19.9%, 18.9 tokens per parameter at 3,027 steps: the share it was meant to cut, only halved)
+    lowemb12-sp the same with ``padded_vocab_size: 272`` (149,024 parameters, embedding and head 11.7%: a 1B model's
+                embedding share, nothing else changed; 20.8 tokens per parameter)
     neox-sp     quick's sizes in the pythia / GPT-NeoX block: parallel residual, LayerNorm, GELU MLP (``GptNeoxMLP``),
                 biases, rotary on a quarter of each head (167,232 parameters, 39%). Chosen before any result, with
                 quick's optimizer, LR and schedule, and never tuned.
@@ -94,7 +96,11 @@ SHAPES: dict[str, Shape] = {
     # 2 -> 4 -> 8 costs 0.571 of the 8-layer run: budgets 1 and 1.4 of the growth run, and the full run (1.75)
     "cpu-1m-sp": Shape({**MODEL, "name": "depth-ladder-1m", "n_embd": 96, "n_head": 6, "n_query_groups": 6,
                         "intermediate_size": 384}, 27988, (0.571, 0.8, 1.0)),
+    # litgpt pads a vocabulary of 272 to 512 (padding_multiple): 164,384 parameters, 19.9% embedding and head, 18.9
+    # tokens per parameter at these steps; lowemb12-sp pins the padded size to 272, the 11.7% it was meant to have
     "lowemb-sp": Shape({**MODEL, "name": "depth-ladder-lowemb"}, 3027, _LADDER, vocab_size=272),
+    "lowemb12-sp": Shape({**MODEL, "name": "depth-ladder-lowemb12", "padded_vocab_size": 272}, 3027, _LADDER,
+                         vocab_size=272),
     "neox-sp": Shape({**MODEL, **_NEOX, "name": "depth-ladder-neox"}, 3397, _LADDER, arch="neox"),
 }
 

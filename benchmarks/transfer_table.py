@@ -28,6 +28,7 @@ ROWS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("quick", "", ("stages-248-copy", "stages-248")),
     ("cpu-1m-sp", "_cpu-1m-sp", ("stages-248-copy",)),
     ("lowemb-sp", "_lowemb-sp", ("stages-248-copy",)),
+    ("lowemb12-sp", "_lowemb12-sp", ("stages-248-copy",)),
     ("neox-sp", "_neox-sp", ("stages-248-copy", "stages-248")),
 )
 

@@ -1,0 +1,59 @@
+"""The README's advice examples are what the commands print (issue 52): its ``progressive:`` block and the same
+schedule in the stages form plan to one cell, the 20+ tokens-per-parameter one; its ``--suggest`` example on
+``model_name: pythia-160m`` with no growth prints exactly the README's output."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+from lightning_sparkling.pretrain.advice.measured import load_map
+from lightning_sparkling.pretrain.advice.planning import plan
+from lightning_sparkling.pretrain.cli import main, parse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_cli import write_config  # noqa: E402
+from test_suggest import Q8, _wsd  # noqa: E402
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _yaml_blocks() -> list[str]:
+    return re.findall(r"```yaml\n(.*?)\n```", README.read_text(), flags=re.S)
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_progressive_form_and_its_stages_form_cite_the_20_plus_cell(tmp_path):
+    """Both forms, pasted into the issue's 2-layer start (the quickstart's blocks, WSD, 20 tokens per parameter of the
+    8-layer model), are one plan with one name and cite the same 20+ tokens-per-parameter cell."""
+    forms = [yaml.safe_load(b)["growth"] for b in _yaml_blocks() if b.startswith("growth:") and
+             ("progressive:" in b or "depth_init: copy" in b)]
+    assert len(forms) == 2 and "progressive" in forms[0] and "stages" in forms[1], forms
+    cited = []
+    for k, growth in enumerate(forms):
+        config = {**_wsd(tmp_path, {**Q8, "n_layer": 2}), "growth": growth}
+        _, run, _ = parse(["--config", str(write_config(tmp_path / f"form{k}.yaml", config))], "plan")
+        assert [(s.at_step, s.n_layer, s.depth_init) for s in run.stages] == [(5125, 4, "copy"), (7688, 8, "copy")]
+        advice = plan(run, print_report=False)["regime_advice"]
+        assert "growth paid there" in advice and "nothing was measured" not in advice, advice
+        cited.append(re.search(r"\): (depth \(depth_init copy\).*?tokens per parameter)", advice).group(1))
+    assert cited[0] == cited[1] and re.search(r"growths at 50%, 75%, 2\d\.\d tokens per parameter", cited[0])
+    cells = [c for c in load_map() if c.describe().startswith(cited[0])]
+    assert cells and all(c.tokens_per_param >= 20 and len(c.stages) == 2 and c.pays for c in cells)
+
+
+def test_the_suggest_example_prints_what_the_readme_shows(tmp_path, capsys):
+    text = README.read_text()
+    (config,) = [yaml.safe_load(b) for b in _yaml_blocks() if "model_name: pythia-160m" in b and "stages: []" in b]
+    assert config["growth"] == {"stages": []} and config["train"]["lr_schedule"] == "wsd"
+    path = write_config(tmp_path / "pythia_160m.yaml", config)
+    shown = re.search(r"sparkling plan --config pythia_160m.yaml --suggest\n```\n+```text\n(.*?)\n```", text, flags=re.S)
+    assert shown, "README: the --suggest example's output block"
+    assert main(["plan", "--config", str(path), "--suggest"]) == 0
+    assert _flat(capsys.readouterr().out) == _flat(shown.group(1))
