@@ -75,17 +75,23 @@ def rows() -> list[dict[str, Any]]:
     return out
 
 
+def _sd(sd: float | None, fmt: str) -> str:
+    """`` ± sd`` over seeds, nothing for one seed (no spread to give)."""
+    return "" if sd is None else " ± " + fmt.format(sd)
+
+
 def table(rs: list[dict[str, Any]]) -> str:
     lines = ["| shape | family | grown model | embedding + head | corpus | schedule | seeds | ceiling | speed-up at "
              "equal loss | per seed | fraction of the ceiling | Δ at equal FLOPs | seeds above | residual / hidden "
              "RMS vs scratch |", "|" + "---|" * 14]
     for r in rs:
-        sp = "-" if r["speedup"] is None else f"{r['speedup'][0]:.2f}x ± {r['speedup'][1] or 0:.2f}"
+        sp = "-" if r["speedup"] is None else f"{r['speedup'][0]:.2f}x" + _sd(r["speedup"][1], "{:.2f}")
         per = ", ".join(f"{s:.2f}x" if isinstance(s, float) else s for s in r["per_seed"])
-        fr = ("-" if r["fraction"] is None else f"{100 * r['fraction'][0]:.0f}% ± {100 * (r['fraction'][1] or 0):.0f}")
+        fr = ("-" if r["fraction"] is None else
+              f"{100 * r['fraction'][0]:.0f}%" + _sd(None if r["fraction"][1] is None else 100 * r["fraction"][1], "{:.0f}"))
         if r["fraction"] is None:
             fr = ", ".join(f"{100 * f:.0f}%" if isinstance(f, float) else f for f in r["per_seed_fraction"])
-        dl = f"{r['delta'][0]:+.3f} ± {r['delta'][1] or 0:.3f}"
+        dl = f"{r['delta'][0]:+.3f}" + _sd(r["delta"][1], "{:.3f}")
         init = "copy" if r["candidate"].endswith("-copy") else "copy-zero"
         lines.append(f"| `{r['shape']}` | {r['arch']} | {r['params'] / 1e6:.2f}M | {100 * r['embedding_share']:.1f}% | "
                      f"{r['corpus']} | 2 -> 4 -> 8, `{init}` | {r['seeds']} | {r['ceiling']:.2f}x | {sp} | {per} | "
