@@ -21,7 +21,7 @@ from lightning_sparkling.pretrain.advice.measured_axes import block_family
 from lightning_sparkling.pretrain.advice.planning import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_suggest import Q8, _wsd  # noqa: E402
+from test_suggest import Q8, Q8S, _wsd, _wsd20  # noqa: E402
 from test_cli import write_config  # noqa: E402
 
 README_PROGRESSIVE = {"progressive": {"n_layer": [2, 4, 8], "at_fraction": [0.5, 0.75], "depth_init": "copy"}}
@@ -52,15 +52,31 @@ def test_the_ceiling_is_scratch_flops_over_the_same_steps_over_the_growth_runs(t
 
 
 def test_plan_prints_the_cell_s_ceiling_the_run_s_and_the_measured_fraction(tmp_path, capsys):
-    """The README's progressive form at 20 tokens per parameter cites the 20.8 cell, with both ceilings."""
+    """The README's progressive form at 20 tokens per parameter on a 0.39M model cites the 0.20M 20.8 cell, with both
+    ceilings and the cell's measured fraction of its own."""
     (cell,) = [c for c in load_map() if c.stages and c.init == "copy" and c.params == 197_152]
-    report = _plan(tmp_path, {**Q8, "n_layer": 2}, README_PROGRESSIVE)
+    config = {**_wsd20(tmp_path, {**Q8S, "n_layer": 2}), "growth": README_PROGRESSIVE}
+    _, run, _ = parse(["--config", str(write_config(tmp_path / "run.yaml", config))], "plan")
+    report = plan(run, print_report=False)
     advice = report["regime_advice"]
     assert "growth paid there" in advice and "Depth at 20+ tokens per parameter (2 -> 4 -> 8, copy)" in advice
+    phases = [0.5, 0.25, 0.25]  # the run's own ceiling, from its phases' active parameters
+    own = report["active_params"][-1] / sum(f * p for f, p in zip(phases, report["active_params"]))
     assert (f"this schedule's ceiling (its saving if the grown run matched scratch token for token, from the phases' "
-            f"6 N D): {cell.ceiling:.2f}x at the cell's 0.20M, 1.33x at this run's 1.05M; measured "
+            f"6 N D): {cell.ceiling:.2f}x at the cell's 0.20M, {own:.2f}x at this run's 0.39M; measured "
             f"{cell.speedup:.2f}x = {cell.ceiling_fraction:.0%} of its ceiling") in advice
     assert "note: the cell was measured on" not in advice  # both llama blocks
+
+
+def test_a_cell_without_a_speed_up_prints_both_ceilings_and_no_fraction(tmp_path):
+    """The 1.38M cell has no speed-up (seed 2 ended above scratch at equal FLOPs): plan of a 1.05M run cites it with
+    both ceilings and claims no fraction of them."""
+    (cell,) = [c for c in load_map() if c.params == 1_377_888 and c.category == "depth"]
+    assert cell.speedup is None
+    advice = _plan(tmp_path, {**Q8, "n_layer": 2}, README_PROGRESSIVE)["regime_advice"]
+    assert cell.where in advice and "no measurable difference near this run" in advice, advice
+    assert advice.endswith(f"{cell.ceiling:.2f}x at the cell's 1.38M, 1.33x at this run's 1.05M"), advice
+    assert "of its ceiling" not in advice
 
 
 def test_a_grown_run_that_beats_same_steps_scratch_is_said_to_exceed_the_ceiling():

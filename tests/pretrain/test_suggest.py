@@ -24,7 +24,10 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 Q8 = {"name": "q8", "n_layer": 8, "n_embd": 64, "n_head": 4, "n_query_groups": 4, "head_size": 16,
       "intermediate_size": 256, "mlp_class_name": "LLaMAMLP", "norm_class_name": "RMSNorm", "bias": False,
       "parallel_residual": False, "rotary_percentage": 1.0, "block_size": 128}
-"""The issue's model: the quickstart's llama-style blocks at 8 layers (1,049,664 parameters)."""
+"""The issue's model: the quickstart's llama-style blocks at 8 layers (1,049,664 parameters). Nearest in size to the
+1.38M cell, where 2 -> 4 -> 8 showed no measurable difference (issue 54)."""
+Q8S = {**Q8, "name": "q8s", "n_embd": 32, "n_head": 2, "n_query_groups": 2, "intermediate_size": 128}
+"""Q8 at width 32 (393,760 parameters at 8 layers): nearer the 0.20M cells, where 2 -> 4 -> 8 paid, than the 1.38M one."""
 
 
 def suggested(capsys, argv: list[str]) -> tuple[str, dict | None, dict | None]:
@@ -79,25 +82,61 @@ def _wsd(tmp_path: Path, model: dict, **train) -> dict:
             "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.003}}, "growth": {"stages": []}}
 
 
+def _wsd20(tmp_path: Path, model: dict, **train) -> dict:
+    """:func:`_wsd` with ``max_steps`` set to 20 tokens per parameter of ``model`` (the 20+ cells' token ratio)."""
+    config = _wsd(tmp_path, model, **train)
+    _, run, _ = parse(["--config", str(write_config(tmp_path / "sizing.yaml", config))], "plan")
+    _, params = final_model(run)
+    config["train"]["max_steps"] = round(20 * params / (16 * 128))
+    return config
+
+
 def test_a_config_that_grows_nothing_is_the_model_to_end_at(tmp_path, capsys):
     """The issue's case: an 8-layer config at 20 tokens per parameter with ``growth.stages: []`` got ``n_layer: 32``.
-    Now: start at 2 layers and grow 2 -> 4 -> 8 (the 20+ cell), ending at the config's 1,049,664 parameters."""
-    config = _wsd(tmp_path, Q8)
-    out, start, growth = suggested(capsys, ["--config", str(write_config(tmp_path / "q8.yaml", config))])
+    Now: start at 2 layers and grow 2 -> 4 -> 8 (the 20+ cell), ending at the config's 393,760 parameters (nearest
+    the 0.20M cells, where it paid)."""
+    config = _wsd20(tmp_path, Q8S)
+    out, start, growth = suggested(capsys, ["--config", str(write_config(tmp_path / "q8s.yaml", config))])
     assert start == {"n_layer": 2}, out
     assert [(s["at_fraction"], s["n_layer"], s["depth_init"]) for s in growth["stages"]] == [(0.5, 4, "copy"),
                                                                                              (0.75, 8, "copy")]
-    assert "ends at q8 (8 layers), 1.05M parameters (1,049,664)" in out and "starts at 0.66M parameters" in out
+    assert "ends at q8s (8 layers), 0.39M parameters (393,760)" in out and "starts at 0.30M parameters" in out
     assert "speed-up at equal loss 1.29x ± 0.03 (3 seeds)" in out
-    assert "this schedule's ceiling" in out and "at this run's 1.05M" in out
+    assert "this schedule's ceiling" in out and "at this run's 0.39M" in out
     assert_lands_on_the_config(tmp_path, config, start, growth, out)
+
+
+def test_a_saving_farther_in_size_than_a_tie_is_not_suggested(tmp_path, capsys):
+    """Issue 54: the same config at width 64 (1.05M parameters) is nearest the 1.38M cell, where 2 -> 4 -> 8 showed no
+    measurable difference. The 0.20M cells' savings do not outweigh it: no block, the 1.38M evidence first, what
+    paid farther away after it, and ``sparkling measure`` to find out; ``plan`` of the 2 -> 4 -> 8 block at this size
+    cites the same 1.38M cell with its verdict."""
+    (tie,) = [c for c in load_map() if c.params == 1_377_888 and c.category == "depth"]
+    assert not tie.pays and tie.tokens_per_param >= 20  # what this test rests on: the map's 1.38M cell
+    config = _wsd(tmp_path, Q8)
+    out, start, growth = suggested(capsys, ["--config", str(write_config(tmp_path / "q8.yaml", config))])
+    assert growth is None and start is None, out
+    assert out.startswith("no measured growth fits this run: growth of this kind paid only on models farther from "
+                          "its size than one where it did not. Nearest this run's size: "), out
+    nearest, farther = out.split(". Paid farther away: ")
+    assert tie.where in nearest and "no measurable difference (no saving was measured)" in nearest
+    assert "1.31x larger than this run's 1.05M; 2 seeds" in nearest
+    assert "depth[copy]/paper/wsd@50%+75%/20.8 1.58x at 0.15M" in farther and " more. " in farther
+    assert out.rstrip().endswith("sparkling measure --config RUN.yaml")
+    pasted = {**_wsd(tmp_path, {**Q8, "n_layer": 2}),
+              "growth": {"stages": [{"at_fraction": 0.5, "n_layer": 4, "depth_init": "copy"},
+                                    {"at_fraction": 0.75, "n_layer": 8, "depth_init": "copy"}]}}
+    _, run, _ = parse(["--config", str(write_config(tmp_path / "pasted.yaml", pasted))], "plan")
+    advice = plan(run, print_report=False)["regime_advice"]
+    assert advice.startswith("no measurable difference near this run") and tie.where in advice, advice
+    assert "so no saving was measured" in advice and "1.33x at this run's 1.05M" in advice
 
 
 @pytest.mark.parametrize("n_layer, start, rounded", [(4, 1, None), (12, 3, None), (10, 3, "n_layer 5 / 2 = 2.5 -> 3")])
 def test_other_depths_start_at_a_quarter_and_a_rounding_is_said(tmp_path, capsys, n_layer, start, rounded):
     """4 layers got 4 -> 8 -> 16 before; now 1 -> 2 -> 4. A size the factors do not divide is rounded, said in the
     report, and the stages still end at the config's model."""
-    config = _wsd(tmp_path, {**Q8, "n_layer": n_layer})
+    config = _wsd20(tmp_path, {**Q8S, "n_layer": n_layer})
     out, keys, growth = suggested(capsys, ["--config", str(write_config(tmp_path / "c.yaml", config))])
     assert keys == {"n_layer": start} and growth["stages"][-1]["n_layer"] == n_layer, out
     assert ("rounded: " in out) is (rounded is not None) and (rounded is None or rounded in out)
@@ -126,7 +165,7 @@ def test_a_config_that_grows_is_suggested_toward_the_model_it_ends_at(tmp_path, 
     ends there too, whatever the config's own schedule."""
     for growth in ({"progressive": {"n_layer": [2, 4, 8], "at_fraction": [0.5, 0.75], "depth_init": "copy"}},
                    {"stages": [{"at_fraction": 0.8, "n_layer": 8}]}):
-        config = {**_wsd(tmp_path, {**Q8, "n_layer": 2}), "growth": growth}
+        config = {**_wsd20(tmp_path, {**Q8S, "n_layer": 2}), "growth": growth}
         out, start, block = suggested(capsys, ["--config", str(write_config(tmp_path / "g.yaml", config))])
         assert start == {} or start is None or start == {"n_layer": 2}, out
         assert block["stages"][-1]["n_layer"] == 8

@@ -7,8 +7,9 @@ nothing, else the model its growth ends at (the *target*). Every cell of the mea
 the target becomes a candidate: the start model (the cell's factors divided out of the target's sizes,
 :func:`~lightning_sparkling.pretrain.advice.target.toward`) and the stages that end at the target. A candidate *fits*
 when the cell was measured within :data:`~lightning_sparkling.pretrain.advice.measured.NEAR_RATIO` of the run's training
-tokens per final active parameter, growth paid there (:mod:`~lightning_sparkling.pretrain.advice.verdict`), and the
-pasted block checks out: the run then resolves, ends at exactly the target, trains the config's tokens, and
+tokens per final active parameter, growth paid there (:mod:`~lightning_sparkling.pretrain.advice.verdict`), no cell
+of its category measured nearer the run's size failed to pay (evidence at the run's size outweighs a saving farther
+away), and the pasted block checks out: the run then resolves, ends at exactly the target, trains the config's tokens, and
 ``sparkling plan`` of it cites this same cell. The best fit (largest speed-up at equal loss, then lowest Δ) is printed:
 the start model's ``model_config`` keys and the ``growth:`` block, which model it starts and ends at, and the
 evidence; with no fit, the report says so, with the nearest cell and its verdict, and prints no block. Never a block
@@ -39,7 +40,8 @@ class Suggestion:
     (total, as the map's cells count them) and ``start_params`` the start model's, ``schedule`` the run's,
     ``rounded`` the sizes the cell's factors did not divide, ``notes`` the pasted run's ceiling and family lines,
     ``rejected`` fitting cells whose block the run refused (and why), ``target`` the target model's name and
-    layers."""
+    layers, ``overruled`` the cells that paid but were measured farther from the run's size than ``cell``, which did
+    not pay (:func:`_nearer_without_saving`)."""
 
     growth: dict[str, Any] | None
     cell: Any
@@ -52,6 +54,7 @@ class Suggestion:
     notes: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     target: str = "this run's model"
+    overruled: list[Any] = field(default_factory=list)
 
     def evidence(self) -> str:
         """The cell, its verdict and how far it is from the run: token ratio, timing, model size and seeds."""
@@ -83,6 +86,14 @@ class Suggestion:
 
         from lightning_sparkling.pretrain.advice.measured_size import format_params
 
+        if self.growth is None and self.overruled:
+            best = self.overruled[:3]  # the best first (the run's block family, then the largest speed-up)
+            paid = "; ".join(f"{c.key()} {_saving(c)} at {format_params(c.params)}" for c in best)
+            more = f" and {len(self.overruled) - len(best)} more" if len(self.overruled) > len(best) else ""
+            return (f"no measured growth fits this run: growth of this kind paid only on models farther from its "
+                    f"size than one where it did not. Nearest this run's size: {self.evidence()}. Paid farther "
+                    f"away: {paid}{more}. A saving measured at other sizes is not shown to carry to this one; to "
+                    "know whether growth pays here, measure it: sparkling measure --config RUN.yaml")
         if self.growth is None:
             nearest = f" The nearest cell of this schedule: {self.evidence()}." if self.cell is not None else ""
             return (f"no measured growth fits this run: no cell of the map under train.lr_schedule {self.schedule} "
@@ -101,6 +112,50 @@ class Suggestion:
                 f"{self.target}, {format_params(self.params)} parameters ({self.params:,}), on the config's "
                 f"{self.tokens_per_param:.3g} tokens per parameter{rounded}\n"
                 f"evidence: {self.evidence()}{notes}")
+
+
+def _saving(cell: Any) -> str:
+    """``'1.29x'`` (the speed-up at equal loss) or ``'Δ -0.040'`` where the cell has none."""
+    return f"{cell.speedup:.2f}x" if cell.speedup is not None else f"Δ {cell.delta:+.3f}"
+
+
+def _nearer_without_saving(cell: Any, near: Sequence[Any], params: int, arch: str) -> Any | None:
+    """The cell of ``near`` (the map's cells near the run's token ratio, under its schedule) of ``cell``'s category
+    that was measured nearest the run's size, where that is nearer than ``cell`` and growth did not pay there; else
+    ``None``.
+
+    Evidence at the run's size outweighs a saving measured farther away: depth 2 -> 4 -> 8 paid at 0.20M but showed no
+    measurable difference at 1.38M, so a 1M run is not told to grow on the 0.20M cell's word. Cells of the run's
+    block family are weighed first, as ``plan`` weighs them
+    (:func:`~lightning_sparkling.pretrain.advice.measured.nearest`).
+
+    Example::
+
+        >>> from types import SimpleNamespace as Cell
+        >>> small = Cell(category="depth", arch="llama", params=200_000, verdict="paid")
+        >>> large = Cell(category="depth", arch="llama", params=1_400_000, verdict="no measurable difference")
+        >>> _nearer_without_saving(small, [small, large], 1_000_000, "llama") is large
+        True
+        >>> _nearer_without_saving(small, [small], 1_000_000, "llama") is None
+        True
+        >>> paid = Cell(category="depth", arch="llama", params=1_400_000, verdict="paid")
+        >>> _nearer_without_saving(small, [small, paid], 1_000_000, "llama") is None  # a nearer saving is no veto
+        True
+    """
+    from lightning_sparkling.pretrain.advice.verdict import PAID
+
+    if not cell.params or not params:
+        return None
+    pool = [c for c in near if c.category == cell.category and c.params]
+    pool = [c for c in pool if c.arch in (arch, None)] or pool
+
+    def size_gap(c: Any) -> float:
+        return abs(math.log(c.params / params))
+
+    nearest = min(pool, key=size_gap, default=None)
+    if nearest is None or nearest.verdict == PAID or size_gap(nearest) >= size_gap(cell):
+        return None
+    return nearest
 
 
 def _start_line(start: dict[str, Any]) -> str:
@@ -193,7 +248,7 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
     target, params = run_plan.final_config, run_plan.compute.total_params[-1]
     ratio = run_plan.tokens_per_param
     name = f"{target.name or 'your model'} ({target.n_layer} layers)"
-    fits, nearest, rejected = [], None, []
+    fits, near, nearest, rejected, overruled = [], [], None, [], []
     for cell in cells:
         if cell.schedule != schedule:
             continue
@@ -204,10 +259,17 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
         gap = abs(math.log(cell.tokens_per_param / ratio))
         if nearest is None or gap < nearest[0]:
             nearest = (gap, cell)
-        if gap <= math.log(NEAR_RATIO) + 1e-9 and cell.pays:
-            fits.append((cell, way))
+        if gap <= math.log(NEAR_RATIO) + 1e-9:
+            near.append(cell)
+            if cell.pays:
+                fits.append((cell, way))
     arch = block_family(target)
     for cell, way in sorted(fits, key=lambda fit: _rank(fit[0], arch), reverse=True):
+        nearer = _nearer_without_saving(cell, near, params, arch)
+        if nearer is not None:
+            rejected.append(f"{cell.key()}: {nearer.key()}, nearer this run's size, did not pay")
+            overruled.append((cell, nearer))
+            continue
         growth = {"recipe": cell.recipe, "stages": way.stages}
         try:
             start = _start_model_config(ns, run, target, way.start)
@@ -219,5 +281,8 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
         notes = [line for line in (advice.ceiling_line(), advice.family_note()) if line]
         return Suggestion(growth, cell, ratio, params, schedule, start=start, start_params=start_params,
                           rounded=way.rounded, notes=notes, rejected=rejected, target=name)
+    if overruled:  # the evidence nearest the run's size, and what paid farther away
+        return Suggestion(None, overruled[0][1], ratio, params, schedule, rejected=rejected, target=name,
+                          overruled=[cell for cell, _ in overruled])
     return Suggestion(None, nearest[1] if nearest else None, ratio, params, schedule, rejected=rejected,
                       target=name)
