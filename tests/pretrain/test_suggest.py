@@ -244,6 +244,25 @@ def test_a_cell_far_away_that_did_not_pay_or_does_not_fit_is_never_suggested(tmp
         assert says == "growth paid there" or "growth paid there" not in out
 
 
+@pytest.mark.parametrize("recipe, vetoed", [("paper", True), ("recommended", False)])
+def test_a_cell_nearer_the_run_s_size_that_did_not_pay_vetoes_a_saving_of_its_recipe(tmp_path, capsys, recipe,
+                                                                                      vetoed):
+    """Issue 54: a saving measured on a model 5x smaller than the run is not suggested when a cell of the same category
+    and recipe measured at the run's size cost; a cost of another recipe says nothing of it."""
+    argv = _tiny(tmp_path)
+    _, params = final_model(parse(argv, "plan")[1])
+    cells = _map(tmp_path, cell(params=params // 5, where="the smaller model"),
+                 cell(params=params, recipe=recipe, delta=0.1, speedup=0.9, seeds_above=3, where="the run's size"))
+    out, start, growth = suggested(capsys, [*argv, "--map", cells])
+    if vetoed:
+        assert growth is None and out.startswith("no measured growth fits this run: growth of this kind paid only on "
+                                                 "models farther from its size than one where it did not"), out
+        assert "Nearest this run's size: depth, paper, wsd" in out and "the run's size): growth cost there" in out
+        assert "Paid farther away: depth/paper/wsd@50%/0.1 1.70x at " in out
+    else:
+        assert start == {"n_layer": 2} and growth["recipe"] == "paper" and "the smaller model" in out, out
+
+
 def test_a_multi_stage_cell_is_suggested_as_its_whole_schedule(tmp_path, capsys):
     """Issue 46: the 20+ tokens-per-parameter leader grows 2 -> 4 -> 8 layers at 50% and 75% with G_stack's full copy.
     ``--suggest`` prints both stages (each factor on the sizes before it, its ``depth_init``), each re-warmup short

@@ -121,8 +121,10 @@ def _saving(cell: Any) -> str:
 
 def _nearer_without_saving(cell: Any, near: Sequence[Any], params: int, arch: str) -> Any | None:
     """The cell of ``near`` (the map's cells near the run's token ratio, under its schedule) of ``cell``'s category
-    that was measured nearest the run's size, where that is nearer than ``cell`` and growth did not pay there; else
-    ``None``.
+    and recipe that was measured nearest the run's size, where that is nearer than ``cell`` and growth did not pay
+    there; else ``None``. Its timing and init may differ: a depth schedule that paid at 0.20M with ``copy-zero`` is no
+    better evidence for a 1M run than the same schedule with ``copy`` (ahead wherever both were measured) that did
+    not pay at 1.38M. A recipe may not: ``paper`` costing where ``random-zero-3x`` paid says nothing of the latter.
 
     Evidence at the run's size outweighs a saving measured farther away: depth 2 -> 4 -> 8 paid at 0.20M but showed no
     measurable difference at 1.38M, so a 1M run is not told to grow on the 0.20M cell's word. Cells of the run's
@@ -132,21 +134,25 @@ def _nearer_without_saving(cell: Any, near: Sequence[Any], params: int, arch: st
     Example::
 
         >>> from types import SimpleNamespace as Cell
-        >>> small = Cell(category="depth", arch="llama", params=200_000, verdict="paid")
-        >>> large = Cell(category="depth", arch="llama", params=1_400_000, verdict="no measurable difference")
+        >>> small = Cell(category="depth", recipe="paper", arch="llama", params=200_000, verdict="paid")
+        >>> large = Cell(category="depth", recipe="paper", arch="llama", params=1_400_000,
+        ...              verdict="no measurable difference")
         >>> _nearer_without_saving(small, [small, large], 1_000_000, "llama") is large
         True
         >>> _nearer_without_saving(small, [small], 1_000_000, "llama") is None
         True
-        >>> paid = Cell(category="depth", arch="llama", params=1_400_000, verdict="paid")
+        >>> paid = Cell(category="depth", recipe="paper", arch="llama", params=1_400_000, verdict="paid")
         >>> _nearer_without_saving(small, [small, paid], 1_000_000, "llama") is None  # a nearer saving is no veto
+        True
+        >>> other = Cell(category="depth", recipe="recommended", arch="llama", params=1_400_000, verdict="cost")
+        >>> _nearer_without_saving(small, [small, other], 1_000_000, "llama") is None  # nor another recipe's loss
         True
     """
     from lightning_sparkling.pretrain.advice.verdict import PAID
 
     if not cell.params or not params:
         return None
-    pool = [c for c in near if c.category == cell.category and c.params]
+    pool = [c for c in near if (c.category, c.recipe) == (cell.category, cell.recipe) and c.params]
     pool = [c for c in pool if c.arch in (arch, None)] or pool
 
     def size_gap(c: Any) -> float:
