@@ -48,7 +48,22 @@ def test_the_progressive_form_and_its_stages_form_cite_the_20_plus_cell(tmp_path
     (cell,) = [c for c in load_map() if c.describe().startswith(cited[0])]
     assert cell.tokens_per_param >= 20 and len(cell.stages) == 2 and not cell.pays and cell.params == 1_377_888
     text = _flat(README.read_text())
-    assert "for a llama model of about 1M parameters it prints no block" in text
+    assert "For a llama model above about 0.5M parameters, so at every size users train, it prints no block" in text
+
+
+def test_a_llama_model_at_a_size_users_train_gets_no_block(tmp_path, capsys):
+    """What the README says of llama models above ~0.5M: Llama-2-7b at 20 tokens per parameter under WSD gets no block,
+    the 1.38M cell as the nearest evidence (flagged as over 10x apart) and the advice to measure."""
+    config = {"model_name": "Llama-2-7b-hf", "out_dir": str(tmp_path / "out"), "precision": "bf16-mixed",
+              "data": {"source": "stdlib", "vocab_size": 32000, "seq_len": 2048},
+              "train": {"global_batch_size": 512, "micro_batch_size": 8, "max_tokens": 140_000_000_000,
+                        "lr_schedule": "wsd", "lr_decay_fraction": 0.1},
+              "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.0003}}, "growth": {"stages": []}}
+    assert main(["plan", "--config", str(write_config(tmp_path / "llama7b.yaml", config)), "--suggest"]) == 0
+    out = capsys.readouterr().out
+    assert "growth:" not in out and out.startswith("no measured growth fits this run: growth of this kind paid only")
+    assert "Evidence that transfers (cpu-1m-sp, stages-248-copy)): no measurable difference" in out, out
+    assert "over 10x apart in size" in out and out.rstrip().endswith("sparkling measure --config RUN.yaml")
 
 
 def test_the_suggest_example_prints_what_the_readme_shows(tmp_path, capsys):
