@@ -278,3 +278,36 @@ def neox_model() -> GPT:
 @pytest.fixture
 def moe_model() -> GPT:
     return make_gpt(moe_config(), seed=0)
+
+
+#: The test files that take longest (``--durations`` of the full suite, 2026-11-29), heaviest first: multi-process
+#: and end-to-end runs. Under ``-n 2 --dist loadfile`` xdist would order files by their number of tests, which puts
+#: these few-test files last, where one of them can run alone while the other worker idles. Scheduling them first
+#: (longest first) and the many quick files after them keeps both workers busy to the end.
+HEAVY_FIRST = (
+    "tests/distributed/test_ddp.py", "tests/distributed/test_depth_distributed.py",
+    "tests/distributed/test_heads_distributed.py", "tests/distributed/test_experts_distributed.py",
+    "tests/benchmarks/test_throughput_vs_litgpt.py", "tests/benchmarks/test_campaign.py",
+    "tests/growth/test_depth_operating_points.py", "tests/benchmarks/test_reproduce_harness.py",
+    "tests/distributed/test_experts_with_widths_distributed.py", "tests/distributed/test_fsdp1.py",
+    "tests/distributed/test_experts_dense_first_distributed.py", "tests/pretrain/test_litgpt_compat.py",
+    "tests/pretrain/test_gpu_path.py", "tests/pretrain/test_measure.py",
+    "tests/distributed/test_due_at_once_distributed.py", "tests/pretrain/test_atomic_checkpoints.py",
+    "tests/benchmarks/test_gpu_checks.py", "tests/pretrain/test_recipe_name.py", "tests/pretrain/test_cli.py",
+    "tests/pretrain/test_examples.py", "tests/growth/test_baselines.py", "tests/dashboards/test_plot_panels.py",
+    "tests/callbacks/test_rewarmup.py", "tests/benchmarks/test_growth_cost.py",
+    "tests/distributed/test_runtime_distributed.py", "tests/pretrain/test_cli_interrupt.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist, schedule files in collection order (see :data:`HEAVY_FIRST`) rather than by their test count."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """The files of :data:`HEAVY_FIRST` first, in its order; every other file after them in collection order. The sort
+    is stable, so a file's tests stay together and in their own order (module-scoped fixtures are built once)."""
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
