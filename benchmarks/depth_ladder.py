@@ -373,8 +373,8 @@ least for the 1.38M shape and 3 for the others)."""
 
 
 def map_cell(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """A reported candidate of :data:`MIN_CELL_SEEDS`+ seeds as a cell of the measured map (``measured.json``'s format; the size fields
-    from the grown model, ``ceiling`` from the growth run's FLOPs over the full scratch run's;
+    """A reported candidate of :data:`MIN_CELL_SEEDS`+ seeds as a cell of the measured map (``measured.json``'s
+    format; the size fields from the grown model, ``ceiling`` from the growth run's FLOPs over the full scratch run's;
     ``backfill_sizes.py`` computes both again from :func:`candidate_run`)."""
     from lightning_sparkling.pretrain.advice.measured_axes import block_family
     from lightning_sparkling.pretrain.advice.measured_size import cell_size

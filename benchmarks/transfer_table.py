@@ -87,8 +87,8 @@ def table(rs: list[dict[str, Any]]) -> str:
     for r in rs:
         sp = "-" if r["speedup"] is None else f"{r['speedup'][0]:.2f}x" + _sd(r["speedup"][1], "{:.2f}")
         per = ", ".join(f"{s:.2f}x" if isinstance(s, float) else s for s in r["per_seed"])
-        fr = ("-" if r["fraction"] is None else
-              f"{100 * r['fraction'][0]:.0f}%" + _sd(None if r["fraction"][1] is None else 100 * r["fraction"][1], "{:.0f}"))
+        fr = "-" if r["fraction"] is None else f"{100 * r['fraction'][0]:.0f}%" + _sd(
+            None if r["fraction"][1] is None else 100 * r["fraction"][1], "{:.0f}")
         if r["fraction"] is None:
             fr = ", ".join(f"{100 * f:.0f}%" if isinstance(f, float) else f for f in r["per_seed_fraction"])
         dl = f"{r['delta'][0]:+.3f}" + _sd(r["delta"][1], "{:.3f}")

@@ -27,7 +27,8 @@ Q8 = {"name": "q8", "n_layer": 8, "n_embd": 64, "n_head": 4, "n_query_groups": 4
 """The issue's model: the quickstart's llama-style blocks at 8 layers (1,049,664 parameters). Nearest in size to the
 1.38M cell, where 2 -> 4 -> 8 showed no measurable difference (issue 54)."""
 Q8S = {**Q8, "name": "q8s", "n_embd": 32, "n_head": 2, "n_query_groups": 2, "intermediate_size": 128}
-"""Q8 at width 32 (393,760 parameters at 8 layers): nearer the 0.20M cells, where 2 -> 4 -> 8 paid, than the 1.38M one."""
+"""Q8 at width 32 (393,760 parameters at 8 layers): nearer the 0.20M cells, where 2 -> 4 -> 8 paid, than the 1.38M
+one."""
 
 
 def suggested(capsys, argv: list[str]) -> tuple[str, dict | None, dict | None]:

@@ -8,12 +8,12 @@ the target becomes a candidate: the start model (the cell's factors divided out 
 :func:`~lightning_sparkling.pretrain.advice.target.toward`) and the stages that end at the target. A candidate *fits*
 when the cell was measured within :data:`~lightning_sparkling.pretrain.advice.measured.NEAR_RATIO` of the run's training
 tokens per final active parameter, growth paid there (:mod:`~lightning_sparkling.pretrain.advice.verdict`), no cell
-of its category measured nearer the run's size failed to pay (evidence at the run's size outweighs a saving farther
-away), and the pasted block checks out: the run then resolves, ends at exactly the target, trains the config's tokens, and
-``sparkling plan`` of it cites this same cell. The best fit (largest speed-up at equal loss, then lowest Δ) is printed:
-the start model's ``model_config`` keys and the ``growth:`` block, which model it starts and ends at, and the
-evidence; with no fit, the report says so, with the nearest cell and its verdict, and prints no block. Never a block
-that ends at another model than the config's.
+of its category and recipe measured nearer the run's size failed to pay (evidence at the run's size outweighs a saving
+farther away), and the pasted block checks out: the run then resolves, ends at exactly the target, trains the
+config's tokens, and ``sparkling plan`` of it cites this same cell. The best fit (largest speed-up at equal loss,
+then lowest Δ) is printed: the start model's ``model_config`` keys and the ``growth:`` block, which model it starts
+and ends at, and the evidence; with no fit, the report says so, with the nearest cell and its verdict, and prints
+no block. Never a block that ends at another model than the config's.
 """
 
 from __future__ import annotations
