@@ -121,7 +121,7 @@ def test_a_saving_farther_in_size_than_a_tie_is_not_suggested(tmp_path, capsys):
                           "its size than one where it did not. Nearest this run's size: "), out
     nearest, farther = out.split(". Paid farther away: ")
     assert tie.where in nearest and "no measurable difference (no saving was measured)" in nearest
-    assert "1.31x larger than this run's 1.05M; 2 seeds" in nearest
+    assert "1.31x larger than this run's 1.05M; 3 seeds" in nearest
     assert "depth[copy]/paper/wsd@50%+75%/20.8 1.58x at 0.15M" in farther and " more. " in farther
     assert out.rstrip().endswith("sparkling measure --config RUN.yaml")
     pasted = {**_wsd(tmp_path, {**Q8, "n_layer": 2}),
