@@ -1,10 +1,13 @@
-"""What the README claims stays true: its first two commands, its line lengths, its links, its example refusal (a
-real one, on the quickstart config), its measured numbers (each in docs/BENCHMARKS.md), its Python snippet, and the
-quickstart's time (the same words in the README and in the YAML)."""
+"""What the README claims stays true: its first two commands, its line lengths, its length, its links, its example
+refusal (a real one, on the quickstart config), its measured numbers (each in docs/BENCHMARKS.md), its figure (drawn
+from the measured map by docs/make_speedup_figure.py), its Python snippet, and the quickstart's time (the same words in
+the README and in the YAML)."""
 
 from __future__ import annotations
 
+import json
 import re
+import runpy
 from pathlib import Path
 
 import pytest
@@ -40,6 +43,10 @@ def _blocks(lang: str) -> list[str]:
 def test_lines_are_at_most_120_characters():
     long = [(n, len(line)) for n, line in enumerate(_text().splitlines(), 1) if len(line) > 120]
     assert not long, f"README lines over 120 characters (line, length): {long}"
+
+
+def test_is_at_most_250_lines():
+    assert len(_text().splitlines()) <= 250
 
 
 def test_opens_with_the_two_commands_and_the_test_command_is_ci_s():
@@ -83,7 +90,7 @@ def test_the_example_refusal_happens_on_the_quickstart(tmp_path, capsys):
 def test_every_measured_number_is_in_benchmarks():
     benchmarks = (ROOT / "docs" / "BENCHMARKS.md").read_text()
     numbers = re.findall(r"\d\.\d{3} ± \d\.\d{3}", _text())
-    assert len(numbers) >= 20
+    assert len(numbers) >= 10  # the table's rows, at least
     missing = [n for n in numbers if n not in benchmarks]
     assert not missing, f"README numbers not in docs/BENCHMARKS.md: {missing}"
 
@@ -108,3 +115,22 @@ def test_the_python_snippet_builds_its_trainer():
     assert growth.stages[0].n_embd == 1024
     if "WidthGrowthCallback" in _text():  # the old name, said to be an alias, must be one
         assert lightning_sparkling.WidthGrowthCallback is not None
+
+
+def test_the_figure_is_drawn_from_the_measured_cells(tmp_path, capsys):
+    """docs/make_speedup_figure.py writes the README's figure, and every point it plots is a cell of measured.json
+    with a measured speed-up (its ratio, speed-up, sd and ceiling), each such cell plotted once."""
+    assert "](docs/img/speedup_at_equal_loss.png)" in _text()
+    assert (ROOT / "docs" / "img" / "speedup_at_equal_loss.png").is_file()
+    script = runpy.run_path(str(ROOT / "docs" / "make_speedup_figure.py"))
+    image = tmp_path / "img" / "speedup.png"
+    assert script["main"](["--image", str(image), "--dpi", "40"]) == 0
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plotted = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    fields = ("axis", "recipe", "schedule", "tokens_per_param", "speedup", "speedup_sd", "ceiling", "params", "where")
+    cells = json.loads((ROOT / "lightning_sparkling/pretrain/advice/measured.json").read_text())["cells"]
+    measured = sorted(json.dumps([c.get(k) for k in fields]) for c in cells if c.get("speedup") is not None)
+    assert len(measured) >= 20
+    assert sorted(json.dumps([p[k] for k in fields]) for p in plotted) == measured
+    assert {p["panel"] for p in plotted} == {"width", "depth", "depth + width", "experts"}
+    assert all(p["speedup_sd"] > 0 and p["ceiling"] > 1 for p in plotted)

@@ -1,6 +1,6 @@
-"""The README's advice examples are what the commands print (issue 52): its ``progressive:`` block and the same
-schedule in the stages form plan to one cell, the 20+ tokens-per-parameter one; its ``--suggest`` example on
-``model_name: pythia-160m`` with no growth prints exactly the README's output."""
+"""The README's advice examples are what the commands print: its ``progressive:`` block and the same schedule in the
+stages form plan to one cell, the 20+ tokens-per-parameter one; the ``--suggest`` example on ``model_name:
+pythia-160m`` with no growth (docs/REFERENCE.md, linked from the README) prints exactly the output shown there."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ from test_cli import write_config  # noqa: E402
 from test_suggest import Q8, _wsd  # noqa: E402
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+REFERENCE = README.parent / "docs" / "REFERENCE.md"
 
 
-def _yaml_blocks() -> list[str]:
-    return re.findall(r"```yaml\n(.*?)\n```", README.read_text(), flags=re.S)
+def _yaml_blocks(page: Path = README) -> list[str]:
+    return re.findall(r"```yaml\n(.*?)\n```", page.read_text(), flags=re.S)
 
 
 def _flat(text: str) -> str:
@@ -66,12 +67,14 @@ def test_a_llama_model_at_a_size_users_train_gets_no_block(tmp_path, capsys):
     assert "over 10x apart in size" in out and out.rstrip().endswith("sparkling measure --config RUN.yaml")
 
 
-def test_the_suggest_example_prints_what_the_readme_shows(tmp_path, capsys):
-    text = README.read_text()
-    (config,) = [yaml.safe_load(b) for b in _yaml_blocks() if "model_name: pythia-160m" in b and "stages: []" in b]
+def test_the_suggest_example_prints_what_the_reference_shows(tmp_path, capsys):
+    assert "(docs/REFERENCE.md#plan---suggest-on-pythia-160m)" in README.read_text()  # the README links it
+    text = REFERENCE.read_text()
+    (config,) = [yaml.safe_load(b) for b in _yaml_blocks(REFERENCE)
+                 if "model_name: pythia-160m" in b and "stages: []" in b]
     assert config["growth"] == {"stages": []} and config["train"]["lr_schedule"] == "wsd"
     path = write_config(tmp_path / "pythia_160m.yaml", config)
     shown = re.search(r"sparkling plan --config pythia_160m.yaml --suggest\n```\n+```text\n(.*?)\n```", text, flags=re.S)
-    assert shown, "README: the --suggest example's output block"
+    assert shown, "docs/REFERENCE.md: the --suggest example's output block"
     assert main(["plan", "--config", str(path), "--suggest"]) == 0
     assert _flat(capsys.readouterr().out) == _flat(shown.group(1))
