@@ -2,7 +2,7 @@
 token ratio first, then timing; a cell 0.2 of the run away is not near; a Δ of exactly 0 counts as paying and is
 never named "better"; ``n_embd`` + ``moe_intermediate_size`` is the ``joint`` category; a multi-stage run is timed by
 its first stage; a non-positive token ratio was never measured; and every field of every stored cell is the one
-docs/BENCHMARKS.md publishes."""
+docs/BENCHMARKS.md publishes, under a section its ``where`` names."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from lightning_sparkling.pretrain.advice.measured import MeasuredCell, advise, c
 from lightning_sparkling.pretrain.advice.measured_size import format_params
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
+RESULTS = BENCHMARKS.parents[1] / "benchmarks" / "results"
 INDEX_HEADING = "## The measured map, cell by cell"
 
 
@@ -130,9 +131,15 @@ def test_every_field_of_every_stored_cell_is_published_in_benchmarks():
     assert len(stored) == len(load_map())
     assert stored - published == set(), "stored in measured.json, not (or otherwise) in docs/BENCHMARKS.md's index"
     assert published - stored == set(), "in docs/BENCHMARKS.md's index, not (or otherwise) in measured.json"
-    # and each cell's Δ ± sd and seed count are those of a row (or sentence) of the section that measured it
+    # and each cell's Δ ± sd and seed count are those of a row (or sentence) of the study that measured it: its
+    # table in BENCHMARKS or the study's run log under benchmarks/results/ (the full tables moved there)
     lines = before.splitlines()
+    for log in sorted(RESULTS.glob("*_log.md")):
+        lines += log.read_text(encoding="utf-8").replace("−", "-").splitlines()
+    headings = [line.lstrip("#").strip() for line in before.splitlines() if line.startswith("##")]
     for c in load_map():
+        section = c.where.split(" (")[0]
+        assert any(h.startswith(section) for h in headings), f"{c.where!r}: no such section in docs/BENCHMARKS.md"
         delta = f"{c.delta:+.3f} ± {c.sd:.3f}"
         hits = [line for line in lines if delta in line or delta.lstrip("+") in line]
         assert any(f"{c.seeds_above}/{c.seeds}" in line for line in hits), (c, hits)

@@ -1,0 +1,25 @@
+"""The documents stay references: each within its line limit, every local link of theirs pointing at a file that
+exists (BENCHMARKS' run logs under benchmarks/results/ included)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMITS = {"docs/BENCHMARKS.md": 700}
+
+
+@pytest.mark.parametrize("name", sorted(LIMITS))
+def test_a_document_keeps_its_line_limit(name):
+    assert len((ROOT / name).read_text(encoding="utf-8").splitlines()) <= LIMITS[name]
+
+
+@pytest.mark.parametrize("name", sorted(LIMITS))
+def test_a_document_links_only_to_files_that_exist(name):
+    page = ROOT / name
+    targets = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8"))
+    missing = [t for t in targets if not (page.parent / t).exists()]
+    assert targets and not missing, missing
