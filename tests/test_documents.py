@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMITS = {"docs/BENCHMARKS.md": 700}
+LIMITS = {"README.md": 250, "docs/ARCHITECTURE.md": 450, "docs/BENCHMARKS.md": 700}
 
 
 @pytest.mark.parametrize("name", sorted(LIMITS))
@@ -22,4 +22,6 @@ def test_a_document_links_only_to_files_that_exist(name):
     page = ROOT / name
     targets = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8"))
     missing = [t for t in targets if not (page.parent / t).exists()]
-    assert targets and not missing, missing
+    assert not missing, missing
+    if name == "docs/BENCHMARKS.md":  # the run logs it moved out are linked
+        assert sum(t.endswith("_log.md") for t in targets) >= 10
