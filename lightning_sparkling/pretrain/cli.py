@@ -21,6 +21,7 @@ summary: :mod:`~lightning_sparkling.pretrain.training.summary`). Their public na
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Sequence
@@ -84,6 +85,7 @@ def build_parser(command: str = "pretrain"):
                 "tokenizer_dir/tokenizer.json).",
     }[command]
     parser = _Parser(prog=f"sparkling {command}", description=description, exit_on_error=True,
+                     parser_mode=_litgpt_yaml_mode(),
                      allow_abbrev=False,  # --train.max_step is an unknown key, not --train.max_steps
                      usage=f"sparkling {command} --config FILE.yaml [--section.key VALUE ...]   "
                            f"(`sparkling {command} --help` lists every key)")
@@ -92,8 +94,33 @@ def build_parser(command: str = "pretrain"):
     return parser
 
 
-def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, ResolvedRun, str]:
+LITGPT_YAML = "litgpt_yaml"
+"""The parser mode of :func:`build_parser`: jsonargparse's YAML with litgpt's short forms (``data: TinyStories``)
+expanded as litgpt's parser reads them (:func:`~lightning_sparkling.pretrain.config.litgpt_compat.expand_litgpt_forms`)."""
+
+
+def _litgpt_yaml_mode() -> str:
+    """Register (once) and return :data:`LITGPT_YAML`: every config file and value is loaded by jsonargparse's YAML
+    loader, then the litgpt forms of a configuration mapping are expanded before the keys are read."""
+    import yaml
+    from jsonargparse import get_loader, set_loader
+
+    from lightning_sparkling.pretrain.config.litgpt_compat import expand_litgpt_forms
+
+    load_yaml = get_loader("yaml")
+    set_loader(LITGPT_YAML, lambda text: expand_litgpt_forms(load_yaml(text)), exceptions=(yaml.YAMLError,))
+    return LITGPT_YAML
+
+
+def parse(argv: Sequence[str], command: str = "pretrain", *, dry_run: bool | None = None,
+          ) -> tuple[Any, ResolvedRun, str]:
     """Parse and check ``argv`` (the arguments after ``sparkling <command>``).
+
+    Args:
+        argv: the arguments.
+        command: ``pretrain`` or ``plan`` (the parser's help; ``plan`` writes nothing, so ``out_dir`` is not checked).
+        dry_run: whether data and tokenizer may be missing on disk (noted, not refused; default: ``command ==
+            "plan"``, a plan is made before the data is prepared; ``sparkling measure`` plans then trains: ``False``).
 
     Returns:
         ``(namespace, resolved run, the configuration as YAML)``.
@@ -122,7 +149,7 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
     if optimizer is not None:  # `--optimizer '{class_path: ..., init_args: ...}'` replaces the whole optimizer
         ns.optimizer = optimizer
     try:
-        run = resolve(ns)
+        run = resolve(ns, dry_run=command == "plan" if dry_run is None else dry_run)
         if command == "pretrain":  # plan writes nothing: its out_dir may be a path of another machine
             check_out_dir(run.out_dir)
     except ConfigError as err:
@@ -290,7 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lightning_sparkling.pretrain.measure.command import main_measure
 
         rest, maps = _take_maps(rest)  # --map FILE: the cells its summary may cite, as plan's
-        return main_measure(rest, parse, cells=_read_maps(maps))
+        # measure trains what it plans: the data and the tokenizer must be on disk, as for pretrain
+        return main_measure(rest, functools.partial(parse, dry_run=False), cells=_read_maps(maps))
     if command not in ("pretrain", "plan"):
         print(f"sparkling: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
