@@ -133,7 +133,7 @@ def parse(argv: Sequence[str], command: str = "pretrain", *, dry_run: bool | Non
     except ConfigError as err:
         build_parser(command).error(str(err))
     parser = build_parser(command)
-    argv, optimizer = _take_optimizer_mapping(_rewrite_optimizer_args(list(argv)))
+    argv, optimizer = _take_optimizer_mapping(_rewrite_optimizer_args(_rewrite_data_args(list(argv))))
     try:
         argv, stage_keys = _take_stage_keys(argv)  # `--growth.stages.K.KEY VALUE`
     except ConfigError as err:
@@ -160,6 +160,35 @@ def parse(argv: Sequence[str], command: str = "pretrain", *, dry_run: bool | Non
         ns.strategy = entry.cli_strategy
     dumped = parser.dump(ns, skip_none=False, skip_validation=True)
     return ns, run, dumped
+
+
+def _rewrite_data_args(argv: list[str]) -> list[str]:
+    """``--data TinyStories`` (litgpt's short form, on the command line) -> ``--data.class_path
+    litgpt.data.TinyStories --data.init_args null``: the data module replaced by that class with its defaults, as
+    litgpt's parser reads it (a configuration file's ``data: TinyStories`` is expanded when it is loaded:
+    :data:`LITGPT_YAML`). ``--data FILE.yaml`` (a file of ``data.*`` keys) stays.
+
+    Example::
+
+        >>> _rewrite_data_args(["--data", "TinyStories", "--train.max_steps", "5"])
+        ['--data.class_path', 'litgpt.data.TinyStories', '--data.init_args', 'null', '--train.max_steps', '5']
+    """
+    from lightning_sparkling.pretrain.config.litgpt_compat import expand_data_short_form
+
+    rest, i = [], 0
+    while i < len(argv):
+        arg, value, width = argv[i], None, 1
+        if arg == "--data" and i + 1 < len(argv):
+            value, width = argv[i + 1], 2
+        elif arg.startswith("--data="):
+            value = arg.split("=", 1)[1]
+        expanded = expand_data_short_form(value)
+        if isinstance(expanded, dict):
+            rest += ["--data.class_path", expanded["class_path"], "--data.init_args", "null"]
+        else:
+            rest.extend(argv[i:i + width])
+        i += width
+    return rest
 
 
 def _rewrite_optimizer_args(argv: list[str]) -> list[str]:
