@@ -5,7 +5,8 @@
   ``out_dir/final/``), Lightning checkpoints for ``resume`` (``out_dir/checkpoints/``), TensorBoard logs
   (``out_dir/logs/``) and ``out_dir/summary.json``.
 - ``sparkling plan --config FILE.yaml``: what the growth stages of that config do (widths, tensors, alpha,
-  parameters, FLOPs saved), without training and without building a tokenizer; with ``--suggest``, the measured
+  parameters, FLOPs saved), without training and without building a tokenizer, before the data or the tokenizer is
+  on disk (each missing one is a note, ``pretrain will need PATH``); with ``--suggest``, the measured
   best growth for its schedule and token ratio as a ``growth:`` block
   (:mod:`~lightning_sparkling.pretrain.advice.suggest`).
 - ``sparkling plot LOGDIR... --out FILE.png [--x step|tokens|flops] [--panels P,...]``: the dashboard figure
@@ -21,6 +22,7 @@ summary: :mod:`~lightning_sparkling.pretrain.training.summary`). Their public na
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import sys
@@ -34,7 +36,7 @@ from lightning_sparkling.pretrain.advice.run_plan import plan_run  # noqa: F401
 from lightning_sparkling.pretrain.config.plugins import load_plugins, plugin_names
 from lightning_sparkling.pretrain.config.resolve import ResolvedRun, resolve
 from lightning_sparkling.pretrain.config.resume import check_out_dir
-from lightning_sparkling.pretrain.config.schema import check_keys, pretrain_arguments
+from lightning_sparkling.pretrain.config.schema import DataArgs, check_keys, pretrain_arguments
 from lightning_sparkling.pretrain.errors import ConfigError, _one_line_error
 from lightning_sparkling.pretrain.training.run import build_datamodule, build_module, pretrain  # noqa: F401
 from lightning_sparkling.pretrain.training.summary import print_summary_table, resume_command  # noqa: F401
@@ -82,7 +84,8 @@ def build_parser(command: str = "pretrain"):
         "pretrain": "Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).",
         "plan": "Show what the growth stages of a pretrain config do, without training (and without training a "
                 "tokenizer: the vocabulary size comes from data.vocab_size, model_config.vocab_size or "
-                "tokenizer_dir/tokenizer.json).",
+                "tokenizer_dir/tokenizer.json). A dry run: the data and the tokenizer need not be on disk yet "
+                "(each missing one is a note).",
     }[command]
     parser = _Parser(prog=f"sparkling {command}", description=description, exit_on_error=True,
                      parser_mode=_litgpt_yaml_mode(),
@@ -145,6 +148,7 @@ def parse(argv: Sequence[str], command: str = "pretrain", *, dry_run: bool | Non
         parser.error(f"{err} (in {path})")
     if stage_keys:
         argv = _with_stage_keys(parser, argv, stage_keys)
+    argv = _with_data_init_args(parser, argv)  # litgpt's `--data.KEY VALUE`: an argument of the data module
     ns = parser.parse_args(argv)
     if optimizer is not None:  # `--optimizer '{class_path: ..., init_args: ...}'` replaces the whole optimizer
         ns.optimizer = optimizer
@@ -301,6 +305,60 @@ def _set_stage_keys(stages: Any, stage_keys: list[tuple[int, str, Any]]) -> list
             raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {stage!r}")
         stages[k] = {**stage, key: value}
     return stages
+
+
+_DATA_KEY = re.compile(r"--data\.(init_args\.)?(\w+)(?:=(.*))?", re.S)
+
+
+def _take_data_init_args(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """Take litgpt's ``--data.KEY VALUE`` (``KEY`` not a ``data.*`` key of this schema) and ``--data.init_args.KEY
+    VALUE`` out of ``argv``: an argument of the data module (``--data.train_data_path texts/``). Returns the rest of
+    ``argv`` and ``{KEY: value read as YAML}``; a key without a value stays in ``argv`` (the parser names it).
+
+    Example::
+
+        >>> _take_data_init_args(["--data.train_data_path", "t/", "--data.init_args.num_workers=0", "--data.seed", "1"])
+        (['--data.seed', '1'], {'train_data_path': 't/', 'num_workers': 0})
+    """
+    import yaml
+
+    schema = {f.name for f in dataclasses.fields(DataArgs)}
+    rest, keys, i = [], {}, 0
+    while i < len(argv):
+        match = _DATA_KEY.fullmatch(argv[i])
+        if match is None or (match.group(1) is None and match.group(2) in schema):
+            rest.append(argv[i])
+            i += 1
+            continue
+        value = match.group(3)
+        if value is None:
+            if i + 1 >= len(argv):
+                rest.append(argv[i])
+                break
+            value, i = argv[i + 1], i + 1
+        try:
+            keys[match.group(2)] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            keys[match.group(2)] = value
+        i += 1
+    return rest, keys
+
+
+def _with_data_init_args(parser: Any, argv: list[str]) -> list[str]:
+    """``argv`` with the data module arguments of :func:`_take_data_init_args` merged into ``data.init_args`` (the
+    configuration's, its other arguments kept) as one ``--data.init_args`` override at its end, as litgpt's parser
+    reads ``--data.KEY``. Without a ``data.class_path`` they are left as given (the parser refuses an unknown
+    ``data.*`` key by name)."""
+    import yaml
+
+    rest, keys = _take_data_init_args(argv)
+    if not keys:
+        return argv
+    first = parser.parse_args([a for a in rest if not a.startswith("--print_config")])
+    if first.data.class_path is None:
+        return argv
+    merged = {**(first.data.init_args or {}), **keys}
+    return [*rest, "--data.init_args", yaml.safe_dump(merged, default_flow_style=True, width=float("inf")).strip()]
 
 
 def _config_files(argv: list[str]) -> list[str]:

@@ -46,15 +46,16 @@ def litgpt_print_config(path: Path) -> dict:
     return yaml.safe_load(out.getvalue())
 
 
-def litgpt_setup_arguments(path: Path):
-    """The arguments ``litgpt pretrain --config PATH`` calls ``setup`` with (its parser's, classes instantiated)."""
+def litgpt_setup_arguments(path: Path, *argv: str):
+    """The arguments ``litgpt pretrain --config PATH ARGV...`` calls ``setup`` with (its parser's, classes
+    instantiated)."""
     from jsonargparse import ActionConfigFile, ArgumentParser
     from litgpt.pretrain import setup
 
     parser = ArgumentParser()
     parser.add_argument("--config", action=ActionConfigFile)
     parser.add_function_arguments(setup)
-    return parser.instantiate_classes(parser.parse_args(["--config", str(path)]))
+    return parser.instantiate_classes(parser.parse_args(["--config", str(path), *argv]))
 
 
 def dotted_keys(config: dict, prefix: str = "") -> set[str]:
@@ -123,16 +124,30 @@ def test_each_file_reads_as_litgpt_reads_it(name):
     assert run.steps == printed["train"]["max_tokens"] // (printed["train"]["global_batch_size"] * run.seq_len)
 
 
-def test_data_short_form_on_the_command_line(tmp_path):
-    """``--data TinyStories`` replaces the file's data module as litgpt's parser does (class path expanded, the new
-    class's defaults); a name that is not a data module is refused naming it."""
+@pytest.mark.parametrize("argv", [
+    ["--data", "TinyStories"],  # replaces the file's module, with the new class's defaults
+    ["--data=MicroLlama", "--data.data_path", "/d"],  # litgpt's --data.KEY: an argument of the module
+    ["--data.init_args.num_workers", "0", "--data.use_starcoder=false"],  # the file's other arguments kept
+])
+def test_data_forms_on_the_command_line_read_as_litgpt_reads_them(argv):
+    """litgpt's command-line forms of ``data`` give the data module litgpt's own parser builds from them."""
+    from lightning_sparkling.pretrain.data.litgpt_data import instantiate_data, resolve_data_class
+
     path = HUB / "tinyllama.yaml"
-    _, run, _ = parse(["--config", str(path), "--data", "TinyStories"], "plan")
-    assert run.data.class_path == "litgpt.data.TinyStories" and run.data.init_args is None
-    _, run, _ = parse(["--config", str(path), "--data=MicroLlama", "--data.init_args", "{data_path: x}"], "plan")
-    assert run.data.class_path == "litgpt.data.MicroLlama" and run.data.init_args == {"data_path": "x"}
-    with pytest.raises(SystemExit):
-        parse(["--config", str(path), "--data", "Alpaca"], "plan")  # litgpt's, but instruction tuning: refused
+    _, run, _ = parse(["--config", str(path), *argv], "plan")
+    lit = litgpt_setup_arguments(path, *argv).data
+    assert run.data.class_path == f"litgpt.data.{type(lit).__name__}"
+    assert instantiate_data(resolve_data_class(run.data.class_path), run.data.init_args) == lit
+
+
+def test_data_short_forms_that_are_not_pretraining_data_are_refused(capsys):
+    path = str(HUB / "tinyllama.yaml")
+    line = one_error_line(capsys, ["plan", "--config", path, "--data", "Alpaca"])  # litgpt's, instruction tuning
+    assert line.startswith("error: data.class_path: 'litgpt.data.Alpaca' is an instruction-tuning data module"), line
+    line = one_error_line(capsys, ["plan", "--config", path, "--data", "NoSuchData"])
+    assert line.startswith("error: data.class_path: cannot import 'NoSuchData' from 'litgpt.data'"), line
+    line = one_error_line(capsys, ["plan", "--config", path, "--data.class_path", "null", "--data.train_dat", "x"])
+    assert "data.train_dat" in line, line  # the embedded corpus: an unknown data.* key, named
 
 
 # ------------------------------------------------------------------------------------------------------------ plan
