@@ -99,7 +99,8 @@ def build_parser(command: str = "pretrain"):
 
 LITGPT_YAML = "litgpt_yaml"
 """The parser mode of :func:`build_parser`: jsonargparse's YAML with litgpt's short forms (``data: TinyStories``)
-expanded as litgpt's parser reads them (:func:`~lightning_sparkling.pretrain.config.litgpt_compat.expand_litgpt_forms`)."""
+expanded as litgpt's parser reads them
+(:func:`~lightning_sparkling.pretrain.config.litgpt_compat.expand_litgpt_forms`)."""
 
 
 def _litgpt_yaml_mode() -> str:

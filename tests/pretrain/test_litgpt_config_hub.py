@@ -23,8 +23,9 @@ HUB = Path(__file__).resolve().parents[1] / "fixtures" / "litgpt_config_hub"
 FILES = ("debug", "tinyllama", "microllama", "tinystories")
 DATA = {"debug": "TinyStories", "tinyllama": "TinyLlama", "microllama": "MicroLlama", "tinystories": "TinyStories"}
 LAYERS = {"debug": 6, "tinyllama": 22, "microllama": 12, "tinystories": 6}  # each file's model's n_layer
-TOKENIZERS = {"debug": "checkpoints/EleutherAI/pythia-14m", "tinyllama": "checkpoints/meta-llama/Llama-2-7b-hf",
-              "microllama": "checkpoints/meta-llama/Llama-2-7b-hf", "tinystories": "checkpoints/meta-llama/Llama-2-7b-hf"}
+LLAMA_2 = "checkpoints/meta-llama/Llama-2-7b-hf"
+TOKENIZERS = {"debug": "checkpoints/EleutherAI/pythia-14m", "tinyllama": LLAMA_2, "microllama": LLAMA_2,
+              "tinystories": LLAMA_2}  # each file's tokenizer_dir
 WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in tall green trees".split()
 
 
