@@ -92,9 +92,8 @@ def resolve(ns: Any, *, dry_run: bool = False) -> ResolvedRun:
 
     Args:
         ns: the jsonargparse ``Namespace`` of :func:`pretrain_arguments` (or a dict with the same keys).
-        dry_run: ``sparkling plan``'s reading: the data and the tokenizer need not be on disk yet (each missing one
-            is a note, ``pretrain will need PATH (missing)``, and the vocabulary is the model's or
-            ``data.vocab_size``).
+        dry_run: ``sparkling plan``'s reading: data and tokenizer need not be on disk yet (each missing one is a
+            note, ``pretrain will need PATH``; the vocabulary is then the model's or ``data.vocab_size``).
 
     Raises:
         ConfigError: naming the key, for anything impossible or unsupported; :class:`MissingInputError` (not with
@@ -310,8 +309,8 @@ def _read_initial_checkpoint(ns: Any) -> tuple[Path | None, Any, Any, Path | Non
 # ------------------------------------------------------------------------------------------------------------ data
 def _resolve_data(ns: Any, data: DataArgs, train: TrainArgs, initial_dir: Path | None, initial_config: Any,
                   notes: list[str], *, dry_run: bool = False) -> tuple[Any, Path | None, int | None]:
-    """``(litgpt data class or None, tokenizer_dir, vocabulary size the data needs or None)``; with ``dry_run``, a
-    tokenizer or data not on disk is a note (:func:`_missing_noted`) and ``tokenizer_dir`` is then ``None``."""
+    """``(litgpt data class or None, tokenizer_dir, vocabulary size the data needs or None)``; ``dry_run``: data or a
+    tokenizer not on disk is a note (:func:`_missing_noted`), ``tokenizer_dir`` then ``None``."""
     data_class = _data_class(data)
     _check_corpus_keys(data, train)
     _missing_noted(lambda: _check_data_dir(data), dry_run, notes)
@@ -376,8 +375,7 @@ def _check_corpus_keys(data: DataArgs, train: TrainArgs) -> None:
                                                   "give one of them")
 
 
-def _tokenizer_dir(ns: Any, data: DataArgs, data_class: Any, initial_dir: Path | None,
-                   notes: list[str]) -> Path | None:
+def _tokenizer_dir(ns: Any, data: DataArgs, data_class: Any, initial_dir: Path | None, notes: list[str]) -> Path | None:
     """The run's ``tokenizer_dir`` (litgpt's ``checkpoints/`` prefix added as litgpt does): the given one, else the
     initial checkpoint's; ``None`` without either (refused when the litgpt data module tokenizes)."""
     tokenizer_dir = _get(ns, "tokenizer_dir")
@@ -401,9 +399,8 @@ def _read_tokenizer(tokenizer_dir: Path | None, data_class: Any) -> tuple[Any, i
     if tokenizer_dir is None:
         return None
     if not (tokenizer_dir / "tokenizer.json").is_file():
-        raise MissingInputError("tokenizer_dir", tokenizer_dir / "tokenizer.json",
-                                f"{str(tokenizer_dir)!r} holds no tokenizer.json (a Hugging Face `tokenizers` file, as "
-                                "in litgpt checkpoint dirs)")
+        raise MissingInputError("tokenizer_dir", tokenizer_dir / "tokenizer.json", f"{str(tokenizer_dir)!r} holds no "
+                                "tokenizer.json (a Hugging Face `tokenizers` file, as in litgpt checkpoint dirs)")
     try:
         data_vocab = tokenizer_vocab_size(tokenizer_dir)
     except (OSError, ValueError, KeyError, TypeError) as err:

@@ -25,8 +25,9 @@ def model_name_to_look_up(model_name: Optional[str], model_config: Optional[dict
     Example::
 
         >>> notes = []
-        >>> model_name_to_look_up("stories15M", {"n_layer": 6, "n_embd": 288}, notes), notes[0][:38]
-        (None, "model_name 'stories15M' is not a litg")
+        >>> model_name_to_look_up("stories15M", {"n_layer": 6, "n_embd": 288}, notes)
+        >>> notes[0].startswith("model_name 'stories15M' is not a litgpt config name: the model is model_config's")
+        True
         >>> model_name_to_look_up("pythia-14m", {"n_layer": 2}, [])
         'pythia-14m'
     """
