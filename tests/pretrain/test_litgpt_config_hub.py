@@ -195,6 +195,14 @@ def test_pretrain_refuses_the_missing_tokenizer_before_writing(name, tmp_path, m
     assert not (tmp_path / "out").exists()
 
 
+def test_measure_refuses_the_missing_tokenizer_as_pretrain(tmp_path, monkeypatch, capsys):
+    """``sparkling measure`` trains what it plans: not a dry run."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(capsys, ["measure", "--config", str(with_growth("debug", tmp_path))])
+    assert line.startswith(f"error: tokenizer_dir: '{TOKENIZERS['debug']}' holds no tokenizer.json"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["debug.yaml"]
+
+
 @pytest.mark.parametrize("name", ["tinyllama", "microllama"])
 def test_pretrain_refuses_the_missing_data_before_writing(name, tiny_data, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
