@@ -168,6 +168,20 @@ def test_each_file_plans_with_growth_and_nothing_on_disk(name, tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == [config.name]  # wrote nothing
 
 
+def test_plan_notes_a_missing_corpus_folder_and_pretrain_refuses_it(tmp_path, capsys):
+    """The embedded corpus's ``data.data_dir`` is data too: noted by ``plan``, refused by ``pretrain``; a missing
+    tokenizer still counts as given for ``eval.max_new_tokens`` (the plan does not ask for one)."""
+    missing = tmp_path / "no-texts"
+    argv = ["--model_config", "{n_layer: 1, n_embd: 32, n_head: 4}", "--train.max_steps", "4",
+            "--data.data_dir", str(missing), "--out_dir", str(tmp_path / "out")]
+    _, run, _ = parse(argv, "plan")
+    assert f"pretrain will need {missing} (missing: data.data_dir)" in run.notes
+    line = one_error_line(capsys, ["pretrain", *argv])
+    assert line == f"error: data.data_dir: '{missing}' is not a directory", line
+    _, run, _ = parse(["--config", str(HUB / "tinystories.yaml"), "--eval.max_new_tokens", "8"], "plan")
+    assert run.eval.max_new_tokens == 8 and run.tokenizer_dir is None
+
+
 # ------------------------------------------------------------------------------------------------------------ pretrain
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory) -> Path:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Optional, Union
 
 from lightning_sparkling.growth.schedules import DECAY_SHAPES, SCHEDULES
@@ -470,7 +470,8 @@ def _resolve_model(ns: Any, data: DataArgs, train: TrainArgs, evaluation: EvalAr
                           f"vocabulary ({data_vocab})")
     if seq_len > config.block_size:
         raise ConfigError(seq_key, f"{seq_len} is longer than the model's block_size={config.block_size}")
-    if evaluation.max_new_tokens is not None and tokenizer_dir is None and data_class is not None:
+    given = tokenizer_dir is not None or _get(ns, "tokenizer_dir") is not None  # a dry run's missing one counts
+    if evaluation.max_new_tokens is not None and not given and data_class is not None:
         raise ConfigError("eval.max_new_tokens", "the sample is decoded with the tokenizer of tokenizer_dir, and none "
                                                  "is given: give tokenizer_dir or remove eval.max_new_tokens")
     return config, seq_len
