@@ -5,7 +5,8 @@
   ``out_dir/final/``), Lightning checkpoints for ``resume`` (``out_dir/checkpoints/``), TensorBoard logs
   (``out_dir/logs/``) and ``out_dir/summary.json``.
 - ``sparkling plan --config FILE.yaml``: what the growth stages of that config do (widths, tensors, alpha,
-  parameters, FLOPs saved), without training and without building a tokenizer; with ``--suggest``, the measured
+  parameters, FLOPs saved), without training and without building a tokenizer, before the data or the tokenizer is
+  on disk (each missing one is a note, ``pretrain will need PATH``); with ``--suggest``, the measured
   best growth for its schedule and token ratio as a ``growth:`` block
   (:mod:`~lightning_sparkling.pretrain.advice.suggest`).
 - ``sparkling plot LOGDIR... --out FILE.png [--x step|tokens|flops] [--panels P,...]``: the dashboard figure
@@ -21,6 +22,8 @@ summary: :mod:`~lightning_sparkling.pretrain.training.summary`). Their public na
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 import sys
 from collections.abc import Sequence
@@ -33,7 +36,7 @@ from lightning_sparkling.pretrain.advice.run_plan import plan_run  # noqa: F401
 from lightning_sparkling.pretrain.config.plugins import load_plugins, plugin_names
 from lightning_sparkling.pretrain.config.resolve import ResolvedRun, resolve
 from lightning_sparkling.pretrain.config.resume import check_out_dir
-from lightning_sparkling.pretrain.config.schema import check_keys, pretrain_arguments
+from lightning_sparkling.pretrain.config.schema import DataArgs, check_keys, pretrain_arguments
 from lightning_sparkling.pretrain.errors import ConfigError, _one_line_error
 from lightning_sparkling.pretrain.training.run import build_datamodule, build_module, pretrain  # noqa: F401
 from lightning_sparkling.pretrain.training.summary import print_summary_table, resume_command  # noqa: F401
@@ -81,9 +84,11 @@ def build_parser(command: str = "pretrain"):
         "pretrain": "Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).",
         "plan": "Show what the growth stages of a pretrain config do, without training (and without training a "
                 "tokenizer: the vocabulary size comes from data.vocab_size, model_config.vocab_size or "
-                "tokenizer_dir/tokenizer.json).",
+                "tokenizer_dir/tokenizer.json). A dry run: the data and the tokenizer need not be on disk yet "
+                "(each missing one is a note).",
     }[command]
     parser = _Parser(prog=f"sparkling {command}", description=description, exit_on_error=True,
+                     parser_mode=_litgpt_yaml_mode(),
                      allow_abbrev=False,  # --train.max_step is an unknown key, not --train.max_steps
                      usage=f"sparkling {command} --config FILE.yaml [--section.key VALUE ...]   "
                            f"(`sparkling {command} --help` lists every key)")
@@ -92,8 +97,34 @@ def build_parser(command: str = "pretrain"):
     return parser
 
 
-def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, ResolvedRun, str]:
+LITGPT_YAML = "litgpt_yaml"
+"""The parser mode of :func:`build_parser`: jsonargparse's YAML with litgpt's short forms (``data: TinyStories``)
+expanded as litgpt's parser reads them
+(:func:`~lightning_sparkling.pretrain.config.litgpt_compat.expand_litgpt_forms`)."""
+
+
+def _litgpt_yaml_mode() -> str:
+    """Register (once) and return :data:`LITGPT_YAML`: every config file and value is loaded by jsonargparse's YAML
+    loader, then the litgpt forms of a configuration mapping are expanded before the keys are read."""
+    import yaml
+    from jsonargparse import get_loader, set_loader
+
+    from lightning_sparkling.pretrain.config.litgpt_compat import expand_litgpt_forms
+
+    load_yaml = get_loader("yaml")
+    set_loader(LITGPT_YAML, lambda text: expand_litgpt_forms(load_yaml(text)), exceptions=(yaml.YAMLError,))
+    return LITGPT_YAML
+
+
+def parse(argv: Sequence[str], command: str = "pretrain", *, dry_run: bool | None = None,
+          ) -> tuple[Any, ResolvedRun, str]:
     """Parse and check ``argv`` (the arguments after ``sparkling <command>``).
+
+    Args:
+        argv: the arguments.
+        command: ``pretrain`` or ``plan`` (the parser's help; ``plan`` writes nothing, so ``out_dir`` is not checked).
+        dry_run: whether data and tokenizer may be missing on disk (noted, not refused; default: ``command ==
+            "plan"``, a plan is made before the data is prepared; ``sparkling measure`` plans then trains: ``False``).
 
     Returns:
         ``(namespace, resolved run, the configuration as YAML)``.
@@ -106,7 +137,7 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
     except ConfigError as err:
         build_parser(command).error(str(err))
     parser = build_parser(command)
-    argv, optimizer = _take_optimizer_mapping(_rewrite_optimizer_args(list(argv)))
+    argv, optimizer = _take_optimizer_mapping(_rewrite_optimizer_args(_rewrite_data_args(list(argv))))
     try:
         argv, stage_keys = _take_stage_keys(argv)  # `--growth.stages.K.KEY VALUE`
     except ConfigError as err:
@@ -118,11 +149,12 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
         parser.error(f"{err} (in {path})")
     if stage_keys:
         argv = _with_stage_keys(parser, argv, stage_keys)
+    argv = _with_data_init_args(parser, argv)  # litgpt's `--data.KEY VALUE`: an argument of the data module
     ns = parser.parse_args(argv)
     if optimizer is not None:  # `--optimizer '{class_path: ..., init_args: ...}'` replaces the whole optimizer
         ns.optimizer = optimizer
     try:
-        run = resolve(ns)
+        run = resolve(ns, dry_run=command == "plan" if dry_run is None else dry_run)
         if command == "pretrain":  # plan writes nothing: its out_dir may be a path of another machine
             check_out_dir(run.out_dir)
     except ConfigError as err:
@@ -133,6 +165,35 @@ def parse(argv: Sequence[str], command: str = "pretrain") -> tuple[Any, Resolved
         ns.strategy = entry.cli_strategy
     dumped = parser.dump(ns, skip_none=False, skip_validation=True)
     return ns, run, dumped
+
+
+def _rewrite_data_args(argv: list[str]) -> list[str]:
+    """``--data TinyStories`` (litgpt's short form, on the command line) -> ``--data.class_path
+    litgpt.data.TinyStories --data.init_args null``: the data module replaced by that class with its defaults, as
+    litgpt's parser reads it (a configuration file's ``data: TinyStories`` is expanded when it is loaded:
+    :data:`LITGPT_YAML`). ``--data FILE.yaml`` (a file of ``data.*`` keys) stays.
+
+    Example::
+
+        >>> _rewrite_data_args(["--data", "TinyStories", "--train.max_steps", "5"])
+        ['--data.class_path', 'litgpt.data.TinyStories', '--data.init_args', 'null', '--train.max_steps', '5']
+    """
+    from lightning_sparkling.pretrain.config.litgpt_compat import expand_data_short_form
+
+    rest, i = [], 0
+    while i < len(argv):
+        arg, value, width = argv[i], None, 1
+        if arg == "--data" and i + 1 < len(argv):
+            value, width = argv[i + 1], 2
+        elif arg.startswith("--data="):
+            value = arg.split("=", 1)[1]
+        expanded = expand_data_short_form(value)
+        if isinstance(expanded, dict):
+            rest += ["--data.class_path", expanded["class_path"], "--data.init_args", "null"]
+        else:
+            rest.extend(argv[i:i + width])
+        i += width
+    return rest
 
 
 def _rewrite_optimizer_args(argv: list[str]) -> list[str]:
@@ -247,6 +308,60 @@ def _set_stage_keys(stages: Any, stage_keys: list[tuple[int, str, Any]]) -> list
     return stages
 
 
+_DATA_KEY = re.compile(r"--data\.(init_args\.)?(\w+)(?:=(.*))?", re.S)
+
+
+def _take_data_init_args(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """Take litgpt's ``--data.KEY VALUE`` (``KEY`` not a ``data.*`` key of this schema) and ``--data.init_args.KEY
+    VALUE`` out of ``argv``: an argument of the data module (``--data.train_data_path texts/``). Returns the rest of
+    ``argv`` and ``{KEY: value read as YAML}``; a key without a value stays in ``argv`` (the parser names it).
+
+    Example::
+
+        >>> _take_data_init_args(["--data.train_data_path", "t/", "--data.init_args.num_workers=0", "--data.seed", "1"])
+        (['--data.seed', '1'], {'train_data_path': 't/', 'num_workers': 0})
+    """
+    import yaml
+
+    schema = {f.name for f in dataclasses.fields(DataArgs)}
+    rest, keys, i = [], {}, 0
+    while i < len(argv):
+        match = _DATA_KEY.fullmatch(argv[i])
+        if match is None or (match.group(1) is None and match.group(2) in schema):
+            rest.append(argv[i])
+            i += 1
+            continue
+        value = match.group(3)
+        if value is None:
+            if i + 1 >= len(argv):
+                rest.append(argv[i])
+                break
+            value, i = argv[i + 1], i + 1
+        try:
+            keys[match.group(2)] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            keys[match.group(2)] = value
+        i += 1
+    return rest, keys
+
+
+def _with_data_init_args(parser: Any, argv: list[str]) -> list[str]:
+    """``argv`` with the data module arguments of :func:`_take_data_init_args` merged into ``data.init_args`` (the
+    configuration's, its other arguments kept) as one ``--data.init_args`` override at its end, as litgpt's parser
+    reads ``--data.KEY``. Without a ``data.class_path`` they are left as given (the parser refuses an unknown
+    ``data.*`` key by name)."""
+    import yaml
+
+    rest, keys = _take_data_init_args(argv)
+    if not keys:
+        return argv
+    first = parser.parse_args([a for a in rest if not a.startswith("--print_config")])
+    if first.data.class_path is None:
+        return argv
+    merged = {**(first.data.init_args or {}), **keys}
+    return [*rest, "--data.init_args", yaml.safe_dump(merged, default_flow_style=True, width=float("inf")).strip()]
+
+
 def _config_files(argv: list[str]) -> list[str]:
     files = []
     for i, arg in enumerate(argv):
@@ -290,7 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lightning_sparkling.pretrain.measure.command import main_measure
 
         rest, maps = _take_maps(rest)  # --map FILE: the cells its summary may cite, as plan's
-        return main_measure(rest, parse, cells=_read_maps(maps))
+        # measure trains what it plans: the data and the tokenizer must be on disk, as for pretrain
+        return main_measure(rest, functools.partial(parse, dry_run=False), cells=_read_maps(maps))
     if command not in ("pretrain", "plan"):
         print(f"sparkling: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["ConfigError", "first_error_line"]
+__all__ = ["ConfigError", "MissingInputError", "first_error_line"]
 
 
 class ConfigError(ValueError):
@@ -20,6 +20,15 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str) -> None:
         self.key = key
         super().__init__(f"{key}: {message}")
+
+
+class MissingInputError(ConfigError):
+    """A file or folder the run reads (data, tokenizer) that is not on disk: ``sparkling pretrain`` refuses it before
+    any step; ``sparkling plan``, a dry run, notes that ``pretrain`` will need it (:attr:`path`)."""
+
+    def __init__(self, key: str, path: Any, message: str) -> None:
+        self.path = str(path)
+        super().__init__(key, message)
 
 
 def _positive_int(key: str, value: Any, *, allow_none: bool = False, minimum: int = 1) -> None:

@@ -172,14 +172,14 @@ def _start_model_config(ns: Any, run: Any, target: Any, start: dict[str, Any]) -
     """The ``model_config`` keys that make the config's model the start model: ``start``'s sizes, plus any field
     litgpt would otherwise re-derive from them (``head_size``, ``intermediate_size``, ``rope_n_elem`` of a named
     config), pinned to the target's."""
-    from lightning_sparkling.pretrain.model.model_config import model_config_from
+    from lightning_sparkling.pretrain.model.model_config import model_config_from, model_name_to_look_up
 
     want = dataclasses.replace(target, **start)
     keys = dict(start)
     for _ in range(3):  # each pass pins what the last one re-derived
         base = {**(getattr(ns, "model_config", None) or {}), **keys}
-        built = model_config_from(getattr(ns, "model_name", None), base, vocab_size=run.data_vocab_size,
-                                  seq_len=run.seq_len)
+        name = model_name_to_look_up(getattr(ns, "model_name", None), base, [])  # litgpt's reading, as the run's
+        built = model_config_from(name, base, vocab_size=run.data_vocab_size, seq_len=run.seq_len)
         differ = {f.name: getattr(want, f.name) for f in dataclasses.fields(want)
                   if f.name != "name" and getattr(built, f.name) != getattr(want, f.name)}
         if not differ:
@@ -210,7 +210,8 @@ def _check(ns: Any, run: Any, target: Any, cell: Any, start: dict[str, Any], gro
     from lightning_sparkling.pretrain.config.resolve import resolve
 
     try:
-        pasted = plan_run(resolve(_pasted(ns, start, growth)), cells=cells)  # its plan, compute and advice, once
+        # its plan, compute and advice, once; a dry run as the plan it is pasted into (no data on disk needed)
+        pasted = plan_run(resolve(_pasted(ns, start, growth), dry_run=True), cells=cells)
     except (ConfigError, ValueError) as err:
         raise NoFit(str(err)) from None
     final = pasted.final_config

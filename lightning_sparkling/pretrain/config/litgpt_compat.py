@@ -1,10 +1,13 @@
 """What makes a ``litgpt pretrain`` configuration run unchanged under ``sparkling pretrain``: litgpt data modules given
-by ``class_path``, ``initial_checkpoint_dir``, ``logger_name`` / ``log``, and the sample generated at each evaluation
-(``eval.max_new_tokens``). The decision per litgpt key (accepted, mapped, refused) is in docs/ARCHITECTURE.md.
+by ``class_path`` or by litgpt's short form (``data: TinyStories``), ``initial_checkpoint_dir``, ``logger_name`` /
+``log``, and the sample generated at each evaluation (``eval.max_new_tokens``). The decision per litgpt key (accepted,
+mapped, refused) is in docs/ARCHITECTURE.md.
 
 - :func:`litgpt_pretrain_keys`: every dotted key of the *installed* litgpt's ``litgpt.pretrain.setup`` (its signature
   and the dataclasses of its sections), so a key a new litgpt adds fails a test instead of being a silent gap.
-- litgpt data modules (``data.class_path``) are read in :mod:`~lightning_sparkling.pretrain.data.litgpt_data`.
+- :func:`expand_data_short_form`: litgpt's ``data: TinyStories`` as its parser reads it, ``{class_path:
+  litgpt.data.TinyStories}``; litgpt data modules (``data.class_path``) are read in
+  :mod:`~lightning_sparkling.pretrain.data.litgpt_data`.
 - :func:`read_initial_checkpoint` / :func:`load_initial_weights`: a litgpt checkpoint dir to start from.
 - :func:`make_logger`: litgpt's ``logger_name`` choices, logging under ``out_dir/logs``.
 - the sample generated after each evaluation is
@@ -15,12 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
 from lightning_sparkling.pretrain.errors import ConfigError
 
-__all__ = ["LOGGERS", "litgpt_pretrain_keys", "load_initial_weights", "make_logger", "read_initial_checkpoint"]
+__all__ = ["LOGGERS", "expand_data_short_form", "litgpt_data_modules", "litgpt_pretrain_keys", "load_initial_weights",
+           "make_logger", "read_initial_checkpoint"]
 
 LOGGERS = ("tensorboard", "csv", "wandb", "mlflow", "litlogger")
 """litgpt's ``logger_name`` choices (``litgpt.types.LoggerChoice``)."""
@@ -48,6 +53,59 @@ def litgpt_pretrain_keys() -> set[str]:
         if dataclasses.is_dataclass(param.default):
             keys.update(f"{name}.{f.name}" for f in dataclasses.fields(param.default) if f.init)
     return keys
+
+
+# ------------------------------------------------------------------------------------------------------------ data
+_CLASS_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+"""A class name (``TinyStories``) or dotted class path (``litgpt.data.TinyStories``, ``my_data.MyModule``)."""
+
+
+def litgpt_data_modules() -> dict[str, str]:
+    """litgpt's data modules by the short name its parser accepts for ``data:`` (``TinyStories`` ->
+    ``litgpt.data.TinyStories``): every subclass of ``litgpt.data.DataModule`` that ``litgpt.data`` exports (its
+    instruction-tuning modules too, which the pretraining run then refuses by name).
+
+    Example::
+
+        >>> litgpt_data_modules()["TinyStories"]
+        'litgpt.data.TinyStories'
+    """
+    import litgpt.data
+    from litgpt.data import DataModule
+
+    names = {}
+    for name in litgpt.data.__all__:
+        obj = getattr(litgpt.data, name, None)
+        if isinstance(obj, type) and issubclass(obj, DataModule) and obj is not DataModule:
+            names[name] = f"litgpt.data.{name}"
+    return names
+
+
+def expand_data_short_form(value: Any) -> Any:
+    """litgpt's ``data:`` value given as a class name or path (``data: TinyStories``, ``data: my_data.MyModule``) as
+    litgpt's parser (jsonargparse) reads it: ``{"class_path": "litgpt.data.TinyStories"}``; a short name that is not
+    litgpt's stays as written (``resolve_data_class`` refuses it by name). Any other value is returned unchanged (a
+    mapping, or a path to a YAML file of ``data.*`` keys).
+
+    Example::
+
+        >>> expand_data_short_form("TinyStories")
+        {'class_path': 'litgpt.data.TinyStories'}
+        >>> expand_data_short_form({"class_path": "TextFiles"})
+        {'class_path': 'TextFiles'}
+    """
+    if not isinstance(value, str) or _CLASS_NAME.fullmatch(value) is None or Path(value).is_file():
+        return value
+    return {"class_path": litgpt_data_modules().get(value, value)}
+
+
+def expand_litgpt_forms(config: Any) -> Any:
+    """A loaded configuration file (or ``--config`` string) with litgpt's short forms written as this package's
+    schema reads them (:func:`expand_data_short_form` for ``data``); anything that is not a mapping with those keys is
+    returned unchanged."""
+    if isinstance(config, dict) and "data" in config:
+        return {**config, "data": expand_data_short_form(config["data"])}
+    return config
 
 
 # ------------------------------------------------------------------------------------------------------------ checkpoint

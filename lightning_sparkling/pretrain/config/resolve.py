@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -25,8 +26,9 @@ from lightning_sparkling.pretrain.config.schema import (PRECISIONS, DataArgs, Ev
                                                         RMSMonitorArgs, TrainArgs, _as, _get)
 from lightning_sparkling.pretrain.config.stages import _resolve_stages, progressive_config_error
 from lightning_sparkling.pretrain.data import litgpt_data
-from lightning_sparkling.pretrain.errors import ConfigError, _positive_int
-from lightning_sparkling.pretrain.model.model_config import _initial_model_config, model_config_from
+from lightning_sparkling.pretrain.errors import ConfigError, MissingInputError, _positive_int
+from lightning_sparkling.pretrain.model.model_config import (_initial_model_config, model_config_from,
+                                                             model_name_to_look_up)
 from lightning_sparkling.pretrain.model.optim import _check_fresh_bias_correction, _optimizer_info, normalize_optimizer
 
 __all__ = ["ResolvedRun", "resolve", "tokenizer_vocab_size"]
@@ -85,14 +87,17 @@ class ResolvedRun:
         return self.steps * self.tokens_per_step
 
 
-def resolve(ns: Any) -> ResolvedRun:
+def resolve(ns: Any, *, dry_run: bool = False) -> ResolvedRun:
     """Check a parsed configuration and derive the run from it.
 
     Args:
         ns: the jsonargparse ``Namespace`` of :func:`pretrain_arguments` (or a dict with the same keys).
+        dry_run: ``sparkling plan``'s reading: data and tokenizer need not be on disk yet (each missing one is a
+            note, ``pretrain will need PATH``; the vocabulary is then the model's or ``data.vocab_size``).
 
     Raises:
-        ConfigError: naming the key, for anything impossible or unsupported.
+        ConfigError: naming the key, for anything impossible or unsupported; :class:`MissingInputError` (not with
+            ``dry_run``) for data or a tokenizer that is not on disk.
     """
     data = _as(DataArgs, _get(ns, "data")) or DataArgs()
     train = _as(TrainArgs, _get(ns, "train")) or TrainArgs()
@@ -108,9 +113,10 @@ def resolve(ns: Any) -> ResolvedRun:
     compile_model, checkpointing = _resolve_runtime(ns, accelerator, strategy, notes)
     logger_name = _check_litgpt_keys(ns, train, evaluation, log, notes)
     initial_dir, initial_config, initial_shapes, initial_weights = _read_initial_checkpoint(ns)
-    data_class, tokenizer_dir, data_vocab = _resolve_data(ns, data, train, initial_dir, initial_config, notes)
+    data_class, tokenizer_dir, data_vocab = _resolve_data(ns, data, train, initial_dir, initial_config, notes,
+                                                          dry_run=dry_run)
     config, seq_len = _resolve_model(ns, data, train, evaluation, initial_config, initial_shapes, data_vocab,
-                                     tokenizer_dir, data_class)
+                                     tokenizer_dir, data_class, notes)
     accumulate, tokens_per_step, steps = _resolve_length(ns, train, evaluation, num_devices, num_nodes, world, seq_len,
                                                          notes)
     spec, optimizer_name, uses_muon, lr = _resolve_optimizer(ns, train, strategy, precision)
@@ -302,14 +308,35 @@ def _read_initial_checkpoint(ns: Any) -> tuple[Path | None, Any, Any, Path | Non
 
 # ------------------------------------------------------------------------------------------------------------ data
 def _resolve_data(ns: Any, data: DataArgs, train: TrainArgs, initial_dir: Path | None, initial_config: Any,
-                  notes: list[str]) -> tuple[Any, Path | None, int | None]:
-    """``(litgpt data class or None, tokenizer_dir, vocabulary size the data needs or None)``."""
+                  notes: list[str], *, dry_run: bool = False) -> tuple[Any, Path | None, int | None]:
+    """``(litgpt data class or None, tokenizer_dir, vocabulary size the data needs or None)``; ``dry_run``: data or a
+    tokenizer not on disk is a note (:func:`_missing_noted`), ``tokenizer_dir`` then ``None``."""
     data_class = _data_class(data)
     _check_corpus_keys(data, train)
-    tokenizer_dir, tokenizer, data_vocab = _resolve_tokenizer(ns, data, data_class, initial_dir, initial_config, notes)
+    _missing_noted(lambda: _check_data_dir(data), dry_run, notes)
+    tokenizer_dir = _tokenizer_dir(ns, data, data_class, initial_dir, notes)
+    read = _missing_noted(lambda: _read_tokenizer(tokenizer_dir, data_class), dry_run, notes)
+    if read is None:  # no tokenizer_dir, or (dry run) not on disk: the vocabulary is the model's or the corpus's own
+        tokenizer_dir, tokenizer = None, None
+        data_vocab = None if data_class is not None or initial_config is not None else data.vocab_size
+    else:
+        tokenizer, data_vocab = read
     if data_class is not None:
-        litgpt_data.check_litgpt_data(data_class, data.init_args, tokenizer, tokenizer_dir)
+        _missing_noted(lambda: litgpt_data.check_litgpt_data(data_class, data.init_args, tokenizer, tokenizer_dir),
+                       dry_run, notes)
     return data_class, tokenizer_dir, data_vocab
+
+
+def _missing_noted(check: Callable[[], Any], dry_run: bool, notes: list[str]) -> Any:
+    """``check()``; with ``dry_run``, a :class:`MissingInputError` it raises becomes the note ``pretrain will need
+    PATH (missing: KEY)`` and ``None`` is returned (``sparkling plan`` runs before the data is prepared)."""
+    try:
+        return check()
+    except MissingInputError as err:
+        if not dry_run:
+            raise
+        notes.append(f"pretrain will need {err.path} (missing: {err.key})")
+        return None
 
 
 def _data_class(data: DataArgs) -> Any:
@@ -343,17 +370,15 @@ def _check_corpus_keys(data: DataArgs, train: TrainArgs) -> None:
     _positive_int("data.max_files", data.max_files, allow_none=True, minimum=2)
     _positive_int("data.max_bytes", data.max_bytes, allow_none=True)
     _positive_int("data.num_workers", data.num_workers, minimum=0)
-    _check_data_dir(data)
     if (data.seq_len is not None and train.max_seq_length is not None and data.seq_len != train.max_seq_length):
         raise ConfigError("train.max_seq_length", f"{train.max_seq_length} differs from data.seq_len={data.seq_len}: "
                                                   "give one of them")
 
 
-def _resolve_tokenizer(ns: Any, data: DataArgs, data_class: Any, initial_dir: Path | None, initial_config: Any,
-                       notes: list[str]) -> tuple[Path | None, Any, int | None]:
-    """``(tokenizer_dir, its litgpt Tokenizer, vocabulary size the data needs)``: the given ``tokenizer_dir``, else
-    the initial checkpoint's; ``None`` for the vocabulary means the model's own (``None`` tokenizer: none given)."""
-    tokenizer_dir, tokenizer = _get(ns, "tokenizer_dir"), None
+def _tokenizer_dir(ns: Any, data: DataArgs, data_class: Any, initial_dir: Path | None, notes: list[str]) -> Path | None:
+    """The run's ``tokenizer_dir`` (litgpt's ``checkpoints/`` prefix added as litgpt does): the given one, else the
+    initial checkpoint's; ``None`` without either (refused when the litgpt data module tokenizes)."""
+    tokenizer_dir = _get(ns, "tokenizer_dir")
     if tokenizer_dir is None and initial_dir is not None and (initial_dir / "tokenizer.json").is_file():
         tokenizer_dir = initial_dir  # the model's own tokenizer: its token ids are what its weights were trained on
         notes.append(f"tokenizer: {initial_dir} (the initial checkpoint's)")
@@ -361,21 +386,26 @@ def _resolve_tokenizer(ns: Any, data: DataArgs, data_class: Any, initial_dir: Pa
         raise ConfigError("tokenizer_dir", f"{data.class_path} tokenizes its text with the tokenizer of tokenizer_dir "
                                            "(as in litgpt): give tokenizer_dir (a folder with tokenizer.json, e.g. a "
                                            "litgpt checkpoint dir)")
-    if tokenizer_dir is not None:
-        tokenizer_dir = litgpt_compat.extend_checkpoint_dir(Path(str(tokenizer_dir)))
-        if not (tokenizer_dir / "tokenizer.json").is_file():
-            raise ConfigError("tokenizer_dir", f"{str(tokenizer_dir)!r} holds no tokenizer.json (a Hugging Face "
-                                               "`tokenizers` file, as in litgpt checkpoint dirs)")
-        try:
-            data_vocab = tokenizer_vocab_size(tokenizer_dir)
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ConfigError("tokenizer_dir", f"cannot read {tokenizer_dir / 'tokenizer.json'}: {err}") from err
-        tokenizer = _check_tokenizer(tokenizer_dir, data_class)
-    elif data_class is not None or initial_config is not None:
-        data_vocab = None  # the model's own vocabulary (litgpt: model_name / model_config; or the checkpoint's)
-    else:
-        data_vocab = data.vocab_size
-    return tokenizer_dir, tokenizer, data_vocab
+    return None if tokenizer_dir is None else litgpt_compat.extend_checkpoint_dir(Path(str(tokenizer_dir)))
+
+
+def _read_tokenizer(tokenizer_dir: Path | None, data_class: Any) -> tuple[Any, int] | None:
+    """``(litgpt Tokenizer, vocabulary size)`` of ``tokenizer_dir`` (``None`` without one).
+
+    Raises:
+        MissingInputError: (``tokenizer_dir``) no ``tokenizer.json`` there.
+        ConfigError: (``tokenizer_dir``) one that cannot be read or lacks a token the data needs.
+    """
+    if tokenizer_dir is None:
+        return None
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        raise MissingInputError("tokenizer_dir", tokenizer_dir / "tokenizer.json", f"{str(tokenizer_dir)!r} holds no "
+                                "tokenizer.json (a Hugging Face `tokenizers` file, as in litgpt checkpoint dirs)")
+    try:
+        data_vocab = tokenizer_vocab_size(tokenizer_dir)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError("tokenizer_dir", f"cannot read {tokenizer_dir / 'tokenizer.json'}: {err}") from err
+    return _check_tokenizer(tokenizer_dir, data_class), data_vocab
 
 
 def tokenizer_vocab_size(tokenizer_dir: Path) -> int:
@@ -392,7 +422,7 @@ def _check_data_dir(data: DataArgs) -> None:
     if data.data_dir is None:
         return
     if not Path(data.data_dir).expanduser().is_dir():
-        raise ConfigError("data.data_dir", f"{str(data.data_dir)!r} is not a directory")
+        raise MissingInputError("data.data_dir", data.data_dir, f"{str(data.data_dir)!r} is not a directory")
     from lightning_sparkling.pretrain.data.corpus import corpus_splits
 
     try:
@@ -416,12 +446,12 @@ def _check_tokenizer(tokenizer_dir: Path, data_class: Any) -> Any:
 # ------------------------------------------------------------------------------------------------------------ model
 def _resolve_model(ns: Any, data: DataArgs, train: TrainArgs, evaluation: EvalArgs, initial_config: Any,
                    initial_shapes: Any, data_vocab: int | None, tokenizer_dir: Path | None,
-                   data_class: Any) -> tuple[Any, int]:
+                   data_class: Any, notes: list[str]) -> tuple[Any, int]:
     """``(litgpt Config of the initial model, sequence length)``."""
-    model_name = _get(ns, "model_name")
     model_config = _get(ns, "model_config")
     if hasattr(model_config, "as_dict"):
         model_config = model_config.as_dict()
+    model_name = model_name_to_look_up(_get(ns, "model_name"), model_config, notes)
     seq_key = "train.max_seq_length" if train.max_seq_length is not None else "data.seq_len"
     seq_len = train.max_seq_length if train.max_seq_length is not None else data.seq_len
     if initial_config is not None:
@@ -440,7 +470,8 @@ def _resolve_model(ns: Any, data: DataArgs, train: TrainArgs, evaluation: EvalAr
                           f"vocabulary ({data_vocab})")
     if seq_len > config.block_size:
         raise ConfigError(seq_key, f"{seq_len} is longer than the model's block_size={config.block_size}")
-    if evaluation.max_new_tokens is not None and tokenizer_dir is None and data_class is not None:
+    given = tokenizer_dir is not None or _get(ns, "tokenizer_dir") is not None  # a dry run's missing one counts
+    if evaluation.max_new_tokens is not None and not given and data_class is not None:
         raise ConfigError("eval.max_new_tokens", "the sample is decoded with the tokenizer of tokenizer_dir, and none "
                                                  "is given: give tokenizer_dir or remove eval.max_new_tokens")
     return config, seq_len

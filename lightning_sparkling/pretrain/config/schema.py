@@ -332,6 +332,8 @@ def pretrain_arguments(
 
     Args:
         model_name: a litgpt model name (``litgpt.Config.from_name``); ``model_config`` keys override its fields.
+            With a ``model_config``, a name that is not litgpt's is not looked up (the model is ``model_config``'s,
+            as in litgpt).
         model_config: litgpt ``Config`` fields as a dict (``n_embd``, ``n_layer``, ``mlp_class_name``, ...).
             ``vocab_size`` defaults to the tokenizer's, ``block_size`` to ``data.seq_len``.
         out_dir: where checkpoints (``step-XXXXXXXX/``, ``final/``, ``checkpoints/``), TensorBoard logs (``logs/``)
@@ -346,7 +348,8 @@ def pretrain_arguments(
             ``true`` (the newest, an error if none); or a ``.ckpt`` path. The checkpoint is checked before anything
             starts (readable, same growth stages and model).
         data: the corpus (see ``data.*``), or a litgpt data module: ``{class_path: litgpt.data.TextFiles,
-            init_args: {train_data_path: ...}}``.
+            init_args: {train_data_path: ...}}``, or litgpt's short form ``TinyStories`` (``{class_path:
+            litgpt.data.TinyStories}``).
         train: training length and optimization (see ``train.*``).
         eval: validation (see ``eval.*``).
         log: logger settings (see ``log.*``).

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from lightning_sparkling.pretrain.errors import ConfigError
+from lightning_sparkling.pretrain.errors import ConfigError, MissingInputError
 
 __all__ = [
     "LITGPT_PRETRAIN_DATA",
@@ -246,11 +246,13 @@ def _txt_files(key: str, folder: Any, role: str) -> list[Path]:
     """The ``*.txt`` files ``TextFiles`` reads in ``folder`` (``glob``, as litgpt does), refusing a missing folder or
     one without any."""
     if not Path(folder).is_dir():
-        raise ConfigError(key, f"{str(folder)!r} is not a directory: give the folder of .txt files to {role}")
+        raise MissingInputError(key, folder, f"{str(folder)!r} is not a directory: give the folder of .txt files to "
+                                             f"{role}")
     files = [Path(f) for f in sorted(glob.glob(str(Path(folder) / "*.txt")))]
     if not files:
-        raise ConfigError(key, f"{str(folder)!r} holds no .txt file (litgpt.data.TextFiles reads the *.txt files "
-                               f"directly in it to {role}): put your text there as .txt files")
+        raise MissingInputError(key, Path(folder) / "*.txt", f"{str(folder)!r} holds no .txt file "
+                                                             "(litgpt.data.TextFiles reads the *.txt files directly "
+                                                             f"in it to {role}): put your text there as .txt files")
     return files
 
 
@@ -280,10 +282,11 @@ def _check_litdata_dir(key: str, folder: str, what: str) -> None:
     if "://" in folder:
         return
     if not Path(folder).is_dir():
-        raise ConfigError(key, f"{folder!r} does not exist ({what})")
+        raise MissingInputError(key, folder, f"{folder!r} does not exist ({what})")
     if not (Path(folder) / "index.json").is_file():
-        raise ConfigError(key, f"{folder!r} holds no index.json ({what}; litdata's StreamingDataset reads a folder "
-                               "written by litdata.optimize)")
+        raise MissingInputError(key, Path(folder) / "index.json", f"{folder!r} holds no index.json ({what}; litdata's "
+                                                                  "StreamingDataset reads a folder written by "
+                                                                  "litdata.optimize)")
 
 
 def _check_lit_data(module: Any) -> None:
@@ -291,8 +294,8 @@ def _check_lit_data(module: Any) -> None:
     root = str(module.data_path)
     if module.split_names:
         if "://" not in root and not Path(root).is_dir():
-            raise ConfigError("data.init_args.data_path", f"{root!r} does not exist (the folder of the split_names "
-                                                          "folders)")
+            raise MissingInputError("data.init_args.data_path", root, f"{root!r} does not exist (the folder of the "
+                                                                      "split_names folders)")
         for name in module.split_names:
             _check_litdata_dir("data.init_args.split_names", os.path.join(root, name),
                                f"split {name!r} of split_names under data_path")

@@ -12,7 +12,41 @@ from typing import Any, Optional
 
 from lightning_sparkling.pretrain.errors import ConfigError
 
-__all__ = ["model_config_from"]
+__all__ = ["model_config_from", "model_name_to_look_up"]
+
+
+def model_name_to_look_up(model_name: Optional[str], model_config: Optional[dict], notes: list[str]) -> Optional[str]:
+    """The ``model_name`` a run looks up, as litgpt's ``pretrain.setup`` (``Config.from_name(model_name) if
+    model_config is None else model_config``): a given ``model_config`` wins over a name that is not litgpt's (the
+    ``stories15M`` of litgpt's ``config_hub/pretrain/tinystories.yaml``, whose ``model_config`` is the whole model),
+    which is then not looked up (a note says so, with the litgpt name it is close to). A litgpt name with a
+    ``model_config`` is looked up, the ``model_config`` keys overriding its fields (:func:`model_config_from`).
+
+    Example::
+
+        >>> notes = []
+        >>> model_name_to_look_up("stories15M", {"n_layer": 6, "n_embd": 288}, notes)
+        >>> notes[0].startswith("model_name 'stories15M' is not a litgpt config name: the model is model_config's")
+        True
+        >>> model_name_to_look_up("pythia-14m", {"n_layer": 2}, [])
+        'pythia-14m'
+    """
+    from litgpt import Config
+    from litgpt.config import name_to_config
+
+    if model_name is None or not model_config:
+        return model_name
+    try:
+        Config.from_name(model_name)
+    except ValueError:
+        import difflib
+
+        close = difflib.get_close_matches(str(model_name), list(name_to_config), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        notes.append(f"model_name {model_name!r} is not a litgpt config name: the model is model_config's alone, as "
+                     f"in litgpt pretrain (model_config wins over model_name{hint})")
+        return None
+    return model_name
 
 
 def model_config_from(model_name: Optional[str], model_config: Optional[dict], *, vocab_size: Optional[int],
