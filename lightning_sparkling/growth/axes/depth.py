@@ -164,6 +164,7 @@ class DepthAxis(BaseAxis):
 
         depth: DepthChange = plan.changes[self.name]
         old_blocks = list(model.transformer.h)
+        old_params = dict(model.named_parameters())  # by pre-growth name: what a new block's tensors start from
         blocks = []
         for j, (index, is_new) in enumerate(zip(depth.source, depth.fresh)):
             source = old_blocks[index]
@@ -178,8 +179,12 @@ class DepthAxis(BaseAxis):
             source_params = dict(source.named_parameters())
             for name, param in list(block.named_parameters()):
                 owner, _, attr = name.rpartition(".")
+                spec = plan.tensors.get(f"transformer.h.{j}.{name}")
+                # the tensor it starts from (a new expert: its source expert of the source block), else the source
+                # block's tensor of that name, else (a module neither has) its own flag
+                like = old_params.get(spec.source_name) if spec is not None else None
+                like = like if like is not None else source_params.get(name, param)
                 value = fresh[f"transformer.h.{j}.{name}"]
-                like = source_params.get(name, param)  # a module the source lacks (e.g. experts): its own flag
                 block.get_submodule(owner)._parameters[attr] = nn.Parameter(value, requires_grad=like.requires_grad)
             for name, buffer in source.named_buffers():
                 owner, _, attr = name.rpartition(".")
@@ -206,6 +211,12 @@ class DepthAxis(BaseAxis):
             if spec.block_init == "copy" and len(spec.new_shape) >= 2 and found is not None and found[0] in copies:
                 pairs.append((block_name(copies[found[0]], found[1]), name))
         return tuple(pairs)
+
+    def keeps_function(self, plan, model=None) -> bool | None:
+        """Kept when every new block adds nothing (``copy-zero`` / ``random-zero``: output projections zeroed; the
+        old blocks keep their order) and no ``depth_scaling`` rescales the old ones; ``copy`` adds a block's output a
+        second time."""
+        return plan.stage.depth_init != "copy" and plan.stage.depth_scaling == "none"
 
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_layer": "stack, copy-zero: new 4<-0, 5<-1, 6<-2, 7<-3"}``."""

@@ -28,16 +28,19 @@ soft-maxes *over those K*, so the K weights always sum to one; a ``GroupedTopkRo
 divides by their sum only with ``norm_topk_prob``; ``routed_scaling_factor`` multiplies either):
 
 - dense -> MoE with ``copy``: exact whatever the router (random or zero), since identical experts weighted by K
-  weights that sum to one give the MLP's output (the new config's ``routed_scaling_factor`` is the dense config's
-  own, 1.0 unless set).
+  weights that sum to one give the MLP's output (the new config's ``routed_scaling_factor`` is 1.0: a dense
+  config's own is inert, and carried it would scale every expert's output).
 - MoE -> ``m`` times the experts *and* ``m`` times ``n_expert_per_token``, ``copy``: exact. Each of the K experts a
   token picked now has ``m - 1`` copies with the same router logit; the top ``mK`` are those ``m`` times K, and the
   softmax over them gives each copy ``1/m`` of its source's weight. With a ``GroupedTopkRouter`` exact when
-  ``norm_topk_prob`` (groups and top groups grow by ``m`` too); without it every copy keeps its source's full
-  sigmoid weight, so the routed output is ``m`` times what it was.
+  ``norm_topk_prob`` (groups and top groups grow by ``m`` too), no kept group's expert can score below the masked
+  groups' 0.0 (every ``e_score_correction_bias >= 0``, or no group masked) and K fits in the kept groups; without
+  ``norm_topk_prob`` every copy keeps its source's full sigmoid weight, so the routed output is ``m`` times what it
+  was (:func:`experts_keep_function` has every condition).
 - ``n_expert`` alone (K kept, K > 1): a token's top K now holds copies of its best expert instead of its K best,
-  which changes the function; K = 1 stays exact. ``drop-upcycle`` and ``random`` change it too. ``sparkling plan``
-  and the growth log print the loss after the growth.
+  which changes the function; K = 1 stays exact (a grouped router: see :func:`experts_keep_function`).
+  ``drop-upcycle`` and ``random`` change it too. ``sparkling plan`` and the growth log print the loss after the
+  growth; the growth log reads the grouped router's corrections from the grown model.
 
 ``router_init="zero"`` with ``expert_init="copy"`` is refused: every token would go to the first K experts and the
 copies would never part (their router gradient is zero while the experts are equal).
@@ -55,7 +58,7 @@ import torch
 import torch.nn as nn
 
 from lightning_sparkling.growth.axes.base import BaseAxis
-from lightning_sparkling.growth.axes.registry import register_axis
+from lightning_sparkling.growth.axes.registry import function_words, plan_axes, register_axis
 from lightning_sparkling.growth.depth_maps import litgpt_init_std
 from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
 from lightning_sparkling.growth.scaling import make_generator
@@ -225,6 +228,56 @@ class ExpertsChange:
         return rest == 0 and self.new_k == self.old_k * copies
 
 
+def experts_keep_function(change: ExpertsChange, config, min_bias: float | None) -> bool | None:
+    """Whether the experts growth ``change`` of a model of ``config`` keeps the function: :attr:`ExpertsChange.exact`
+    and, for a ``GroupedTopkRouter``, what its top-k does with the copies.
+
+    The grouped router adds ``e_score_correction_bias`` to the sigmoid scores, keeps the top ``n_topk_groups``
+    groups, sets the other groups' experts to 0.0 and takes the top K of the result. Its weights are the sigmoid
+    scores, so where a masked expert (0.0) is picked, which one depends on how ``torch.topk`` breaks the tie, and a
+    grown model breaks it differently. A masked expert is picked when fewer than K kept experts score above 0.0:
+    never if every correction is ``>= 0`` (a sigmoid is > 0) and K <= the experts in the kept groups, nor when no
+    group is masked (``n_topk_groups == n_expert_groups``). Then:
+
+    - ``m`` times the experts and K (``m`` times the groups and the top groups): exact with ``norm_topk_prob``
+      (without it each copy keeps its source's full weight: ``m`` times the routed output);
+    - K = 1 kept (the top groups kept): the new top groups hold copies of the old top ``n_topk_groups / m`` only, so
+      the best expert stays among them only for ``n_topk_groups == 1`` or ``n_topk_scores_per_group == 1`` (a group's
+      score its best expert's), and only if every correction is ``>= 0`` (the grown model masks groups).
+
+    Args:
+        change: the stage's experts change. config: the model's config before the growth.
+        min_bias: the smallest ``e_score_correction_bias`` entry of the model (``None``: not known).
+
+    Returns:
+        ``True`` (kept), ``False`` (changes), or ``None`` where it is kept exactly when every correction is ``>= 0``
+        and ``min_bias`` is ``None``.
+    """
+    if not change.exact:
+        return False
+    if change.upcycle or not config.n_expert_groups:
+        return True
+    groups, top, per_group = config.n_expert_groups, config.n_topk_groups, config.n_expert // config.n_expert_groups
+    if change.new_k == change.old_k == 1:
+        if top != 1 and config.n_topk_scores_per_group != 1:
+            return False
+        needs_bias = True
+    else:
+        if not config.norm_topk_prob or change.old_k > top * per_group and top < groups:
+            return False
+        needs_bias = top < groups
+    if not needs_bias:
+        return True
+    return None if min_bias is None else min_bias >= 0
+
+
+def min_score_correction(model: nn.Module) -> float | None:
+    """The smallest ``e_score_correction_bias`` entry of ``model``'s grouped routers (``None``: it has none)."""
+    values = [b.min().item() for name, b in model.named_buffers()
+              if name.endswith("mlp.gate.e_score_correction_bias") and b.numel()]
+    return min(values) if values else None
+
+
 def _moe_blocks(n_layer: int, first_k_dense_replace: int | None) -> tuple[int, ...]:
     """The blocks whose MLP is (or becomes) a ``LLaMAMoE``: litgpt keeps the first ``first_k_dense_replace`` dense."""
     return tuple(range(first_k_dense_replace or 0, n_layer))
@@ -283,8 +336,10 @@ class ExpertsAxis(BaseAxis):
                                       f"{n_layer - 1} keep their dense MLP; use {DENSE_KEY} <= {n_layer - 1}",
                                       key=DENSE_KEY)
             inner = stage.intermediate_size or config.intermediate_size  # the MLP's, grown in the same stage
+            # routed_scaling_factor 1: the dense config's own is inert (no router), carried it would scale every
+            # expert's output and the upcycled MoE would not compute the MLP
             return {"mlp_class_name": MOE_CLASS, "n_expert": E, "n_expert_per_token": K,
-                    "moe_intermediate_size": inner, DENSE_KEY: k or None}
+                    "moe_intermediate_size": inner, DENSE_KEY: k or None, "routed_scaling_factor": 1.0}
         if not is_moe:
             raise GrowthError(f"GrowthStage(n_expert={E}): this model has no experts (mlp_class_name="
                               f"{config.mlp_class_name!r}); add mlp_class_name='LLaMAMoE' and n_expert_per_token to "
@@ -453,11 +508,11 @@ class ExpertsAxis(BaseAxis):
             for rest, param in list(module.named_parameters()):
                 owner, _, attr = rest.rpartition(".")
                 target = module.get_submodule(owner) if owner else module
-                source = like.get(plan.tensors[f"{prefix}.{rest}"].source_name)
+                source = like.get(where_now(plan, plan.tensors[f"{prefix}.{rest}"].source_name))
                 grad = source.requires_grad if source is not None else param.requires_grad
                 target._parameters[attr] = nn.Parameter(fresh[f"{prefix}.{rest}"], requires_grad=grad)
 
-        params = dict(model.named_parameters())
+        params = dict(model.named_parameters())  # after the axes before this one (a depth growth moved blocks)
         for i in change.blocks:
             p = f"transformer.h.{i}"
             block = model.transformer.h[i]
@@ -492,20 +547,44 @@ class ExpertsAxis(BaseAxis):
                      if spec.fresh and spec.block_init == "copy" and len(spec.new_shape) >= 2
                      and _EXPERT_TENSOR.match(name))
 
-    def describe(self, plan) -> str:
-        """E.g. ``"experts 4 -> 8, top-2 -> top-4, copy (new 4<-0, 5<-1, 6<-2, 7<-3): function kept"``."""
+    def describe(self, plan, model: nn.Module | None = None) -> str:
+        """E.g. ``"experts 4 -> 8, top-2 -> top-4, copy (new 4<-0, 5<-1, 6<-2, 7<-3): function kept"`` (whether it
+        is kept: :meth:`keeps_function` on ``model``, where given)."""
         change: ExpertsChange = plan.changes[self.name]
         old = "dense MLP" if change.upcycle else f"{change.old}"
         init = change.init + (f" {change.reinit_fraction:g}" if change.init == "drop-upcycle" else "")
         copies = ", ".join(f"{change.old + i}<-{s}" for i, s in enumerate(change.source))
-        exact = change.exact and (plan.old_config.norm_topk_prob or not plan.old_config.n_expert_groups
-                                  or change.new_k == change.old_k == 1)
+        kept = self.keeps_function(plan, model)
         router = f", router {change.router_init}" if change.upcycle else ""
+        factor = plan.old_config.routed_scaling_factor
+        if change.upcycle and factor != 1.0:  # set to 1 by config_values: say so
+            router += f", routed_scaling_factor {factor:g} -> 1 (inert on the dense MLP)"
         if change.upcycle and change.blocks[0]:
             k = change.blocks[0]
             router += ", block 0 kept dense" if k == 1 else f", blocks 0-{k - 1} kept dense"
         return (f"{old} -> {change.new} experts, top-{change.old_k} -> top-{change.new_k}, {init}{router} "
-                f"(new {copies}): " + ("function kept" if exact else "function changes"))
+                f"(new {copies}): " + (function_words(kept) or
+                                       "function kept while every e_score_correction_bias >= 0, else it changes"))
+
+    def keeps_function(self, plan, model: nn.Module | None = None) -> bool | None:
+        """Whether the growth keeps the function (:func:`experts_keep_function`), the grouped router's score
+        corrections read from ``model`` (the model before or after the growth: the copies' are their sources'), or
+        ``None`` when that answer depends on them and ``model`` is not given."""
+        change: ExpertsChange = plan.changes[self.name]
+        return experts_keep_function(change, plan.old_config, None if model is None else min_score_correction(model))
+
+
+def where_now(plan, name: str) -> str:
+    """The name that pre-growth tensor ``name`` has when the experts axis restructures the model: moved by the axes
+    that restructure before it (a depth growth in the same stage puts a kept block at its new position), not yet
+    by its own moves (a dense MLP into expert 0)."""
+    for axis in plan_axes(plan):
+        if axis is EXPERTS:
+            break
+        moved = axis.carry(plan, name)
+        if moved is not NotImplemented:
+            return name if moved is None else moved
+    return name
 
 
 def plan_generator(plan, *keys: object) -> torch.Generator:

@@ -6,13 +6,19 @@ here, never naming one. It imports no axis: each axis module registers itself.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from lightning_sparkling.growth.axes.base import BaseAxis, GrowthAxis
 from lightning_sparkling.growth.errors import GrowthError, StageError
 
+if TYPE_CHECKING:
+    import torch.nn as nn
+
 __all__ = ["active_axes", "axis_key", "axis_of_size", "check_axis", "checked_model", "checked_stage",
-           "describe_changes", "growth_log_lines", "plan_axes", "protocol_members", "register_axis", "registered_axes",
+           "describe_changes", "function_words", "growth_log_lines", "keeps_function", "plan_axes", "protocol_members",
+           "register_axis", "registered_axes",
            "reserve_stage_keys", "size_details", "size_pairs", "structural_sizes", "unregister_axis"]
 
 
@@ -250,11 +256,43 @@ def checked_model(axis: GrowthAxis, config, stage) -> None:
         raise GrowthError(f"{err} ({type(err).__name__} from the {axis.name!r} axis' check_model)", key=key) from err
 
 
-def describe_changes(plan) -> dict[str, str]:
+def describe_changes(plan, model: nn.Module | None = None) -> dict[str, str]:
     """``{axis name: one line}`` for every axis of ``plan`` that describes itself in a line of its own
-    (``sparkling plan``, the growth log)."""
-    lines = {axis.name: axis.describe(plan) for axis in plan_axes(plan)}
+    (``sparkling plan``, the growth log). ``model`` (the grown model, in the growth log) goes to the axes whose
+    ``describe`` takes it (the experts': a grouped router's score corrections decide whether the function is
+    kept)."""
+    lines = {axis.name: _describe(axis, plan, model) for axis in plan_axes(plan)}
     return {name: line for name, line in lines.items() if line is not None}
+
+
+def _describe(axis, plan, model: nn.Module | None) -> str | None:
+    """``axis.describe(plan, model=model)`` where the axis' ``describe`` takes a model, else ``describe(plan)``."""
+    if model is not None and "model" in inspect.signature(axis.describe).parameters:
+        return axis.describe(plan, model=model)
+    return axis.describe(plan)
+
+
+def keeps_function(plan, model: nn.Module | None = None) -> bool | None:
+    """Whether the growth ``plan`` keeps the model's function: every axis of the stage that makes a claim
+    (:meth:`BaseAxis.keeps_function`, ``model`` the grown model where known) says it is kept; ``False`` if one says
+    it changes; ``None`` when none claims, or one cannot tell without ``model``. The one source of the growth log's and
+    ``sparkling plan``'s "function kept" / "function changes"."""
+    claims = [claim(axis, plan, model) for axis in plan_axes(plan)]
+    if False in claims:
+        return False
+    return None if None in claims or not claims else True
+
+
+def claim(axis, plan, model: nn.Module | None = None) -> bool | None:
+    """``axis.keeps_function(plan, model)`` (``None`` for an axis without one: a user's axis written to the bare
+    protocol)."""
+    method = getattr(axis, "keeps_function", None)
+    return None if method is None else method(plan, model)
+
+
+def function_words(kept: bool | None) -> str | None:
+    """The growth log's words for :func:`keeps_function`'s answer."""
+    return {True: "function kept", False: "function changes"}.get(kept)
 
 
 def size_pairs(old_config, new_config) -> dict[str, tuple]:
@@ -264,15 +302,18 @@ def size_pairs(old_config, new_config) -> dict[str, tuple]:
             if getattr(old_config, size, None) != getattr(new_config, size, None)}
 
 
-def growth_log_lines(plan, sizes: dict[str, tuple]) -> list[str]:
+def growth_log_lines(plan, sizes: dict[str, tuple], model: nn.Module | None = None) -> list[str]:
     """The growth log's lines of ``plan``'s axes: each size of ``sizes`` (:func:`size_pairs`) as ``old -> new`` and
     its axis' detail (:meth:`GrowthAxis.details`), then each axis' line of its own (:meth:`GrowthAxis.describe`).
     A size whose axis has a line of its own and no detail (the experts'), or that the model did not have
-    (``moe_intermediate_size`` at dense -> MoE), is left to that line."""
-    details, own = size_details(plan), describe_changes(plan)
+    (``moe_intermediate_size`` at dense -> MoE), is left to that line. Last, whether the growth keeps the function
+    (:func:`keeps_function`), where the axes claim it. ``model``: the grown model (:func:`describe_changes`)."""
+    details, own = size_details(plan), describe_changes(plan, model)
     lines = [f"  {size:<22} {a:>8} -> {b:<8} {details.get(size, '')}".rstrip() for size, (a, b) in sizes.items()
              if size in details or (axis_of_size()[size].name not in own and a is not None)]
-    return lines + [f"  {name:<22} {line}" for name, line in own.items()]
+    words = function_words(keeps_function(plan, model))
+    return lines + [f"  {name:<22} {line}" for name, line in own.items()] + ([f"  {'logits':<22} {words}"] if words
+                                                                               else [])
 
 
 def size_details(plan) -> dict[str, str]:
