@@ -158,3 +158,111 @@ def test_measure_help_names_its_options_and_writes_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: sparkling measure --config RUN.yaml") and all(
         opt in out for opt in ("--budgets", "--seeds", "--jobs", "sparkling pretrain --help"))
+
+
+FAKE_PRETRAIN = """
+import json, os, sys, time
+import yaml
+config = yaml.safe_load(open(sys.argv[sys.argv.index("--config") + 1]))
+out = config["out_dir"]
+env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MASTER_PORT")}
+open(os.path.join(out, "env.json"), "w").write(json.dumps(env))
+root = os.path.dirname(os.path.dirname(out))
+end = time.time() + 20  # side by side: wait (a while at most) until every run of the measurement has started
+while time.time() < end and sum(f == "env.json" for _, _, fs in os.walk(root) for f in fs) < int(os.environ["RUNS"]):
+    time.sleep(0.05)
+budget = os.path.basename(os.path.dirname(out)).removeprefix("scratch-x")  # growth: between scratch x1 and x2
+loss = 3.05 if budget == "growth" else 3.2 - 0.1 * float(budget)
+summary = {"status": "completed", "val_loss": loss, "steady_seconds": 1.0, "wall_clock_seconds": 1.0}
+open(os.path.join(out, "summary.json"), "w").write(json.dumps(summary))
+"""
+
+
+@pytest.fixture
+def gpu_node(tmp_path, monkeypatch):
+    """A faked node of 8 GPUs (``torch.cuda`` says so; nothing runs on them) and ``sparkling pretrain`` replaced by a
+    script that records the environment it was started with and writes a completed summary. Returns a function
+    reading each run's recorded environment, by run folder."""
+    import torch
+
+    from lightning_sparkling.pretrain.measure import command, measure_runs
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    script = tmp_path / "fake_pretrain.py"
+    script.write_text(FAKE_PRETRAIN)
+    monkeypatch.setattr(measure_runs, "PRETRAIN", (sys.executable, str(script)))
+    monkeypatch.setattr(command, "prepare_data", lambda run: None)  # no data: the stand-in trains nothing
+
+    def launched() -> dict[str, dict]:
+        root = tmp_path / "run" / "measure"
+        return {str(p.parent.relative_to(root)): json.loads(p.read_text()) for p in sorted(root.rglob("env.json"))}
+
+    return launched
+
+
+def _measure_on(tmp_path, monkeypatch, jobs: int, devices, accelerator: str = "gpu", budgets: str = "2,3",
+                *more: str):
+    runs = 1 + len(parse_budgets(budgets))  # the growth run and scratch at each budget (1 always among them)
+    monkeypatch.setenv("RUNS", str(min(runs, jobs)))
+    config = _config(tmp_path)
+    return main(["measure", "--config", str(config), "--budgets", budgets, "--jobs", str(jobs), "--accelerator",
+                 accelerator, "--devices", str(devices), "--train.max_steps", "10", *more])
+
+
+def test_measure_jobs_on_a_gpu_node_gives_each_run_its_own_gpus_and_port(tmp_path, monkeypatch, capsys, gpu_node):
+    """``--jobs 4`` with ``devices: 2`` on 8 GPUs: 4 processes at once, on 0,1 / 2,3 / 4,5 / 6,7, each with its own
+    master port; alone on their GPUs, so the wall-clock ratio is given (no "shared a device" note)."""
+    assert _measure_on(tmp_path, monkeypatch, jobs=4, devices=2) == 0
+    envs = gpu_node()
+    assert sorted(e["CUDA_VISIBLE_DEVICES"] for e in envs.values()) == ["0,1", "2,3", "4,5", "6,7"]
+    assert envs["growth/seed3"]["CUDA_VISIBLE_DEVICES"] == "0,1"  # the first run, the first slice
+    ports = [int(e["MASTER_PORT"]) for e in envs.values()]
+    assert len(set(ports)) == 4 and all(1024 < p < 65536 for p in ports)
+    result = json.loads((tmp_path / "run" / "measure.json").read_text())
+    assert result["gpus"] == ["0,1", "2,3", "4,5", "6,7"] and result["jobs"] == 4
+    assert result["wall_clock_note"] is None and result["wall_speedup"] is not None
+    assert result["cells"][0]["device"] == "Fake GPU"
+    assert "not compared" not in capsys.readouterr().out
+
+
+def test_measure_jobs_beyond_the_visible_gpus_is_refused_before_any_run(tmp_path, monkeypatch, capsys, gpu_node):
+    assert _measure_on(tmp_path, monkeypatch, jobs=5, devices=2) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --jobs 5 x devices 2 = 10 GPUs, 8 visible: use --jobs 4"], err
+    assert not (tmp_path / "run").exists()  # nothing launched, nothing written
+
+
+def test_measure_slices_an_existing_cuda_visible_devices(tmp_path, monkeypatch, capsys, gpu_node):
+    """A node slice handed to this process (CUDA_VISIBLE_DEVICES=3,5,6,7) is sliced further; 3 jobs of 2 do not fit
+    it, and the error says which GPUs it counted."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")
+    assert _measure_on(tmp_path, monkeypatch, jobs=3, devices=2) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --jobs 3 x devices 2 = 6 GPUs, 4 visible (CUDA_VISIBLE_DEVICES=3,5,6,7): use --jobs 2"]
+    assert _measure_on(tmp_path, monkeypatch, jobs=2, devices=2, budgets="1") == 0
+    envs = gpu_node()
+    assert envs["growth/seed3"]["CUDA_VISIBLE_DEVICES"] == "3,5"
+    assert envs["scratch-x1/seed3"]["CUDA_VISIBLE_DEVICES"] == "6,7"
+
+
+def test_measure_jobs_with_devices_auto_on_gpus_asks_for_a_number(tmp_path, monkeypatch, capsys, gpu_node):
+    assert _measure_on(tmp_path, monkeypatch, 3, "auto", "gpu", "2,3", "--train.micro_batch_size", "1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --jobs 3 with devices auto: each run would take all 8 visible GPUs; give devices as a "
+                   "number, e.g. --devices 2 (--jobs 3 x devices 2 fits)"], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_measure_jobs_on_the_cpu_changes_only_the_master_ports(tmp_path, monkeypatch, capsys, gpu_node):
+    """On the CPU (even where GPUs are visible) nothing is sliced: no CUDA_VISIBLE_DEVICES, distinct master ports,
+    and the runs shared the cores, so no wall-clock ratio."""
+    assert _measure_on(tmp_path, monkeypatch, jobs=2, devices=2, accelerator="cpu", budgets="1") == 0
+    envs = gpu_node()
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs.values()] == [None, None]
+    assert len({e["MASTER_PORT"] for e in envs.values()}) == 2
+    result = json.loads((tmp_path / "run" / "measure.json").read_text())
+    assert result["gpus"] == [None, None] and result["wall_clock_note"].startswith("not compared: the runs trained 2")
