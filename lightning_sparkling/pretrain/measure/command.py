@@ -6,11 +6,11 @@ measured map.
 
 Every key and dotted override of ``sparkling pretrain`` is taken (``--growth.stages ...``, ``--train.max_steps ...``,
 ``--devices 2 --strategy fsdp1``). ``--jobs J`` on GPUs gives each of the J runs at a time its own ``devices`` of
-the visible GPUs and its own master port (:mod:`~lightning_sparkling.pretrain.measure.placement`). The runs go to ``<out_dir>/measure/`` (``growth/seed<k>``,
-``scratch-x<b>/seed<k>``); an interrupted measurement resumes, skipping finished runs. The result,
-``<out_dir>/measure.json``, holds the cell in the map's format (``cells``: ``speedup``, ``speedup_sd``, ``delta``,
-``sd``, ``seeds``, ``params``, ``device``, ...) and every run (``runs``); ``sparkling plan --map
-<out_dir>/measure.json`` reads it beside the package's map.
+the visible GPUs and its own master port (:mod:`~lightning_sparkling.pretrain.measure.placement`). The runs go to
+``<out_dir>/measure/`` (``growth/seed<k>``, ``scratch-x<b>/seed<k>``); an interrupted measurement resumes, skipping
+finished runs. The result, ``<out_dir>/measure.json``, holds the cell in the map's format (``cells``: ``speedup``,
+``speedup_sd``, ``delta``, ``sd``, ``seeds``, ``params``, ``device``, ...) and every run (``runs``); ``sparkling plan
+--map <out_dir>/measure.json`` reads it beside the package's map.
 
 Example::
 

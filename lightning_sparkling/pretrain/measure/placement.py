@@ -29,7 +29,6 @@ import socket
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Optional, Union
 
 
 class PlacementError(ValueError):
@@ -41,7 +40,7 @@ class Placement:
     """Where each job slot runs: ``gpus[k]`` the ``CUDA_VISIBLE_DEVICES`` entries of slot ``k`` (``None``: not sliced,
     the environment's own), ``ports[k]`` its ``MASTER_PORT``; ``alone``: no slot shares a device with another."""
 
-    gpus: tuple[Optional[tuple[str, ...]], ...]
+    gpus: tuple[tuple[str, ...] | None, ...]
     ports: tuple[int, ...]
     alone: bool
 
@@ -58,7 +57,7 @@ class Placement:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus[slot])
         return env
 
-    def describe(self) -> list[Optional[str]]:
+    def describe(self) -> list[str | None]:
         """Each slot's GPUs as ``CUDA_VISIBLE_DEVICES`` writes them (``None``: not sliced), e.g. ``["0,1", "2,3"]``."""
         return [None if g is None else ",".join(g) for g in self.gpus]
 
@@ -84,8 +83,8 @@ def on_gpu(accelerator: str) -> bool:
     return torch.cuda.is_available()
 
 
-def place_jobs(jobs: int, devices: Union[int, str], accelerator: str, *, share: bool = False,
-               gpus: Optional[Sequence[str]] = None) -> Placement:
+def place_jobs(jobs: int, devices: int | str, accelerator: str, *, share: bool = False,
+               gpus: Sequence[str] | None = None) -> Placement:
     """The placement of ``jobs`` runs at a time, each with ``devices`` devices on ``accelerator``.
 
     Args:
