@@ -20,6 +20,8 @@ from lightning_sparkling.pretrain.advice.planning import plan
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli import tiny_config  # noqa: E402
 
+from _fake_gpu import fake_gpu_node, launched  # noqa: E402
+
 
 def _config(tmp_path: Path, **sections) -> Path:
     config = tiny_config(tmp_path / "cache", rms_monitor=None, num_threads=1, out_dir=str(tmp_path / "run"), seed=3,
@@ -160,54 +162,20 @@ def test_measure_help_names_its_options_and_writes_nothing(tmp_path, capsys):
         opt in out for opt in ("--budgets", "--seeds", "--jobs", "sparkling pretrain --help"))
 
 
-FAKE_PRETRAIN = """
-import json, os, sys, time
-import yaml
-config = yaml.safe_load(open(sys.argv[sys.argv.index("--config") + 1]))
-out = config["out_dir"]
-env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MASTER_PORT")}
-open(os.path.join(out, "env.json"), "w").write(json.dumps(env))
-root = os.path.dirname(os.path.dirname(out))
-end = time.time() + 20  # side by side: wait (a while at most) until every run of the measurement has started
-while time.time() < end and sum(f == "env.json" for _, _, fs in os.walk(root) for f in fs) < int(os.environ["RUNS"]):
-    time.sleep(0.05)
-budget = os.path.basename(os.path.dirname(out)).removeprefix("scratch-x")  # growth: between scratch x1 and x2
-loss = 3.05 if budget == "growth" else 3.2 - 0.1 * float(budget)
-summary = {"status": "completed", "val_loss": loss, "steady_seconds": 1.0, "wall_clock_seconds": 1.0}
-open(os.path.join(out, "summary.json"), "w").write(json.dumps(summary))
-"""
-
 
 @pytest.fixture
 def gpu_node(tmp_path, monkeypatch):
-    """A faked node of 8 GPUs (``torch.cuda`` says so; nothing runs on them) and ``sparkling pretrain`` replaced by a
-    script that records the environment it was started with and writes a completed summary. Returns a function
-    reading each run's recorded environment, by run folder."""
-    import torch
-
-    from lightning_sparkling.pretrain.measure import command, measure_runs
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("MASTER_PORT", raising=False)
-    script = tmp_path / "fake_pretrain.py"
-    script.write_text(FAKE_PRETRAIN)
-    monkeypatch.setattr(measure_runs, "PRETRAIN", (sys.executable, str(script)))
-    monkeypatch.setattr(command, "prepare_data", lambda run: None)  # no data: the stand-in trains nothing
-
-    def launched() -> dict[str, dict]:
-        root = tmp_path / "run" / "measure"
-        return {str(p.parent.relative_to(root)): json.loads(p.read_text()) for p in sorted(root.rglob("env.json"))}
-
-    return launched
+    """A faked node of 8 GPUs and a ``sparkling pretrain`` that records its environment (:mod:`_fake_gpu`); returns
+    a function reading each run's recorded environment, by run folder."""
+    fake_gpu_node(monkeypatch, tmp_path)
+    monkeypatch.setenv("FAKE_ROOT", str(tmp_path / "run" / "measure"))
+    return lambda: launched(tmp_path / "run" / "measure")
 
 
 def _measure_on(tmp_path, monkeypatch, jobs: int, devices, accelerator: str = "gpu", budgets: str = "2,3",
                 *more: str):
     runs = 1 + len(parse_budgets(budgets))  # the growth run and scratch at each budget (1 always among them)
-    monkeypatch.setenv("RUNS", str(min(runs, jobs)))
+    monkeypatch.setenv("FAKE_RUNS", str(min(runs, jobs)))
     config = _config(tmp_path)
     return main(["measure", "--config", str(config), "--budgets", budgets, "--jobs", str(jobs), "--accelerator",
                  accelerator, "--devices", str(devices), "--train.max_steps", "10", *more])
