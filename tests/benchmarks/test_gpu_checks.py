@@ -141,3 +141,37 @@ def test_the_examples_smoke_writes_its_table_row_by_row(tmp_path):
     (row,) = json.loads(out.read_text())["rows"]
     assert row["rc"] == 0 and row["first_error"] is None and row["grew_at"] == row["planned_growth_steps"] == [3]
     assert "| joint_2x | pass | - | [3] ([3]) |" in table.read_text()
+
+
+def test_the_examples_side_by_side_each_get_their_own_gpu_and_port(tmp_path, monkeypatch):
+    """gpu_examples.py --jobs 4 on a faked 8-GPU node: the 4 examples at once, each on its own GPU (its ``devices``:
+    1) with its own master port; the JSON says they ran alone. On one GPU the same 4 share it, and it says so."""
+    import threading
+
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_examples
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    names = ["dense_inner_2x", "hidden_2x", "joint_2x", "depth_2x"]
+    for count, alone in ((8, True), (1, False)):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+        together, started = threading.Barrier(4, timeout=20), []
+
+        def launch(argv, env, **kwargs):  # the stand-in for `sparkling pretrain`: records, waits for the other 3
+            started.append({k: env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MASTER_PORT")})
+            together.wait()
+            return subprocess.CompletedProcess(argv, 0, "", "")
+
+        monkeypatch.setattr(gpu_examples.subprocess, "run", launch)
+        out = tmp_path / f"rows{count}.json"
+        gpu_examples.main(["--examples", ",".join(names), "--jobs", "4", "--steps", "8", "--work",
+                           str(tmp_path / f"work{count}"), "--out", str(out)])
+        gpus = sorted(e["CUDA_VISIBLE_DEVICES"] for e in started)
+        assert gpus == (["0", "1", "2", "3"] if alone else ["0"] * 4), gpus
+        assert len({e["MASTER_PORT"] for e in started}) == 4
+        result = json.loads(out.read_text())
+        assert result["alone"] is alone and sorted(r["gpus"] for r in result["rows"]) == gpus

@@ -234,3 +234,22 @@ def test_measure_jobs_on_the_cpu_changes_only_the_master_ports(tmp_path, monkeyp
     assert len({e["MASTER_PORT"] for e in envs.values()}) == 2
     result = json.loads((tmp_path / "run" / "measure.json").read_text())
     assert result["gpus"] == [None, None] and result["wall_clock_note"].startswith("not compared: the runs trained 2")
+
+
+def test_place_jobs_slices_shares_in_turn_or_refuses_with_the_fix():
+    from lightning_sparkling.pretrain.measure.placement import PlacementError, place_jobs
+
+    eight = [str(i) for i in range(8)]
+    p = place_jobs(3, 2, "cuda", gpus=eight)
+    assert p.describe() == ["0,1", "2,3", "4,5"] and p.alone and len(set(p.ports)) == 3
+    assert p.env(2) == {"CUDA_VISIBLE_DEVICES": "4,5", "MASTER_PORT": str(p.ports[2])}
+    shared = place_jobs(5, 3, "gpu", gpus=eight, share=True)  # 2 slices of 3 (GPUs 6, 7 left over), in turn
+    assert shared.describe() == ["0,1,2", "3,4,5", "0,1,2", "3,4,5", "0,1,2"] and not shared.alone
+    one = place_jobs(1, "auto", "cuda", gpus=eight)  # one job: every visible GPU, the environment's own
+    assert one.describe() == [None] and one.env(0) == {} and one.alone
+    cpu = place_jobs(3, 2, "cpu", gpus=eight)
+    assert cpu.describe() == [None] * 3 and not cpu.alone and set(cpu.env(0)) == {"MASTER_PORT"}
+    with pytest.raises(PlacementError, match=r"^--jobs 1 x devices 10 = 10 GPUs, 8 visible: use devices 8 or fewer$"):
+        place_jobs(1, 10, "cuda", gpus=eight, share=True)
+    with pytest.raises(PlacementError, match=r"^--jobs 2 x devices 1 = 2 GPUs, 0 visible: make GPUs visible or use"):
+        place_jobs(2, 1, "cuda", gpus=[])
