@@ -14,6 +14,7 @@ handed to this process: it is sliced further), else ``0 .. torch.cuda.device_cou
   take the whole node): give ``devices`` as a number.
 * on the CPU nothing is sliced; each job still gets its own master port (several ``devices: 2`` runs start gloo
   process groups at once). ``alone`` only for one job: CPU runs side by side share the cores.
+* one job keeps the environment's ``MASTER_PORT`` (a cluster's, say): no other run of ours can collide with it.
 
 Example::
 
@@ -131,7 +132,7 @@ def free_ports(n: int) -> tuple[int, ...]:
         ports = []
         for _ in range(n):
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))  # held until all are taken: the kernel hands out n different ones
+            sock.bind(("", 0))  # every interface, as the TCPStore listens; held until all n are taken: n different
             ports.append(sock.getsockname()[1])
     return tuple(ports)
 
