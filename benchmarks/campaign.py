@@ -13,13 +13,17 @@ now) or epoch seconds. No run starts after it; a run still training at it is sto
 and the campaign ends as when its queue is done (the complete cells written, exit 0). Ctrl-C or ``SIGTERM`` stops the
 runs too, and the campaign with exit 130.
 ``--jobs``: runs at once (default: ``auto``, as many as the device's free memory holds by :func:`auto_jobs`'s
-estimate, at most 8; 1 on CPU).
+estimate, on each slice of the visible GPUs, at most 8; 1 on CPU). On GPUs each run gets its own slice of the visible
+GPUs (``CUDA_VISIBLE_DEVICES``, its ``devices`` wide) and master port
+(:func:`~lightning_sparkling.pretrain.measure.placement.place_jobs`); more runs than slices take the slices in turn
+(several small runs on one GPU).
 
 Results: ``--results`` (default ``benchmarks/results/campaign.jsonl``), one JSON line per finished run (the cell's
 key, the run, its final val loss, FLOPs, seconds, device); ``<results>`` with ``.cells.json`` instead of ``.jsonl``:
 every complete cell in the measured map's format plus its wall-clock time to the same loss (``wall_speedup``:
 T_scratch / T_growth over steady steps, the paper's "speed-up" column) beside the FLOPs ratio (``speedup``), only
-where every run of the cell trained alone (``--jobs 1``; each run's ``jobs`` is in the results file); otherwise
+where every run of the cell trained alone (``--jobs 1``, or each on its own GPUs: ``alone``; each run's ``jobs`` and
+``alone`` are in the results file); otherwise
 ``wall_speedup`` is ``None`` and ``wall_clock_note`` says why: runs that share a device time what ran beside them.
 A run that fails is logged with its first error line and the campaign goes on to the next one.
 
@@ -171,14 +175,15 @@ def parse_deadline(text: str, now: float | None = None) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def auto_jobs(device: str, per_run_bytes: float) -> int:
-    """Runs at once: on a GPU as many as its free memory holds (``per_run_bytes`` each, estimated), at most 8."""
+def auto_jobs(device: str, per_run_bytes: float, slices: int = 1) -> int:
+    """Runs at once: on GPUs as many as one GPU's free memory holds (``per_run_bytes`` each, estimated) on each of
+    ``slices`` slices of the visible GPUs, at most 8 (on 8 GPUs: one run alone on each)."""
     if device == "cpu":
         return 1
     import torch
 
     free, _ = torch.cuda.mem_get_info()
-    return max(1, min(8, int(0.8 * free // max(per_run_bytes, 1))))
+    return max(1, min(8, slices * int(0.8 * free // max(per_run_bytes, 1))))
 
 
 def dry_run(cells: Sequence[Cell], done: dict, out: Path, overrides: Sequence[str]) -> str:
@@ -202,6 +207,7 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
     write the complete cells (:func:`write_cells`). Returns 0, the deadline reached or not (the runs it stopped are
     trained again next time); a ``SIGINT`` or ``SIGTERM`` stops the runs and raises ``KeyboardInterrupt``."""
     from lightning_sparkling.pretrain.measure.measure_runs import is_done, prepare_data, read_result, train_runs
+    from lightning_sparkling.pretrain.measure.placement import on_gpu, place_jobs, visible_gpus
 
     done = read_results(results)
     todo, cell_of = [], {}
@@ -214,18 +220,24 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
     if not todo:
         log("every run of the queue is in the results file")
         return 0
-    device = _device(cell_of[todo[0].run_dir][1]["run"])
+    first = cell_of[todo[0].run_dir][1]["run"]
+    device = _device(first)
     if jobs == "auto":
         params = max(f["params"] for _, f in cell_of.values())
-        jobs = auto_jobs(device, per_run_bytes=16 * params + 2e9)  # weights, grads, AdamW state + activations
-    log(f"{len(todo)} runs to train on {device}, {jobs} at a time, until "
+        per_run = first.num_devices if on_gpu(first.accelerator) else 1
+        jobs = auto_jobs(device, per_run_bytes=16 * params + 2e9,  # weights, grads, AdamW state + activations
+                         slices=max(1, len(visible_gpus()) // per_run) if device != "cpu" else 1)
+    # each run its own slice of the GPUs (more runs than slices: in turn) and master port; raises PlacementError
+    placement = place_jobs(jobs, first.devices, first.accelerator, share=True)
+    where = "" if placement.gpus[0] is None else f" (GPUs {' | '.join(placement.describe())})"
+    log(f"{len(todo)} runs to train on {device}, {jobs} at a time{where}, until "
         f"{datetime.fromtimestamp(deadline, timezone.utc):%H:%M:%S} UTC")
 
     def append(run) -> None:
         cell, facts = cell_of[run.run_dir]
         entry = {"cell": cell.key, "run": run.name, "size": cell.size, "axis": cell.axis, "row": cell.row,
                  "seed": cell.seed, "kind": run.kind, "budget": run.budget, **read_result(run), "device": device,
-                 "jobs": jobs,
+                 "jobs": jobs, "alone": placement.alone,
                  "params": facts["params"], "tokens_per_param": round(facts["tokens_per_param"], 2)}
         results.parent.mkdir(parents=True, exist_ok=True)
         with results.open("a", encoding="utf-8") as f:
@@ -237,7 +249,8 @@ def run_campaign(cells: Sequence[Cell], *, results: Path, out: Path, deadline: f
     if jobs > 1:  # one data cache per size, built before the runs start side by side
         for facts in {id(f["run"].data): f for _, f in cell_of.values()}.values():
             prepare_data(facts["run"])
-    failed = train_runs(todo, jobs, log, deadline=deadline, on_done=append)  # a deadline returns; Ctrl-C raises
+    failed = train_runs(todo, jobs, log, deadline=deadline, on_done=append,  # a deadline returns; Ctrl-C raises
+                        placement=placement)
     written = write_cells(results, cells, out, overrides)
     log(f"wrote {results.with_suffix('.cells.json')}: {len(written)} complete cell(s)"
         + (f"; {len(failed)} run(s) failed: {', '.join(r.name for r in failed)}" if failed else ""))
@@ -261,8 +274,9 @@ def write_cells(results: Path, cells: Sequence[Cell], out: Path, overrides: Sequ
         growth = {cell.seed: entries[0]}
         scratch = {e["budget"]: {cell.seed: e} for e in entries[1:]}
         stats = compare(growth, scratch)
-        note = shared_device_note(max(int(e.get("jobs") or 0) or 2 for e in entries))  # no "jobs": an older,
-        # unrecorded run; the campaign has always trained several at a time
+        note = shared_device_note(max(int(e.get("jobs") or 0) or 2 for e in entries),  # no "jobs": an older,
+                                  alone=all(e.get("alone") for e in entries))  # unrecorded run; the campaign has
+        # always trained several at a time, and each alone on its GPUs only since "alone" is recorded
         run, run_plan = facts["run"], facts["run_plan"]
         advice = run_plan.advice
         entry = {"cell": cell.key, "axis": advice.category, "recipe": advice.recipe, "schedule": advice.schedule,
@@ -305,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = ["tiny"] if args.tiny else [s.strip() for s in args.sizes.split(",") if s.strip()]
     import reproduce as repro
+    from lightning_sparkling.pretrain.measure.placement import PlacementError
 
     unknown = [s for s in sizes if s != "tiny" and s not in repro.SIZES]
     if unknown:
@@ -330,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_campaign(cells, results=results, out=args.out, deadline=deadline,
                             jobs=args.jobs if args.jobs == "auto" else int(args.jobs), overrides=args.set)
+    except PlacementError as err:  # before any run starts
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (not the deadline): the running runs were stopped
         print(f"campaign: interrupted; the finished runs are in {results} (run it again to go on; the cells file is "
               "written when a call ends by itself)", file=sys.stderr)

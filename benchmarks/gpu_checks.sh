@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, as one script for one device call (15 minutes of device time per session, at most
-# 10 minutes per call; CI has no GPU, so none of this runs there). The compiled, fused-AdamW, bf16 path:
+# The checks that need a GPU, as one script for one device call of at most 9 minutes (DEADLINE=540 s; 15 minutes of
+# device time per session, at most 10 minutes per call; CI has no GPU, so none of this runs there):
 #
 #   OUT=out/gpu_checks DEADLINE=540 bash benchmarks/gpu_checks.sh          # on the GPU machine
 #   MODE=cpu DRY=1 OUT=/tmp/gc bash benchmarks/gpu_checks.sh               # print the steps, run nothing
@@ -9,42 +9,46 @@
 # First a preflight: the packages the steps import (NEEDS: litgpt, jsonargparse, litdata, boto3, lightning_sparkling),
 # imported once; a line "preflight exit <code> <seconds> s" goes into $OUT/status.txt, naming after a ": " each
 # package that is missing (carry it as a wheel in .whl/), and the script goes on (the same process writes the
-# versions into $OUT/env.txt, its tracebacks into $OUT/preflight.log). Then the steps, in order, each
-# under its own timeout (never past DEADLINE seconds after the start), each writing its log and results into $OUT as
-# soon as it ends, and a line "<step> exit <code> <seconds> s" into $OUT/status.txt, with the step's first error
-# line (the cause, not a CalledProcessError around it) after a ": " when it failed:
-# 0. smoke (first, so that a broken path is known before anything long runs): every example shortened to 12 steps
-#    in its own precision with `compile: auto` (benchmarks/gpu_examples.py), all 7 at once, at most 210 s (on one
-#    H200 on 2026-11-28, 4 at once, each took 95-138 s: the first compile and the recompile after a width growth,
-#    about 68 s each, with 4 processes compiling side by side; the last 3 had no time left in 150 s; 7 at once is
-#    untried: compare their seconds with these), then the CLI's GPU tests; $OUT/smoke.md is the table of pass /
-#    first error line, written before any other step starts;
-# 1. throughput: benchmarks/throughput_vs_litgpt.py, litgpt against sparkling with compile on both (--compile true),
-#    bf16-mixed (fused AdamW is both tools' default on CUDA); alone on the device, since it is a timing; it prints a
-#    line as each run starts and ends and rewrites its JSON after each ("complete": false until the last);
-# 2. growth_cost: benchmarks/growth_cost.py on the device (the growth-cost table), alone too;
-# 3. tests: every GPU-marked test (pytest -m gpu: fused AdamW under growth, growth on CUDA, FSDP1 on one GPU, bf16
-#    runs of `sparkling pretrain`, and the compile tests where they exist), 3 at once, each test's outcome printed
-#    as it ends ("[gw0] PASSED tests/...::test_x"), at most 120 s per test, the failures summarized at the end;
-#    side by side with
-# 4. campaign: benchmarks/campaign.py --deadline <epoch> for the time that is left (only if the file exists), the
-#    deadline 40 s before DEADLINE (20 s before its step's timeout: time to stop its runs and write its cells); a run
-#    that fails is reported with its first error line and the campaign goes on to the next.
-# Then $OUT/all.tgz packs the logs and results. STEPS="smoke throughput" runs a subset (default: all five).
+# versions into $OUT/env.txt, its tracebacks into $OUT/preflight.log). Then the steps, one after another (each a
+# timing, alone on the device), each under its own timeout (never past DEADLINE - 20 seconds after the start), each
+# writing its log and results into $OUT as soon as it ends, before the next one starts, and a line
+# "<step> exit <code> <seconds> s" into $OUT/status.txt, with the step's first error line (the cause, not a
+# CalledProcessError around it) after a ": " when it failed:
+# 1. throughput (at most 190 s): benchmarks/throughput_vs_litgpt.py, `litgpt pretrain` against `sparkling pretrain`
+#    with compile on both (--compile true), bf16-mixed, the `gpu` size (12 layers of width 768, 8 x 1024 tokens;
+#    fused AdamW is both tools' default on CUDA); it prints a line as each run starts and ends and rewrites its JSON
+#    after each ("complete": false until the last: litgpt, sparkling, sparkling + RMS monitor, in that order);
+# 2. compile_scope (at most 110 s): benchmarks/compile_cost.py --scopes, the first step after a width and after a
+#    depth growth (and the first compile, the steady step), whole-GPT compile against per-block compile, the `gpu`
+#    size's model, bf16; a compile_cost.py without --scopes is run as it is (the whole-GPT compile and its recompile
+#    at a growth, on the host's CPU: it has no GPU mode);
+# 3. growth_cost (at most 80 s): benchmarks/growth_cost.py --sizes 1.4B on the device, the growth time and the peak
+#    memory of one growth at about 1B parameters (350M grown to 1.4B, hidden 2x + MLP 2x) against a training step;
+# 4. tests (the time that is left): every GPU-marked test (pytest -m gpu: fused AdamW under growth, growth on CUDA,
+#    FSDP1 on one GPU, bf16 runs of `sparkling pretrain`, the compile tests), 3 at once, each test's outcome printed
+#    as it ends ("[gw0] PASSED tests/...::test_x"), at most 120 s per test, the failures summarized at the end.
+# Then $OUT/all.tgz packs the logs and results. STEPS="throughput tests" runs a subset, in the order above (default:
+# the four). Two more steps run only when STEPS names them: smoke (first: every example shortened to 12 steps with
+# `compile: auto`, benchmarks/gpu_examples.py, all 7 at once, each on its own GPU where the node has 7, then the
+# CLI's GPU tests; $OUT/smoke.md is the table of pass / first error line) and campaign (benchmarks/campaign.py
+# --deadline <epoch>, side by side with the tests, the deadline 40 s before DEADLINE: 20 s before its step's timeout,
+# time to stop its runs and write its cells).
 #
-# MODE=cpu runs the same steps on the CPU, tiny (the examples shrunk with --tiny, throughput --tiny, growth_cost at
-# 12M, the GPU tests collected only); DRY=1 prints each step's command into $OUT/steps.txt and runs none (no
-# preflight either). Python packages the machine lacks come as wheels in .whl/ (installed to /tmp/site): litgpt,
-# jsonargparse, docstring_parser, typeshed_client, litdata, boto3, botocore, s3transfer, jmespath (litgpt's TextFiles
-# data module, which the throughput step's litgpt runs read, imports litdata, which imports boto3). CAMPAIGN
-# overrides the campaign script's path, EXAMPLES_SCRIPT the smoke's, NEEDS the preflight's packages (tests).
+# MODE=cpu runs the same steps on the CPU, tiny (throughput --tiny, compile_scope at 2 layers of width 32 with the
+# eager backend, growth_cost at 12M, the GPU tests collected only; the smoke's examples shrunk with --tiny); DRY=1
+# prints each step's command into $OUT/steps.txt and runs none (no preflight either). Python packages the machine
+# lacks come as wheels in .whl/ (installed to /tmp/site): litgpt, jsonargparse, docstring_parser, typeshed_client,
+# litdata, boto3, botocore, s3transfer, jmespath (litgpt's TextFiles data module, which the throughput step's litgpt
+# runs read, imports litdata, which imports boto3). CAMPAIGN overrides the campaign script's path, EXAMPLES_SCRIPT
+# the smoke's, COMPILE_SCRIPT the compile step's, NEEDS the preflight's packages (tests).
 set -u
 OUT=${OUT:-out/gpu_checks}
 DEADLINE=${DEADLINE:-540}
 MODE=${MODE:-gpu}
 DRY=${DRY:-0}
-STEPS=${STEPS:-smoke throughput growth_cost tests campaign}
+STEPS=${STEPS:-throughput compile_scope growth_cost tests}
 EXAMPLES_SCRIPT=${EXAMPLES_SCRIPT:-benchmarks/gpu_examples.py}
+COMPILE_SCRIPT=${COMPILE_SCRIPT:-benchmarks/compile_cost.py}
 CAMPAIGN=${CAMPAIGN:-benchmarks/campaign.py}
 PY=${PYTHON:-python3}
 NEEDS=${NEEDS:-litgpt jsonargparse litdata boto3 lightning_sparkling}
@@ -135,10 +139,23 @@ if [ "$DRY" != 1 ]; then
   cat "$OUT/env.txt"
 fi
 
+# compile_cost.py --scopes: whole-GPT against per-block compile; an older compile_cost.py has no --scopes (and no
+# GPU mode): it measures the whole-GPT compile's recompile at a growth on the host's CPU
+if grep -q -- '"--scopes"' "$COMPILE_SCRIPT" 2>/dev/null; then SCOPES=1; else SCOPES=0; fi
+COMPILE_ENV=()
 if [ "$MODE" = gpu ]; then
   THROUGHPUT=(--size gpu --accelerator gpu --precision bf16-mixed --compile true --steps 30 --warmup 10
               --repeats 1 --threads 4)
-  COST=(--device cuda --sizes 91M,350M --batch 8 --seq 1024 --steps 6)
+  THROUGHPUT_S=190
+  if (( SCOPES )); then  # the throughput step's gpu size: 12 layers of width 768, 8 x 1024 tokens, a vocab of 16384
+    COMPILE=(--scopes --device cuda --bf16 --n-layer 12 --n-embd 768 --seq 1024 --batch 8 --vocab 16384 --rounds 2
+             --window 3 --threads 4)
+  else
+    COMPILE=(--n-layer 4 --n-embd 64 --seq 64 --batch 4 --vocab 512 --steps 24 --grow-at 10 --every 4 --threads 4)
+  fi
+  COMPILE_S=110
+  COST=(--device cuda --sizes 1.4B --batch 8 --seq 1024 --steps 4)
+  COST_S=80
   # the GPU tests start processes: 3 at once on the 16 cores; -v prints each one's outcome as it ends ("[gw0] PASSED
   # tests/...::test_x"), so a step cut short by its timeout still says which passed and which failed
   PYTEST=(-v -rfEs --timeout 120 -m gpu -n 3 tests)
@@ -150,7 +167,17 @@ if [ "$MODE" = gpu ]; then
   CAMPAIGN_ARGS=(--results "$OUT/campaign.jsonl" --out /tmp/campaign)
 else
   THROUGHPUT=(--tiny --accelerator cpu --precision 32-true --compile false --repeats 1 --threads 1)
+  THROUGHPUT_S=240
+  if (( SCOPES )); then
+    COMPILE=(--scopes --n-layer 2 --n-embd 32 --seq 32 --batch 2 --vocab 256 --rounds 1 --window 2 --backend eager
+             --threads 1)
+  else  # the arguments only, rehearsed: inductor on this CPU takes minutes even for one tiny layer
+    COMPILE=(--n-layer 1 --n-embd 16 --seq 16 --batch 1 --vocab 64 --steps 10 --grow-at 5 --every 2 --threads 1)
+    COMPILE_ENV=(env TORCH_COMPILE_DISABLE=1)
+  fi
+  COMPILE_S=240
   COST=(--device cpu --sizes 12M --steps 2 --batch 1 --seq 64 --threads 1)
+  COST_S=100
   PYTEST=(-q -m gpu -rs --collect-only tests/callbacks/test_fused_adamw.py tests/growth/test_grow_model.py)
   SMOKE=(--tiny --steps 6 --jobs 1 --compile auto --timeout 120)
   SMOKE_S=150
@@ -170,9 +197,11 @@ if wants smoke; then
     cat "$OUT/smoke.md"
   fi
 fi
-wants throughput && run_step throughput 240 $PY benchmarks/throughput_vs_litgpt.py "${THROUGHPUT[@]}" \
+wants throughput && run_step throughput "$THROUGHPUT_S" $PY benchmarks/throughput_vs_litgpt.py "${THROUGHPUT[@]}" \
   --workdir /tmp/gpu_checks_tvl --out "$OUT/throughput_vs_litgpt_$MODE.json"
-wants growth_cost && run_step growth_cost 100 $PY benchmarks/growth_cost.py "${COST[@]}" \
+wants compile_scope && run_step compile_scope "$COMPILE_S" ${COMPILE_ENV[@]+"${COMPILE_ENV[@]}"} $PY "$COMPILE_SCRIPT" \
+  "${COMPILE[@]}" --out "$OUT/compile_scope_$MODE.json"
+wants growth_cost && run_step growth_cost "$COST_S" $PY benchmarks/growth_cost.py "${COST[@]}" \
   --out "$OUT/growth_cost_$MODE.json"
 
 CAMPAIGN_PID=
@@ -193,7 +222,7 @@ if wants campaign; then
     echo "campaign skipped ($CAMPAIGN does not exist)" | tee -a "$OUT/status.txt"
   fi
 fi
-wants tests && run_step tests 180 $PY -m pytest -p no:cacheprovider "${PYTEST[@]}"
+wants tests && run_step tests "$DEADLINE" $PY -m pytest -p no:cacheprovider "${PYTEST[@]}"  # what is left
 [ -n "$CAMPAIGN_PID" ] && wait "$CAMPAIGN_PID"
 
 if [ "$DRY" != 1 ]; then

@@ -17,6 +17,11 @@ every example (tests/pretrain/test_gpu_path.py) runs it so. Per example: whether
 steps, the first error line of a failure, its wall-clock and fit seconds, its parameters before and after, and the
 final val loss (a few dozen steps: the mechanics, not a result). Each example's row is printed, and the JSON (and
 ``--table``) rewritten, as soon as it ends, so a run cut short keeps what finished.
+
+``--jobs J`` places the examples as ``sparkling measure --jobs`` does
+(:func:`~lightning_sparkling.pretrain.measure.placement.place_jobs`): on GPUs each of the J at a time gets its own
+slice of the visible GPUs (``CUDA_VISIBLE_DEVICES``, its ``devices`` wide) and master port; more than the GPUs hold
+take the slices in turn (the smoke's 7 at once on one GPU). The JSON says where (``gpus``, ``alone``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -38,6 +44,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from lightning_sparkling.pretrain.errors import first_error_line  # noqa: E402
+from lightning_sparkling.pretrain.measure.placement import Placement, PlacementError, place_jobs  # noqa: E402
 
 EXAMPLES = ("dense_inner_2x", "hidden_2x", "joint_2x", "depth_2x", "olmoe_inner_2x", "two_stage",
             "pythia_70m_to_160m")
@@ -96,7 +103,9 @@ def shrink(config: dict, steps: int, out_dir: Path, tiny: bool = False) -> tuple
 
 
 def run_one(name: str, steps: int, work: Path, timeout: float, compile: str | None = None,
-            tiny: bool = False) -> dict:
+            tiny: bool = False, env: dict[str, str] | None = None) -> dict:
+    """Train example ``name`` shortened to ``steps`` steps (:func:`shrink`) in a subprocess (``env``: variables added
+    to its environment, e.g. its GPUs); its row: exit code, first error line, growth steps, sizes, seconds, loss."""
     config = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
     config, at_steps = shrink(config, steps, work / name, tiny=tiny)
     if compile is not None:
@@ -110,7 +119,7 @@ def run_one(name: str, steps: int, work: Path, timeout: float, compile: str | No
     try:
         proc = subprocess.run([sys.executable, "-m", "lightning_sparkling.pretrain.cli", "pretrain", "--config",
                                str(path)], capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                              env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
         rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
         error = first_error_line(proc.stdout + proc.stderr) if rc != 0 else None
     except subprocess.TimeoutExpired:
@@ -142,7 +151,25 @@ def table_row(r: dict) -> str:
             f"{r.get('val_loss', '-')} | {r.get('first_step_after_growth_s', '-')} |")
 
 
-def main() -> int:
+def place(names: list[str], jobs: int, tiny: bool) -> Placement:
+    """Where the examples run, ``jobs`` at a time: each its own slice of the visible GPUs (sized by the widest
+    example's ``devices``), in turn when they are fewer (``--tiny``: the CPU, master ports only)."""
+    configs = [yaml.safe_load((ROOT / "examples" / f"{n}.yaml").read_text()) for n in names]
+    devices = max(int(c.get("devices", 1)) for c in configs)
+    accelerator = "cpu" if tiny else str(configs[0].get("accelerator", "auto"))
+    return place_jobs(jobs, devices, accelerator, share=True)
+
+
+def run_placed(slots: queue.Queue, placement: Placement, name: str, *args, **kwargs) -> dict:
+    """:func:`run_one` in a free slot of ``placement`` (taken from ``slots``, given back when it ends)."""
+    slot = slots.get()
+    try:
+        return {**run_one(name, *args, **kwargs, env=placement.env(slot)), "gpus": placement.describe()[slot]}
+    finally:
+        slots.put(slot)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", default=",".join(EXAMPLES), help="comma list (default: every GPU example)")
     parser.add_argument("--steps", type=int, default=40, help="steps per example (default 40)")
@@ -154,7 +181,7 @@ def main() -> int:
     parser.add_argument("--compile", choices=("auto", "true", "false"), default=None,
                         help="the top-level compile key of every example (default: the example's own)")
     parser.add_argument("--tiny", action="store_true", help="shrink the models too (a CPU run: seconds each)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     names = args.examples.split(",")
     unknown = [n for n in names if n not in EXAMPLES]
     if unknown:
@@ -164,6 +191,13 @@ def main() -> int:
     import torch
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    try:
+        placement = place(names, args.jobs, args.tiny)
+    except PlacementError as err:
+        parser.error(str(err))
+    slots: queue.Queue = queue.Queue()
+    for slot in range(placement.jobs):
+        slots.put(slot)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     head = ["| example | result | first error line | grew at (planned) | parameters | wall-clock (s) | fit (s) | "
@@ -171,7 +205,8 @@ def main() -> int:
     print("\n".join(head), flush=True)
     rows, lines = [], list(head)
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_one, n, args.steps, work, args.timeout, args.compile, args.tiny) for n in names]
+        futures = [pool.submit(run_placed, slots, placement, n, args.steps, work, args.timeout, args.compile,
+                               args.tiny) for n in names]
         for future in as_completed(futures):  # each row as its example ends, the JSON rewritten each time
             r = future.result()
             rows.append(r)
@@ -179,7 +214,8 @@ def main() -> int:
             print(lines[-1], flush=True)
             if r["rc"] != 0:
                 print(f"--- {r['example']}: {r['rc']}\n{r['tail']}", flush=True)
-            out.write_text(json.dumps({"device": device, "steps": args.steps, "jobs": args.jobs, "rows": rows,
+            out.write_text(json.dumps({"device": device, "steps": args.steps, "jobs": args.jobs,
+                                       "gpus": placement.describe(), "alone": placement.alone, "rows": rows,
                                        "table": "\n".join(lines)}, indent=2) + "\n")
             if args.table:
                 Path(args.table).write_text("\n".join(lines) + "\n")

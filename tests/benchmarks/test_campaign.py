@@ -244,3 +244,52 @@ def test_a_signal_while_the_runs_stop_is_held_until_every_run_is_stopped(monkeyp
                      "stopped: b (unfinished, trained again next time)"]
     assert all(proc.returncode is not None for proc in procs) and running == []
     assert signal.getsignal(signal.SIGINT) is before  # the handler in place before the stop, restored
+
+
+def _on_gpus(tmp_path, monkeypatch, count: int, jobs: int, *more: str, visible: str | None = None) -> int:
+    """The tiny campaign (2 cells x 3 runs) on a faked node of ``count`` GPUs (:mod:`_fake_gpu`), ``jobs`` at a time;
+    ``accelerator: gpu`` set on every run (the stand-in trains nothing)."""
+    from _fake_gpu import fake_gpu_node
+
+    fake_gpu_node(monkeypatch, tmp_path, count)
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setenv("FAKE_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setenv("FAKE_RUNS", str(min(jobs, 6)))
+    return campaign.main(["--tiny", "--seeds", "1", "--jobs", str(jobs), "--deadline", "+10", "--out",
+                          str(tmp_path / "runs"), "--results", str(tmp_path / "results.jsonl"), "--set",
+                          "accelerator=gpu", *more])
+
+
+def test_on_a_gpu_node_each_run_gets_its_own_gpu_and_port_and_the_wall_clock_counts(tmp_path, monkeypatch):
+    from _fake_gpu import launched
+
+    assert _on_gpus(tmp_path, monkeypatch, count=8, jobs=6) == 0
+    envs = launched(tmp_path / "runs")
+    assert sorted(e["CUDA_VISIBLE_DEVICES"] for e in envs.values()) == ["0", "1", "2", "3", "4", "5"]
+    assert len({e["MASTER_PORT"] for e in envs.values()}) == 6
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 6 and all(e["alone"] and e["jobs"] == 6 and e["device"] == "Fake GPU" for e in lines)
+    cells = json.loads((tmp_path / "results.cells.json").read_text())
+    assert len(cells) == 2 and all(c["wall_clock_note"] is None and c["wall_speedup"] for c in cells)
+
+
+def test_more_runs_than_gpus_take_the_gpus_in_turn_and_say_they_shared(tmp_path, monkeypatch):
+    """Several small runs on one GPU on purpose (the campaign's --jobs auto on one H200): the runs go round the
+    visible GPUs, and the cells carry the shared-device note."""
+    from _fake_gpu import launched
+
+    assert _on_gpus(tmp_path, monkeypatch, count=8, jobs=4, visible="2,5") == 0
+    gpus = [e["CUDA_VISIBLE_DEVICES"] for e in launched(tmp_path / "runs").values()]
+    assert len(gpus) == 6 and set(gpus) == {"2", "5"}, gpus  # 4 at a time on 2 GPUs: both taken, nothing else
+    cells = json.loads((tmp_path / "results.cells.json").read_text())
+    assert all(c["wall_speedup"] is None and c["wall_clock_note"].startswith("not compared") for c in cells)
+
+
+def test_devices_auto_with_several_runs_on_gpus_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    assert _on_gpus(tmp_path, monkeypatch, 8, 4, "--set", "devices=auto", "--set", "train.global_batch_size=8",
+                    "--set", "train.micro_batch_size=1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --jobs 4 with devices auto: each run would take all 8 visible GPUs; give devices as a "
+                   "number, e.g. --devices 2 (--jobs 4 x devices 2 fits)"], err
+    assert not (tmp_path / "results.jsonl").exists() and not list((tmp_path / "runs").rglob("env.json"))

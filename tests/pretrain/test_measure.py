@@ -20,6 +20,8 @@ from lightning_sparkling.pretrain.advice.planning import plan
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli import tiny_config  # noqa: E402
 
+from _fake_gpu import fake_gpu_node, launched  # noqa: E402
+
 
 def _config(tmp_path: Path, **sections) -> Path:
     config = tiny_config(tmp_path / "cache", rms_monitor=None, num_threads=1, out_dir=str(tmp_path / "run"), seed=3,
@@ -158,3 +160,96 @@ def test_measure_help_names_its_options_and_writes_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: sparkling measure --config RUN.yaml") and all(
         opt in out for opt in ("--budgets", "--seeds", "--jobs", "sparkling pretrain --help"))
+
+
+
+@pytest.fixture
+def gpu_node(tmp_path, monkeypatch):
+    """A faked node of 8 GPUs and a ``sparkling pretrain`` that records its environment (:mod:`_fake_gpu`); returns
+    a function reading each run's recorded environment, by run folder."""
+    fake_gpu_node(monkeypatch, tmp_path)
+    monkeypatch.setenv("FAKE_ROOT", str(tmp_path / "run" / "measure"))
+    return lambda: launched(tmp_path / "run" / "measure")
+
+
+def _measure_on(tmp_path, monkeypatch, jobs: int, devices, accelerator: str = "gpu", budgets: str = "2,3",
+                *more: str):
+    runs = 1 + len(parse_budgets(budgets))  # the growth run and scratch at each budget (1 always among them)
+    monkeypatch.setenv("FAKE_RUNS", str(min(runs, jobs)))
+    config = _config(tmp_path)
+    return main(["measure", "--config", str(config), "--budgets", budgets, "--jobs", str(jobs), "--accelerator",
+                 accelerator, "--devices", str(devices), "--train.max_steps", "10", *more])
+
+
+def test_measure_jobs_on_a_gpu_node_gives_each_run_its_own_gpus_and_port(tmp_path, monkeypatch, capsys, gpu_node):
+    """``--jobs 4`` with ``devices: 2`` on 8 GPUs: 4 processes at once, on 0,1 / 2,3 / 4,5 / 6,7, each with its own
+    master port; alone on their GPUs, so the wall-clock ratio is given (no "shared a device" note)."""
+    assert _measure_on(tmp_path, monkeypatch, jobs=4, devices=2) == 0
+    envs = gpu_node()
+    assert sorted(e["CUDA_VISIBLE_DEVICES"] for e in envs.values()) == ["0,1", "2,3", "4,5", "6,7"]
+    assert envs["growth/seed3"]["CUDA_VISIBLE_DEVICES"] == "0,1"  # the first run, the first slice
+    ports = [int(e["MASTER_PORT"]) for e in envs.values()]
+    assert len(set(ports)) == 4 and all(1024 < p < 65536 for p in ports)
+    result = json.loads((tmp_path / "run" / "measure.json").read_text())
+    assert result["gpus"] == ["0,1", "2,3", "4,5", "6,7"] and result["jobs"] == 4
+    assert result["wall_clock_note"] is None and result["wall_speedup"] is not None
+    assert result["cells"][0]["device"] == "Fake GPU"
+    assert "not compared" not in capsys.readouterr().out
+
+
+def test_measure_jobs_beyond_the_visible_gpus_is_refused_before_any_run(tmp_path, monkeypatch, capsys, gpu_node):
+    assert _measure_on(tmp_path, monkeypatch, jobs=5, devices=2) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --jobs 5 x devices 2 = 10 GPUs, 8 visible: use --jobs 4"], err
+    assert not (tmp_path / "run").exists()  # nothing launched, nothing written
+
+
+def test_measure_slices_an_existing_cuda_visible_devices(tmp_path, monkeypatch, capsys, gpu_node):
+    """A node slice handed to this process (CUDA_VISIBLE_DEVICES=3,5,6,7) is sliced further; 3 jobs of 2 do not fit
+    it, and the error says which GPUs it counted."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")
+    assert _measure_on(tmp_path, monkeypatch, jobs=3, devices=2) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --jobs 3 x devices 2 = 6 GPUs, 4 visible (CUDA_VISIBLE_DEVICES=3,5,6,7): use --jobs 2"]
+    assert _measure_on(tmp_path, monkeypatch, jobs=2, devices=2, budgets="1") == 0
+    envs = gpu_node()
+    assert envs["growth/seed3"]["CUDA_VISIBLE_DEVICES"] == "3,5"
+    assert envs["scratch-x1/seed3"]["CUDA_VISIBLE_DEVICES"] == "6,7"
+
+
+def test_measure_jobs_with_devices_auto_on_gpus_asks_for_a_number(tmp_path, monkeypatch, capsys, gpu_node):
+    assert _measure_on(tmp_path, monkeypatch, 3, "auto", "gpu", "2,3", "--train.micro_batch_size", "1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --jobs 3 with devices auto: each run would take all 8 visible GPUs; give devices as a "
+                   "number, e.g. --devices 2 (--jobs 3 x devices 2 fits)"], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_measure_jobs_on_the_cpu_changes_only_the_master_ports(tmp_path, monkeypatch, capsys, gpu_node):
+    """On the CPU (even where GPUs are visible) nothing is sliced: no CUDA_VISIBLE_DEVICES, distinct master ports,
+    and the runs shared the cores, so no wall-clock ratio."""
+    assert _measure_on(tmp_path, monkeypatch, jobs=2, devices=2, accelerator="cpu", budgets="1") == 0
+    envs = gpu_node()
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs.values()] == [None, None]
+    assert len({e["MASTER_PORT"] for e in envs.values()}) == 2
+    result = json.loads((tmp_path / "run" / "measure.json").read_text())
+    assert result["gpus"] == [None, None] and result["wall_clock_note"].startswith("not compared: the runs trained 2")
+
+
+def test_place_jobs_slices_shares_in_turn_or_refuses_with_the_fix():
+    from lightning_sparkling.pretrain.measure.placement import PlacementError, place_jobs
+
+    eight = [str(i) for i in range(8)]
+    p = place_jobs(3, 2, "cuda", gpus=eight)
+    assert p.describe() == ["0,1", "2,3", "4,5"] and p.alone and len(set(p.ports)) == 3
+    assert p.env(2) == {"CUDA_VISIBLE_DEVICES": "4,5", "MASTER_PORT": str(p.ports[2])}
+    shared = place_jobs(5, 3, "gpu", gpus=eight, share=True)  # 2 slices of 3 (GPUs 6, 7 left over), in turn
+    assert shared.describe() == ["0,1,2", "3,4,5", "0,1,2", "3,4,5", "0,1,2"] and not shared.alone
+    one = place_jobs(1, "auto", "cuda", gpus=eight)  # one job: every visible GPU, the environment's own
+    assert one.describe() == [None] and one.env(0) == {} and one.alone
+    cpu = place_jobs(3, 2, "cpu", gpus=eight)
+    assert cpu.describe() == [None] * 3 and not cpu.alone and set(cpu.env(0)) == {"MASTER_PORT"}
+    with pytest.raises(PlacementError, match=r"^--jobs 1 x devices 10 = 10 GPUs, 8 visible: use devices 8 or fewer$"):
+        place_jobs(1, 10, "cuda", gpus=eight, share=True)
+    with pytest.raises(PlacementError, match=r"^--jobs 2 x devices 1 = 2 GPUs, 0 visible: make GPUs visible or use"):
+        place_jobs(2, 1, "cuda", gpus=[])

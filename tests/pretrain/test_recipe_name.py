@@ -72,7 +72,7 @@ def test_recipe_name_keys_a_named_recipe_and_labels_what_the_stages_grew_by(stag
 
 
 # ------------------------------------------------------------------------ measure's cell is the cell plan then finds
-def _fake_train(runs, jobs):
+def _fake_train(runs, jobs, **kwargs):
     """``train_runs`` without training: each run's ``summary.json`` as a finished run writes it (scratch at a larger
     budget lower), so ``sparkling measure`` takes every other step of its real path."""
     for r in runs:

@@ -5,11 +5,12 @@ measured map.
     sparkling measure --config RUN.yaml [--budgets 0.7,1,1.4,2] [--seeds 3] [--jobs 2] [--section.key VALUE ...]
 
 Every key and dotted override of ``sparkling pretrain`` is taken (``--growth.stages ...``, ``--train.max_steps ...``,
-``--devices 2 --strategy fsdp1``). The runs go to ``<out_dir>/measure/`` (``growth/seed<k>``,
-``scratch-x<b>/seed<k>``); an interrupted measurement resumes, skipping finished runs. The result,
-``<out_dir>/measure.json``, holds the cell in the map's format (``cells``: ``speedup``, ``speedup_sd``, ``delta``,
-``sd``, ``seeds``, ``params``, ``device``, ...) and every run (``runs``); ``sparkling plan --map
-<out_dir>/measure.json`` reads it beside the package's map.
+``--devices 2 --strategy fsdp1``). ``--jobs J`` on GPUs gives each of the J runs at a time its own ``devices`` of
+the visible GPUs and its own master port (:mod:`~lightning_sparkling.pretrain.measure.placement`). The runs go to
+``<out_dir>/measure/`` (``growth/seed<k>``, ``scratch-x<b>/seed<k>``); an interrupted measurement resumes, skipping
+finished runs. The result, ``<out_dir>/measure.json``, holds the cell in the map's format (``cells``: ``speedup``,
+``speedup_sd``, ``delta``, ``sd``, ``seeds``, ``params``, ``device``, ...) and every run (``runs``); ``sparkling plan
+--map <out_dir>/measure.json`` reads it beside the package's map.
 
 Example::
 
@@ -33,6 +34,7 @@ from lightning_sparkling.pretrain.advice.verdict import phrase, verdict
 from lightning_sparkling.pretrain.measure.measure_runs import (MeasureRun, is_done, plan_runs, prepare_data,
                                                                read_result, train_runs)
 from lightning_sparkling.pretrain.measure.measure_stats import compare
+from lightning_sparkling.pretrain.measure.placement import Placement, PlacementError, place_jobs
 
 DEFAULT_BUDGETS = (0.7, 1.0, 1.4, 2.0)
 """The scratch budgets, as multiples of the growth run's FLOPs (1.0, equal FLOPs, is always trained)."""
@@ -40,7 +42,8 @@ OPTIONS = {"--budgets": str, "--seeds": int, "--jobs": int}
 HELP_OPTIONS = """
   --budgets B,...  scratch budgets as multiples of the growth run's FLOPs (default 0.7,1,1.4,2; 1 is always trained)
   --seeds N        seeds (the config's seed, seed + 1, ...; default 1)
-  --jobs J         runs at a time (default 1)
+  --jobs J         runs at a time (default 1); on GPUs each gets its own `devices` of the visible GPUs
+                   (CUDA_VISIBLE_DEVICES) and master port: jobs x devices must fit them
   --map FILE       a measured map (a measure.json) whose cell for this config the summary cites, as `plan --map`
 
 Every other option is `sparkling pretrain`'s (`sparkling pretrain --help`)."""
@@ -124,6 +127,11 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
         print("error: eval.final_validation: false: sparkling measure compares the runs' final val loss; set "
               "eval.final_validation: true", file=sys.stderr)
         return 2
+    try:  # before any run starts: jobs x devices must fit the visible GPUs
+        placement = place_jobs(opts["jobs"], run.devices, run.accelerator)
+    except PlacementError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     run_plan = plan_run(run, cells=cells)  # the stages' plans, the compute and the advice, once
     est, grown = run_plan.compute, run_plan.final_config
     out = Path(run.out_dir) / "measure"
@@ -137,7 +145,7 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
     try:
         if opts["jobs"] > 1 and not all(is_done(r) for r in runs):
             prepare_data(run)
-        failed = train_runs(runs, opts["jobs"])
+        failed = train_runs(runs, opts["jobs"], placement=placement)
     except KeyboardInterrupt:
         print("sparkling measure: interrupted; run it again to resume (finished runs are kept)", file=sys.stderr)
         return 130
@@ -145,7 +153,7 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
         print(f"error: {len(failed)} run(s) failed: {', '.join(r.name for r in failed)} (see their run.log)",
               file=sys.stderr)
         return 1
-    result = measurement(runs, run_plan, rest, jobs=opts["jobs"])
+    result = measurement(runs, run_plan, rest, jobs=opts["jobs"], placement=placement)
     path = Path(run.out_dir) / "measure.json"
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(describe(result))
@@ -153,30 +161,37 @@ def main_measure(argv: Sequence[str], parse: Callable[[Sequence[str], str], tupl
     return 0
 
 
-def shared_device_note(jobs: int, devices: int = 1) -> str | None:
-    """Why a wall-clock ratio of these runs means nothing, or ``None`` when each run trained alone.
+def shared_device_note(jobs: int, devices: int = 1, *, alone: bool = False) -> str | None:
+    """Why a wall-clock ratio of these runs means nothing, or ``None`` when each run trained alone: one at a time, or
+    ``alone`` (each on its own slice of the GPUs: :attr:`~.placement.Placement.alone`).
 
     Example::
 
         >>> shared_device_note(1) is None
         True
+        >>> shared_device_note(4, 2, alone=True) is None
+        True
         >>> shared_device_note(3)[:40]
         'not compared: the runs trained 3 at a ti'
     """
-    if jobs <= 1:
+    if jobs <= 1 or alone:
         return None
     return (f"not compared: the runs trained {jobs} at a time on the same {'devices' if devices > 1 else 'device'}, "
             "so their seconds count what ran beside them, not their FLOPs; measure with --jobs 1 on an otherwise "
-            "idle machine for a time ratio")
+            "idle machine, or on GPUs with --jobs x devices within the visible GPUs (each run on its own), for a "
+            "time ratio")
 
 
-def measurement(runs: Sequence[MeasureRun], run_plan: RunPlan, argv: Sequence[str], jobs: int = 1) -> dict:
+def measurement(runs: Sequence[MeasureRun], run_plan: RunPlan, argv: Sequence[str], jobs: int = 1,
+                placement: Placement | None = None) -> dict:
     """``measure.json``: ``cells`` (one cell in the measured map's format), ``growth_recipe`` and ``recipe_note``,
     ``per_seed``, ``wall_speedup`` and ``runs`` (each run's name, folder, final val loss, FLOPs and seconds).
 
     ``wall_speedup`` is scratch's time to the growth run's final loss over the growth run's, from each run's steady
-    steps (its phases' median step times times their steps), and only when the runs trained one at a time
-    (``jobs`` 1); otherwise ``None``, and ``wall_clock_note`` says why (:func:`shared_device_note`).
+    steps (its phases' median step times times their steps), and only when each run trained alone: one at a time
+    (``jobs`` 1) or each on its own GPUs (``placement.alone``: :func:`~.placement.place_jobs`); otherwise ``None``,
+    and ``wall_clock_note`` says why (:func:`shared_device_note`). ``gpus``: each job slot's ``CUDA_VISIBLE_DEVICES``
+    (``None``: not sliced, the CPU).
 
     The cell's ``recipe`` is the map's name of the run's recipe, the one ``sparkling plan`` matches for this config
     (``advice.recipe``: the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_name`); ``growth_recipe`` is
@@ -208,7 +223,8 @@ def measurement(runs: Sequence[MeasureRun], run_plan: RunPlan, argv: Sequence[st
     cell["where"] = f"sparkling measure {' '.join(argv)} ({when})"
     cell.update(cell_size(grown, device=_device(run), precision=str(run.precision), corpus=_corpus(run),
                           tie_embeddings=run.train.tie_embeddings))
-    note = shared_device_note(jobs, int(getattr(run, "devices", 1) or 1))
+    note = shared_device_note(jobs, int(getattr(run, "num_devices", 1) or 1),
+                              alone=placement is not None and placement.alone)
     if note is not None:
         for entry in stats["per_seed"].values():
             entry.pop("wall_speedup", None)
@@ -217,6 +233,7 @@ def measurement(runs: Sequence[MeasureRun], run_plan: RunPlan, argv: Sequence[st
             "map_cell": cited,
             "per_seed": stats["per_seed"], "wall_speedup": None if note else stats["wall_speedup"],
             "wall_speedup_sd": None if note else stats["wall_speedup_sd"], "wall_clock_note": note, "jobs": jobs,
+            "gpus": placement.describe() if placement is not None else None,
             "runs": [{"name": r.name, "kind": r.kind, "budget": r.budget, "seed": r.seed, "run_dir": str(r.run_dir),
                       **read_result(r)} for r in runs]}
 

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import yaml
 
+from lightning_sparkling.pretrain.measure.placement import Placement, place_jobs
 
 #: the command that trains one run; ``--config <file>`` is appended (tests put a stand-in here)
 PRETRAIN: tuple[str, ...] = (sys.executable, "-m", "lightning_sparkling.pretrain.cli", "pretrain")
@@ -132,7 +133,8 @@ def prepare_data(run: Any) -> None:
 
 def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], None] = print,
                env: dict[str, str] | None = None, *, deadline: float | None = None,
-               on_done: Callable[[TrainingRun], None] | None = None) -> list[TrainingRun]:
+               on_done: Callable[[TrainingRun], None] | None = None,
+               placement: Placement | None = None) -> list[TrainingRun]:
     """Train every unfinished run, in order, ``jobs`` at a time; returns the runs that failed (their ``run.log``
     says why). A run's directory is emptied before it starts (an unfinished or stale run trains from the start).
 
@@ -147,7 +149,15 @@ def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], 
             the failed runs are returned as when every run ends (a deadline is no interrupt: nothing is raised);
             ``None``: no deadline.
         on_done: called with each run that finished (e.g. to append it to a results file).
+        placement: where each of the ``jobs`` slots runs (:func:`~.placement.place_jobs`: on GPUs its own
+            ``CUDA_VISIBLE_DEVICES``; its own ``MASTER_PORT``); a run takes a free slot's variables (over ``env``)
+            and gives the slot back when it ends. ``None``: the CPU's (distinct master ports only).
     """
+    placement = placement or place_jobs(jobs, 1, "cpu")
+    if placement.jobs != jobs:
+        raise ValueError(f"a placement of {placement.jobs} slots for {jobs} jobs: place as many slots as jobs")
+    free_slots = list(range(jobs))
+    slot_of: dict[int, int] = {}  # id(process) -> its slot
     todo = [r for r in runs if not is_done(r)]
     log(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to train ({jobs} at a time)")
     running: list[tuple[subprocess.Popen, TrainingRun, Any, float]] = []
@@ -168,8 +178,9 @@ def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], 
                     f"(trained again next time), {not_started} not started")
                 break
             while todo and len(running) < jobs:
-                run = todo.pop(0)
-                running.append((*_start(run, env), run.flops))
+                run, slot = todo.pop(0), free_slots.pop(0)
+                running.append((*_start(run, {**(env or {}), **placement.env(slot)}), run.flops))
+                slot_of[id(running[-1][0])] = slot
                 log(f"start {running[-1][1].name} ({running[-1][1].run_dir})")
             _wait_any(running, timeout=1.0)
             for item in list(running):
@@ -177,6 +188,7 @@ def train_runs(runs: Sequence[TrainingRun], jobs: int = 1, log: Callable[[str], 
                 if proc.poll() is None:
                     continue
                 running.remove(item)
+                free_slots.append(slot_of.pop(id(proc)))
                 logf.close()
                 done += 1
                 flops_done += flops
