@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_sparkling.growth.recipes import RECIPES, RecipeName, recipe_name
+from lightning_sparkling.growth.recipes import RECIPES
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.measure import command as measure_module
 from lightning_sparkling.pretrain.cli import _read_maps, main, parse
 from lightning_sparkling.pretrain.advice.measured import MAP_PATH, load_map
 from lightning_sparkling.pretrain.advice.planning import plan, run_recipe
+from lightning_sparkling.pretrain.advice.recipe_words import RecipeName, recipe_name
 from lightning_sparkling.pretrain.advice.run_plan import plan_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -33,10 +33,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from lightning_sparkling.growth.axes import active_axes, axis_of_size, structural_sizes
-from lightning_sparkling.growth.recipes import RecipeName
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.advice.measured_axes import cell_label
 from lightning_sparkling.pretrain.advice.measured_size import format_params
+from lightning_sparkling.pretrain.advice.recipe_words import RecipeName
 from lightning_sparkling.pretrain.advice.verdict import PAID, TIE, verdict, worse
 
 MAP_PATH = Path(__file__).with_name("measured.json")
@@ -252,7 +252,7 @@ DEMO_TOKENS_PER_PARAM = 1.0
 @dataclass(frozen=True)
 class Advice:
     """What the map says about a run: ``category`` the run's map category (:func:`classify_category`), ``recipe`` the
-    map's name of its recipe (the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_name`, matched with
+    map's name of its recipe (the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_facts`, matched with
     the cells'), ``label`` and ``recipe_note`` what the advice calls it and why (``None``: ``recipe``, no note),
     ``cell`` the nearest measured comparison of the run's category, recipe and schedule (``None``: none of them
     measured), ``near`` whether it is within :data:`NEAR_RATIO` and :data:`NEAR_TIMING` of the run, ``pays``
@@ -546,7 +546,7 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     ceiling (printed beside the cell's).
 
     ``recipe``: the map's name of the run's recipe, or its
-    :class:`~lightning_sparkling.growth.recipes.RecipeName` (:func:`~lightning_sparkling.growth.recipes.recipe_name`
+    :class:`~lightning_sparkling.pretrain.advice.recipe_words.RecipeName` (:func:`~lightning_sparkling.pretrain.advice.recipe_words.recipe_name`
     of the stages: its ``key`` is matched, its ``label`` and ``note`` are what the advice prints)."""
     name = recipe if isinstance(recipe, RecipeName) else RecipeName(recipe, recipe)
     recipe = name.key
