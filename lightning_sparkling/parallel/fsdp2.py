@@ -29,13 +29,9 @@ from lightning_sparkling.growth.surgery import (
     derived_buffers,
     grow_tensors,
 )
-from lightning_sparkling.parallel.base import (  # noqa: F401 (the old names stay importable here)
+from lightning_sparkling.parallel.base import (
     ShardedBackend,
-    check_sharding_supported,
     grown_values,
-    hook_strategy_resume,
-    parent_and_attr,
-    peek_callback_state,
     place_meta_gpt,
     rebuilt_result_params,
 )

@@ -136,23 +136,6 @@ def test_plan_finds_the_cell_measure_wrote_for_every_example(tmp_path, monkeypat
 
 
 
-def test_a_measure_json_written_with_the_old_compound_label_still_matches(tmp_path, monkeypatch):
-    """A ``measure.json`` written before issue 49 (``"wsd, here the keys of paper"``) is read as its map name."""
-    monkeypatch.setattr(measure_module, "train_runs", _fake_train)
-    config = tiny_config(tmp_path / "cache", growth={"stages": GROWTHS["depth"]}, rms_monitor=None)
-    config["train"].update(lr_schedule="wsd", save_interval=None)
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    result, _, run = _measure_then_plan(path, tmp_path)
-    old = tmp_path / "old.json"
-    result["cells"][0]["recipe"] = "wsd, here the keys of paper"
-    old.write_text(json.dumps({"cells": result["cells"]}))
-    (cell,) = load_map(old)
-    assert cell.recipe == "paper"
-    advice = plan(run, print_report=False, cells=_read_maps([str(old)]))["regime_advice"]
-    assert f"docs/BENCHMARKS.md, {cell.where})" in advice
-
-
 def test_no_stored_or_advised_recipe_label_is_a_compound_string():
     """Every cell of the package's map is labelled with a plain recipe name, the one plan matches on."""
     data = json.loads(MAP_PATH.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""The plan of a run, computed once per command (issue 53): :func:`plan_run` turns a resolved run into a
+"""The plan of a run, computed once per command: :func:`plan_run` turns a resolved run into a
 :class:`RunPlan`: each stage's ``GrowthPlan`` (the dry runs :func:`~lightning_sparkling.pretrain.config.resolve.resolve`
 made, :func:`stage_plans`), the sizes each stage changes, the compute of the run's phases (their configs, active and
 total parameters and steps; ``6 N_active D`` FLOPs against the final shape from scratch) and what the measured map
