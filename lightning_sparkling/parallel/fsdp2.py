@@ -28,6 +28,7 @@ from lightning_sparkling.growth.surgery import (
     UndoLog,
     derived_buffers,
     grow_tensors,
+    is_tied,
 )
 from lightning_sparkling.parallel.base import (
     ShardedBackend,
@@ -155,7 +156,7 @@ def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: Gro
     replaces the old one on the LightningModule; ``GrowthResult.rollback()`` puts the old one back.
     """
     reshard(gpt)
-    tied = gpt.lm_head.weight is gpt.transformer.wte.weight
+    tied = is_tied(gpt)
     plan = checked_plan(plan, gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     swap = UndoLog()
     start = time.perf_counter()
