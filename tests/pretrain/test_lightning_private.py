@@ -16,7 +16,11 @@ from packaging.version import Version
 
 import lightning_sparkling
 from lightning_sparkling.pretrain.training import lightning_private
-from lightning_sparkling.pretrain.training.lightning_private import LIGHTNING_RANGE, PRIVATE_NAMES, TESTED_LIGHTNING
+from lightning_sparkling.pretrain.training.lightning_private import (
+    LIGHTNING_RANGE,
+    PRIVATE_NAMES,
+    TESTED_LIGHTNING,
+)
 from lightning_sparkling.pretrain.training.run_callbacks import RunCheckpoint
 
 
