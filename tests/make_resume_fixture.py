@@ -2,10 +2,12 @@
 after the growth, written by the code on ``PYTHONPATH``, and the weights the same code ends with when it resumes from
 it.
 
-Run with an older release (or commit) of the package first on the path, e.g.::
+Run with the package first on the path, e.g. (from the repository root)::
 
-    git worktree add --detach /tmp/old <commit>
-    PYTHONPATH=/tmp/old:tests python tests/make_resume_fixture.py tests/fixtures
+    PYTHONPATH=.:tests python tests/make_resume_fixture.py tests/fixtures
+
+To check that a later change still resumes a stored checkpoint, write the fixtures with an earlier commit first on
+the path (``git worktree add --detach /tmp/old <commit>``; ``PYTHONPATH=/tmp/old:tests``).
 
 Each case writes ``resume_<case>.ckpt`` (the checkpoint at step ``SAVE``) and ``resume_<case>_final.pt`` (the
 model's state_dict after resuming to ``MAX_STEPS``), both small (a 1-layer GPT of width 16 grown to 24).
@@ -14,7 +16,6 @@ model's state_dict after resuming to ``MAX_STEPS``), both small (a 1-layer GPT o
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import torch
@@ -46,11 +47,9 @@ MODULES = {"cosine": TinyModule, "wsd": WSDModule}
 
 
 def callback():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from lightning_sparkling import WidthGrowthCallback  # the name every release has
+    from lightning_sparkling import GrowthCallback
 
-    return WidthGrowthCallback(stages(), seed=3)
+    return GrowthCallback(stages(), seed=3)
 
 
 def fit(case: str, ckpt_dir: Path | None = None, ckpt_path: str | None = None) -> TinyModule:

@@ -48,7 +48,7 @@ from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
-from lightning_sparkling.growth.recipes import (AUTO, recipe_name, resolve_recipe, same_keys, schedule_of,
+from lightning_sparkling.growth.recipes import (AUTO, recipe_facts, resolve_recipe, same_keys, schedule_of,
                                                 schedule_recipe)
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord, growth_state
 from lightning_sparkling.growth.stage import (WIDTH_SIZE_KEYS, GrowthStage, check_rewarmup_fits, check_stage_order,
@@ -511,15 +511,15 @@ class GrowthCallback(Callback):
 
     def _recipe_line(self, k: int, plan: GrowthPlan) -> str:
         """The recipe stage ``k`` grew by, and why (``auto``: the module's schedule), named as ``sparkling plan`` and
-        ``measure`` name it (:func:`~lightning_sparkling.growth.recipes.recipe_name`: where the measured map names
+        ``measure`` name it (:func:`~lightning_sparkling.growth.recipes.recipe_facts`: where the measured map names
         its keys another recipe's, a note says so); none for a stage that added no entries (``plan``)."""
         stage = self.stages[k]
         if not plan.adds_entries:
             return "none applies: the stage adds no new entries (no init, new-entry optimizer state or re-warmup)"
-        name = recipe_name([stage])
+        name = recipe_facts([stage])
         why = (f" (recipe auto under the {self._schedule} schedule)" if self._given_stages[k].recipe == AUTO
                and self._schedule is not None else "")
-        note = f"; {name.note}" if name.note else ""
+        note = f"; the measured map names it {name.key}" if name.reason else ""
         return f"{name.label}{why}: init {stage.init}, rewarmup_ratio {stage.rewarmup_ratio}{note}"
 
     def _carry_forward(self, plan: GrowthPlan) -> None:

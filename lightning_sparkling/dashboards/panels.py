@@ -44,7 +44,7 @@ TAG_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _x_mappers(runs: list[RunScalars], x_axis: XAxis) -> tuple[list, str, bool]:
+def x_mappers(runs: list[RunScalars], x_axis: XAxis) -> tuple[list, str, bool]:
     """Per run a ``steps -> x`` function, the axis label, whether the axis is engineering-formatted."""
     if x_axis not in ("step", "tokens", "flops"):
         raise ValueError(f"x_axis must be 'step', 'tokens' or 'flops', got {x_axis!r}")
@@ -59,11 +59,11 @@ def _x_mappers(runs: list[RunScalars], x_axis: XAxis) -> tuple[list, str, bool]:
             return identity, f"optimizer step ({x_axis} not logged by {run.name}: fell back to step)", False
         steps, values = run.scalars[tag]
         values = np.maximum.accumulate(values)  # cumulative counter: monotone
-        mappers.append(lambda s, st=steps.astype(np.float64), v=values: _interp_extrapolate(s, st, v))
+        mappers.append(lambda s, st=steps.astype(np.float64), v=values: interp_extrapolate(s, st, v))
     return mappers, ("tokens seen" if x_axis == "tokens" else "training FLOPs"), True
 
 
-def _interp_extrapolate(s, steps: np.ndarray, values: np.ndarray) -> np.ndarray:
+def interp_extrapolate(s, steps: np.ndarray, values: np.ndarray) -> np.ndarray:
     s = np.asarray(s, dtype=np.float64)
     out = np.interp(s, steps, values)
     rate = (values[-1] - values[0]) / max(steps[-1] - steps[0], 1.0)
@@ -76,7 +76,7 @@ def _interp_extrapolate(s, steps: np.ndarray, values: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _ema(values: np.ndarray, weight: float) -> np.ndarray:
+def ema(values: np.ndarray, weight: float) -> np.ndarray:
     out = np.empty_like(values)
     acc, norm = 0.0, 0.0
     for k, v in enumerate(values):  # debiased EMA, as TensorBoard's smoothing slider
@@ -86,7 +86,7 @@ def _ema(values: np.ndarray, weight: float) -> np.ndarray:
     return out
 
 
-def _tag(lines: list, tag: str) -> None:
+def tag_lines(lines: list, tag: str) -> None:
     """Mark the lines drawn from ``tag`` (``gid == "tag:<tag>"``: tests and post-processing find a tag's curve)."""
     for line in lines:
         line.set_gid(TAG_GID_PREFIX + tag)
@@ -96,13 +96,13 @@ def _blocks_text(old: int, new: int) -> str:
     return f"{old}\u2192{new} blocks"
 
 
-def _growth_lines(ax: Axes, run: RunScalars, xmap, color, label: bool, annotate: bool = False,
+def growth_lines(ax: Axes, run: RunScalars, xmap, color, label: bool, annotate: bool = False,
                   single: bool = False) -> None:
     depth = {step: (a, b) for step, a, b in run.depth_changes()} if annotate else {}
     for k, (step, stage) in enumerate(run.growth_steps()):
         x = float(xmap([step])[0])
         line = ax.axvline(x, color=color, linestyle="--", linewidth=1.3, alpha=0.9,
-                          label=(_line_label(run, "growth", single) if label and k == 0 else None))
+                          label=(line_label(run, "growth", single) if label and k == 0 else None))
         line.set_gid(GROWTH_GID)
         if annotate:
             text = f"stage {stage}" + (f", {_blocks_text(*depth[step])}" if step in depth else "")
@@ -118,27 +118,27 @@ def _loss_panel(ax: Axes, runs: list[RunScalars], mappers, colors) -> None:
             steps, values = run.scalars[tag]
             x = xmap(steps)
             if len(values) > 30:
-                _tag(ax.plot(x, values, color=color, alpha=0.25, linewidth=0.8), tag)
-                _tag(ax.plot(x, _ema(values, 0.8 if len(values) < 300 else 0.95), color=color, linewidth=1.8,
-                             label=_line_label(run, "train (smoothed)", single)), tag)
+                tag_lines(ax.plot(x, values, color=color, alpha=0.25, linewidth=0.8), tag)
+                tag_lines(ax.plot(x, ema(values, 0.8 if len(values) < 300 else 0.95), color=color, linewidth=1.8,
+                             label=line_label(run, "train (smoothed)", single)), tag)
             else:
-                _tag(ax.plot(x, values, color=color, linewidth=1.8, label=_line_label(run, "train", single)), tag)
+                tag_lines(ax.plot(x, values, color=color, linewidth=1.8, label=line_label(run, "train", single)), tag)
             drew = True
         vtag = run.first(VAL_LOSS_TAGS)
         if vtag is not None:
             steps, values = run.scalars[vtag]
-            _tag(ax.plot(xmap(steps), values, color=color, linestyle=":", marker="o", markersize=4, linewidth=1.4,
-                         label=_line_label(run, "val", single)), vtag)
+            tag_lines(ax.plot(xmap(steps), values, color=color, linestyle=":", marker="o", markersize=4, linewidth=1.4,
+                         label=line_label(run, "val", single)), vtag)
             drew = True
-        _growth_lines(ax, run, xmap, color, label=True, annotate=True, single=single)
+        growth_lines(ax, run, xmap, color, label=True, annotate=True, single=single)
     if not drew:
-        _empty(ax, "no train_loss / val_loss scalars")
+        empty_panel(ax, "no train_loss / val_loss scalars")
     ax.set_title("Loss")
     ax.set_ylabel("cross-entropy loss")
-    _robust_ylim(ax, runs)
+    robust_ylim(ax, runs)
 
 
-def _robust_ylim(ax: Axes, runs: list[RunScalars]) -> None:
+def robust_ylim(ax: Axes, runs: list[RunScalars]) -> None:
     vals = []
     for run in runs:
         for tags in (TRAIN_LOSS_TAGS, VAL_LOSS_TAGS):
@@ -162,24 +162,25 @@ def _lr_panel(ax: Axes, runs: list[RunScalars], mappers, colors) -> None:
     for run, xmap, color in zip(runs, mappers, colors):
         for tag in run.with_prefix("lr-"):
             steps, values = run.scalars[tag]
-            _tag(ax.plot(xmap(steps), values, color=color, linewidth=1.6, label=_line_label(run, f"{tag} (old entries)", single)),
-                 tag)
+            label = line_label(run, f"{tag} (old entries)", single)
+            tag_lines(ax.plot(xmap(steps), values, color=color, linewidth=1.6, label=label), tag)
             drew = True
         for k, tag in enumerate(run.with_prefix(LR_NEW_PREFIX)):
             steps, values = run.scalars[tag]
-            _tag(ax.plot(xmap(steps), values, color=color, linewidth=1.6, linestyle=styles[k % len(styles)],
-                         label=_line_label(run, f"new entries, {tag.rsplit('/', 1)[-1].replace('_', ' ')}", single)), tag)
+            label = line_label(run, f"new entries, {tag.rsplit('/', 1)[-1].replace('_', ' ')}", single)
+            tag_lines(ax.plot(xmap(steps), values, color=color, linewidth=1.6, linestyle=styles[k % len(styles)],
+                              label=label), tag)
             drew = True
-        _growth_lines(ax, run, xmap, color, label=False)
+        growth_lines(ax, run, xmap, color, label=False)
     if not drew:
-        _empty(ax, "no lr-* / growth/lr_new/* scalars")
+        empty_panel(ax, "no lr-* / growth/lr_new/* scalars")
     ax.set_title("Learning rate: old vs new entries")
     ax.set_ylabel("learning rate")
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
 
 
-def _heatmap(ax: Axes, fig: Figure, run: RunScalars, rows: list[tuple[str, str]], title: str, cbar_label: str, xmap,
-             gid: str, ylabel: str) -> None:
+def draw_heatmap(ax: Axes, fig: Figure, run: RunScalars, rows: list[tuple[str, str]], title: str, cbar_label: str, xmap,
+                 gid: str, ylabel: str) -> None:
     """A (row x step) heatmap of ``rows`` = ``[(row label, tag)]`` of ``run``; missing cells grey."""
     from matplotlib import colormaps
     from matplotlib.colors import LogNorm, Normalize
@@ -214,16 +215,16 @@ def _heatmap(ax: Axes, fig: Figure, run: RunScalars, rows: list[tuple[str, str]]
                        [lab if k % max(1, len(rows) // 8) == 0 else "" for k, lab in enumerate(labels)])
     ax.set_ylabel(ylabel + (" (grey: not in the model yet)" if np.isnan(grid).any() else ""))
     ax.set_title(f"{title}\n[{run.name}]", fontsize=10)
-    _growth_lines(ax, run, xmap, "white", label=False)
+    growth_lines(ax, run, xmap, "white", label=False)
 
 
-def _heatmap_panel(ax: Axes, fig: Figure, run: RunScalars, prefix: str, title: str, cbar_label: str, xmap) -> bool:
+def heatmap_panel(ax: Axes, fig: Figure, run: RunScalars, prefix: str, title: str, cbar_label: str, xmap) -> bool:
     """The block x step heatmap of the ``{prefix}NN`` tags (one row per block position); False if none."""
     tags = {int(t[len(prefix):]): t for t in run.with_prefix(prefix) if t[len(prefix):].isdigit()}
     if not tags:
         return False
     rows = [(str(b), tags[b]) for b in sorted(tags)]
-    _heatmap(ax, fig, run, rows, title, cbar_label, xmap, HEATMAP_GID, "block position")
+    draw_heatmap(ax, fig, run, rows, title, cbar_label, xmap, HEATMAP_GID, "block position")
     for step, old, new in run.depth_changes(prefix):
         text = ax.annotate(_blocks_text(old, new), xy=(float(xmap([step])[0]), len(rows) - 0.5), xycoords="data",
                            xytext=(3, -2), textcoords="offset points", fontsize=8, color="white", va="top",
@@ -240,7 +241,7 @@ def _minor_label(v: float, norm) -> bool:
     return any(abs(mant - m) < 1e-6 for m in (2, 5))
 
 
-def _empty(ax: Axes, text: str) -> None:
+def empty_panel(ax: Axes, text: str) -> None:
     """Say in the middle of an empty panel why it is empty, wrapped to stay inside the axes (off its axis labels)."""
     import textwrap
 
@@ -248,7 +249,7 @@ def _empty(ax: Axes, text: str) -> None:
             fontsize=9)
 
 
-def _pick_heatmap_run(runs: list[RunScalars], heatmap_run: str | int | None) -> int:
+def pick_heatmap_run(runs: list[RunScalars], heatmap_run: str | int | None) -> int:
     if isinstance(heatmap_run, int):
         if not 0 <= heatmap_run < len(runs):
             raise ValueError(f"heatmap_run={heatmap_run} but there are {len(runs)} runs")
@@ -263,7 +264,7 @@ def _pick_heatmap_run(runs: list[RunScalars], heatmap_run: str | int | None) -> 
     return (grown or with_rms or [0])[0]
 
 
-def _line_label(run: RunScalars, text: str, single: bool) -> str:
+def line_label(run: RunScalars, text: str, single: bool) -> str:
     return text if single else f"{run.name}: {text}"
 
 
@@ -276,24 +277,24 @@ def _symmetry_panel(ax: Axes, runs: list[RunScalars], mappers, colors) -> None:
         for k, tag in enumerate(run.with_prefix(SYMMETRY_PREFIX)):
             steps, values = run.scalars[tag]
             stage, _, axis = tag[len(SYMMETRY_PREFIX):].partition("/")
-            _tag(ax.plot(xmap(steps), values, linewidth=1.6,
+            tag_lines(ax.plot(xmap(steps), values, linewidth=1.6,
                          color=TAG_PALETTE[k % len(TAG_PALETTE)] if single else color,
                          linestyle="-" if single else styles[k % len(styles)],
-                         label=_line_label(run, f"{stage.replace('_', ' ')}: {axis}", single)), tag)
+                         label=line_label(run, f"{stage.replace('_', ' ')}: {axis}", single)), tag)
             drew = True
         for tag in run.with_prefix(BOOST_PREFIX):
             if twin is None:
                 twin = ax.twinx()
                 twin.set_label(ax.get_label())  # the same panel
             steps, values = run.scalars[tag]
-            _tag(twin.step(xmap(steps), values, where="post", color="0.35" if single else color, linestyle=":",
+            tag_lines(twin.step(xmap(steps), values, where="post", color="0.35" if single else color, linestyle=":",
                            linewidth=1.4,
-                           label=_line_label(run, f"LR boost, {tag.rsplit('/', 1)[-1].replace('_', ' ')}", single)),
+                           label=line_label(run, f"LR boost, {tag.rsplit('/', 1)[-1].replace('_', ' ')}", single)),
                  tag)
             drew = True
-        _growth_lines(ax, run, xmap, color, label=False)
+        growth_lines(ax, run, xmap, color, label=False)
     if not drew:
-        _empty(ax, "no symmetry/* scalars (a growth with copied channels logs them)")
+        empty_panel(ax, "no symmetry/* scalars (a growth with copied channels logs them)")
     ax.set_title("Symmetry of copied channels")
     ax.set_ylabel("mean cosine, copy vs source")
     if twin is not None:
@@ -310,12 +311,12 @@ def _final_hidden_panel(ax: Axes, runs: list[RunScalars], mappers, colors) -> No
     for run, xmap, color in zip(runs, mappers, colors):
         if FINAL_HIDDEN_TAG in run.scalars:
             steps, values = run.scalars[FINAL_HIDDEN_TAG]
-            _tag(ax.plot(xmap(steps), values, color=color, linewidth=1.6, marker=".", markersize=4,
-                         label=_line_label(run, FINAL_HIDDEN_TAG, len(runs) == 1)), FINAL_HIDDEN_TAG)
+            tag_lines(ax.plot(xmap(steps), values, color=color, linewidth=1.6, marker=".", markersize=4,
+                         label=line_label(run, FINAL_HIDDEN_TAG, len(runs) == 1)), FINAL_HIDDEN_TAG)
             drew = True
-        _growth_lines(ax, run, xmap, color, label=False)
+        growth_lines(ax, run, xmap, color, label=False)
     if not drew:
-        _empty(ax, f"no {FINAL_HIDDEN_TAG} scalar (add ActivationRMSMonitor)")
+        empty_panel(ax, f"no {FINAL_HIDDEN_TAG} scalar (add ActivationRMSMonitor)")
     ax.set_title("Final hidden state RMS (ln_f input)")
     ax.set_ylabel("RMS")
 
@@ -325,7 +326,7 @@ def _gain_panel(ax: Axes, fig: Figure, run: RunScalars, xmap) -> bool:
     if not tags:
         return False
     rows = [(t[len(GAIN_PREFIX):].replace("block_", ""), t) for t in tags]
-    _heatmap(ax, fig, run, rows, "linear RMS gain RMS(y) / RMS(x)", "gain", xmap, GAIN_GID, "block/linear")
+    draw_heatmap(ax, fig, run, rows, "linear RMS gain RMS(y) / RMS(x)", "gain", xmap, GAIN_GID, "block/linear")
     ax.tick_params(axis="y", labelsize=6)
     return True
 
@@ -342,8 +343,8 @@ def _line_panel(panel):
 
 def _block_heatmap(prefix: str, ptitle: str, clabel: str):
     def draw(ax, fig, runs, mappers, colors, heat) -> bool:
-        if not _heatmap_panel(ax, fig, heat[0], prefix, ptitle, clabel, heat[1]):
-            _empty(ax, f"no {prefix}* scalars (add ActivationRMSMonitor)")
+        if not heatmap_panel(ax, fig, heat[0], prefix, ptitle, clabel, heat[1]):
+            empty_panel(ax, f"no {prefix}* scalars (add ActivationRMSMonitor)")
             ax.set_title(ptitle)
         _name_heatmap_run(ax, runs, heat[0])
         return False
@@ -353,7 +354,7 @@ def _block_heatmap(prefix: str, ptitle: str, clabel: str):
 
 def _draw_gain(ax, fig, runs, mappers, colors, heat) -> bool:
     if not _gain_panel(ax, fig, heat[0], heat[1]):
-        _empty(ax, f"no {GAIN_PREFIX}* scalars (ActivationRMSMonitor(per_linear=True))")
+        empty_panel(ax, f"no {GAIN_PREFIX}* scalars (ActivationRMSMonitor(per_linear=True))")
         ax.set_title("linear RMS gain RMS(y) / RMS(x)")
     _name_heatmap_run(ax, runs, heat[0])
     return False
@@ -366,7 +367,7 @@ def _name_heatmap_run(ax: Axes, runs: list[RunScalars], run: RunScalars) -> None
         ax.set_title(f"{base}\n[{run.name}] (1 of {len(runs)} runs; --heatmap-run NAME for another)", fontsize=10)
 
 
-_DRAWERS = {
+DRAWERS = {
     "loss": _line_panel(_loss_panel),
     "lr": _line_panel(_lr_panel),
     "symmetry": _line_panel(_symmetry_panel),

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_sparkling.dashboards.panels import (  # noqa: F401 (the names of before stay importable from here)
-    _DRAWERS,
+    DRAWERS,
     DEPTH_GID,
     GAIN_GID,
     GROWTH_GID,
@@ -56,17 +56,17 @@ from lightning_sparkling.dashboards.panels import (  # noqa: F401 (the names of 
     PANEL_LABEL_PREFIX,
     TAG_GID_PREFIX,
     TAG_PALETTE,
-    _empty,
-    _ema,
-    _growth_lines,
-    _heatmap,
-    _heatmap_panel,
-    _interp_extrapolate,
-    _line_label,
-    _pick_heatmap_run,
-    _robust_ylim,
-    _tag,
-    _x_mappers,
+    empty_panel,
+    ema,
+    growth_lines,
+    draw_heatmap,
+    heatmap_panel,
+    interp_extrapolate,
+    line_label,
+    pick_heatmap_run,
+    robust_ylim,
+    tag_lines,
+    x_mappers,
 )
 from lightning_sparkling.dashboards.scalars import (  # noqa: F401 (the names of before stay importable from here)
     BOOST_PREFIX,
@@ -111,7 +111,7 @@ def panel_of(chart: Chart) -> str:
     Raises:
         KeyError: when no panel draws it.
     """
-    if chart.panel not in _DRAWERS:
+    if chart.panel not in DRAWERS:
         raise KeyError(f"no sparkling plot panel draws the TensorBoard chart {chart.title!r} (panel {chart.panel!r})")
     return chart.panel
 
@@ -179,9 +179,9 @@ def dashboard_figure(logdirs: Sequence[str | Path], x_axis: XAxis = "step", titl
 
     runs = _load_all(logdirs)
     chosen = resolve_panels(panels, runs)
-    mappers, xlabel, eng = _x_mappers(runs, x_axis)
+    mappers, xlabel, eng = x_mappers(runs, x_axis)
     colors = [TAG_PALETTE[k % len(TAG_PALETTE)] for k in range(len(runs))]
-    heat_run_idx = _pick_heatmap_run(runs, heatmap_run)
+    heat_run_idx = pick_heatmap_run(runs, heatmap_run)
     heat = (runs[heat_run_idx], mappers[heat_run_idx])
 
     ncols, cells = _grid(chosen)
@@ -191,7 +191,7 @@ def dashboard_figure(logdirs: Sequence[str | Path], x_axis: XAxis = "step", titl
     line_axes = []
     for name, (row, col, width) in zip(chosen, cells):
         ax = fig.add_subplot(gs[row, col:col + width], label=PANEL_LABEL_PREFIX + name)
-        if _DRAWERS[name](ax, fig, runs, mappers, colors, heat):
+        if DRAWERS[name](ax, fig, runs, mappers, colors, heat):
             line_axes.append(ax)
         ax.set_xlabel(xlabel)
         if eng:

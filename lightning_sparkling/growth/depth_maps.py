@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from lightning_sparkling.growth.errors import StageError
 
 DEPTH_SIZE_KEY = "n_layer"
-"""The depth axis' size key (``DEPTH_AXIS`` until 0.3.0)."""
+"""The depth axis' size key."""
 DEPTH_INITS: tuple[str, ...] = ("copy-zero", "copy", "random-zero")
 DEPTH_ORDERS: tuple[str, ...] = ("stack", "interleave", "middle")
 _BLOCK = re.compile(r"^transformer\.h\.(\d+)\.(.+)$")

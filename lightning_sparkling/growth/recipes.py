@@ -16,14 +16,14 @@ what :func:`~lightning_sparkling.growth.surgery.grow_model` and ``plan_growth`` 
 
 The named recipes themselves are :data:`RECIPES` (a stage's keys completed by :func:`apply_recipe`). What a
 resolved stage's recipe is called, by the measured map (the name its cells are matched on) and for a reader (the
-recipe it grew by, and why the two differ), is :func:`recipe_name`: ``sparkling measure``, ``sparkling plan`` and the
+recipe it grew by, and why the two differ), is :func:`recipe_facts`: ``sparkling measure``, ``sparkling plan`` and the
 growth log all name it there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from lightning_sparkling.growth.axes import HEAD_SIZE_KEYS, WIDTH_SIZE_KEYS
@@ -31,7 +31,7 @@ from lightning_sparkling.growth.errors import StageError
 from lightning_sparkling.growth.schedules import SCHEDULES, baseline_of
 
 __all__ = ["AUTO", "PAPER_KEYS", "RECIPES", "RECIPE_DEFAULT", "RECIPE_KEYS", "SCHEDULE_RECIPES", "WIDTH_ONLY_RECIPES",
-           "RecipeName", "apply_recipe", "grows_channels", "recipe_keys", "recipe_name", "resolve_recipe", "same_keys",
+           "RecipeFacts", "apply_recipe", "grows_channels", "recipe_facts", "recipe_keys", "resolve_recipe", "same_keys",
            "schedule_of", "schedule_recipe"]
 
 RECIPES: dict[str, dict[str, Any]] = {
@@ -62,7 +62,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 RECIPE_KEYS: frozenset[str] = frozenset(key for keys in RECIPES.values() for key in keys)
 """The :class:`.GrowthStage` keys some named recipe sets (``init``, ``rewarmup_ratio``, the symmetry loop's): those
-that tell recipes apart (:func:`recipe_name`)."""
+that tell recipes apart (:func:`recipe_facts`)."""
 
 PAPER_KEYS: dict[str, Any] = {"init": "copy-copy", "rewarmup_ratio": 1.3, "symmetry_target": None,
                               "symmetry_max_boost": 8.0, "symmetry_release": "hold"}
@@ -254,36 +254,39 @@ def same_keys(a: Any, b: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class RecipeName:
-    """What the recipe of resolved stages is called (:func:`recipe_name`).
+class RecipeFacts:
+    """What the recipe of resolved stages is called, as facts (:func:`recipe_facts`; the advice puts them in words).
 
-    ``key``: the measured map's name of the keys the stages have, always a name of :data:`RECIPES`: the ``recipe``
-    of the cell ``sparkling measure`` writes for them and the name ``sparkling plan`` matches the map's cells on.
-    ``label``: the recipe they grew by, for a reader (``growth.recipe`` resolved, or the stages' own ``recipe``).
-    ``note``: in words, why ``key`` is not ``label`` (``None`` when they are the same recipe).
+    Attributes:
+        key: the measured map's name of the stages' keys, always a name of :data:`RECIPES`: the ``recipe`` of the
+            cell ``sparkling measure`` writes and the name ``sparkling plan`` matches the map's cells on.
+        label: the recipe they grew by (``growth.recipe`` resolved, or the stages' own ``recipe``).
+        reason: why ``key`` is not ``label``: ``"several"`` (the stages name several recipes), ``"own-keys"`` (they
+            set recipe keys themselves), ``"same-as"`` (``label`` grows them as ``key`` does); ``None``: no note.
+        named: whether ``key`` is a named recipe's keys (``False``: keys of no named recipe, named ``paper``).
+        recipes: the recipes the stages name, sorted.
+        own_keys: the recipe keys the stages set themselves, sorted.
+        n_stages: how many stages.
     """
 
     key: str
     label: str
-    note: str | None = None
+    reason: str | None = None
+    named: bool = True
+    recipes: tuple[str, ...] = ()
+    own_keys: tuple[str, ...] = ()
+    n_stages: int = 1
 
-    def describe(self) -> str:
-        """``'wsd'``, or the label and its note: ``'wsd (wsd grows a stage that ...)'``."""
-        return f"{self.label} ({self.note})" if self.note else self.label
 
-
-def recipe_name(stages: Sequence[Any]) -> RecipeName:
+def recipe_facts(stages: Sequence[Any]) -> RecipeFacts:
     """The one name of the recipe of resolved ``stages`` (:class:`.GrowthStage` objects whose ``recipe`` is no
-    longer ``auto``: :func:`resolve_recipe`), for ``sparkling measure`` (the cell it writes), ``sparkling plan``
-    (the cells it matches and the advice it prints) and the growth log, so a cell measured for a run is found for it.
+    longer ``auto``: :func:`resolve_recipe`), for ``sparkling measure``, ``sparkling plan`` and the growth log, so a
+    cell measured for a run is found for it.
 
-    The ``key`` is the map's name of what the stages' keys are: ``paper`` when every stage keeps the paper's value of
-    every recipe key (what a stage that only adds layers gets from any recipe but ``random-zero``), else another
-    recipe of :data:`RECIPES` whose keys every stage has, else ``paper`` (keys of no named recipe). The ``label`` is
-    the recipe the stages name (the ``key`` when they name several, or none yet, or when they add no width channels
-    or heads, on which alone a recipe's init and loop act: then every recipe that gives them the ``key``'s keys grows
-    them as ``key`` does, one plan and one name); ``note`` says in words why the two differ: the recipe grows these
-    width stages as another does, or the stages set recipe keys themselves.
+    The ``key`` is ``paper`` when every stage keeps the paper's value of every recipe key, else another recipe of
+    :data:`RECIPES` whose keys every stage has, else ``paper``. The ``label`` is the recipe the stages name (the
+    ``key`` when they name several, none yet, or add no width channels or heads, the only entries a recipe's init
+    and loop act on: there every recipe giving them the ``key``'s keys grows them alike, one plan and one name).
 
     Args:
         stages: the stages of one run (one stage: that stage alone), resolved.
@@ -291,35 +294,28 @@ def recipe_name(stages: Sequence[Any]) -> RecipeName:
     Example::
 
         >>> from lightning_sparkling.growth.stage import GrowthStage
-        >>> recipe_name([GrowthStage(100, n_layer=8, recipe="wsd")])  # wsd grows new layers as paper does
-        RecipeName(key='paper', label='paper', note=None)
-        >>> recipe_name([GrowthStage(100, n_embd=128, recipe="wsd")])
-        RecipeName(key='wsd', label='wsd', note=None)
+        >>> recipe_facts([GrowthStage(100, n_layer=8, recipe="wsd")])  # wsd grows new layers as paper does
+        RecipeFacts(key='paper', label='paper', reason=None, named=True, recipes=('wsd',), own_keys=(), n_stages=1)
+        >>> recipe_facts([GrowthStage(100, n_embd=128, recipe="recommended", rewarmup_scope="all")]).reason
+        'same-as'
     """
     stages = list(stages)
     key, named = _map_name(stages)
-    recipes = sorted({s.recipe for s in stages})
-    it, its = ("it", "its") if len(stages) == 1 else ("them", "their")
-    names = f"the measured map names {it} {key}" + ("" if named else f" ({its} keys are no named recipe's)")
+    recipes = tuple(sorted({s.recipe for s in stages}))
+    facts = RecipeFacts(key, key, None, named, recipes, (), len(stages))
     if len(recipes) > 1:
-        return RecipeName(key, key, f"the stages name the recipes {', '.join(recipes)}; {names}")
+        return replace(facts, reason="several")
     if not recipes or recipes[0] == AUTO:  # no stage, or one not resolved yet: its keys are all there is
-        return RecipeName(key, key)
+        return facts
     (label,) = recipes
-    own = sorted({k for s in stages for k in _own_recipe_keys(s)})
+    own = tuple(sorted({k for s in stages for k in _own_recipe_keys(s)}))
     if own:
-        the = "the stage sets" if len(stages) == 1 else "the stages set"
-        return RecipeName(key, label, f"{the} {', '.join(own)} itself, so {names}" if key != label or not named
-                          else None)
-    if key == label:
-        return RecipeName(key, label)
-    if not any(grows_channels(s.to_dict()) for s in stages):
+        return replace(facts, label=label, own_keys=own, reason="own-keys" if key != label or not named else None)
+    if key == label or not any(grows_channels(s.to_dict()) for s in stages):
         # a recipe's init and symmetry loop act on new width channels and heads only: stages that add none (layers,
-        # experts) grow under it exactly as under ``key``, one plan, so one name (a pasted --suggest block naming
-        # ``paper`` and the same schedule under ``auto`` are matched and labelled alike)
-        return RecipeName(key, key)
-    these = "this stage" if len(stages) == 1 else "these stages"
-    return RecipeName(key, label, f"{label} grows {these} as {key} does, so {names}")
+        # experts) grow under it exactly as under ``key``, one plan, so one name
+        return facts
+    return replace(facts, label=label, reason="same-as")
 
 
 def _map_name(stages: Sequence[Any]) -> tuple[str, bool]:

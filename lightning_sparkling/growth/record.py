@@ -2,8 +2,8 @@
 
 Pure Python (no torch, no Lightning): the callback writes one at each growth, the new-entry LR rebuilds the stage's
 re-warmup from it (:func:`~lightning_sparkling.growth.baselines.record_rewarmup_lambda`), the symmetry loop updates
-its boost, and checkpoints hold :meth:`StageRecord.to_dict` (the plain dict of string keys the callback has always
-written, so checkpoints of every release load with :meth:`StageRecord.from_dict`).
+its boost, and checkpoints hold :meth:`StageRecord.to_dict` (a plain dict of string keys, read back with
+:meth:`StageRecord.from_dict`).
 """
 
 from __future__ import annotations
@@ -16,32 +16,24 @@ _UNSET: Any = object()
 
 GROWTH_STATE_KEY = "GrowthCallback"
 """The key of the growth callback's state in a Lightning checkpoint's ``callbacks`` (``GrowthCallback.state_key``,
-the callback's name). Read it with :func:`growth_state`, which also reads :data:`FORMER_GROWTH_STATE_KEYS`."""
-
-FORMER_GROWTH_STATE_KEYS: tuple[str, ...] = ("WidthGrowthCallback",)
-"""The keys the callback's state had in checkpoints written before issue 47 (its class's old name): still read, so
-those checkpoints resume (``tests/fixtures/*.ckpt``); never written."""
+the callback's name). Read it with :func:`growth_state`."""
 
 
 def growth_state(callbacks: Mapping[str, Any] | None) -> Any:
-    """The growth callback's state in a checkpoint's ``callbacks`` dict: under :data:`GROWTH_STATE_KEY`, else under
-    a key of :data:`FORMER_GROWTH_STATE_KEYS`; ``None`` when it holds none.
+    """The growth callback's state in a checkpoint's ``callbacks`` dict (under :data:`GROWTH_STATE_KEY`); ``None``
+    when it holds none.
 
     Args:
         callbacks: ``checkpoint["callbacks"]`` (``None``: a checkpoint without callback states).
 
     Example::
 
-        >>> growth_state({"WidthGrowthCallback": {"grown": 1}}), growth_state({"GrowthCallback": {"grown": 2}})
-        ({'grown': 1}, {'grown': 2})
+        >>> growth_state({"GrowthCallback": {"grown": 2}}), growth_state({"ModelCheckpoint": {}})
+        ({'grown': 2}, None)
         >>> growth_state(None) is None
         True
     """
-    callbacks = callbacks or {}
-    for key in (GROWTH_STATE_KEY, *FORMER_GROWTH_STATE_KEYS):
-        if key in callbacks:
-            return callbacks[key]
-    return None
+    return (callbacks or {}).get(GROWTH_STATE_KEY)
 
 
 @dataclasses.dataclass
@@ -90,7 +82,7 @@ class StageRecord:
         return self.lr_decay[flat]
 
     def to_dict(self) -> dict[str, Any]:
-        """The checkpointed form: the keys and values the callback has always written."""
+        """The checkpointed form: a plain dict of string keys (``lr_decay`` only once it is set)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "lr_decay"}
         if self.has_lr_decay:
             out["lr_decay"] = self.lr_decay
@@ -98,7 +90,7 @@ class StageRecord:
 
     @classmethod
     def from_dict(cls, state: Mapping[str, Any]) -> StageRecord:
-        """A record from a checkpoint's dict (any release's: keys added later take their defaults)."""
+        """A record from a checkpoint's dict (:meth:`to_dict`; a key it lacks takes its default)."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: _plain(v) for k, v in state.items() if k in known})
 

@@ -105,9 +105,7 @@ class RewarmupLR(torch.optim.lr_scheduler.LambdaLR):
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        # checkpoints written before 0.2 hold each lambda's __dict__: ignored, the lambdas given here are the same
-        state_dict = {**state_dict, "lr_lambdas": [None] * len(self.lr_lambdas)}
-        super().load_state_dict(state_dict)
+        super().load_state_dict(state_dict)  # its lr_lambdas are None (state_dict): the lambdas given here stay
         # LambdaLR restores last_epoch but not the groups' lr: refresh them (LearningRateMonitor reads them)
         for group, lam in zip(self.optimizer.param_groups, self.lr_lambdas):
             group["lr"] = float(lam(self.last_epoch))

@@ -290,7 +290,18 @@ def _perturb_copies(x: torch.Tensor, dims: list, channels: Mapping[str, ChannelC
     return x
 
 
-def _is_tied(model: nn.Module) -> bool:
+def is_tied(model: nn.Module) -> bool:
+    """Whether the litgpt ``GPT`` ``model``'s output head and input embedding share one weight (tied embeddings).
+
+    Example::
+
+        >>> from litgpt import GPT, Config
+        >>> gpt = GPT(Config(n_embd=8, n_head=2, n_layer=1, block_size=4, vocab_size=16, padded_vocab_size=16))
+        >>> untied = is_tied(gpt)
+        >>> gpt.lm_head.weight = gpt.transformer.wte.weight
+        >>> untied, is_tied(gpt)
+        (False, True)
+    """
     return model.lm_head.weight is model.transformer.wte.weight
 
 
@@ -502,7 +513,7 @@ def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_ind
     """
     start = time.perf_counter()
     check_plain_gpt(model, plan)
-    tied = _is_tied(model)
+    tied = is_tied(model)
     plan = checked_plan(plan, model.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     current = dict(model.named_parameters(remove_duplicate=False))
     sources = {spec.source_name: current[spec.source_name] for spec in plan.tensors.values()

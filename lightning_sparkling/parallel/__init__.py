@@ -36,7 +36,7 @@ from lightning_sparkling.parallel.registry import (
 )
 from lightning_sparkling.parallel.sharding import shard_gpt, wrap_gpt
 
-__all__ = ["SUPPORTED", "BaseBackend", "GrowthBackend", "ShardedBackend", "backend_class_for", "backend_entry_for",
+__all__ = ["BaseBackend", "GrowthBackend", "ShardedBackend", "backend_class_for", "backend_entry_for",
            "check_strategy_supported", "checkpoint_blocks", "cli_backend", "cli_strategies", "compile_gpt",
            "register_backend", "registered_backends", "select_backend", "shard_gpt", "unregister_backend", "wrap_gpt"]
 
@@ -91,12 +91,3 @@ def check_strategy_supported(trainer: Any) -> None:
     """Refuse, naming it, a strategy growth cannot handle (:func:`select_backend` without keeping the backend)."""
     select_backend(trainer)
 
-
-def __getattr__(name: str) -> Any:
-    if name == "SUPPORTED":  # what select_backend accepts, for messages (kept for old imports): the registry's
-        return tuple(e.usage for e in registered_backends())
-    if name == "SUPPORTED_STRATEGIES":  # the strategy classes select_backend accepts (kept for old imports)
-        from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy, SingleDeviceStrategy
-
-        return (SingleDeviceStrategy, DDPStrategy, ModelParallelStrategy, FSDPStrategy)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

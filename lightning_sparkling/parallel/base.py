@@ -38,7 +38,7 @@ from lightning_sparkling.growth.plan import GrowthPlan
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, growth_state
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import (GrowthResult, UndoLog, clean_name, grow_model, grow_tensors,
-                                               grown_max_seq_length, result_params)
+                                               grown_max_seq_length, is_tied, result_params)
 
 if TYPE_CHECKING:  # Lightning is imported once a fit runs, never by this module
     import lightning.pytorch as pl
@@ -420,7 +420,7 @@ def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: 
         if dtype != param.dtype:
             owner, _, leaf = name.rpartition(".")
             setattr(new.get_submodule(owner), leaf, torch.nn.Parameter(param.to(dtype), param.requires_grad))
-    if old_gpt.lm_head.weight is old_gpt.transformer.wte.weight:
+    if is_tied(old_gpt):
         new.transformer.wte.weight = new.lm_head.weight
     new.max_seq_length = grown_max_seq_length(old_gpt.max_seq_length, old_gpt.config, config)  # a target's block_size
     swap.set(parent, attr, new)

@@ -51,7 +51,7 @@ from lightning_sparkling.growth.optim_state import (
 )
 from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import GrowthResult, UndoLog, clean_name, derived_buffers
+from lightning_sparkling.growth.surgery import GrowthResult, UndoLog, clean_name, derived_buffers, is_tied
 from lightning_sparkling.parallel.base import (ShardedBackend, grown_values, parent_and_attr, place_meta_gpt,
                                             rebuilt_result_params)
 from lightning_sparkling.parallel.sharding import wrap_gpt
@@ -269,7 +269,7 @@ def grow_fsdp1(pl_module: Any, strategy: Any, gpt: nn.Module, stage: GrowthStage
     old_wrapper = fsdp1_wrapper(pl_module, gpt)
     check_fsdp1_layout(pl_module, gpt)
     reshard_units(old_wrapper)  # a forward without backward before (validation, a growth due at once) leaves units full
-    tied = gpt.lm_head.weight is gpt.transformer.wte.weight
+    tied = is_tied(gpt)
     plan = checked_plan(plan, gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     swap = UndoLog()
     start = time.perf_counter()

@@ -28,14 +28,11 @@ from lightning_sparkling.growth.surgery import (
     UndoLog,
     derived_buffers,
     grow_tensors,
+    is_tied,
 )
-from lightning_sparkling.parallel.base import (  # noqa: F401 (the old names stay importable here)
+from lightning_sparkling.parallel.base import (
     ShardedBackend,
-    check_sharding_supported,
     grown_values,
-    hook_strategy_resume,
-    parent_and_attr,
-    peek_callback_state,
     place_meta_gpt,
     rebuilt_result_params,
 )
@@ -159,7 +156,7 @@ def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: Gro
     replaces the old one on the LightningModule; ``GrowthResult.rollback()`` puts the old one back.
     """
     reshard(gpt)
-    tied = gpt.lm_head.weight is gpt.transformer.wte.weight
+    tied = is_tied(gpt)
     plan = checked_plan(plan, gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
     swap = UndoLog()
     start = time.perf_counter()

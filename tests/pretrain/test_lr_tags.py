@@ -10,7 +10,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_sparkling import GrowthCallback, GrowthStage
-from lightning_sparkling.pretrain.training.run_callbacks import OldEntryLRMonitor
+from lightning_sparkling.pretrain.training.lightning_private import OldEntryLRMonitor
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from _tiny import TinyModule, make_trainer  # noqa: E402

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_sparkling.growth.recipes import RECIPES, RecipeName, recipe_name
+from lightning_sparkling.growth.recipes import RECIPES
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.measure import command as measure_module
 from lightning_sparkling.pretrain.cli import _read_maps, main, parse
 from lightning_sparkling.pretrain.advice.measured import MAP_PATH, load_map
 from lightning_sparkling.pretrain.advice.planning import plan, run_recipe
+from lightning_sparkling.pretrain.advice.recipe_words import RecipeName, recipe_name
 from lightning_sparkling.pretrain.advice.run_plan import plan_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -133,23 +134,6 @@ def test_plan_finds_the_cell_measure_wrote_for_every_example(tmp_path, monkeypat
     result, advice, run = _measure_then_plan(ROOT / "examples" / example, tmp_path, "--train.lr_schedule", schedule)
     _assert_found(result, advice, run)
 
-
-
-def test_a_measure_json_written_with_the_old_compound_label_still_matches(tmp_path, monkeypatch):
-    """A ``measure.json`` written before issue 49 (``"wsd, here the keys of paper"``) is read as its map name."""
-    monkeypatch.setattr(measure_module, "train_runs", _fake_train)
-    config = tiny_config(tmp_path / "cache", growth={"stages": GROWTHS["depth"]}, rms_monitor=None)
-    config["train"].update(lr_schedule="wsd", save_interval=None)
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    result, _, run = _measure_then_plan(path, tmp_path)
-    old = tmp_path / "old.json"
-    result["cells"][0]["recipe"] = "wsd, here the keys of paper"
-    old.write_text(json.dumps({"cells": result["cells"]}))
-    (cell,) = load_map(old)
-    assert cell.recipe == "paper"
-    advice = plan(run, print_report=False, cells=_read_maps([str(old)]))["regime_advice"]
-    assert f"docs/BENCHMARKS.md, {cell.where})" in advice
 
 
 def test_no_stored_or_advised_recipe_label_is_a_compound_string():

@@ -33,7 +33,7 @@ from lightning_sparkling.growth.types import DimGrowth, TensorPlan
 SUPPORTED_MLPS = ("GptNeoxMLP", "LLaMAMLP", "GemmaMLP", "LLaMAMoE")
 SHARED_EXPERT_CHANNEL = "shared_expert_size"
 """The channel dimension of the shared experts' inner width (``moe_intermediate_size * n_shared_expert``
-channels): a channel's name, not an axis (``SHARED_EXPERT_AXIS`` until 0.3.0)."""
+channels): a channel's name, not an axis."""
 
 
 def channel_tensors(ctx) -> dict:

@@ -69,7 +69,7 @@ EXPERT_INITS: tuple[str, ...] = ("copy", "drop-upcycle", "random")
 ROUTER_INITS: tuple[str, ...] = ("random", "zero")
 EXPERT_CHANNEL = "n_expert"
 """The channel dimension of the experts (dimension 0 of a router's weight, one entry per expert): a channel's name,
-not an axis (``EXPERT_AXIS`` until 0.3.0)."""
+not an axis."""
 DEFAULT_REINIT_FRACTION = 0.5
 _EXPERT_TENSOR = re.compile(r"^transformer\.h\.(\d+)\.mlp\.experts\.(\d+)\.(fc_1|fc_2|proj)\.(weight|bias)$")
 

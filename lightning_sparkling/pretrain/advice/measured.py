@@ -26,17 +26,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from lightning_sparkling.growth.axes import active_axes, axis_of_size, structural_sizes
-from lightning_sparkling.growth.recipes import RecipeName
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.pretrain.advice.measured_axes import cell_label
 from lightning_sparkling.pretrain.advice.measured_size import format_params
+from lightning_sparkling.pretrain.advice.recipe_words import RecipeName
 from lightning_sparkling.pretrain.advice.verdict import PAID, TIE, verdict, worse
 
 MAP_PATH = Path(__file__).with_name("measured.json")
@@ -50,9 +49,6 @@ states the gap and the size trend and points to ``sparkling measure`` instead of
 MEASURE_HINT = "measure it on this config: sparkling measure --config RUN.yaml"
 FILE_KEY = "axis"
 """The key of a cell's :attr:`MeasuredCell.category` in ``measured.json`` and ``measure.json`` (the files keep it)."""
-_COMPOUND_RECIPE = re.compile(r"^[\w-]+, here the keys of (?P<key>[\w-]+)$")
-"""A cell recipe as ``sparkling measure`` wrote it before issue 49 (``'wsd, here the keys of paper'``): read as its
-map name (``'paper'``)."""
 
 
 @dataclass(frozen=True)
@@ -143,24 +139,18 @@ class MeasuredCell:
 
     @classmethod
     def from_json(cls, cell: dict) -> MeasuredCell:
-        """The cell of one entry of a map file's ``cells`` (its ``"axis"`` is :attr:`category`). A ``recipe`` of the
-        compound form ``sparkling measure`` wrote before issue 49 (``'wsd, here the keys of paper'``) is read as the
-        map name it carried (``'paper'``), so a ``measure.json`` written then still matches its run.
+        """The cell of one entry of a map file's ``cells`` (its ``"axis"`` is :attr:`category`).
 
         Example::
 
-            >>> cell = {"axis": "depth", "recipe": "wsd, here the keys of paper", "schedule": "wsd",
-            ...         "growth_at": 0.8, "tokens_per_param": 20.0, "delta": 0.01, "sd": 0.0, "seeds": 1,
-            ...         "seeds_above": 1, "where": "x"}
-            >>> MeasuredCell.from_json(cell).recipe
-            'paper'
+            >>> cell = {"axis": "depth", "recipe": "paper", "schedule": "wsd", "growth_at": 0.8,
+            ...         "tokens_per_param": 20.0, "delta": 0.01, "sd": 0.0, "seeds": 1, "seeds_above": 1, "where": "x"}
+            >>> MeasuredCell.from_json(cell).category
+            'depth'
         """
         data = dict(cell)
         if FILE_KEY in data:
             data["category"] = data.pop(FILE_KEY)
-        compound = _COMPOUND_RECIPE.match(str(data.get("recipe", "")))
-        if compound:
-            data["recipe"] = compound["key"]
         return cls(**data)
 
     def to_json(self) -> dict:
@@ -252,7 +242,7 @@ DEMO_TOKENS_PER_PARAM = 1.0
 @dataclass(frozen=True)
 class Advice:
     """What the map says about a run: ``category`` the run's map category (:func:`classify_category`), ``recipe`` the
-    map's name of its recipe (the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_name`, matched with
+    map's name of its recipe (the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_facts`, matched with
     the cells'), ``label`` and ``recipe_note`` what the advice calls it and why (``None``: ``recipe``, no note),
     ``cell`` the nearest measured comparison of the run's category, recipe and schedule (``None``: none of them
     measured), ``near`` whether it is within :data:`NEAR_RATIO` and :data:`NEAR_TIMING` of the run, ``pays``
@@ -517,7 +507,7 @@ def _init_key(category: str) -> str:
 
 def run_init(stages: Sequence[GrowthStage], category: str) -> str | None:
     """The ``init`` a run is matched on: a one-stage experts run's ``expert_init``; a depth run whose every stage
-    starts its new blocks otherwise than ``copy-zero`` (the map's depth cells before issue 46) its ``depth_init``
+    starts its new blocks otherwise than ``copy-zero`` (the map's plain depth cells) its ``depth_init``
     (``copy``: G_stack's full copy); ``None`` elsewhere.
 
     Example::
@@ -546,7 +536,7 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     ceiling (printed beside the cell's).
 
     ``recipe``: the map's name of the run's recipe, or its
-    :class:`~lightning_sparkling.growth.recipes.RecipeName` (:func:`~lightning_sparkling.growth.recipes.recipe_name`
+    :class:`~lightning_sparkling.pretrain.advice.recipe_words.RecipeName` (:func:`~lightning_sparkling.pretrain.advice.recipe_words.recipe_name`
     of the stages: its ``key`` is matched, its ``label`` and ``note`` are what the advice prints)."""
     name = recipe if isinstance(recipe, RecipeName) else RecipeName(recipe, recipe)
     recipe = name.key

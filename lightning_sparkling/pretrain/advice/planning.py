@@ -198,12 +198,12 @@ def _rewarmup_window(stage, max_steps: int) -> dict[str, Any] | None:
 # ------------------------------------------------------------------------------------------------------------ recipe
 def run_recipe(stages: Sequence[Any]) -> str:
     """The recipe a run's stages follow, as the measured map names it: the ``key`` of
-    :func:`~lightning_sparkling.growth.recipes.recipe_name` (``paper`` when every stage keeps the paper's value of
+    :func:`~lightning_sparkling.growth.recipes.recipe_facts` (``paper`` when every stage keeps the paper's value of
     every recipe key, what a depth-only stage gets from any recipe but ``random-zero``; else another recipe of
     :data:`~lightning_sparkling.growth.stage.RECIPES` when every stage has that recipe's keys; else ``paper``)."""
-    from lightning_sparkling.growth.recipes import recipe_name
+    from lightning_sparkling.growth.recipes import recipe_facts
 
-    return recipe_name(stages).key
+    return recipe_facts(stages).key
 
 
 # ------------------------------------------------------------------------------------------------------------ print

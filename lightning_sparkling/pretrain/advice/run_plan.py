@@ -1,4 +1,4 @@
-"""The plan of a run, computed once per command (issue 53): :func:`plan_run` turns a resolved run into a
+"""The plan of a run, computed once per command: :func:`plan_run` turns a resolved run into a
 :class:`RunPlan`: each stage's ``GrowthPlan`` (the dry runs :func:`~lightning_sparkling.pretrain.config.resolve.resolve`
 made, :func:`stage_plans`), the sizes each stage changes, the compute of the run's phases (their configs, active and
 total parameters and steps; ``6 N_active D`` FLOPs against the final shape from scratch) and what the measured map
@@ -149,13 +149,13 @@ def _advice(run: ResolvedRun, sizes: Sequence[dict[str, tuple[int, int]]], compu
     """What the project's measured map (:mod:`~lightning_sparkling.pretrain.advice.measured`) says about ``run``: the
     comparison nearest to its map category, recipe, schedule, timing, token ratio and model size, or that none is near;
     ``None`` without growth stages. The run's recipe is named once, by
-    :func:`~lightning_sparkling.growth.recipes.recipe_name`: cells are matched on its ``key`` (what ``sparkling
+    :func:`~lightning_sparkling.pretrain.advice.recipe_words.recipe_name`: cells are matched on its ``key`` (what ``sparkling
     measure`` writes for this run), the advice prints its ``label`` and ``note``."""
     if not run.stages:
         return None
-    from lightning_sparkling.growth.recipes import recipe_name
     from lightning_sparkling.pretrain.advice.measured import advise
     from lightning_sparkling.pretrain.advice.measured_axes import block_family
+    from lightning_sparkling.pretrain.advice.recipe_words import recipe_name
 
     return advise(run.stages, total_steps=run.steps, tokens_per_param=run.total_tokens / compute.active_params[-1],
                   recipe=recipe_name(run.stages), schedule=run.train.lr_schedule,

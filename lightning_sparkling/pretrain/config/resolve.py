@@ -525,7 +525,7 @@ def _resolve_length(ns: Any, train: TrainArgs, evaluation: EvalArgs, num_devices
 
 
 def _check_lr_schedule(train: TrainArgs) -> None:
-    """``train.lr_schedule``, ``train.lr_decay_fraction`` and ``train.lr_decay_shape`` (issue 23: WSD)."""
+    """``train.lr_schedule``, ``train.lr_decay_fraction`` and ``train.lr_decay_shape`` (WSD)."""
     if train.lr_schedule not in SCHEDULES:
         raise ConfigError("train.lr_schedule", f"choose {' or '.join(SCHEDULES)}, got {train.lr_schedule!r}")
     fraction = train.lr_decay_fraction

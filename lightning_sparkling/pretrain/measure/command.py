@@ -194,7 +194,7 @@ def measurement(runs: Sequence[MeasureRun], run_plan: RunPlan, argv: Sequence[st
     (``None``: not sliced, the CPU).
 
     The cell's ``recipe`` is the map's name of the run's recipe, the one ``sparkling plan`` matches for this config
-    (``advice.recipe``: the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_name`); ``growth_recipe`` is
+    (``advice.recipe``: the ``key`` of :func:`~lightning_sparkling.growth.recipes.recipe_facts`); ``growth_recipe`` is
     the recipe the run grew by (its ``label``) and ``recipe_note`` why the two differ, in words (``None``: they
     do not), e.g. ``wsd`` and the note that it grows a stage that only adds layers as ``paper`` does. ``run_plan``:
     the measured run's plan (its advice, schedule, compute and the model it grows into)."""

@@ -1,8 +1,8 @@
 """Optimizers from litgpt-style specs (``"AdamW"``, ``"torch.optim.Muon"`` or ``{class_path, init_args}``): the
 spec normalized and checked before a run (:func:`normalize_optimizer`, :func:`_optimizer_info`,
 :func:`_check_fresh_bias_correction`), resolved to a class (:func:`resolve_optimizer`) and built over a GPT (Muon for
-the block matrices plus AdamW for the rest: :func:`_build_optimizers`), with the step-interval LR schedule of each
-(:func:`_schedule_steps`, :func:`_schedule_configs`) and global-norm clipping (:func:`_clip_global_norm`). Adam and
+the block matrices plus AdamW for the rest: :func:`build_optimizers`), with the step-interval LR schedule of each
+(:func:`lr_schedule_steps`, :func:`schedule_configs`) and global-norm clipping (:func:`clip_global_norm`). Adam and
 AdamW run fused where their parameters allow it (:func:`fused_kwargs`), as litgpt's pretrain does on CUDA.
 """
 
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
     from lightning_sparkling.growth.stage import GrowthStage
 
-__all__ = ["DEFAULT_MIN_LR_RATIO", "DEFAULT_WARMUP_FRACTION", "fused_kwargs", "normalize_optimizer",
-           "resolve_optimizer"]
+__all__ = ["DEFAULT_MIN_LR_RATIO", "DEFAULT_WARMUP_FRACTION", "build_optimizers", "clip_global_norm", "fused_kwargs",
+           "is_muon", "lr_schedule_steps", "min_lr_ratio_of", "normalize_optimizer", "resolve_optimizer",
+           "schedule_configs"]
 
 DEFAULT_WARMUP_FRACTION = 0.03
 """Warmup length when neither ``lr_warmup_steps`` nor ``lr_warmup_fraction`` is given (the paper: 3% of steps)."""
@@ -74,7 +75,7 @@ def resolve_optimizer(optimizer: str | dict) -> tuple[type[torch.optim.Optimizer
     return cls, init_args
 
 
-def _is_muon(cls: type) -> bool:
+def is_muon(cls: type) -> bool:
     muon = getattr(torch.optim, "Muon", None)
     return (muon is not None and issubclass(cls, muon)) or cls.__name__ == "Muon"
 
@@ -117,7 +118,7 @@ def _optimizer_info(spec: Union[str, dict]) -> tuple[str, bool, float]:
     lr = float(opt.defaults.get("lr", opt.param_groups[0]["lr"]))
     if not lr > 0:
         raise ConfigError("optimizer.init_args.lr", f"must be positive, got {lr}")
-    return cls.__name__, _is_muon(cls), lr
+    return cls.__name__, is_muon(cls), lr
 
 
 def _optimizer_defaults(spec: Union[str, dict]) -> dict[str, Any]:
@@ -247,7 +248,7 @@ def _split_muon_params(model: GPT) -> tuple[list[nn.Parameter], list[nn.Paramete
     return muon, adamw
 
 
-def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
+def build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
                       muon_adamw: dict[str, Any]) -> list[torch.optim.Optimizer]:
     """The optimizer of ``optimizer_spec`` over the trainable parameters of ``model``; with Muon, Muon over the
     block matrices and AdamW (Muon's ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``, updated by
@@ -275,7 +276,7 @@ def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
     return [main, keep_kernel_on_load(torch.optim.AdamW(adamw_params, **aux_args))]
 
 
-def _clip_global_norm(optimizers: list[Any], max_norm: float | None) -> None:
+def clip_global_norm(optimizers: list[Any], max_norm: float | None) -> None:
     """Clip the gradients of every parameter of ``optimizers`` to one global norm ``max_norm`` (falsy: no-op)."""
     if max_norm:
         params = [p for opt in optimizers for g in opt.param_groups for p in g["params"] if p.grad is not None]
@@ -298,14 +299,14 @@ def warmup_steps(total: int, lr_warmup_steps: int | None, lr_warmup_fraction: fl
     return math.ceil(fraction * total)
 
 
-def _schedule_steps(max_steps: int | None, trainer_max_steps: int | None, lr_warmup_steps: int | None,
-                    lr_warmup_fraction: float | None) -> tuple[int, int]:
+def lr_schedule_steps(max_steps: int | None, trainer_max_steps: int | None, lr_warmup_steps: int | None,
+                      lr_warmup_fraction: float | None) -> tuple[int, int]:
     """``(warmup_steps, total_steps)`` of the LR schedule: total is ``max_steps``, else the Trainer's; warmup is
     ``lr_warmup_steps``, else ``ceil(fraction * total)`` (fraction default :data:`DEFAULT_WARMUP_FRACTION`).
 
     Example::
 
-        >>> _schedule_steps(200, None, None, None), _schedule_steps(None, 100, 5, None)
+        >>> lr_schedule_steps(200, None, None, None), lr_schedule_steps(None, 100, 5, None)
         ((6, 200), (5, 100))
     """
     total = max_steps
@@ -320,12 +321,12 @@ def _schedule_steps(max_steps: int | None, trainer_max_steps: int | None, lr_war
     return int(warmup), int(total)
 
 
-def _min_lr_ratio(min_lr: float | None, base_lr: float) -> float:
+def min_lr_ratio_of(min_lr: float | None, base_lr: float) -> float:
     """``min_lr / base_lr`` (:data:`DEFAULT_MIN_LR_RATIO` when ``min_lr`` is ``None``), checking both LRs.
 
     Example::
 
-        >>> _min_lr_ratio(None, 1e-3), _min_lr_ratio(1e-4, 1e-3)
+        >>> min_lr_ratio_of(None, 1e-3), min_lr_ratio_of(1e-4, 1e-3)
         (0.01, 0.1)
     """
     if base_lr <= 0:
@@ -337,7 +338,7 @@ def _min_lr_ratio(min_lr: float | None, base_lr: float) -> float:
     return min_lr / base_lr
 
 
-def _schedule_configs(optimizers: list[torch.optim.Optimizer], schedule: Callable[[], WarmupStableDecay]) -> list[dict]:
+def schedule_configs(optimizers: list[torch.optim.Optimizer], schedule: Callable[[], WarmupStableDecay]) -> list[dict]:
     """One Lightning optimizer config per optimizer, each with its own step-interval ``LambdaLR(schedule())`` (a
     registered schedule: :func:`~lightning_sparkling.growth.schedules.build_schedule`)."""
     configs = []

@@ -30,8 +30,8 @@ from lightning_sparkling.growth.schedules import WarmupStableDecay, build_schedu
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
 from lightning_sparkling.parallel.compile import compile_gpt
 from lightning_sparkling.pretrain.model.gpt import _as_config, _rebuilt_gpt, build_gpt
-from lightning_sparkling.pretrain.model.optim import (_build_optimizers, _clip_global_norm, _is_muon, _min_lr_ratio,
-                                                      _schedule_configs, _schedule_steps, resolve_optimizer)
+from lightning_sparkling.pretrain.model.optim import (build_optimizers, clip_global_norm, is_muon, min_lr_ratio_of,
+                                                      schedule_configs, lr_schedule_steps, resolve_optimizer)
 
 __all__ = ["LitGPTPretrainModule"]
 
@@ -182,7 +182,7 @@ class LitGPTPretrainModule(L.LightningModule):
         config = _as_config(model_config)
         optimizer_cls, _ = resolve_optimizer(optimizer)  # validates the spec early
         _check_module_args(max_steps, lr_warmup_steps, lr_warmup_fraction, min_lr, max_norm, accumulate_grad_batches)
-        self.uses_muon = _is_muon(optimizer_cls)
+        self.uses_muon = is_muon(optimizer_cls)
         if muon_adamw is not None and not self.uses_muon:
             raise ValueError("muon_adamw is only used with optimizer Muon")
 
@@ -332,7 +332,7 @@ class LitGPTPretrainModule(L.LightningModule):
             return False
         optimizers = _as_list(self.optimizers())
         schedulers = _as_list(self.lr_schedulers())
-        _clip_global_norm(optimizers, self.max_norm)
+        clip_global_norm(optimizers, self.max_norm)
         # Only the first step goes through Lightning's optimizer wrapper: each wrapper step counts one
         # `trainer.global_step`, and one optimizer step of this module is one global step.
         optimizers[0].step()
@@ -365,14 +365,14 @@ class LitGPTPretrainModule(L.LightningModule):
     def schedule_steps(self) -> tuple[int, int]:
         """``(warmup_steps, total_steps)`` of the LR schedule (total from ``max_steps`` or the Trainer's)."""
         trainer_steps = self._trainer.max_steps if self._trainer is not None else -1
-        return _schedule_steps(self.max_steps, trainer_steps, self.lr_warmup_steps, self.lr_warmup_fraction)
+        return lr_schedule_steps(self.max_steps, trainer_steps, self.lr_warmup_steps, self.lr_warmup_fraction)
 
     def configure_optimizers(self) -> dict | list[dict]:
         """The optimizer(s) and step-interval ``LambdaLR(WarmupCosineLambda)`` (or ``WSDLambda``) scheduler(s)."""
         warmup, total = self.schedule_steps()
-        optimizers = _build_optimizers(self.model, self.optimizer_spec, self.uses_muon, self.muon_adamw)
-        min_lr_ratio = _min_lr_ratio(self.min_lr, float(optimizers[0].param_groups[0]["lr"]))
-        configs = _schedule_configs(optimizers, lambda: build_schedule(
+        optimizers = build_optimizers(self.model, self.optimizer_spec, self.uses_muon, self.muon_adamw)
+        min_lr_ratio = min_lr_ratio_of(self.min_lr, float(optimizers[0].param_groups[0]["lr"]))
+        configs = schedule_configs(optimizers, lambda: build_schedule(
             self.lr_schedule, warmup, total, min_lr_ratio, decay_fraction=self.lr_decay_fraction,
             decay_shape=self.lr_decay_shape))
         return configs[0] if len(configs) == 1 else configs

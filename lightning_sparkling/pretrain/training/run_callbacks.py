@@ -1,7 +1,7 @@
 """The Lightning callbacks of a ``sparkling pretrain`` run (built by
 :func:`~lightning_sparkling.pretrain.training.trainer._build_callbacks`): the tokens and FLOPs counter
 (:class:`TokenCounter`), the litgpt checkpoint dirs (:class:`LitGPTExport`), the fit's clock and last validation
-(:class:`RunTracker`), the progress bar counting optimizer steps (:class:`StepProgressBar`), the checkpoint of a Ctrl-C
+(:class:`RunTracker`), the checkpoint of a Ctrl-C
 or a failed step (:class:`InterruptCheckpoint`) and the sample generated after each evaluation
 (:class:`SampleGeneration`, litgpt's ``eval.max_new_tokens``).
 
@@ -15,18 +15,23 @@ import copy
 import signal
 import statistics
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint
+from typing_extensions import override
 
-from lightning_sparkling.pretrain.formatting import _fmt_int, _info
 from lightning_sparkling.growth.compute import active_parameter_count
+from lightning_sparkling.pretrain.formatting import _info
 
-__all__ = ["InterruptCheckpoint", "LitGPTExport", "RunCheckpoint", "RunTracker", "SampleGeneration", "StepProgressBar",
+__all__ = ["DIR_NOT_EMPTY", "InterruptCheckpoint", "LitGPTExport", "RunCheckpoint", "RunTracker", "SampleGeneration",
            "TokenCounter"]
+
+DIR_NOT_EMPTY = r"Checkpoint directory .* exists and is not empty"
+"""The warning ``ModelCheckpoint.setup`` gives for a directory that holds files (:class:`RunCheckpoint`)."""
 
 
 class TokenCounter(pl.Callback):
@@ -43,13 +48,6 @@ class TokenCounter(pl.Callback):
         self._active: int | None = None
         self._key: tuple | None = None
         self.train_losses: dict[int, list[float]] = {}
-
-    @property
-    def state_key(self) -> str:
-        """The ``checkpoint["callbacks"]`` key of the counts: Lightning's default, the class's ``__qualname__``, of
-        when it was defined inside ``cli._callbacks_module``, so the checkpoints written then still resume their
-        counts (and those written now still resume with that version)."""
-        return "_callbacks_module.<locals>.TokenCounter"
 
     def state_dict(self) -> dict[str, Any]:
         return {"flops": self.flops, "step": self.step}
@@ -196,73 +194,6 @@ class RunTracker(pl.Callback):
         return sum(m * n for m, n in zip(medians, steps_per_phase))
 
 
-class OldEntryLRMonitor(LearningRateMonitor):
-    """Lightning's ``LearningRateMonitor`` (``lr-*`` tags) without the growth callback's new-entry schedulers: their
-    LR is logged once, by the callback, as ``growth/lr_new/stage_k`` (the tag the dashboards read), not a second
-    time as ``lr_new/stage_k``."""
-
-    def _extract_stats(self, trainer: pl.Trainer, interval: str) -> dict[str, float]:
-        from lightning_sparkling.callbacks.rewarmup import SCHEDULER_PREFIX
-
-        stats = super()._extract_stats(trainer, interval)
-        return {name: value for name, value in stats.items() if not name.startswith(SCHEDULER_PREFIX)}
-
-
-class StepProgressBar(RichProgressBar):
-    """Lightning's rich bar, counting optimizer steps against ``max_steps`` (with the tokens seen and the loss)
-    instead of the micro-batches of one data epoch (``Epoch 0/-2``, and ``300/149`` after a resume): one bar
-    for the whole run, at ``trainer.global_step`` from the first batch on, resumed runs included."""
-
-    def __init__(self, tokens_per_step: int) -> None:
-        super().__init__()
-        self.tokens_per_step = int(tokens_per_step)
-
-    @property
-    def total_train_batches(self) -> int | float:
-        steps = self.trainer.max_steps
-        return steps if steps is not None and steps > 0 else float("inf")
-
-    def _get_train_description(self, current_epoch: int) -> str:
-        return f"{'step':{len(self.validation_description)}}"
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if self.train_progress_bar_id is None:  # later data epochs continue the same bar
-            super().on_train_epoch_start(trainer, pl_module)
-            self._update(self.train_progress_bar_id, trainer.global_step)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not self.is_disabled and self.train_progress_bar_id is None:
-            self._initialize_train_progress_bar_id()
-        self._update(self.train_progress_bar_id, trainer.global_step)
-        self._update_metrics(trainer, pl_module)
-        self.refresh()
-
-    def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
-        items = super().get_metrics(trainer, pl_module)
-        items.pop("v_num", None)
-        if self._stale_val:  # see on_train_end
-            for key in [k for k in items if k.startswith("val_")]:
-                items.pop(key)
-        items["tokens"] = _fmt_int(trainer.global_step * self.tokens_per_step)
-        return items
-
-    _validated_step: int | None = None  # the optimizer step of the fit's last validation
-    _stale_val: bool = False
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if trainer.state.fn == "fit":
-            self._validated_step = trainer.global_step
-        super().on_validation_end(trainer, pl_module)
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        """The bar's last line (it stays on screen): the metrics of the last step, and a val loss only when it is of
-        that step. An older one goes: the run validates once more after the fit (the summary's val loss), and the
-        bar, printed by then, would keep showing the older value as the run's last."""
-        self._stale_val = self._validated_step is not None and self._validated_step != trainer.global_step
-        self._update_metrics(trainer, pl_module)
-        self.refresh()
-
-
 class RunCheckpoint(ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` for a run that may resume from its own checkpoint directory.
 
@@ -279,9 +210,12 @@ class RunCheckpoint(ModelCheckpoint):
         super().__init__(*args, **kwargs)
         self.resuming = resuming
 
-    def _ModelCheckpoint__warn_if_dir_not_empty(self, dirpath: Any) -> None:  # ModelCheckpoint.setup's check
-        if not self.resuming:
-            getattr(super(), "_ModelCheckpoint__warn_if_dir_not_empty")(dirpath)
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        with warnings.catch_warnings():
+            if self.resuming:  # the directory holds the checkpoint this fit resumes from: no warning
+                warnings.filterwarnings("ignore", message=DIR_NOT_EMPTY)
+            super().setup(trainer, pl_module, stage)
 
 
 class InterruptCheckpoint(pl.Callback):

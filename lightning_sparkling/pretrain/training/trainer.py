@@ -23,14 +23,15 @@ from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 def _callbacks_module() -> types.SimpleNamespace:
     """The callback classes of a CLI run, imported on first use (importing Lightning is slow and ``plan`` does not
     need it): ``TokenCounter``, ``LitGPTExport``, ``RunTracker``, ``StepProgressBar``, ``InterruptCheckpoint``,
-    ``SampleGeneration``, ``RunCheckpoint``, ``OldEntryLRMonitor``
-    (:mod:`~lightning_sparkling.pretrain.training.run_callbacks`)."""
+    ``SampleGeneration``, ``RunCheckpoint`` (:mod:`~lightning_sparkling.pretrain.training.run_callbacks`),
+    ``OldEntryLRMonitor`` (:mod:`~lightning_sparkling.pretrain.training.lightning_private`)."""
+    from lightning_sparkling.pretrain.training import lightning_private as lp
     from lightning_sparkling.pretrain.training import run_callbacks as cb
 
     return types.SimpleNamespace(TokenCounter=cb.TokenCounter, LitGPTExport=cb.LitGPTExport, RunTracker=cb.RunTracker,
-                                 StepProgressBar=cb.StepProgressBar, InterruptCheckpoint=cb.InterruptCheckpoint,
+                                 StepProgressBar=lp.StepProgressBar, InterruptCheckpoint=cb.InterruptCheckpoint,
                                  SampleGeneration=cb.SampleGeneration, RunCheckpoint=cb.RunCheckpoint,
-                                 OldEntryLRMonitor=cb.OldEntryLRMonitor)
+                                 OldEntryLRMonitor=lp.OldEntryLRMonitor)
 
 
 #: Lightning's info lines a CLI run does not print: the device lines (the run's own announcement names the
