@@ -35,10 +35,10 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_sparkling.callbacks.clipping import check_gradient_clipping
-from lightning_sparkling.callbacks.module_parts import find_gpt, token_batch
+from lightning_sparkling.callbacks.module_parts import find_gpt, module_path, token_batch, zero_started_untrained
 from lightning_sparkling.callbacks.rewarmup import (RewarmupSchedulers, check_baseline_schedulers,
                                                     check_fresh_bias_correction, flat_groups, has_rewarmup,
                                                     resolve_min_lrs)
@@ -49,7 +49,7 @@ from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
 from lightning_sparkling.growth.recipes import (AUTO, recipe_name, resolve_recipe, same_keys, schedule_of,
-                                                schedule_recipe)
+                                                schedule_recipe, stage_differences)
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord, growth_state
 from lightning_sparkling.growth.stage import (WIDTH_SIZE_KEYS, GrowthStage, check_rewarmup_fits, check_stage_order,
                                               check_stage_sequence, resolve_timing)
@@ -110,7 +110,7 @@ class GrowthCallback(Callback):
 
     def __init__(self, stages: GrowthStage | Sequence[GrowthStage], *, min_lr: float | None = None,
                  seed: int = 0, symmetry_every_n_steps: int | None = None,
-                 plans: Sequence[GrowthPlan] | None = None) -> None:
+                 plans: Sequence[GrowthPlan] | None = None, model_attr: str | None = None) -> None:
         stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
         if not stages:
             raise ValueError("GrowthCallback(stages=[]): give at least one GrowthStage")
@@ -147,6 +147,13 @@ class GrowthCallback(Callback):
             raise ValueError("GrowthCallback(plans=...): expected GrowthPlan objects (plan_growth's), one per stage")
         self._given_plans: tuple[GrowthPlan, ...] = tuple(plans or ())  # the caller's: applied where they fit
         self._remove_resume_hook_fn: Callable[[], None] | None = None
+        if model_attr is not None and (not isinstance(model_attr, str) or not model_attr):
+            raise ValueError(f"GrowthCallback(model_attr={model_attr!r}): give the dotted attribute path of the GPT "
+                             "to grow inside the LightningModule, e.g. 'student'")
+        self.model_attr = model_attr
+        self._trainer: pl.Trainer | None = None  # the fit's trainer (its optimizers pick the GPT among several)
+        self._prepared: int | None = None  # id of the GPT setup's checks ran on (None: deferred, not built yet)
+        self._gpt_path: str | None = None  # where the grown GPT sits in the module (checkpointed, for a resume)
         self.summaries: list[dict[str, Any]] = []
         # the records are looked up through self at each use, never captured: load_state_dict replaces them
         self.lr = RewarmupSchedulers(self.stages, lambda: self._records, self._rewarms)  # the new entries' LR
@@ -193,7 +200,8 @@ class GrowthCallback(Callback):
         # plain dicts (copies: records change after growth, the symmetry boost), the keys every release wrote
         return {"grown": self._grown, "seed": self.seed, "stages": [s.to_dict() for s in self.stages],
                 "records": [r.to_dict() for r in self._records],
-                "summaries": [dict(s) for s in self.summaries]}  # a resume past a growth still reports it
+                "summaries": [dict(s) for s in self.summaries],  # a resume past a growth still reports it
+                "model_attr": self._gpt_path}  # the GPT grown, among several (a resume regrows that one)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._adopt_applied(state_dict)
@@ -224,9 +232,13 @@ class GrowthCallback(Callback):
             return
         fraction = any(s.at_fraction is not None for s in self._given_stages[: len(self._applied)])
         old = any(a.recipe == AUTO for a in self._applied)
+        diff = "; ".join(f"stage {k} {key}: checkpoint {x!r}, callback {y!r}"
+                         for k, (a, b) in enumerate(zip(self._applied, mine))
+                         for key, x, y in stage_differences(a, b, recipe="recipe" in a.given_keys and a.recipe != AUTO))
         raise GrowthError(
-            "the checkpoint was grown by different stages than this GrowthCallback has: "
-            f"checkpoint applied {self._applied}, callback has {mine}"
+            f"GrowthCallback: the checkpoint was grown by different stages than this GrowthCallback has ({diff}): "
+            "give GrowthCallback the stages the run was started with, or start a new run from its weights "
+            "(lightning_sparkling.load_grown_checkpoint)"
             + ("; an at_fraction stage takes its step from trainer.max_steps, so resume with the max_steps the "
                "run was started with" if fraction else "")
             + ("; GrowthStage's default recipe is now 'auto' (the CLI's): a checkpoint grown by the paper's "
@@ -253,7 +265,8 @@ class GrowthCallback(Callback):
         if stage != "fit":
             return
         self._backend = select_backend(trainer.strategy)  # refuses unsupported strategies, naming them
-        gpt = find_gpt(pl_module)
+        self._trainer = trainer
+        self._prepared = None
         max_steps = trainer.max_steps
         try:
             self._timed = tuple(resolve_timing(self._given_stages, max_steps))
@@ -272,16 +285,35 @@ class GrowthCallback(Callback):
                     f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would never "
                     "train the grown model; lower at_step or raise max_steps"
                 )
-        self._dry_run(gpt)
-        if max_steps is not None and max_steps >= 0:
-            try:  # the stages with a re-warmup (a stage that adds no entries has none: _rewarms)
-                check_rewarmup_fits([s for k, s in enumerate(self.stages) if k >= self._grown and self._rewarms(k)],
-                                    max_steps)
-            except ValueError as err:
-                # A warning, not a refusal: the documented schedule (rewarmup_lr clamps the warm-up to the steps
-                # left) is well defined, and Python users may shorten a run on purpose. The CLI refuses it.
-                rank_zero_warn(f"GrowthCallback: {err}", category=UserWarning)
+        try:
+            gpt = self._gpt(pl_module)
+        except GrowthError:  # built in configure_model, or one of several GPTs: on_fit_start knows (or refuses)
+            gpt = None
+        if gpt is not None:
+            self._prepare(trainer, gpt)
         self._install_resume_hook(trainer, pl_module)
+
+    def _gpt(self, pl_module: pl.LightningModule, path: str | None = None) -> Any:
+        """The GPT this callback grows (:func:`~.module_parts.find_gpt`): at ``model_attr`` (or ``path``, where a
+        checkpoint recorded it), else the only one, else the one the trainer's optimizers train."""
+        optimizers = self._trainer.optimizers if self._trainer is not None else ()
+        return find_gpt(pl_module, self.model_attr or path, optimizers)
+
+    def _prepare(self, trainer: pl.Trainer, gpt: Any) -> None:
+        """Setup's checks that read the GPT: the dry run of the stages not applied yet, then their re-warmup
+        against ``max_steps`` (run again at fit start when the GPT was not built at setup, or another one trains)."""
+        self._dry_run(gpt)
+        self._prepared = id(gpt)
+        max_steps = trainer.max_steps
+        if max_steps is None or max_steps < 0:
+            return
+        try:  # the stages with a re-warmup (a stage that adds no entries has none: _rewarms)
+            check_rewarmup_fits([s for k, s in enumerate(self.stages) if k >= self._grown and self._rewarms(k)],
+                                max_steps)
+        except ValueError as err:
+            # Refused, as the CLI refuses it: a re-warmup still rising at max_steps leaves the new entries at a
+            # higher LR than the decayed old ones (rewarmup_lr does not shorten the warm-up to the steps left)
+            raise GrowthError(f"GrowthCallback: {err}") from err
 
     def _dry_run(self, gpt: Any) -> None:
         """Plan every stage not applied yet once, each on the config the stages before it grow (shapes only): a
@@ -318,7 +350,7 @@ class GrowthCallback(Callback):
                 check_stage_sequence(self.stages)
             except ValueError as err:
                 raise GrowthError(f"GrowthCallback: {err}") from err
-            self._dry_run(find_gpt(pl_module))
+            self._dry_run(self._gpt(pl_module))
 
     def _plan(self, k: int, config: Any, *, seed: int, tied: bool) -> GrowthPlan:
         """The plan of stage ``k`` on a model of ``config``: the setup dry run's, computed once, where it fits
@@ -356,7 +388,7 @@ class GrowthCallback(Callback):
         if grown <= len(self._regions):
             return
         self._adopt_applied(state)  # the stages as the checkpoint grew them (their recipe resolved then)
-        gpt = find_gpt(pl_module)
+        gpt = self._gpt(pl_module, state.get("model_attr"))
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         config = gpt.config
         plans: list[GrowthPlan] = []
@@ -368,7 +400,11 @@ class GrowthCallback(Callback):
             plans.append(plan)
             config = plan.new_config
         self.backend.regrow(trainer, pl_module, gpt, plans)
-        gpt = find_gpt(pl_module)
+        sizes = ", ".join(f"{key} {a} -> {b}" for key, (a, b) in size_pairs(plans[0].old_config, config).items())
+        rank_zero_info(f"GrowthCallback: the checkpoint was grown by {grown} stage(s); regrew the model before "
+                       f"loading its weights: {sizes}")
+        self._gpt_path = state.get("model_attr")
+        gpt = self._gpt(pl_module, state.get("model_attr"))
         checkpoint_new_blocks(gpt)
         recompile_after_growth(pl_module, gpt)
         if not self.backend.restores_after_fit_start:
@@ -380,8 +416,13 @@ class GrowthCallback(Callback):
         self._install_lr_hooks(trainer, pl_module)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._trainer = trainer
+        gpt = self._gpt(pl_module)  # the optimizers exist now: the GPT they train, among several
+        if self._prepared != id(gpt):
+            self._prepare(trainer, gpt)
         self._resolve_recipes(trainer, pl_module)
-        self.backend.check_model(pl_module, find_gpt(pl_module))
+        self._check_new_entries_train(trainer, gpt)
+        self.backend.check_model(pl_module, self._gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
         check_gradient_clipping(trainer, pl_module)
@@ -393,8 +434,27 @@ class GrowthCallback(Callback):
         self.lr.register_applied(trainer)  # resumed: same scheduler layout as when saved
         self._install_lr_hooks(trainer, pl_module)
 
+    def _check_new_entries_train(self, trainer: pl.Trainer, gpt: Any) -> None:
+        """Refuse stages whose zero-started new entries no optimizer trains (:func:`~.module_parts.
+        zero_started_untrained`): they would stay 0.0 for the rest of the run."""
+        pending = [self._plans[k] for k in range(self._grown, len(self.stages)) if k in self._plans]
+        untrained = zero_started_untrained(gpt, pending, trainer.optimizers)
+        if not untrained:
+            return
+        k = untrained[0][0]
+        stage = self.stages[k]
+        mine = [f"{name} ({why})" for j, name, why in untrained if j == k]
+        names = ", ".join(mine[:4]) + (f" and {len(mine) - 4} more" if len(mine) > 4 else "")
+        inits = f"init={stage.init!r}" + (f", depth_init={stage.depth_init!r}" if stage.n_layer is not None else "")
+        raise GrowthError(
+            f"GrowthCallback: stage {k} (GrowthStage(at_step={stage.at_step}, {inits})) starts new entries at 0.0 in "
+            f"parameters no optimizer trains: {names}; only their gradient could move them, so they would stay 0.0 "
+            "for the rest of the run. Add these parameters to an optimizer (e.g. AdamW(self.parameters())), or choose a recipe whose new entries "
+            "are not zero (e.g. GrowthStage(..., recipe='paper') with init='copy-copy', depth_init='copy')"
+        )
+
     def _install_lr_hooks(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.lr.install(trainer, pl_module, find_gpt(pl_module), self.backend, self._regions)
+        self.lr.install(trainer, pl_module, self._gpt(pl_module), self.backend, self._regions)
 
     # ------------------------------------------------------------------ growth
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -413,11 +473,11 @@ class GrowthCallback(Callback):
         while self._due(trainer):
             self._grow(trainer, pl_module, batch)
             grew = True
-        self.symmetry.control(trainer, pl_module, lambda: find_gpt(pl_module), self.backend)
+        self.symmetry.control(trainer, pl_module, lambda: self._gpt(pl_module), self.backend)
         self.lr.log(trainer)
         every = trainer.log_every_n_steps if self.symmetry_every_n_steps is None else self.symmetry_every_n_steps
         if self.symmetry.copies and every and (grew or trainer.global_step % every == 0):
-            self.symmetry.log(trainer, pl_module, find_gpt(pl_module), self.backend)
+            self.symmetry.log(trainer, pl_module, self._gpt(pl_module), self.backend)
 
     def _due(self, trainer: pl.Trainer) -> bool:
         return self._grown < len(self.stages) and trainer.global_step >= self.stages[self._grown].at_step
@@ -425,16 +485,18 @@ class GrowthCallback(Callback):
     def _grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any) -> None:
         k = self._grown
         stage = self.stages[k]
-        gpt = find_gpt(pl_module)
+        gpt = self._gpt(pl_module)
+        self._gpt_path = module_path(pl_module, gpt)
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         params_before = count_params(gpt.config, tie_embeddings=tied)
         device = next(gpt.parameters()).device
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+        loss_before = self._batch_loss(pl_module, gpt, batch)  # the same batch as the check after it
         start = time.perf_counter()
         result = self.backend.grow(trainer, pl_module, gpt, stage, seed=self.seed, stage_index=k,
                                    plan=self._plan(k, gpt.config, seed=self.seed, tied=tied))
-        gpt = find_gpt(pl_module)
+        gpt = self._gpt(pl_module)
         patches = []
         try:
             for optimizer in trainer.optimizers:
@@ -480,7 +542,8 @@ class GrowthCallback(Callback):
         if not hasattr(pl_module, "update_flops_per_batch") and \
                 isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
             pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
-        self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, loss, device)
+        self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, (loss_before, loss),
+                        device)
         self.summaries[-1].update(compiled=recompiled, checkpointed_new_blocks=checkpointed)
         self._first_step = (k, trainer.global_step, time.perf_counter())
 
@@ -533,10 +596,17 @@ class GrowthCallback(Callback):
         self._regions = [{n: pieces for n, pieces in regions if n is not None} for regions in carried]
         self.symmetry.carry_forward(plan)
 
-    @torch.no_grad()
     def _check_loss(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, batch: Any) -> float:
-        """Loss of the grown model on the current batch (next-token cross-entropy of its first token tensor, or
-        ``pl_module.growth_check_loss(batch)`` when the module defines it); raises if it is not finite."""
+        """Loss of the grown model on the current batch (:meth:`_batch_loss`); raises if it is not finite."""
+        loss = self._batch_loss(pl_module, gpt, batch)
+        if not math.isfinite(loss):
+            raise GrowthError(f"the grown model's loss on the current batch is not finite ({loss})")
+        return loss
+
+    @torch.no_grad()
+    def _batch_loss(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, batch: Any) -> float:
+        """Loss of ``gpt`` on the current batch: next-token cross-entropy of its first token tensor, or
+        ``pl_module.growth_check_loss(batch)`` when the module defines it (a collective under a sharded strategy)."""
         custom = getattr(pl_module, "growth_check_loss", None)
         with eager():  # a compiled model runs this one forward eagerly: no graph compiled for it
             if callable(custom):
@@ -550,15 +620,15 @@ class GrowthCallback(Callback):
                 logits = self.backend.forward_module(pl_module, gpt)(ids[:, :-1])
                 loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
         self.backend.reshard(pl_module, gpt)
-        loss = float(loss)
-        if not math.isfinite(loss):
-            raise GrowthError(f"the grown model's loss on the current batch is not finite ({loss})")
-        return loss
+        return float(loss)
 
     # ------------------------------------------------------------------ reporting
     def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, result: GrowthResult, k: int,
-                   params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
-                   device: torch.device) -> None:
+                   params_before: tuple[int, int], params_after: tuple[int, int], seconds: float,
+                   losses: tuple[float, float], device: torch.device) -> None:
+        """The growth's log lines and ``summaries`` entry; ``losses``: the model's loss on the growth's batch
+        before and after it."""
+        before, loss = losses
         sizes = size_pairs(result.old_config, result.new_config)  # every axis' sizes, a user's too
         if device.type == "cuda":
             peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
@@ -573,7 +643,8 @@ class GrowthCallback(Callback):
             "params_before": params_before[1], "params_after": params_after[1],
             "active_params_before": params_before[0], "active_params_after": params_after[0],
             "flops_per_token_before": 6 * params_before[0], "flops_per_token_after": 6 * params_after[0],
-            "seconds": seconds, "peak_memory_mb": peak_mb, "loss_after": loss, "recipe": self.stages[k].recipe,
+            "seconds": seconds, "peak_memory_mb": peak_mb, "loss_before": before, "loss_after": loss,
+            "recipe": self.stages[k].recipe,
         }
         self.summaries.append(summary)
         lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s",
@@ -582,7 +653,8 @@ class GrowthCallback(Callback):
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")
         lines.append(f"  {'FLOPs/token (6N)':<22} {6 * params_before[0]:>8,} -> {6 * params_after[0]:,}")
-        lines.append(f"  {'loss after growth':<22} {loss:>8.4f}   {peak_what}: {peak_mb:,.0f} MiB")
+        lines.append(f"  {'loss (same batch)':<22} {before:>8.4f} -> {loss:.4f} ({loss - before:+.4f} at the growth)")
+        lines.append(f"  {'memory':<22} {peak_what}: {peak_mb:,.0f} MiB")
         rank_zero_info("\n".join(lines))
         if trainer.logger is not None:
             trainer.logger.log_metrics({

@@ -3,31 +3,124 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from lightning_sparkling.growth.errors import GrowthError
 
-__all__ = ["find_gpt", "token_batch"]
+__all__ = ["find_gpt", "module_path", "token_batch", "zero_started_untrained"]
 
 
-def find_gpt(pl_module: torch.nn.Module):
-    """The single litgpt ``GPT`` inside ``pl_module`` (looking through ``torch.compile`` wrappers).
+def find_gpt(pl_module: torch.nn.Module, attr: str | None = None,
+             optimizers: Sequence[torch.optim.Optimizer] = ()):
+    """The litgpt ``GPT`` to grow inside ``pl_module`` (looking through ``torch.compile`` wrappers).
+
+    With several GPTs (a student and its frozen teacher, a model and its EMA copy) it is the one ``attr`` names,
+    else the only one whose parameters ``optimizers`` hold, else (before the optimizers exist) the only one with a
+    parameter that requires a gradient.
+
+    Args:
+        pl_module: the LightningModule (any module holding the GPT).
+        attr: the dotted attribute path of the GPT to grow (``"student"``, ``"model.backbone"``); ``None``: find it.
+        optimizers: the trainer's optimizers (empty before Lightning configured them).
+
+    Returns:
+        The ``GPT`` module itself (not its compile wrapper).
 
     Raises:
-        GrowthError: when there is no ``GPT`` or more than one.
+        GrowthError: for no GPT, an ``attr`` that is not one, or several GPTs with no way to tell which one trains.
+
+    Example::
+
+        gpt = find_gpt(module, attr="student")
     """
     from litgpt.model import GPT
 
     found = {id(m): (name, m) for name, m in pl_module.named_modules() if isinstance(m, GPT)}
-    if len(found) != 1:
-        names = ", ".join(repr(n or "<root>") for n, _ in found.values()) or "none"
+    names = ", ".join(repr(n or "<root>") for n, _ in found.values()) or "none"
+    if attr is not None:
+        return _gpt_at(pl_module, attr, names)
+    if len(found) == 1:
+        return next(iter(found.values()))[1]
+    if not found:
         raise GrowthError(
-            f"GrowthCallback needs exactly one litgpt GPT inside the LightningModule, found {len(found)} "
-            f"({names}); hold the model to grow as one `litgpt.GPT` attribute (e.g. `self.model = GPT(config)`)"
+            "GrowthCallback needs a litgpt GPT inside the LightningModule, found none; hold the model to grow as a "
+            "`litgpt.GPT` attribute (e.g. `self.model = GPT(config)`, in __init__ or configure_model)"
         )
-    return next(iter(found.values()))[1]
+    candidates = list(found.values())
+    held = {id(p) for opt in optimizers for group in opt.param_groups for p in group["params"]}
+    trained = [(n, m) for n, m in candidates if any(id(p) in held for p in m.parameters())]
+    if not optimizers:  # before configure_optimizers: the GPTs that can train at all
+        trained = [(n, m) for n, m in candidates if any(p.requires_grad for p in m.parameters())]
+    if len(trained) == 1:
+        return trained[0][1]
+    why = "whose parameters the optimizers train" if optimizers else "with parameters that require a gradient"
+    raise GrowthError(
+        f"GrowthCallback found {len(found)} litgpt GPTs in the LightningModule ({names}) and {len(trained)} {why}: "
+        "name the one to grow, e.g. GrowthCallback(..., model_attr=" + repr(candidates[0][0]) + ")"
+    )
+
+
+def _gpt_at(pl_module: torch.nn.Module, attr: str, names: str):
+    """The GPT at the dotted path ``attr`` (through ``torch.compile``'s ``_orig_mod``)."""
+    from litgpt.model import GPT
+
+    try:
+        module = pl_module.get_submodule(attr)
+    except AttributeError:
+        module = None
+    while module is not None and not isinstance(module, GPT) and hasattr(module, "_orig_mod"):
+        module = module._orig_mod  # torch.compile's OptimizedModule
+    if not isinstance(module, GPT):
+        what = "nothing" if module is None else type(module).__name__
+        raise GrowthError(f"GrowthCallback(model_attr={attr!r}): the LightningModule holds {what} there, not a "
+                          f"litgpt GPT; the GPTs it holds are at {names}")
+    return module
+
+
+def zero_started_untrained(gpt: torch.nn.Module, plans: Sequence[Any],
+                           optimizers: Sequence[torch.optim.Optimizer]) -> list[tuple[int, str, str]]:
+    """The grown tensors whose new entries start at zero and that nothing will train: ``(stage, name, why)``.
+
+    A tensor grown with a ``zero`` side (``random-zero``'s fan-in columns) or a new block's ``zero`` tensor
+    (``depth_init='copy-zero'``) has new entries at 0.0; only its gradient moves them. When the parameter it grows
+    is in no optimizer, or frozen (``requires_grad=False``), they stay 0.0 for the rest of the run (a grown
+    ``lm_head`` then never reads the new channels). A frozen tensor whose new entries start non-zero is fine.
+
+    Args:
+        gpt: the GPT before the stages of ``plans`` (names are looked up in it).
+        plans: the :class:`~lightning_sparkling.growth.plan.GrowthPlan` of each stage still to apply, in order.
+        optimizers: the trainer's optimizers.
+
+    Returns:
+        ``(stage index, tensor name, "in no optimizer" | "frozen")`` for each such tensor, in plan order.
+    """
+    params = dict(gpt.named_parameters(remove_duplicate=False))  # tied lm_head / wte under both names
+    held = {id(p) for opt in optimizers for group in opt.param_groups for p in group["params"]}
+    found = []
+    for j, plan in enumerate(plans):
+        for name, tensor in plan.tensors.items():
+            if not (tensor.block_init == "zero" or any(d.mode == "zero" for d in tensor.dims)):
+                continue
+            source = tensor.source_name
+            for earlier in reversed(plans[:j]):  # back to the name in the model as it is now
+                before = earlier.tensors.get(source)
+                source = before.source_name if before is not None else source
+            param = params.get(source)
+            if param is None:  # a buffer, not a parameter
+                continue
+            if id(param) not in held:
+                found.append((plan.stage_index, name, "in no optimizer"))
+            elif not param.requires_grad:
+                found.append((plan.stage_index, name, "frozen (requires_grad=False)"))
+    return found
+
+
+def module_path(root: torch.nn.Module, child: torch.nn.Module) -> str | None:
+    """The dotted name of ``child`` inside ``root`` (``None``: ``root`` itself, or not inside it)."""
+    return next((name for name, module in root.named_modules() if module is child and name), None)
 
 
 def token_batch(batch: Any) -> torch.Tensor | None:

@@ -32,7 +32,7 @@ from lightning_sparkling.growth.schedules import SCHEDULES, baseline_of
 
 __all__ = ["AUTO", "PAPER_KEYS", "RECIPES", "RECIPE_DEFAULT", "RECIPE_KEYS", "SCHEDULE_RECIPES", "WIDTH_ONLY_RECIPES",
            "RecipeName", "apply_recipe", "grows_channels", "recipe_keys", "recipe_name", "resolve_recipe", "same_keys",
-           "schedule_of", "schedule_recipe"]
+           "schedule_of", "schedule_recipe", "stage_differences"]
 
 RECIPES: dict[str, dict[str, Any]] = {
     # GrowthStage's field defaults (PAPER_KEYS for the recipe keys): the SPARKLING recipe as published (copy-copy,
@@ -251,6 +251,20 @@ def same_keys(a: Any, b: Any) -> bool:
     """Whether two stages grow alike, whatever recipe name they carry (every field but ``recipe`` equal): how a
     checkpoint written before stages named their recipe is matched."""
     return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.compare and f.name != "recipe")
+
+
+def stage_differences(a: Any, b: Any, *, recipe: bool = True) -> list[tuple[str, Any, Any]]:
+    """``(key, a's value, b's value)`` of every field two stages differ in (``recipe=False``: ``recipe`` left out,
+    as :func:`same_keys` leaves it out).
+
+    Example::
+
+        >>> from lightning_sparkling.growth.stage import GrowthStage
+        >>> stage_differences(GrowthStage(5, n_embd=64), GrowthStage(5, n_embd=48))
+        [('n_embd', 64, 48)]
+    """
+    return [(f.name, getattr(a, f.name), getattr(b, f.name)) for f in fields(a)
+            if f.compare and (recipe or f.name != "recipe") and getattr(a, f.name) != getattr(b, f.name)]
 
 
 @dataclass(frozen=True)
