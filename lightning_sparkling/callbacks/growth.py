@@ -266,7 +266,7 @@ class GrowthCallback(Callback):
             return
         self._backend = select_backend(trainer.strategy)  # refuses unsupported strategies, naming them
         self._trainer = trainer
-        self._prepared = None
+        self._prepared = self._gpt_path = None
         max_steps = trainer.max_steps
         try:
             self._timed = tuple(resolve_timing(self._given_stages, max_steps))
@@ -297,7 +297,15 @@ class GrowthCallback(Callback):
         """The GPT this callback grows (:func:`~.module_parts.find_gpt`): at ``model_attr`` (or ``path``, where a
         checkpoint recorded it), else the only one, else the one the trainer's optimizers train."""
         optimizers = self._trainer.optimizers if self._trainer is not None else ()
-        return find_gpt(pl_module, self.model_attr or path, optimizers)
+        return find_gpt(pl_module, self.model_attr or path or self._gpt_path, optimizers)
+
+    def _remember(self, pl_module: pl.LightningModule, gpt: Any) -> None:
+        """Keep where the GPT to grow sits when the module holds several: once grown, its parameters are new
+        objects (in no optimizer until patched), so the optimizers no longer tell it apart."""
+        from litgpt.model import GPT
+
+        several = sum(isinstance(m, GPT) for m in pl_module.modules()) > 1
+        self._gpt_path = module_path(pl_module, gpt) if several else None
 
     def _prepare(self, trainer: pl.Trainer, gpt: Any) -> None:
         """Setup's checks that read the GPT: the dry run of the stages not applied yet, then their re-warmup
@@ -418,6 +426,7 @@ class GrowthCallback(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._trainer = trainer
         gpt = self._gpt(pl_module)  # the optimizers exist now: the GPT they train, among several
+        self._remember(pl_module, gpt)
         if self._prepared != id(gpt):
             self._prepare(trainer, gpt)
         self._resolve_recipes(trainer, pl_module)
@@ -449,8 +458,9 @@ class GrowthCallback(Callback):
         raise GrowthError(
             f"GrowthCallback: stage {k} (GrowthStage(at_step={stage.at_step}, {inits})) starts new entries at 0.0 in "
             f"parameters no optimizer trains: {names}; only their gradient could move them, so they would stay 0.0 "
-            "for the rest of the run. Add these parameters to an optimizer (e.g. AdamW(self.parameters())), or choose a recipe whose new entries "
-            "are not zero (e.g. GrowthStage(..., recipe='paper') with init='copy-copy', depth_init='copy')"
+            "for the rest of the run. Add these parameters to an optimizer (e.g. AdamW(self.parameters())), or "
+            "choose a recipe whose new entries are not zero (e.g. GrowthStage(..., recipe='paper'): init='copy-copy'; "
+            "for depth, depth_init='copy')"
         )
 
     def _install_lr_hooks(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -486,7 +496,6 @@ class GrowthCallback(Callback):
         k = self._grown
         stage = self.stages[k]
         gpt = self._gpt(pl_module)
-        self._gpt_path = module_path(pl_module, gpt)
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         params_before = count_params(gpt.config, tie_embeddings=tied)
         device = next(gpt.parameters()).device

@@ -250,8 +250,9 @@ class _NoGPT(L.LightningModule):
         return torch.utils.data.DataLoader(torch.zeros(8, 2), batch_size=1)
 
 
-@pytest.mark.parametrize("module_cls, match", [(_TwoGPTs, "exactly one litgpt GPT.*found 2"),
-                                                (_NoGPT, "exactly one litgpt GPT.*found 0")])
+@pytest.mark.parametrize("module_cls, match", [(_TwoGPTs, "found 2 litgpt GPTs.*'model', 'teacher'.*and 2 whose "
+                                                           "parameters the optimizers train.*model_attr="),
+                                                (_NoGPT, "needs a litgpt GPT inside the LightningModule, found none")])
 def test_gpt_must_be_unique(module_cls, match):
     _assert_refused(module_cls(), GrowthStage(5, intermediate_size=128), match)
 
@@ -351,11 +352,11 @@ def test_grow_at_step_zero_before_the_first_step():
     assert module.model.config.intermediate_size == 128 and all(math.isfinite(x) for x in module.losses)
 
 
-def test_rewarmup_that_cannot_finish_by_max_steps_is_warned_before_the_first_step():
-    module = TinyModule(max_steps=12)
-    with pytest.warns(UserWarning, match=r"GrowthStage\(at_step=5\): rewarmup_steps=250 does not fit in the 7 steps"):
-        _fit(module, GrowthStage(5, intermediate_size=128), max_steps=12, max_time={"seconds": 0})
-    assert module.steps_run == 0  # warned in setup, before any step
+def test_rewarmup_that_cannot_finish_by_max_steps_is_refused_before_the_first_step():
+    """As the CLI refuses it: the new entries' LR would still be rising at max_steps."""
+    _assert_refused(TinyModule(max_steps=12), GrowthStage(5, intermediate_size=128),
+                    r"GrowthStage\(at_step=5\): rewarmup_steps=250 does not fit in the 7 steps left.*"
+                    r"Set rewarmup_steps to at most 6", max_steps=12)
 
 
 def test_growth_summaries_survive_a_resume_past_the_growth(tmp_path):
