@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from lightning_sparkling.growth.errors import GrowthError
+from lightning_sparkling.growth.surgery import clean_name
 
 __all__ = ["find_gpt", "module_path", "token_batch", "zero_started_untrained"]
 
@@ -97,7 +98,8 @@ def zero_started_untrained(gpt: torch.nn.Module, plans: Sequence[Any],
     Returns:
         ``(stage index, tensor name, "in no optimizer" | "frozen")`` for each such tensor, in plan order.
     """
-    params = dict(gpt.named_parameters(remove_duplicate=False))  # tied lm_head / wte under both names
+    # tied lm_head / wte under both names; FSDP1, checkpoint and compile wrappers' prefixes left out
+    params = {clean_name(n): p for n, p in gpt.named_parameters(remove_duplicate=False)}
     held = {id(p) for opt in optimizers for group in opt.param_groups for p in group["params"]}
     found = []
     for j, plan in enumerate(plans):
