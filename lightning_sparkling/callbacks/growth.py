@@ -33,13 +33,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_sparkling.callbacks.clipping import check_gradient_clipping
-from lightning_sparkling.callbacks.module_parts import find_gpt, module_path, token_batch, zero_started_untrained
-from lightning_sparkling.callbacks.rewarmup import (RewarmupSchedulers, check_baseline_schedulers,
+from lightning_sparkling.callbacks.module_parts import (batch_loss, check_new_entries_train, find_gpt,
+                                                        path_among_several)
+from lightning_sparkling.callbacks.rewarmup import (RewarmupSchedulers, check_baseline_schedulers, check_run_horizon,
                                                     check_fresh_bias_correction, flat_groups, has_rewarmup,
                                                     resolve_min_lrs)
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
@@ -48,8 +48,8 @@ from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
-from lightning_sparkling.growth.recipes import (AUTO, recipe_name, resolve_recipe, same_keys, schedule_of,
-                                                schedule_recipe, stage_differences)
+from lightning_sparkling.growth.recipes import (AUTO, check_same_stages, recipe_line, resolve_recipe, schedule_of,
+                                                schedule_recipe)
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord, growth_state
 from lightning_sparkling.growth.stage import (WIDTH_SIZE_KEYS, GrowthStage, check_rewarmup_fits, check_stage_order,
                                               check_stage_sequence, resolve_timing)
@@ -57,7 +57,7 @@ from lightning_sparkling.growth.surgery import GrowthResult
 from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
-from lightning_sparkling.parallel.compile import eager, recompile_after_growth
+from lightning_sparkling.parallel.compile import recompile_after_growth
 
 
 class GrowthFailedError(RuntimeError):
@@ -224,26 +224,13 @@ class GrowthCallback(Callback):
 
     def _check_applied(self) -> None:
         """Refuse a checkpoint grown by other stages than this callback's, each resolved under the module's
-        schedule (a checkpoint written before stages named their recipe is matched on its keys alone)."""
+        schedule (:func:`~lightning_sparkling.growth.recipes.check_same_stages`)."""
         mine = [resolve_recipe(s, self._schedule or "cosine") for s in self._timed[: len(self._applied)]]
-        same = all(a == b if "recipe" in a.given_keys and a.recipe != AUTO else same_keys(a, b)
-                   for a, b in zip(self._applied, mine))
-        if same:
-            return
         fraction = any(s.at_fraction is not None for s in self._given_stages[: len(self._applied)])
-        old = any(a.recipe == AUTO for a in self._applied)
-        diff = "; ".join(f"stage {k} {key}: checkpoint {x!r}, callback {y!r}"
-                         for k, (a, b) in enumerate(zip(self._applied, mine))
-                         for key, x, y in stage_differences(a, b, recipe="recipe" in a.given_keys and a.recipe != AUTO))
-        raise GrowthError(
-            f"GrowthCallback: the checkpoint was grown by different stages than this GrowthCallback has ({diff}): "
-            "give GrowthCallback the stages the run was started with, or start a new run from its weights "
-            "(lightning_sparkling.load_grown_checkpoint)"
-            + ("; an at_fraction stage takes its step from trainer.max_steps, so resume with the max_steps the "
-               "run was started with" if fraction else "")
-            + ("; GrowthStage's default recipe is now 'auto' (the CLI's): a checkpoint grown by the paper's "
-               "defaults resumes with GrowthStage(..., recipe='paper')" if old else "")
-        )
+        try:
+            check_same_stages(self._applied, mine, fraction=fraction)
+        except ValueError as err:
+            raise GrowthError(f"GrowthCallback: {err}") from err
 
     def _rewarms(self, k: int) -> bool:
         """Whether stage ``k`` has a re-warmup of new entries (:func:`~.rewarmup.has_rewarmup`)."""
@@ -273,18 +260,7 @@ class GrowthCallback(Callback):
         except ValueError as err:
             raise GrowthError(f"GrowthCallback: {err}") from err
         self._set_stages((*self.stages[: self._grown], *self._timed[self._grown:]))
-        needs_horizon = any(s.rewarmup_ratio is not None for s in self.stages)
-        if (max_steps is None or max_steps < 0) and needs_horizon:
-            raise GrowthError(
-                "the re-warmup of new entries decays to min_lr at trainer.max_steps: set Trainer(max_steps=...) "
-                "or use GrowthStage(rewarmup_ratio=None)"
-            )
-        for s in self.stages:
-            if max_steps is not None and max_steps >= 0 and s.at_step >= max_steps:
-                raise GrowthError(
-                    f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would never "
-                    "train the grown model; lower at_step or raise max_steps"
-                )
+        check_run_horizon(self.stages, max_steps)
         try:
             gpt = self._gpt(pl_module)
         except GrowthError:  # built in configure_model, or one of several GPTs: on_fit_start knows (or refuses)
@@ -298,14 +274,6 @@ class GrowthCallback(Callback):
         checkpoint recorded it), else the only one, else the one the trainer's optimizers train."""
         optimizers = self._trainer.optimizers if self._trainer is not None else ()
         return find_gpt(pl_module, self.model_attr or path or self._gpt_path, optimizers)
-
-    def _remember(self, pl_module: pl.LightningModule, gpt: Any) -> None:
-        """Keep where the GPT to grow sits when the module holds several: once grown, its parameters are new
-        objects (in no optimizer until patched), so the optimizers no longer tell it apart."""
-        from litgpt.model import GPT
-
-        several = sum(isinstance(m, GPT) for m in pl_module.modules()) > 1
-        self._gpt_path = module_path(pl_module, gpt) if several else None
 
     def _prepare(self, trainer: pl.Trainer, gpt: Any) -> None:
         """Setup's checks that read the GPT: the dry run of the stages not applied yet, then their re-warmup
@@ -426,11 +394,12 @@ class GrowthCallback(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._trainer = trainer
         gpt = self._gpt(pl_module)  # the optimizers exist now: the GPT they train, among several
-        self._remember(pl_module, gpt)
+        self._gpt_path = path_among_several(pl_module, gpt)  # grown, it is in no optimizer until patched
         if self._prepared != id(gpt):
             self._prepare(trainer, gpt)
         self._resolve_recipes(trainer, pl_module)
-        self._check_new_entries_train(trainer, gpt)
+        check_new_entries_train(gpt, [self._plans[k] for k in range(self._grown, len(self.stages))],
+                                trainer.optimizers)
         self.backend.check_model(pl_module, self._gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
@@ -442,26 +411,6 @@ class GrowthCallback(Callback):
                                                                      if k >= self._grown and self._rewarms(k)])
         self.lr.register_applied(trainer)  # resumed: same scheduler layout as when saved
         self._install_lr_hooks(trainer, pl_module)
-
-    def _check_new_entries_train(self, trainer: pl.Trainer, gpt: Any) -> None:
-        """Refuse stages whose zero-started new entries no optimizer trains (:func:`~.module_parts.
-        zero_started_untrained`): they would stay 0.0 for the rest of the run."""
-        pending = [self._plans[k] for k in range(self._grown, len(self.stages)) if k in self._plans]
-        untrained = zero_started_untrained(gpt, pending, trainer.optimizers)
-        if not untrained:
-            return
-        k = untrained[0][0]
-        stage = self.stages[k]
-        mine = [f"{name} ({why})" for j, name, why in untrained if j == k]
-        names = ", ".join(mine[:4]) + (f" and {len(mine) - 4} more" if len(mine) > 4 else "")
-        inits = f"init={stage.init!r}" + (f", depth_init={stage.depth_init!r}" if stage.n_layer is not None else "")
-        raise GrowthError(
-            f"GrowthCallback: stage {k} (GrowthStage(at_step={stage.at_step}, {inits})) starts new entries at 0.0 in "
-            f"parameters no optimizer trains: {names}; only their gradient could move them, so they would stay 0.0 "
-            "for the rest of the run. Add these parameters to an optimizer (e.g. AdamW(self.parameters())), or "
-            "choose a recipe whose new entries are not zero (e.g. GrowthStage(..., recipe='paper'): init='copy-copy'; "
-            "for depth, depth_init='copy')"
-        )
 
     def _install_lr_hooks(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.lr.install(trainer, pl_module, self._gpt(pl_module), self.backend, self._regions)
@@ -501,7 +450,7 @@ class GrowthCallback(Callback):
         device = next(gpt.parameters()).device
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        loss_before = self._batch_loss(pl_module, gpt, batch)  # the same batch as the check after it
+        loss_before = batch_loss(pl_module, gpt, batch, self.backend)  # the same batch as the check after it
         start = time.perf_counter()
         result = self.backend.grow(trainer, pl_module, gpt, stage, seed=self.seed, stage_index=k,
                                    plan=self._plan(k, gpt.config, seed=self.seed, tied=tied))
@@ -582,17 +531,9 @@ class GrowthCallback(Callback):
             trainer.logger.log_metrics({"growth/first_step_seconds": seconds}, step=step)
 
     def _recipe_line(self, k: int, plan: GrowthPlan) -> str:
-        """The recipe stage ``k`` grew by, and why (``auto``: the module's schedule), named as ``sparkling plan`` and
-        ``measure`` name it (:func:`~lightning_sparkling.growth.recipes.recipe_name`: where the measured map names
-        its keys another recipe's, a note says so); none for a stage that added no entries (``plan``)."""
-        stage = self.stages[k]
-        if not plan.adds_entries:
-            return "none applies: the stage adds no new entries (no init, new-entry optimizer state or re-warmup)"
-        name = recipe_name([stage])
-        why = (f" (recipe auto under the {self._schedule} schedule)" if self._given_stages[k].recipe == AUTO
-               and self._schedule is not None else "")
-        note = f"; {name.note}" if name.note else ""
-        return f"{name.label}{why}: init {stage.init}, rewarmup_ratio {stage.rewarmup_ratio}{note}"
+        """The growth log's recipe line of stage ``k`` (:func:`~lightning_sparkling.growth.recipes.recipe_line`)."""
+        auto = self._schedule if self._given_stages[k].recipe == AUTO else None
+        return recipe_line(self.stages[k], plan, auto_schedule=auto)
 
     def _carry_forward(self, plan: GrowthPlan) -> None:
         """Earlier stages' new entries and copies under the names and indices of ``plan``'s grown model: a depth
@@ -607,29 +548,10 @@ class GrowthCallback(Callback):
 
     def _check_loss(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, batch: Any) -> float:
         """Loss of the grown model on the current batch (:meth:`_batch_loss`); raises if it is not finite."""
-        loss = self._batch_loss(pl_module, gpt, batch)
+        loss = batch_loss(pl_module, gpt, batch, self.backend)
         if not math.isfinite(loss):
             raise GrowthError(f"the grown model's loss on the current batch is not finite ({loss})")
         return loss
-
-    @torch.no_grad()
-    def _batch_loss(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, batch: Any) -> float:
-        """Loss of ``gpt`` on the current batch: next-token cross-entropy of its first token tensor, or
-        ``pl_module.growth_check_loss(batch)`` when the module defines it (a collective under a sharded strategy)."""
-        custom = getattr(pl_module, "growth_check_loss", None)
-        with eager():  # a compiled model runs this one forward eagerly: no graph compiled for it
-            if callable(custom):
-                loss = custom(batch)
-            else:
-                ids = token_batch(batch)
-                if ids is None or ids.size(1) < 2:
-                    g = torch.Generator().manual_seed(0)
-                    ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
-                ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
-                logits = self.backend.forward_module(pl_module, gpt)(ids[:, :-1])
-                loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
-        self.backend.reshard(pl_module, gpt)
-        return float(loss)
 
     # ------------------------------------------------------------------ reporting
     def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, result: GrowthResult, k: int,

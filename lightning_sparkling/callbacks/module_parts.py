@@ -1,5 +1,7 @@
-"""What a growth callback reads from what Lightning hands it: the litgpt ``GPT`` inside the LightningModule
-(:func:`find_gpt`) and the token tensor of a batch (:func:`token_batch`, for the post-growth loss check)."""
+"""What a growth callback reads from what Lightning hands it: the litgpt ``GPT`` to grow inside the LightningModule
+(:func:`find_gpt`, among several), the token tensor of a batch and the model's loss on it (:func:`token_batch`,
+:func:`batch_loss`: the loss before and after a growth), and the grown tensors no optimizer trains
+(:func:`zero_started_untrained`)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.surgery import clean_name
+from lightning_sparkling.parallel.compile import eager
 
-__all__ = ["find_gpt", "module_path", "token_batch", "zero_started_untrained"]
+__all__ = ["batch_loss", "check_new_entries_train", "find_gpt", "path_among_several", "token_batch",
+           "zero_started_untrained"]
 
 
 def find_gpt(pl_module: torch.nn.Module, attr: str | None = None,
@@ -120,9 +125,59 @@ def zero_started_untrained(gpt: torch.nn.Module, plans: Sequence[Any],
     return found
 
 
-def module_path(root: torch.nn.Module, child: torch.nn.Module) -> str | None:
-    """The dotted name of ``child`` inside ``root`` (``None``: ``root`` itself, or not inside it)."""
-    return next((name for name, module in root.named_modules() if module is child and name), None)
+def check_new_entries_train(gpt: torch.nn.Module, plans: Sequence[Any],
+                            optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    """Refuse stages whose zero-started new entries nothing trains (:func:`zero_started_untrained`).
+
+    Raises:
+        GrowthError: naming the first such stage, its parameters and the fix.
+    """
+    untrained = zero_started_untrained(gpt, plans, optimizers)
+    if not untrained:
+        return
+    k = untrained[0][0]
+    stage = next(plan.stage for plan in plans if plan.stage_index == k)
+    mine = [f"{name} ({why})" for j, name, why in untrained if j == k]
+    names = ", ".join(mine[:4]) + (f" and {len(mine) - 4} more" if len(mine) > 4 else "")
+    inits = f"init={stage.init!r}" + (f", depth_init={stage.depth_init!r}" if stage.n_layer is not None else "")
+    raise GrowthError(
+        f"GrowthCallback: stage {k} (GrowthStage(at_step={stage.at_step}, {inits})) starts new entries at 0.0 in "
+        f"parameters no optimizer trains: {names}; only their gradient could move them, so they would stay 0.0 "
+        "for the rest of the run. Add these parameters to an optimizer (e.g. AdamW(self.parameters())), or "
+        "choose a recipe whose new entries are not zero (e.g. GrowthStage(..., recipe='paper'): init='copy-copy'; "
+        "for depth, depth_init='copy')"
+    )
+
+
+def path_among_several(pl_module: torch.nn.Module, gpt: torch.nn.Module) -> str | None:
+    """The dotted name of ``gpt`` inside ``pl_module`` when it holds several GPTs (``None`` when only one: it is
+    found again by looking, also after a strategy re-wrapped it)."""
+    from litgpt.model import GPT
+
+    if sum(isinstance(m, GPT) for m in pl_module.modules()) < 2:
+        return None
+    return next((name for name, module in pl_module.named_modules() if module is gpt and name), None)
+
+
+@torch.no_grad()
+def batch_loss(pl_module: torch.nn.Module, gpt: torch.nn.Module, batch: Any, backend: Any) -> float:
+    """Loss of ``gpt`` on a training batch: next-token cross-entropy of its first token tensor (:func:`token_batch`),
+    or ``pl_module.growth_check_loss(batch)`` when the module defines it; the growth backend's
+    ``forward_module`` runs it (a collective under a sharded strategy), eagerly on a compiled model."""
+    custom = getattr(pl_module, "growth_check_loss", None)
+    with eager():  # a compiled model runs this one forward eagerly: no graph compiled for it
+        if callable(custom):
+            loss = custom(batch)
+        else:
+            ids = token_batch(batch)
+            if ids is None or ids.size(1) < 2:
+                g = torch.Generator().manual_seed(0)
+                ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
+            ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)  # (B, T + 1)
+            logits = backend.forward_module(pl_module, gpt)(ids[:, :-1])  # (B, T, padded_vocab_size)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
+    backend.reshard(pl_module, gpt)
+    return float(loss)
 
 
 def token_batch(batch: Any) -> torch.Tensor | None:

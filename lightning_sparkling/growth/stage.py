@@ -9,7 +9,6 @@ the timing and schedule rules :mod:`~lightning_sparkling.growth.timing` (all imp
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
 from typing import Any
@@ -25,7 +24,7 @@ from lightning_sparkling.growth.axes import (
 )
 from lightning_sparkling.growth.axes.experts import DEFAULT_REINIT_FRACTION
 from lightning_sparkling.growth.depth_maps import DEPTH_INITS, DEPTH_ORDERS
-from lightning_sparkling.growth.errors import StageError, check_choice, did_you_mean
+from lightning_sparkling.growth.errors import StageError, check_choice
 from lightning_sparkling.growth.recipes import (
     AUTO,
     RECIPE_DEFAULT,
@@ -46,6 +45,7 @@ from lightning_sparkling.growth.stage_checks import (
     _checked_extra,
     _default,
     check_baselines,
+    check_keywords,
     check_lock_breakers,
     plugin_key_fields,
     check_target,
@@ -559,28 +559,6 @@ class GrowthStage:
 _FIELD_NAMES = frozenset(f.name for f in fields(GrowthStage) if f.name != FILLED)  # the stage keys and extra
 reserve_stage_keys(_FIELD_NAMES | {FILLED})  # no axis' stage_keys may shadow a field
 set_signatures(GrowthStage)  # jsonargparse reads __init__'s: a YAML mapping passes only the keys it sets
-
-
-def check_keywords(cls: type) -> None:
-    """Wrap ``cls.__init__`` (a dataclass') so that an unknown keyword is a ``TypeError`` naming the close key, as
-    the CLI names it (``GrowthStage(20, n_embdd=64)``: did you mean 'n_embd'?), and a registered axis' key given
-    as a field points at :meth:`GrowthStage.from_keys`."""
-    init = cls.__init__
-    names = [f.name for f in fields(cls)]
-
-    @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        for key in kwargs:
-            if key in names:
-                continue
-            if key in plugin_key_fields():
-                raise TypeError(f"{cls.__name__}(..., {key}=...): {key!r} is a registered axis' key, held in extra: "
-                                f"use {cls.__name__}.from_keys(at_step, {key}=...) or extra={{{key!r}: ...}}")
-            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {key!r}"
-                            f"{did_you_mean(key, [n for n in names if n != FILLED] + list(plugin_key_fields()))}")
-        init(self, *args, **kwargs)
-
-    cls.__init__ = __init__  # type: ignore[method-assign]
 
 
 check_keywords(GrowthStage)  # a misspelt keyword: a TypeError that names the close key
