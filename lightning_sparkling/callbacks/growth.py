@@ -91,6 +91,9 @@ class GrowthCallback(Callback):
         plans: each stage's :class:`~lightning_sparkling.growth.plan.GrowthPlan` when the caller planned the stages
             (``sparkling pretrain``'s run plan): ``setup``'s dry run applies each that is the plan of its stage on the
             model (``GrowthPlan.fits``: same stage, position, seed, tying, config) and plans the others.
+        model_attr: the dotted attribute path of the GPT to grow (``"student"``) when the module holds several (a
+            frozen teacher, an EMA copy); ``None``: the only GPT, else the one whose parameters the optimizers train.
+            The others are left as they are.
 
     Raises:
         ValueError: for stages that are not ``GrowthStage`` or not in increasing ``at_step`` order, or plans that
@@ -279,16 +282,13 @@ class GrowthCallback(Callback):
         """Setup's checks that read the GPT: the dry run of the stages not applied yet, then their re-warmup
         against ``max_steps`` (run again at fit start when the GPT was not built at setup, or another one trains)."""
         self._dry_run(gpt)
-        self._prepared = id(gpt)
-        max_steps = trainer.max_steps
+        self._prepared, max_steps = id(gpt), trainer.max_steps
         if max_steps is None or max_steps < 0:
             return
-        try:  # the stages with a re-warmup (a stage that adds no entries has none: _rewarms)
+        try:  # refused as the CLI refuses it: rewarmup_lr does not shorten a warm-up to the steps left
             check_rewarmup_fits([s for k, s in enumerate(self.stages) if k >= self._grown and self._rewarms(k)],
-                                max_steps)
+                                max_steps)  # the stages with a re-warmup (a stage that adds no entries has none)
         except ValueError as err:
-            # Refused, as the CLI refuses it: a re-warmup still rising at max_steps leaves the new entries at a
-            # higher LR than the decayed old ones (rewarmup_lr does not shorten the warm-up to the steps left)
             raise GrowthError(f"GrowthCallback: {err}") from err
 
     def _dry_run(self, gpt: Any) -> None:
