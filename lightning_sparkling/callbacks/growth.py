@@ -275,7 +275,7 @@ class GrowthCallback(Callback):
     def _gpt(self, pl_module: pl.LightningModule, path: str | None = None) -> Any:
         """The GPT this callback grows (:func:`~.module_parts.find_gpt`): at ``model_attr`` (or ``path``, where a
         checkpoint recorded it), else the only one, else the one the trainer's optimizers train."""
-        optimizers = self._trainer.optimizers if self._trainer is not None else ()
+        optimizers = getattr(self._trainer, "optimizers", None) or ()  # none before configure_optimizers
         return find_gpt(pl_module, self.model_attr or path or self._gpt_path, optimizers)
 
     def _prepare(self, trainer: pl.Trainer, gpt: Any) -> None:
