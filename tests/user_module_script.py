@@ -1,6 +1,6 @@
-"""A LightningModule written as a user writes one (none of ``_tiny.py``'s helpers): a litgpt ``GPT``, byte-level data
-from a fixed byte string, ``AdamW`` and a hand-written warmup-cosine ``LambdaLR``. ``tests/callbacks/test_user_module.py``
-trains it; run as a script it trains it under DDP on 2 CPU ranks (gloo):
+"""A LightningModule written as a user writes one (none of ``_tiny.py``'s helpers): a litgpt ``GPT``, byte-level
+data from a fixed byte string, ``AdamW`` and a hand-written warmup-cosine ``LambdaLR``.
+``tests/callbacks/test_user_module.py`` trains it; run as a script it trains it under DDP on 2 CPU ranks (gloo):
 
     python tests/user_module_script.py OUT_DIR
 

@@ -17,8 +17,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning_sparkling import GrowthCallback, GrowthError, GrowthStage, load_grown_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _dist import run_script  # noqa: E402
-from user_module_script import MIN_LR, MyModule  # noqa: E402
+from _dist import run_script
+from user_module_script import MIN_LR, MyModule
 
 SCRIPT = Path(__file__).resolve().parents[1] / "user_module_script.py"
 MAX_STEPS = 10
@@ -30,8 +30,9 @@ def stage(**keys) -> GrowthStage:
 
 
 def trainer(*callbacks: Callback, **kwargs) -> L.Trainer:
-    defaults = dict(accelerator="cpu", devices=1, max_steps=MAX_STEPS, logger=False, enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False, deterministic=True)
+    defaults = {"accelerator": "cpu", "devices": 1, "max_steps": MAX_STEPS, "logger": False,
+                "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
+                "deterministic": True}
     return L.Trainer(callbacks=list(callbacks), **{**defaults, **kwargs})
 
 
