@@ -72,7 +72,9 @@ def run(args: argparse.Namespace, compiled: bool, every: int | None) -> dict:
     data = torch.utils.data.DataLoader(torch.randint(0, args.vocab, (args.batch * args.steps, args.seq + 1)),
                                        batch_size=args.batch)
     clock = StepClock()
-    growth = GrowthCallback(GrowthStage(args.grow_at, n_embd=2 * args.n_embd, intermediate_size=8 * args.n_embd))
+    rewarmup = max(1, (args.steps - args.grow_at) // 10)  # a tenth of the steps left: the re-warmup ends in the run
+    growth = GrowthCallback(GrowthStage(args.grow_at, n_embd=2 * args.n_embd, intermediate_size=8 * args.n_embd,
+                                        rewarmup_steps=rewarmup))
     callbacks = [clock, growth] + ([ActivationRMSMonitor(every_n_steps=every)] if every else [])
     with tempfile.TemporaryDirectory() as tmp:
         trainer = L.Trainer(max_steps=args.steps, accelerator="cpu", logger=CSVLogger(tmp), callbacks=callbacks,

@@ -36,6 +36,7 @@ __all__ = [
     "estimate_compute",
     "fan_in_scale",
     "grow_model",
+    "load_grown_checkpoint",
     "plan_growth",
     "rewarmup_lr",
     "warmup_cosine_lr",
@@ -47,6 +48,10 @@ def __getattr__(name: str):  # callbacks import lightning; keep `import lightnin
         from lightning_sparkling.callbacks.growth import GrowthCallback
 
         return GrowthCallback
+    if name == "load_grown_checkpoint":
+        from lightning_sparkling.callbacks.grown_checkpoint import load_grown_checkpoint
+
+        return load_grown_checkpoint
     if name == "ActivationRMSMonitor":
         from lightning_sparkling.callbacks.rms_monitor import ActivationRMSMonitor
 

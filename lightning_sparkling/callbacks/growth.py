@@ -33,13 +33,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_sparkling.callbacks.clipping import check_gradient_clipping
-from lightning_sparkling.callbacks.module_parts import find_gpt, token_batch
-from lightning_sparkling.callbacks.rewarmup import (RewarmupSchedulers, check_baseline_schedulers,
+from lightning_sparkling.callbacks.module_parts import (batch_loss, check_new_entries_train, find_gpt,
+                                                        path_among_several)
+from lightning_sparkling.callbacks.rewarmup import (RewarmupSchedulers, check_baseline_schedulers, check_run_horizon,
                                                     check_fresh_bias_correction, flat_groups, has_rewarmup,
                                                     resolve_min_lrs)
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
@@ -48,7 +48,7 @@ from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
-from lightning_sparkling.growth.recipes import (AUTO, recipe_facts, resolve_recipe, same_keys, schedule_of,
+from lightning_sparkling.growth.recipes import (AUTO, check_same_stages, recipe_line, resolve_recipe, schedule_of,
                                                 schedule_recipe)
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord, growth_state
 from lightning_sparkling.growth.stage import (WIDTH_SIZE_KEYS, GrowthStage, check_rewarmup_fits, check_stage_order,
@@ -57,7 +57,7 @@ from lightning_sparkling.growth.surgery import GrowthResult
 from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
-from lightning_sparkling.parallel.compile import eager, recompile_after_growth
+from lightning_sparkling.parallel.compile import recompile_after_growth
 
 
 class GrowthFailedError(RuntimeError):
@@ -91,6 +91,9 @@ class GrowthCallback(Callback):
         plans: each stage's :class:`~lightning_sparkling.growth.plan.GrowthPlan` when the caller planned the stages
             (``sparkling pretrain``'s run plan): ``setup``'s dry run applies each that is the plan of its stage on the
             model (``GrowthPlan.fits``: same stage, position, seed, tying, config) and plans the others.
+        model_attr: the dotted attribute path of the GPT to grow (``"student"``) when the module holds several (a
+            frozen teacher, an EMA copy); ``None``: the only GPT, else the one whose parameters the optimizers train.
+            The others are left as they are.
 
     Raises:
         ValueError: for stages that are not ``GrowthStage`` or not in increasing ``at_step`` order, or plans that
@@ -110,7 +113,7 @@ class GrowthCallback(Callback):
 
     def __init__(self, stages: GrowthStage | Sequence[GrowthStage], *, min_lr: float | None = None,
                  seed: int = 0, symmetry_every_n_steps: int | None = None,
-                 plans: Sequence[GrowthPlan] | None = None) -> None:
+                 plans: Sequence[GrowthPlan] | None = None, model_attr: str | None = None) -> None:
         stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
         if not stages:
             raise ValueError("GrowthCallback(stages=[]): give at least one GrowthStage")
@@ -147,6 +150,13 @@ class GrowthCallback(Callback):
             raise ValueError("GrowthCallback(plans=...): expected GrowthPlan objects (plan_growth's), one per stage")
         self._given_plans: tuple[GrowthPlan, ...] = tuple(plans or ())  # the caller's: applied where they fit
         self._remove_resume_hook_fn: Callable[[], None] | None = None
+        if model_attr is not None and (not isinstance(model_attr, str) or not model_attr):
+            raise ValueError(f"GrowthCallback(model_attr={model_attr!r}): give the dotted attribute path of the GPT "
+                             "to grow inside the LightningModule, e.g. 'student'")
+        self.model_attr = model_attr
+        self._trainer: pl.Trainer | None = None  # the fit's trainer (its optimizers pick the GPT among several)
+        self._prepared: int | None = None  # id of the GPT setup's checks ran on (None: deferred, not built yet)
+        self._gpt_path: str | None = None  # where the grown GPT sits in the module (checkpointed, for a resume)
         self.summaries: list[dict[str, Any]] = []
         # the records are looked up through self at each use, never captured: load_state_dict replaces them
         self.lr = RewarmupSchedulers(self.stages, lambda: self._records, self._rewarms)  # the new entries' LR
@@ -193,7 +203,8 @@ class GrowthCallback(Callback):
         # plain dicts (copies: records change after growth, the symmetry boost), the keys every release wrote
         return {"grown": self._grown, "seed": self.seed, "stages": [s.to_dict() for s in self.stages],
                 "records": [r.to_dict() for r in self._records],
-                "summaries": [dict(s) for s in self.summaries]}  # a resume past a growth still reports it
+                "summaries": [dict(s) for s in self.summaries],  # a resume past a growth still reports it
+                "model_attr": self._gpt_path}  # the GPT grown, among several (a resume regrows that one)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._adopt_applied(state_dict)
@@ -216,22 +227,13 @@ class GrowthCallback(Callback):
 
     def _check_applied(self) -> None:
         """Refuse a checkpoint grown by other stages than this callback's, each resolved under the module's
-        schedule (a checkpoint written before stages named their recipe is matched on its keys alone)."""
+        schedule (:func:`~lightning_sparkling.growth.recipes.check_same_stages`)."""
         mine = [resolve_recipe(s, self._schedule or "cosine") for s in self._timed[: len(self._applied)]]
-        same = all(a == b if "recipe" in a.given_keys and a.recipe != AUTO else same_keys(a, b)
-                   for a, b in zip(self._applied, mine))
-        if same:
-            return
         fraction = any(s.at_fraction is not None for s in self._given_stages[: len(self._applied)])
-        old = any(a.recipe == AUTO for a in self._applied)
-        raise GrowthError(
-            "the checkpoint was grown by different stages than this GrowthCallback has: "
-            f"checkpoint applied {self._applied}, callback has {mine}"
-            + ("; an at_fraction stage takes its step from trainer.max_steps, so resume with the max_steps the "
-               "run was started with" if fraction else "")
-            + ("; GrowthStage's default recipe is now 'auto' (the CLI's): a checkpoint grown by the paper's "
-               "defaults resumes with GrowthStage(..., recipe='paper')" if old else "")
-        )
+        try:
+            check_same_stages(self._applied, mine, fraction=fraction)
+        except ValueError as err:
+            raise GrowthError(f"GrowthCallback: {err}") from err
 
     def _rewarms(self, k: int) -> bool:
         """Whether stage ``k`` has a re-warmup of new entries (:func:`~.rewarmup.has_rewarmup`)."""
@@ -253,35 +255,41 @@ class GrowthCallback(Callback):
         if stage != "fit":
             return
         self._backend = select_backend(trainer.strategy)  # refuses unsupported strategies, naming them
-        gpt = find_gpt(pl_module)
+        self._trainer = trainer
+        self._prepared = self._gpt_path = None
         max_steps = trainer.max_steps
         try:
             self._timed = tuple(resolve_timing(self._given_stages, max_steps))
         except ValueError as err:
             raise GrowthError(f"GrowthCallback: {err}") from err
         self._set_stages((*self.stages[: self._grown], *self._timed[self._grown:]))
-        needs_horizon = any(s.rewarmup_ratio is not None for s in self.stages)
-        if (max_steps is None or max_steps < 0) and needs_horizon:
-            raise GrowthError(
-                "the re-warmup of new entries decays to min_lr at trainer.max_steps: set Trainer(max_steps=...) "
-                "or use GrowthStage(rewarmup_ratio=None)"
-            )
-        for s in self.stages:
-            if max_steps is not None and max_steps >= 0 and s.at_step >= max_steps:
-                raise GrowthError(
-                    f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would never "
-                    "train the grown model; lower at_step or raise max_steps"
-                )
-        self._dry_run(gpt)
-        if max_steps is not None and max_steps >= 0:
-            try:  # the stages with a re-warmup (a stage that adds no entries has none: _rewarms)
-                check_rewarmup_fits([s for k, s in enumerate(self.stages) if k >= self._grown and self._rewarms(k)],
-                                    max_steps)
-            except ValueError as err:
-                # A warning, not a refusal: the documented schedule (rewarmup_lr clamps the warm-up to the steps
-                # left) is well defined, and Python users may shorten a run on purpose. The CLI refuses it.
-                rank_zero_warn(f"GrowthCallback: {err}", category=UserWarning)
+        check_run_horizon(self.stages, max_steps)
+        try:
+            gpt = self._gpt(pl_module)
+        except GrowthError:  # built in configure_model, or one of several GPTs: on_fit_start knows (or refuses)
+            gpt = None
+        if gpt is not None:
+            self._prepare(trainer, gpt)
         self._install_resume_hook(trainer, pl_module)
+
+    def _gpt(self, pl_module: pl.LightningModule, path: str | None = None) -> Any:
+        """The GPT this callback grows (:func:`~.module_parts.find_gpt`): at ``model_attr`` (or ``path``, where a
+        checkpoint recorded it), else the only one, else the one the trainer's optimizers train."""
+        optimizers = getattr(self._trainer, "optimizers", None) or ()  # none before configure_optimizers
+        return find_gpt(pl_module, self.model_attr or path or self._gpt_path, optimizers)
+
+    def _prepare(self, trainer: pl.Trainer, gpt: Any) -> None:
+        """Setup's checks that read the GPT: the dry run of the stages not applied yet, then their re-warmup
+        against ``max_steps`` (run again at fit start when the GPT was not built at setup, or another one trains)."""
+        self._dry_run(gpt)
+        self._prepared, max_steps = id(gpt), trainer.max_steps
+        if max_steps is None or max_steps < 0:
+            return
+        try:  # refused as the CLI refuses it: rewarmup_lr does not shorten a warm-up to the steps left
+            check_rewarmup_fits([s for k, s in enumerate(self.stages) if k >= self._grown and self._rewarms(k)],
+                                max_steps)  # the stages with a re-warmup (a stage that adds no entries has none)
+        except ValueError as err:
+            raise GrowthError(f"GrowthCallback: {err}") from err
 
     def _dry_run(self, gpt: Any) -> None:
         """Plan every stage not applied yet once, each on the config the stages before it grow (shapes only): a
@@ -318,7 +326,7 @@ class GrowthCallback(Callback):
                 check_stage_sequence(self.stages)
             except ValueError as err:
                 raise GrowthError(f"GrowthCallback: {err}") from err
-            self._dry_run(find_gpt(pl_module))
+            self._dry_run(self._gpt(pl_module))
 
     def _plan(self, k: int, config: Any, *, seed: int, tied: bool) -> GrowthPlan:
         """The plan of stage ``k`` on a model of ``config``: the setup dry run's, computed once, where it fits
@@ -356,7 +364,7 @@ class GrowthCallback(Callback):
         if grown <= len(self._regions):
             return
         self._adopt_applied(state)  # the stages as the checkpoint grew them (their recipe resolved then)
-        gpt = find_gpt(pl_module)
+        gpt = self._gpt(pl_module, state.get("model_attr"))
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         config = gpt.config
         plans: list[GrowthPlan] = []
@@ -368,7 +376,11 @@ class GrowthCallback(Callback):
             plans.append(plan)
             config = plan.new_config
         self.backend.regrow(trainer, pl_module, gpt, plans)
-        gpt = find_gpt(pl_module)
+        sizes = ", ".join(f"{key} {a} -> {b}" for key, (a, b) in size_pairs(plans[0].old_config, config).items())
+        rank_zero_info(f"GrowthCallback: the checkpoint was grown by {grown} stage(s); regrew the model before "
+                       f"loading its weights: {sizes}")
+        self._gpt_path = state.get("model_attr")
+        gpt = self._gpt(pl_module, state.get("model_attr"))
         checkpoint_new_blocks(gpt)
         recompile_after_growth(pl_module, gpt)
         if not self.backend.restores_after_fit_start:
@@ -380,8 +392,15 @@ class GrowthCallback(Callback):
         self._install_lr_hooks(trainer, pl_module)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._trainer = trainer
+        gpt = self._gpt(pl_module)  # the optimizers exist now: the GPT they train, among several
+        self._gpt_path = path_among_several(pl_module, gpt)  # grown, it is in no optimizer until patched
+        if self._prepared != id(gpt):
+            self._prepare(trainer, gpt)
         self._resolve_recipes(trainer, pl_module)
-        self.backend.check_model(pl_module, find_gpt(pl_module))
+        check_new_entries_train(gpt, [self._plans[k] for k in range(self._grown, len(self.stages))],
+                                trainer.optimizers)
+        self.backend.check_model(pl_module, self._gpt(pl_module))
         for optimizer in trainer.optimizers:
             check_optimizer_supported(optimizer)
         check_gradient_clipping(trainer, pl_module)
@@ -394,7 +413,7 @@ class GrowthCallback(Callback):
         self._install_lr_hooks(trainer, pl_module)
 
     def _install_lr_hooks(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.lr.install(trainer, pl_module, find_gpt(pl_module), self.backend, self._regions)
+        self.lr.install(trainer, pl_module, self._gpt(pl_module), self.backend, self._regions)
 
     # ------------------------------------------------------------------ growth
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -413,11 +432,11 @@ class GrowthCallback(Callback):
         while self._due(trainer):
             self._grow(trainer, pl_module, batch)
             grew = True
-        self.symmetry.control(trainer, pl_module, lambda: find_gpt(pl_module), self.backend)
+        self.symmetry.control(trainer, pl_module, lambda: self._gpt(pl_module), self.backend)
         self.lr.log(trainer)
         every = trainer.log_every_n_steps if self.symmetry_every_n_steps is None else self.symmetry_every_n_steps
         if self.symmetry.copies and every and (grew or trainer.global_step % every == 0):
-            self.symmetry.log(trainer, pl_module, find_gpt(pl_module), self.backend)
+            self.symmetry.log(trainer, pl_module, self._gpt(pl_module), self.backend)
 
     def _due(self, trainer: pl.Trainer) -> bool:
         return self._grown < len(self.stages) and trainer.global_step >= self.stages[self._grown].at_step
@@ -425,16 +444,17 @@ class GrowthCallback(Callback):
     def _grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any) -> None:
         k = self._grown
         stage = self.stages[k]
-        gpt = find_gpt(pl_module)
+        gpt = self._gpt(pl_module)
         tied = gpt.lm_head.weight is gpt.transformer.wte.weight
         params_before = count_params(gpt.config, tie_embeddings=tied)
         device = next(gpt.parameters()).device
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+        loss_before = batch_loss(pl_module, gpt, batch, self.backend)  # the same batch as the check after it
         start = time.perf_counter()
         result = self.backend.grow(trainer, pl_module, gpt, stage, seed=self.seed, stage_index=k,
                                    plan=self._plan(k, gpt.config, seed=self.seed, tied=tied))
-        gpt = find_gpt(pl_module)
+        gpt = self._gpt(pl_module)
         patches = []
         try:
             for optimizer in trainer.optimizers:
@@ -480,7 +500,8 @@ class GrowthCallback(Callback):
         if not hasattr(pl_module, "update_flops_per_batch") and \
                 isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
             pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
-        self._summarize(trainer, pl_module, gpt, result, k, params_before, params_after, seconds, loss, device)
+        self._summarize(trainer, pl_module, gpt, result, k, params_before, params_after, seconds,
+                        (loss_before, loss), device)
         self.summaries[-1].update(compiled=recompiled, checkpointed_new_blocks=checkpointed)
         self._first_step = (k, trainer.global_step, time.perf_counter())
 
@@ -510,17 +531,9 @@ class GrowthCallback(Callback):
             trainer.logger.log_metrics({"growth/first_step_seconds": seconds}, step=step)
 
     def _recipe_line(self, k: int, plan: GrowthPlan) -> str:
-        """The recipe stage ``k`` grew by, and why (``auto``: the module's schedule), named as ``sparkling plan`` and
-        ``measure`` name it (:func:`~lightning_sparkling.growth.recipes.recipe_facts`: where the measured map names
-        its keys another recipe's, a note says so); none for a stage that added no entries (``plan``)."""
-        stage = self.stages[k]
-        if not plan.adds_entries:
-            return "none applies: the stage adds no new entries (no init, new-entry optimizer state or re-warmup)"
-        name = recipe_facts([stage])
-        why = (f" (recipe auto under the {self._schedule} schedule)" if self._given_stages[k].recipe == AUTO
-               and self._schedule is not None else "")
-        note = f"; the measured map names it {name.key}" if name.reason else ""
-        return f"{name.label}{why}: init {stage.init}, rewarmup_ratio {stage.rewarmup_ratio}{note}"
+        """The growth log's recipe line of stage ``k`` (:func:`~lightning_sparkling.growth.recipes.recipe_line`)."""
+        auto = self._schedule if self._given_stages[k].recipe == AUTO else None
+        return recipe_line(self.stages[k], plan, auto_schedule=auto)
 
     def _carry_forward(self, plan: GrowthPlan) -> None:
         """Earlier stages' new entries and copies under the names and indices of ``plan``'s grown model: a depth
@@ -533,32 +546,21 @@ class GrowthCallback(Callback):
         self._regions = [{n: pieces for n, pieces in regions if n is not None} for regions in carried]
         self.symmetry.carry_forward(plan)
 
-    @torch.no_grad()
     def _check_loss(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, batch: Any) -> float:
-        """Loss of the grown model on the current batch (next-token cross-entropy of its first token tensor, or
-        ``pl_module.growth_check_loss(batch)`` when the module defines it); raises if it is not finite."""
-        custom = getattr(pl_module, "growth_check_loss", None)
-        with eager():  # a compiled model runs this one forward eagerly: no graph compiled for it
-            if callable(custom):
-                loss = custom(batch)
-            else:
-                ids = token_batch(batch)
-                if ids is None or ids.size(1) < 2:
-                    g = torch.Generator().manual_seed(0)
-                    ids = torch.randint(0, gpt.config.vocab_size, (1, min(gpt.max_seq_length, 16) + 1), generator=g)
-                ids = ids[:, : gpt.max_seq_length + 1].to(next(gpt.parameters()).device)
-                logits = self.backend.forward_module(pl_module, gpt)(ids[:, :-1])
-                loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten().long())  # int32: litdata
-        self.backend.reshard(pl_module, gpt)
-        loss = float(loss)
+        """Loss of the grown model on the current batch (:meth:`_batch_loss`); raises if it is not finite."""
+        loss = batch_loss(pl_module, gpt, batch, self.backend)
         if not math.isfinite(loss):
             raise GrowthError(f"the grown model's loss on the current batch is not finite ({loss})")
         return loss
 
     # ------------------------------------------------------------------ reporting
     def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
-                   result: GrowthResult, k: int, params_before: tuple[int, int], params_after: tuple[int, int],
-                   seconds: float, loss: float, device: torch.device) -> None:
+                   result: GrowthResult, k: int,
+                   params_before: tuple[int, int], params_after: tuple[int, int], seconds: float,
+                   losses: tuple[float, float], device: torch.device) -> None:
+        """The growth's log lines and ``summaries`` entry; ``losses``: the model's loss on the growth's batch
+        before and after it."""
+        before, loss = losses
         sizes = size_pairs(result.old_config, result.new_config)  # every axis' sizes, a user's too
         if device.type == "cuda":
             peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
@@ -573,7 +575,8 @@ class GrowthCallback(Callback):
             "params_before": params_before[1], "params_after": params_after[1],
             "active_params_before": params_before[0], "active_params_after": params_after[0],
             "flops_per_token_before": 6 * params_before[0], "flops_per_token_after": 6 * params_after[0],
-            "seconds": seconds, "peak_memory_mb": peak_mb, "loss_after": loss, "recipe": self.stages[k].recipe,
+            "seconds": seconds, "peak_memory_mb": peak_mb, "loss_before": before, "loss_after": loss,
+            "recipe": self.stages[k].recipe,
         }
         self.summaries.append(summary)
         lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s",
@@ -582,7 +585,8 @@ class GrowthCallback(Callback):
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")
         lines.append(f"  {'FLOPs/token (6N)':<22} {6 * params_before[0]:>8,} -> {6 * params_after[0]:,}")
-        lines.append(f"  {'loss after growth':<22} {loss:>8.4f}   {peak_what}: {peak_mb:,.0f} MiB")
+        lines.append(f"  {'loss (same batch)':<22} {before:>8.4f} -> {loss:.4f} ({loss - before:+.4f} at the growth)")
+        lines.append(f"  {'memory':<22} {peak_what}: {peak_mb:,.0f} MiB")
         rank_zero_info("\n".join(lines))
         if trainer.logger is not None:
             trainer.logger.log_metrics({

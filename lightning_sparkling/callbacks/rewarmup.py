@@ -72,6 +72,23 @@ def every_step(trainer: Any, config: Any) -> bool:
     return config.interval == "step" and config.frequency == 1
 
 
+def check_run_horizon(stages: Sequence[GrowthStage], max_steps: int | None) -> None:
+    """At setup: a re-warmup decays to ``min_lr`` at ``max_steps``, so it needs one; and every stage must grow before
+    the last step (a stage at or past it would never train the grown model).
+
+    Raises:
+        GrowthError: naming the stage or the missing ``max_steps``, and the fix.
+    """
+    bounded = max_steps is not None and max_steps >= 0
+    if not bounded and any(s.rewarmup_ratio is not None for s in stages):
+        raise GrowthError("the re-warmup of new entries decays to min_lr at trainer.max_steps: set "
+                          "Trainer(max_steps=...) or use GrowthStage(rewarmup_ratio=None)")
+    for s in stages:
+        if bounded and s.at_step >= max_steps:
+            raise GrowthError(f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would "
+                              "never train the grown model; lower at_step or raise max_steps")
+
+
 def check_baseline_schedulers(trainer: Any, stages: Sequence[GrowthStage]) -> None:
     """At fit start: ``decay_speedup`` needs, for every optimizer, one ``LambdaLR`` or ``CosineAnnealingLR`` stepped
     every optimizer step (``interval="step"``, ``frequency=1``; under manual optimization the module steps it),

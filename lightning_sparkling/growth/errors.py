@@ -12,7 +12,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["GrowthError", "StageError", "check_choice"]
+__all__ = ["GrowthError", "StageError", "check_choice", "did_you_mean"]
+
+
+def did_you_mean(key: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'n_embd'?)`` for a misspelt ``key`` close to one of ``known`` (``difflib``), else ``""``.
+
+    Example::
+
+        >>> did_you_mean("n_embdd", ["n_embd", "n_head"])
+        " (did you mean 'n_embd'?)"
+    """
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class GrowthError(ValueError):

@@ -31,8 +31,8 @@ from lightning_sparkling.growth.errors import StageError
 from lightning_sparkling.growth.schedules import SCHEDULES, baseline_of
 
 __all__ = ["AUTO", "PAPER_KEYS", "RECIPES", "RECIPE_DEFAULT", "RECIPE_KEYS", "SCHEDULE_RECIPES", "WIDTH_ONLY_RECIPES",
-           "RecipeFacts", "apply_recipe", "grows_channels", "recipe_facts", "recipe_keys", "resolve_recipe", "same_keys",
-           "schedule_of", "schedule_recipe"]
+           "RecipeFacts", "apply_recipe", "check_same_stages", "grows_channels", "recipe_facts", "recipe_keys",
+           "recipe_line", "resolve_recipe", "same_keys", "schedule_of", "schedule_recipe", "stage_differences"]
 
 RECIPES: dict[str, dict[str, Any]] = {
     # GrowthStage's field defaults (PAPER_KEYS for the recipe keys): the SPARKLING recipe as published (copy-copy,
@@ -251,6 +251,62 @@ def same_keys(a: Any, b: Any) -> bool:
     """Whether two stages grow alike, whatever recipe name they carry (every field but ``recipe`` equal): how a
     checkpoint written before stages named their recipe is matched."""
     return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.compare and f.name != "recipe")
+
+
+def stage_differences(a: Any, b: Any, *, recipe: bool = True) -> list[tuple[str, Any, Any]]:
+    """``(key, a's value, b's value)`` of every field two stages differ in (``recipe=False``: ``recipe`` left out,
+    as :func:`same_keys` leaves it out).
+
+    Example::
+
+        >>> from lightning_sparkling.growth.stage import GrowthStage
+        >>> stage_differences(GrowthStage(5, n_embd=64), GrowthStage(5, n_embd=48))
+        [('n_embd', 64, 48)]
+    """
+    return [(f.name, getattr(a, f.name), getattr(b, f.name)) for f in fields(a)
+            if f.compare and (recipe or f.name != "recipe") and getattr(a, f.name) != getattr(b, f.name)]
+
+
+def recipe_line(stage: Any, plan: Any, *, auto_schedule: str | None = None) -> str:
+    """The growth log's recipe line: the recipe ``stage`` grew by, named as ``sparkling plan`` and ``measure`` name
+    it (:func:`recipe_facts`: where the measured map names its keys another recipe's, a note says so), and why
+    (``auto_schedule``: ``recipe='auto'`` resolved under that schedule); none for a ``plan`` that added no entries."""
+    if not plan.adds_entries:
+        return "none applies: the stage adds no new entries (no init, new-entry optimizer state or re-warmup)"
+    name = recipe_facts([stage])
+    why = f" (recipe auto under the {auto_schedule} schedule)" if auto_schedule is not None else ""
+    note = f"; the measured map names it {name.key}" if name.reason else ""
+    return f"{name.label}{why}: init {stage.init}, rewarmup_ratio {stage.rewarmup_ratio}{note}"
+
+
+def check_same_stages(applied: Sequence[Any], given: Sequence[Any], *, fraction: bool = False) -> None:
+    """Refuse resuming a checkpoint grown by ``applied`` stages with other ``given`` ones (a checkpoint written
+    before stages named their recipe, ``recipe='auto'`` as recorded, is matched on its keys alone: :func:`same_keys`).
+
+    Args:
+        applied: the stages the checkpoint applied, as it recorded them. given: the run's, resolved alike.
+        fraction: some given stage took its step from ``at_fraction`` (its step follows ``max_steps``).
+
+    Raises:
+        ValueError: one line naming each key that differs, with both values, and the fix.
+    """
+    def exact(a: Any) -> bool:
+        return "recipe" in a.given_keys and a.recipe != AUTO
+
+    if all(a == b if exact(a) else same_keys(a, b) for a, b in zip(applied, given)):
+        return
+    diff = "; ".join(f"stage {k} {key}: checkpoint {x!r}, callback {y!r}"
+                     for k, (a, b) in enumerate(zip(applied, given))
+                     for key, x, y in stage_differences(a, b, recipe=exact(a)))
+    raise ValueError(
+        f"the checkpoint was grown by different stages than this GrowthCallback has ({diff}): give GrowthCallback "
+        "the stages the run was started with, or start a new run from its weights "
+        "(lightning_sparkling.load_grown_checkpoint)"
+        + ("; an at_fraction stage takes its step from trainer.max_steps, so resume with the max_steps the run was "
+           "started with" if fraction else "")
+        + ("; GrowthStage's default recipe is now 'auto' (the CLI's): a checkpoint grown by the paper's defaults "
+           "resumes with GrowthStage(..., recipe='paper')" if any(a.recipe == AUTO for a in applied) else "")
+    )
 
 
 @dataclass(frozen=True)

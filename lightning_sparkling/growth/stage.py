@@ -45,6 +45,7 @@ from lightning_sparkling.growth.stage_checks import (
     _checked_extra,
     _default,
     check_baselines,
+    check_keywords,
     check_lock_breakers,
     plugin_key_fields,
     check_target,
@@ -558,6 +559,9 @@ class GrowthStage:
 _FIELD_NAMES = frozenset(f.name for f in fields(GrowthStage) if f.name != FILLED)  # the stage keys and extra
 reserve_stage_keys(_FIELD_NAMES | {FILLED})  # no axis' stage_keys may shadow a field
 set_signatures(GrowthStage)  # jsonargparse reads __init__'s: a YAML mapping passes only the keys it sets
+
+
+check_keywords(GrowthStage)  # a misspelt keyword: a TypeError that names the close key
 
 
 def _axis(name: str) -> GrowthAxis:

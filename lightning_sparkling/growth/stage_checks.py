@@ -5,15 +5,16 @@ is a :class:`~lightning_sparkling.growth.errors.StageError` naming the key, the 
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from lightning_sparkling.growth.axes import registered_axes
-from lightning_sparkling.growth.errors import StageError, check_choice
+from lightning_sparkling.growth.errors import StageError, check_choice, did_you_mean
 from lightning_sparkling.growth.scaling import SPLITS
-from lightning_sparkling.growth.stage_keys import FrozenKeys
+from lightning_sparkling.growth.stage_keys import FILLED, FrozenKeys
 
 
 OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
@@ -27,7 +28,8 @@ StageLike = Any
 words only)."""
 
 __all__ = ["BIAS_CORRECTIONS", "DEFAULT_SPLIT_RATIO", "OPTIMIZER_STATES", "REWARMUP_SCOPES", "SYMMETRY_RELEASES",
-           "check_baselines", "check_lock_breakers", "plugin_key_fields", "check_target", "check_timing"]
+           "check_baselines", "check_keywords", "check_lock_breakers", "plugin_key_fields", "check_target",
+           "check_timing"]
 
 
 def check_timing(stage: StageLike) -> None:
@@ -183,3 +185,25 @@ def _checked_extra(extra: Any) -> FrozenKeys:
                         f"a registered axis' key (registered: {', '.join(plugin) or 'none'}); register its axis first "
                         "(growth.register_axis, or the CLI's plugins:)")
     return FrozenKeys({k: v for k, v in extra.items() if v != _default(plugin[k])})
+
+
+def check_keywords(cls: type) -> None:
+    """Wrap ``cls.__init__`` (a dataclass') so that an unknown keyword is a ``TypeError`` naming the close key, as
+    the CLI names it (``GrowthStage(20, n_embdd=64)``: did you mean 'n_embd'?), and a registered axis' key given
+    as a field points at :meth:`GrowthStage.from_keys`."""
+    init = cls.__init__
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for key in kwargs:
+            if key in names:
+                continue
+            if key in plugin_key_fields():
+                raise TypeError(f"{cls.__name__}(..., {key}=...): {key!r} is a registered axis' key, held in extra: "
+                                f"use {cls.__name__}.from_keys(at_step, {key}=...) or extra={{{key!r}: ...}}")
+            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {key!r}"
+                            f"{did_you_mean(key, [n for n in names if n != FILLED] + list(plugin_key_fields()))}")
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]

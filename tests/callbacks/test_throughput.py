@@ -58,7 +58,8 @@ def test_flops_per_batch_changes_at_the_growth_and_mfu_follows(tmp_path, monkeyp
                         logger=CSVLogger(str(tmp_path)), enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False,
                         callbacks=[TokenThroughputMonitor(window_size=window),
-                                   WidthGrowthCallback(GrowthStage(GROW_AT, n_embd=64, intermediate_size=128))])
+                                   WidthGrowthCallback(GrowthStage(GROW_AT, n_embd=64, intermediate_size=128,
+                                                                   rewarmup_steps=2))])
     trainer.fit(module, data, val)
     assert module.model.config.n_embd == 64
     logged = _logged(tmp_path)

@@ -76,7 +76,8 @@ def test_symmetry_logging_interval_and_off(tmp_path):
     for every, expected in ((0, set()), (4, {GROW_AT, 12, 16, 20, 24, 28})):
         module = TinyModule(max_steps=MAX_STEPS)
         logger = TensorBoardLogger(tmp_path, name=f"every{every}", version=0)
-        growth = WidthGrowthCallback(paper_stage(GROW_AT, intermediate_size=128), symmetry_every_n_steps=every)
+        growth = WidthGrowthCallback(paper_stage(GROW_AT, intermediate_size=128, rewarmup_steps=5),
+                                     symmetry_every_n_steps=every)
         make_trainer([growth], max_steps=MAX_STEPS, logger=logger, log_every_n_steps=1).fit(module)
         events = EventAccumulator(str(tmp_path / f"every{every}" / "version_0"), size_guidance={"scalars": 0})
         events.Reload()
