@@ -487,7 +487,7 @@ def flat_pieces(shape: tuple[int, ...], piece: tuple[slice, ...], start: int, st
         out.append(FlatPiece(full_lo * n_cols - start, full_hi * n_cols - start, n_cols, c0, c1))
         partial = [r for r in (full_lo - 1, full_hi) if r0 <= r < r1]
     else:
-        partial = [r for r in range(max(r0, start // n_cols), min(r1, -(-stop // n_cols)))]
+        partial = list(range(max(r0, start // n_cols), min(r1, -(-stop // n_cols))))
     for r in partial:
         lo, hi = max(r * n_cols + c0, start), min(r * n_cols + c1, stop)
         if hi > lo:

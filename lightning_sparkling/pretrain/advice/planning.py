@@ -99,7 +99,7 @@ def _stage_report(run_plan: RunPlan, k: int) -> dict[str, Any]:
     from lightning_sparkling.growth.stage import WIDTH_SIZE_KEYS, grows_channels
 
     run, stage, gp, est = run_plan.run, run_plan.run.stages[k], run_plan.plans[k], run_plan.compute
-    report = {
+    return {
         "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
         "at_fraction": stage.at_step / run.steps,
         "widths": {name: [change.old, change.new] for name, change in gp.channels.items() if name in WIDTH_SIZE_KEYS},
@@ -119,7 +119,6 @@ def _stage_report(run_plan: RunPlan, k: int) -> dict[str, Any]:
         "tensors": len(gp.tensors), "tensor_groups": _tensor_groups(gp),
         "axes": describe_changes(gp),  # plug-in axes (growth/axes): one line each
     }
-    return report
 
 
 def _tensor_groups(gp: Any) -> dict[str, dict[str, Any]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from lightning_sparkling.growth.stage import stage_key_fields
 from lightning_sparkling.parallel.registry import cli_strategies
@@ -37,6 +37,10 @@ __all__ = [
     "pretrain_arguments",
     "stage_args",
 ]
+
+if TYPE_CHECKING:  # computed on each access by the module's __getattr__ (the axes and backends registered now)
+    StageArgs: type
+    STRATEGIES: tuple[str, ...]
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
 
@@ -181,8 +185,9 @@ def _stage_args() -> type:
     """The keys of one ``growth.stages`` entry: ``at_step`` / ``at_tokens``, then every stage key with its type and
     default (:func:`~lightning_sparkling.growth.stage.stage_key_fields`: ``GrowthStage``'s fields, then the registered
     axes' own keys, flat; a field added to ``GrowthStage`` is a stage key with no second edit)."""
-    keys: list[tuple[str, Any, Any]] = [("at_step", Optional[int], field(default=None)),
-                                        ("at_tokens", Optional[int], field(default=None))]
+    # Optional[int], not int | None: runtime values that jsonargparse reads as the keys' types
+    keys: list[tuple[str, Any, Any]] = [("at_step", Optional[int], field(default=None)),  # noqa: UP045
+                                        ("at_tokens", Optional[int], field(default=None))]  # noqa: UP045
     for f in stage_key_fields():
         if f.name == "at_step" or not f.init:
             continue
@@ -410,7 +415,7 @@ def check_keys(raw: Any) -> None:
         return
     if not isinstance(raw, dict):
         raise ConfigError("config", f"a configuration file must hold a mapping of keys, got {type(raw).__name__}")
-    top = [p for p in inspect.signature(pretrain_arguments).parameters] + ["config"]
+    top = [*inspect.signature(pretrain_arguments).parameters, "config"]
     for key, value in raw.items():
         if key not in top:
             raise ConfigError(str(key), f"unknown key{_suggest(str(key), top)}; known keys: {', '.join(top[:-1])}")

@@ -13,6 +13,7 @@ Importable from :mod:`~lightning_sparkling.pretrain.config.litgpt_compat` too.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import inspect
 import json
@@ -123,10 +124,8 @@ def build_litgpt_datamodule(run: Any):
         tokenizer = Tokenizer(run.tokenizer_dir)
     module.connect(tokenizer=tokenizer, batch_size=run.micro_batch_size, max_seq_length=run.seq_len)
     if getattr(module, "tokenizer_dir", None) is None:
-        try:
+        with contextlib.suppress(AttributeError):  # a read-only property of a custom module
             module.tokenizer_dir = run.tokenizer_dir
-        except AttributeError:  # a read-only property of a custom module
-            pass
     return module
 
 
