@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from typing_extensions import override
 
 from lightning_sparkling.callbacks.clipping import check_gradient_clipping
 from lightning_sparkling.callbacks.module_parts import find_gpt, token_batch
@@ -154,12 +155,14 @@ class GrowthCallback(Callback):
 
     # ------------------------------------------------------------------ state
     @property
+    @override
     def state_key(self) -> str:
         """``checkpoint["callbacks"]`` key of this callback's state: ``"GrowthCallback"``
         (:data:`~lightning_sparkling.growth.record.GROWTH_STATE_KEY`); a checkpoint of before holds it under a former
         key, which :meth:`on_load_checkpoint` moves here."""
         return GROWTH_STATE_KEY
 
+    @override
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         """Lightning loads a callback's state by its :attr:`state_key` right after this hook: a checkpoint written
@@ -189,12 +192,14 @@ class GrowthCallback(Callback):
     def _lr_hooks(self) -> list:
         return self.lr.hooks
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         # plain dicts (copies: records change after growth, the symmetry boost), the keys every release wrote
         return {"grown": self._grown, "seed": self.seed, "stages": [s.to_dict() for s in self.stages],
                 "records": [r.to_dict() for r in self._records],
                 "summaries": [dict(s) for s in self.summaries]}  # a resume past a growth still reports it
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._adopt_applied(state_dict)
         if self._schedule is not None:  # a strategy that restores after on_fit_start: the recipes are known
@@ -249,6 +254,7 @@ class GrowthCallback(Callback):
         return self._backend
 
     # ------------------------------------------------------------------ setup / validation
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
@@ -379,6 +385,7 @@ class GrowthCallback(Callback):
         self.lr.register_applied(trainer)
         self._install_lr_hooks(trainer, pl_module)
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._resolve_recipes(trainer, pl_module)
         self.backend.check_model(pl_module, find_gpt(pl_module))
@@ -397,15 +404,18 @@ class GrowthCallback(Callback):
         self.lr.install(trainer, pl_module, find_gpt(pl_module), self.backend, self._regions)
 
     # ------------------------------------------------------------------ growth
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._remove_resume_hook()
 
+    @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         # at_step=0 (or a stage already due when the run starts): grow before the first micro-batch of the window
         while self._due(trainer):
             self._grow(trainer, pl_module, batch)
 
+    @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._time_steps(trainer)

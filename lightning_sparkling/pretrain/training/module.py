@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from litgpt import GPT, Config
 from litgpt.utils import chunked_cross_entropy
 from torchmetrics import MeanMetric
+from typing_extensions import override
 
 from lightning_sparkling.callbacks.clipping import clip_gradients
 from lightning_sparkling.callbacks.throughput import measured_flops_per_batch
@@ -216,6 +217,7 @@ class LitGPTPretrainModule(L.LightningModule):
         self._stepped = False  # whether the current batch took an optimizer step
 
     # ------------------------------------------------------------------ model
+    @override
     def configure_model(self) -> None:
         """Build ``self.model`` if it is ``None`` (never twice), then prepare it for the growth backend of the
         Trainer's strategy (:func:`~lightning_sparkling.parallel.backend_class_for`, its settings unchecked: a
@@ -250,6 +252,7 @@ class LitGPTPretrainModule(L.LightningModule):
         if self.compile_options is not None:
             compile_gpt(self.model, per_block=per_block, **self.compile_options)
 
+    @override
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, T, padded_vocab_size)`` for token ids ``(B, T)``."""
         return self.model(idx)
@@ -288,6 +291,7 @@ class LitGPTPretrainModule(L.LightningModule):
             self.update_flops_per_batch(key[2], key[3])
 
     # ------------------------------------------------------------------ steps
+    @override
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         """Next-token cross-entropy on ``batch`` (``(B, T + 1)`` token ids); logs ``train_loss`` (the last
         micro-batch's, once per optimizer step). Under manual optimization (Muon) it also does the backward, and every
@@ -312,6 +316,7 @@ class LitGPTPretrainModule(L.LightningModule):
                 for logger in self.loggers:
                     logger.log_metrics({"train_loss": float(loss)}, step=step - 1)
 
+    @override
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Under manual optimization with ``accumulate_grad_batches > 1``, make Lightning's logging step count
         optimizer steps, as it does under automatic optimization (it counts batches there, since it cannot see
@@ -344,12 +349,14 @@ class LitGPTPretrainModule(L.LightningModule):
             scheduler.step()
         return True
 
+    @override
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         """Accumulates the token-weighted validation loss (logged at the end of validation)."""
         loss = self._lm_loss(batch)
         self.val_loss.update(loss.detach().float(), weight=batch[:, 1:].numel())
         return loss
 
+    @override
     def on_validation_epoch_end(self) -> None:
         """Logs ``val_loss`` (mean next-token cross-entropy over the validation set) and ``val_ppl = exp(val_loss)``.
         """
@@ -367,6 +374,7 @@ class LitGPTPretrainModule(L.LightningModule):
         trainer_steps = self._trainer.max_steps if self._trainer is not None else -1
         return _schedule_steps(self.max_steps, trainer_steps, self.lr_warmup_steps, self.lr_warmup_fraction)
 
+    @override
     def configure_optimizers(self) -> dict | list[dict]:
         """The optimizer(s) and step-interval ``LambdaLR(WarmupCosineLambda)`` (or ``WSDLambda``) scheduler(s)."""
         warmup, total = self.schedule_steps()
@@ -384,6 +392,7 @@ class LitGPTPretrainModule(L.LightningModule):
         itself. Passing nothing is fine too: the module clips with ``max_norm`` in both modes."""
         return (self.max_norm or None) if self.automatic_optimization else None
 
+    @override
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
         """Clip by global norm: the Trainer's ``gradient_clip_val`` when set, else ``max_norm``; fused AdamW under
@@ -396,6 +405,7 @@ class LitGPTPretrainModule(L.LightningModule):
             gradient_clip_val, gradient_clip_algorithm = self.max_norm, "norm"
         clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
+    @override
     def on_fit_start(self) -> None:
         """Checks the Trainer settings that must agree with the module's."""
         trainer = self.trainer
@@ -412,10 +422,12 @@ class LitGPTPretrainModule(L.LightningModule):
                            f"Trainer(max_steps={trainer.max_steps}): the LR schedule ends at {self.max_steps}")
 
     # ------------------------------------------------------------------ checkpoints
+    @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Stores ``checkpoint["model_config"] = asdict(self.model.config)`` (the config of this moment)."""
         checkpoint["model_config"] = asdict(self.model.config)
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """If the checkpoint's ``model_config`` differs from the current model's, rebuild ``self.model`` with it
         (same device and dtype, tied and sharded like the module's own) before the weights load."""

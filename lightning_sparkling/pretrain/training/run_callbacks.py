@@ -21,6 +21,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+from typing_extensions import override
 
 from lightning_sparkling.pretrain.formatting import _fmt_int, _info
 from lightning_sparkling.growth.compute import active_parameter_count
@@ -45,15 +46,18 @@ class TokenCounter(pl.Callback):
         self.train_losses: dict[int, list[float]] = {}
 
     @property
+    @override
     def state_key(self) -> str:
         """The ``checkpoint["callbacks"]`` key of the counts: Lightning's default, the class's ``__qualname__``, of
         when it was defined inside ``cli._callbacks_module``, so the checkpoints written then still resume their
         counts (and those written now still resume with that version)."""
         return "_callbacks_module.<locals>.TokenCounter"
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"flops": self.flops, "step": self.step}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.flops = float(state_dict["flops"])
         self.step = int(state_dict["step"])
@@ -65,10 +69,12 @@ class TokenCounter(pl.Callback):
             self._active, self._key = active_parameter_count(model), key
         return self._active
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step:  # the model of this step (growth happens between steps)
             self._step_active = self._active_params(pl_module)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = trainer.callback_metrics.get("train_loss")
         if loss is not None:
@@ -103,12 +109,14 @@ class LitGPTExport(pl.Callback):
         self._last_saved: int | None = None
         self.written: list[Path] = []
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if (self.save_interval and step > 0 and step % self.save_interval == 0 and step != self._last_saved):
             self._last_saved = step
             self.export(trainer, pl_module, self.out_dir / f"step-{step:08d}")
 
+    @override
     def on_train_end(self, trainer, pl_module) -> None:
         self.export(trainer, pl_module, self.out_dir / "final")
 
@@ -154,15 +162,18 @@ class RunTracker(pl.Callback):
         self._last: tuple[int, float] | None = None  # (global step, time) of the last step's end
         self.phase_step_seconds: dict[int, list[float]] = {}  # the model config's id -> step times
 
+    @override
     def on_validation_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
             self.last_val_step = trainer.global_step
             self._last = None  # the next step's time would include the validation
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         self._t0 = time.perf_counter()
         self._last = None
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         now, step = time.perf_counter(), trainer.global_step
         if self._last is not None and step == self._last[0] + 1:
@@ -172,9 +183,11 @@ class RunTracker(pl.Callback):
         if self._last is None or step != self._last[0]:
             self._last = (step, now)
 
+    @override
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         self._last = None  # the next step's time would include the save
 
+    @override
     def on_train_end(self, trainer, pl_module) -> None:
         if self._t0 is not None:
             self.fit_seconds = time.perf_counter() - self._t0
@@ -201,6 +214,7 @@ class OldEntryLRMonitor(LearningRateMonitor):
     LR is logged once, by the callback, as ``growth/lr_new/stage_k`` (the tag the dashboards read), not a second
     time as ``lr_new/stage_k``."""
 
+    @override
     def _extract_stats(self, trainer: pl.Trainer, interval: str) -> dict[str, float]:
         from lightning_sparkling.callbacks.rewarmup import SCHEDULER_PREFIX
 
@@ -218,18 +232,22 @@ class StepProgressBar(RichProgressBar):
         self.tokens_per_step = int(tokens_per_step)
 
     @property
+    @override
     def total_train_batches(self) -> int | float:
         steps = self.trainer.max_steps
         return steps if steps is not None and steps > 0 else float("inf")
 
+    @override
     def _get_train_description(self, current_epoch: int) -> str:
         return f"{'step':{len(self.validation_description)}}"
 
+    @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         if self.train_progress_bar_id is None:  # later data epochs continue the same bar
             super().on_train_epoch_start(trainer, pl_module)
             self._update(self.train_progress_bar_id, trainer.global_step)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not self.is_disabled and self.train_progress_bar_id is None:
             self._initialize_train_progress_bar_id()
@@ -237,6 +255,7 @@ class StepProgressBar(RichProgressBar):
         self._update_metrics(trainer, pl_module)
         self.refresh()
 
+    @override
     def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
@@ -249,11 +268,13 @@ class StepProgressBar(RichProgressBar):
     _validated_step: int | None = None  # the optimizer step of the fit's last validation
     _stale_val: bool = False
 
+    @override
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.state.fn == "fit":
             self._validated_step = trainer.global_step
         super().on_validation_end(trainer, pl_module)
 
+    @override
     def on_train_end(self, trainer, pl_module) -> None:
         """The bar's last line (it stays on screen): the metrics of the last step, and a val loss only when it is of
         that step. An older one goes: the run validates once more after the fit (the summary's val loss), and the
@@ -279,6 +300,7 @@ class RunCheckpoint(ModelCheckpoint):
         super().__init__(*args, **kwargs)
         self.resuming = resuming
 
+    @override
     def _ModelCheckpoint__warn_if_dir_not_empty(self, dirpath: Any) -> None:  # ModelCheckpoint.setup's check
         if not self.resuming:
             getattr(super(), "_ModelCheckpoint__warn_if_dir_not_empty")(dirpath)
@@ -342,6 +364,7 @@ class InterruptCheckpoint(pl.Callback):
                           else signal.default_int_handler)
             self._handler_installed = False
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         import threading
 
@@ -350,11 +373,13 @@ class InterruptCheckpoint(pl.Callback):
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
             self._handler_installed = True
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._in_step = False
         self._raise_if_pending()
         self._in_step = True
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if step != self._start_step and (self._boundary is None or self._boundary[0] != step):
@@ -362,20 +387,24 @@ class InterruptCheckpoint(pl.Callback):
             self._boundary = (step, copy.deepcopy(trainer.fit_loop.state_dict()),
                               copy.deepcopy(datamodule.state_dict()) if datamodule is not None else None)
 
+    @override
     def on_validation_start(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
         self._in_step = False
         self._raise_if_pending()
 
+    @override
     def on_train_end(self, trainer, pl_module) -> None:
         self._in_step = False
         self._restore_handler()
         self._raise_if_pending()
 
+    @override
     def teardown(self, trainer, pl_module, stage: str) -> None:
         self._restore_handler()
 
+    @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.exception = exception
         self._restore_handler()
@@ -397,6 +426,7 @@ class InterruptCheckpoint(pl.Callback):
                 self._saving = False
         self.path, self.step = path, step
 
+    @override
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         if not self._saving:
             return
@@ -427,9 +457,11 @@ class SampleGeneration(pl.Callback):
         self._rows: list[Any] = []
         self._tokenizer = None
 
+    @override
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._rows = []
 
+    @override
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         import torch
 
@@ -450,6 +482,7 @@ class SampleGeneration(pl.Callback):
             return rows[int(torch.randint(len(rows), (1,), generator=g))]
         return rows[int(choice) % len(rows)]
 
+    @override
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
