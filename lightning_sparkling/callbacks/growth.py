@@ -157,9 +157,7 @@ class GrowthCallback(Callback):
     @property
     @override
     def state_key(self) -> str:
-        """``checkpoint["callbacks"]`` key of this callback's state: ``"GrowthCallback"``
-        (:data:`~lightning_sparkling.growth.record.GROWTH_STATE_KEY`); a checkpoint of before holds it under a former
-        key, which :meth:`on_load_checkpoint` moves here."""
+        """The ``checkpoint["callbacks"]`` key of this callback's state: ``"GrowthCallback"``."""
         return GROWTH_STATE_KEY
 
     @override
@@ -209,9 +207,8 @@ class GrowthCallback(Callback):
         self.summaries = [dict(s) for s in state_dict.get("summaries", [])]  # older checkpoints: none kept
 
     def _adopt_applied(self, state: dict[str, Any]) -> None:
-        """Take the stages a checkpoint applied as it recorded them (their recipe resolved when they grew); they
-        are checked against this callback's own stages once the module's schedule is known
-        (:meth:`_check_applied`)."""
+        """Take the stages a checkpoint applied as it recorded them (recipes resolved); :meth:`_check_applied` checks
+        them against this callback's own stages once the module's schedule is known."""
         grown = int(state["grown"])
         self._applied = [GrowthStage(**s) for s in state["stages"][:grown]]
         if len(self.stages) < grown:
@@ -300,9 +297,8 @@ class GrowthCallback(Callback):
             config = self._plan(k, config, seed=self.seed, tied=tied).new_config
 
     def _resolve_recipes(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Resolve ``recipe='auto'`` of the stages not applied yet by the schedule the module's scheduler runs
-        (:func:`~lightning_sparkling.growth.recipes.schedule_of`: the CLI's choice for that schedule), then dry-run
-        the stages whose keys changed."""
+        """Resolve ``recipe='auto'`` of the stages not applied yet by the module's schedule
+        (:func:`~lightning_sparkling.growth.recipes.schedule_of`), then dry-run the stages whose keys changed."""
         trained = [c.scheduler for c in trainer.lr_scheduler_configs
                    if any(c.scheduler.optimizer is o for o in trainer.optimizers)]
         try:
@@ -341,9 +337,8 @@ class GrowthCallback(Callback):
 
     def _install_resume_hook(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Checkpoints of grown models: grow the fresh model before the checkpoint's weights are loaded. A
-        callback's own state arrives only after the weights, so the backend hooks the point where the strategy
-        loads (the module's ``on_load_checkpoint``, or the sharded strategy's ``load_checkpoint``) until training
-        starts."""
+        callback's state arrives after the weights, so the backend hooks where the strategy loads (the module's
+        ``on_load_checkpoint``, or the sharded strategy's ``load_checkpoint``) until training starts."""
         if self._remove_resume_hook_fn is not None:
             return
         self._remove_resume_hook_fn = self.backend.hook_resume(
@@ -534,9 +529,8 @@ class GrowthCallback(Callback):
 
     def _carry_forward(self, plan: GrowthPlan) -> None:
         """Earlier stages' new entries and copies under the names and indices of ``plan``'s grown model: a depth
-        growth moves kept blocks (``interleave``, ``middle``), a heads growth moves old heads in the fused ``qkv``
-        rows and ``attn.proj`` columns, dense -> MoE moves every MLP to expert 0; a new block's entries belong to
-        ``plan``'s stage alone."""
+        growth moves kept blocks, a heads growth old heads in the fused ``qkv`` rows and ``attn.proj`` columns,
+        dense -> MoE every MLP to expert 0; a new block's entries belong to ``plan``'s stage alone."""
         if not plan.moves_entries:
             return
         carried = [[plan.carry_region(n, pieces) for n, pieces in regions.items()] for regions in self._regions]

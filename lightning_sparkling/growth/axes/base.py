@@ -33,6 +33,7 @@ axis' stage key (a :class:`~lightning_sparkling.growth.errors.StageError` /
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import NotImplementedType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
@@ -53,13 +54,15 @@ class GrowthAxis(Protocol):
 
     #: the axis' name (``GrowthPlan.changes`` key, the growth log's line, the measured map's category)
     name: str
-    #: the ``litgpt.Config`` sizes the axis changes (e.g. ``("n_expert", "n_expert_per_token")``), each a field of
-    #: ``litgpt.Config``; the growth log and ``GrowthCallback.summaries`` name their ``old -> new``
-    sizes: tuple[str, ...]
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The ``litgpt.Config`` sizes the axis changes (e.g. ``("n_expert", "n_expert_per_token")``), each a field of
+        ``litgpt.Config``; the growth log and ``GrowthCallback.summaries`` name their ``old -> new``."""
     #: whether it adds or replaces modules (depth, experts) rather than channels of existing tensors
     structural: bool
-    #: the ``symmetry/stage_k/<key>`` tag of its copied modules (:meth:`copy_pairs`)
-    symmetry_key: str
+    @property
+    def symmetry_key(self) -> str:
+        """The ``symmetry/stage_k/<key>`` tag of its copied modules (:meth:`copy_pairs`)."""
     #: a registered (user's) axis' own :class:`~lightning_sparkling.growth.stage.GrowthStage` keys: a frozen dataclass
     #: of the keys and their defaults, held in ``GrowthStage.extra`` (read with ``stage.get(key)``), or ``None`` (a
     #: built-in axis' keys are fields of ``GrowthStage``)
@@ -104,7 +107,7 @@ class GrowthAxis(Protocol):
                     fresh: Mapping[str, torch.Tensor]) -> None:
         """Add or replace modules of ``model`` (through ``swap``, so a failure restores the model; optional)."""
 
-    def carry(self, plan: PlanLike, name: str) -> str | None | type[NotImplemented]:
+    def carry(self, plan: PlanLike, name: str) -> str | None | NotImplementedType:
         """The grown model's name of pre-growth tensor ``name`` when this axis moves it (``None``: gone), or
         ``NotImplemented`` when it does not move it (optional: ``NotImplemented``)."""
 
@@ -186,7 +189,7 @@ class BaseAxis:
                     fresh: Mapping[str, torch.Tensor]) -> None:
         return None
 
-    def carry(self, plan: PlanLike, name: str) -> str | None | type[NotImplemented]:
+    def carry(self, plan: PlanLike, name: str) -> str | None | NotImplementedType:
         return NotImplemented
 
     def copy_pairs(self, plan: PlanLike) -> tuple[tuple[str, str], ...]:

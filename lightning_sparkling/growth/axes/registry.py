@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import Any
 
 from lightning_sparkling.growth.axes.base import BaseAxis, GrowthAxis
 from lightning_sparkling.growth.errors import GrowthError, StageError
@@ -92,7 +93,7 @@ def protocol_members() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return attributes, methods
 
 
-def check_axis(axis: object) -> None:
+def check_axis(axis: Any) -> None:
     """Refuse an object :func:`register_axis` cannot use, with one error naming the axis, what is wrong and the fix:
     a missing (or not callable) member of the protocol, a ``name`` that is not a non-empty string, ``sizes`` that
     are not a tuple of ``litgpt.Config`` fields, a ``stage_keys`` that is not a dataclass (or ``None``), and an axis
