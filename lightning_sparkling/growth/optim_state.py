@@ -24,6 +24,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -175,8 +176,8 @@ def plan_optimizer_patch(
         if spec is None or moves_only(spec):
             return dict(state)  # unchanged values (a sharded backend's new parameter, or a block that only moved)
         return {
-            key: like_param(grow_state(key, to_full(value), spec, result.plan.channels, recipe,
-                                       type(optimizer).__name__), new)
+            key: like_param(cast(torch.Tensor, grow_state(key, to_full(value), spec, result.plan.channels, recipe,
+                                                          type(optimizer).__name__)), new)  # a tensor's
             if isinstance(value, torch.Tensor) and value.ndim > 0 else value
             for key, value in state.items()
         }
@@ -218,14 +219,14 @@ def plan_param_moves(optimizer: torch.optim.Optimizer, result: GrowthResult, sta
             if state is not None:
                 patch.new_state[new] = state
     for name, (source, new) in result.added.items():
-        g = group_of.get(id(source))
-        if g is None:
+        source_group = group_of.get(id(source))
+        if source_group is None:
             continue  # the source is not trained by this optimizer
-        patch.additions.append((g, new))
-        if g not in patch.regrouped:
-            patch.regrouped[g] = [result.new_params.get(name_of.get(id(p), ""), p)
-                                  for p in optimizer.param_groups[g]["params"]]
-        patch.regrouped[g].append(new)
+        patch.additions.append((source_group, new))
+        if source_group not in patch.regrouped:
+            patch.regrouped[source_group] = [result.new_params.get(name_of.get(id(p), ""), p)
+                                             for p in optimizer.param_groups[source_group]["params"]]
+        patch.regrouped[source_group].append(new)
         state = state_of(source, name, new)
         if state is not None:
             patch.new_state[new] = {key: value.clone() if isinstance(value, torch.Tensor) and value.ndim == 0
@@ -275,7 +276,7 @@ class RewarmupRescale:
     def __init__(self, optimizer: torch.optim.Optimizer, regions: Mapping[int, Iterable[NewEntryRegion]]) -> None:
         self.optimizer = optimizer
         self.regions = {g: list(r) for g, r in regions.items() if r}
-        self._saved: list[tuple[NewEntryRegion, list[torch.Tensor], float]] = []
+        self._saved: list[tuple[float, tuple[list[torch.Tensor], list[torch.Tensor]]]] = []  # ratio, (views, before)
         self._buffers: dict[int, list[torch.Tensor]] = {}  # reused every step: no allocation per step
         self._view_cache: dict[int, list[torch.Tensor]] = {}
         self._warned = False

@@ -250,8 +250,9 @@ def scheduler_min_lr(scheduler: Any, group: int) -> float | None:
     of a registered schedule (``min_lr_ratio * base_lr``) or a ``CosineAnnealingLR`` (``eta_min``); else ``None``."""
     if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
         fns = [baseline_of(f) for f in scheduler.lr_lambdas]
-        if all(f is not None for f in fns):
-            return scheduler.base_lrs[group] * fns[group].min_lr_ratio
+        fn = fns[group]
+        if fn is not None and all(f is not None for f in fns):
+            return float(scheduler.base_lrs[group]) * fn.min_lr_ratio
         return None
     if isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR):
         return float(scheduler.eta_min)

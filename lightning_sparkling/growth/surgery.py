@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn as nn
@@ -26,6 +27,9 @@ from lightning_sparkling.growth.plan import (
 )
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.types import UndoLog  # defined there (an axis' restructure writes through it)
+
+if TYPE_CHECKING:
+    from litgpt import GPT
 
 
 #: prefixes that wrappers insert into parameter and module names: FSDP1, activation checkpointing, torch.compile
@@ -150,6 +154,7 @@ def grow_tensor(
     for d in spec.dims:
         change = channels[d.channel]
         if change.layout is not None:
+            assert change.fresh is not None  # set with layout
             out = relayout_dim(out, d.dim, change.layout, change.fresh, mode or d.mode, generator=generator,
                                stats=stats)
         else:
@@ -217,7 +222,7 @@ def _grow_in_place(t: torch.Tensor, spec: TensorPlan, channels: Mapping[str, Cha
     return out
 
 
-def _fresh_tensor(t: torch.Tensor, spec: TensorPlan, how: str, generator: torch.Generator | None) -> torch.Tensor:
+def _fresh_tensor(t: torch.Tensor, spec: TensorPlan, how: str | None, generator: torch.Generator | None) -> torch.Tensor:
     """A new block's tensor that does not copy its source: zeros, ones, or normal(0, ``spec.init_std``) drawn on
     the CPU from ``generator`` (device and rank independent)."""
     if how == "zero":
@@ -290,7 +295,7 @@ def _perturb_copies(x: torch.Tensor, dims: list, channels: Mapping[str, ChannelC
     return x
 
 
-def _is_tied(model: nn.Module) -> bool:
+def _is_tied(model: GPT) -> bool:
     return model.lm_head.weight is model.transformer.wte.weight
 
 
@@ -323,7 +328,7 @@ def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
     elif isinstance(module, nn.LayerNorm) and module.weight is not None:
         swap.set(module, "normalized_shape", (module.weight.shape[0],))
     elif hasattr(module, "intermediate_size"):  # litgpt MLPs
-        fc = module.fc if hasattr(module, "fc") else module.fc_1
+        fc = cast(nn.Linear, module.fc if hasattr(module, "fc") else module.fc_1)
         swap.set(module, "intermediate_size", fc.weight.shape[0])
 
 
@@ -345,7 +350,7 @@ def rope_cache_of(config, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     return GPT.rope_cache(SimpleNamespace(config=config, max_seq_length=seq_len), device=torch.device("cpu"))
 
 
-def derived_buffers(gpt: nn.Module, old_config) -> dict[str, torch.Tensor]:
+def derived_buffers(gpt: GPT, old_config) -> dict[str, torch.Tensor]:
     """The config-derived buffers of ``gpt`` (its config the grown one) that ``old_config`` derived otherwise:
     ``{"cos": ..., "sin": ...}`` (litgpt's RoPE cache, ``GPT.max_seq_length``'s setter builds it) recomputed from
     ``gpt.config`` on the buffers' device and dtype, when an axis changed a field it depends on (``rope_base``,

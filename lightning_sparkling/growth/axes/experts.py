@@ -49,7 +49,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -60,6 +60,9 @@ from lightning_sparkling.growth.depth_maps import litgpt_init_std
 from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
 from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.types import AxisPlan, ChannelChange, DimGrowth, PlanContext, TensorPlan
+
+if TYPE_CHECKING:
+    from litgpt import GPT
 
 MOE_CLASS = "LLaMAMoE"
 EXPERT_INITS: tuple[str, ...] = ("copy", "drop-upcycle", "random")
@@ -442,7 +445,7 @@ class ExpertsAxis(BaseAxis):
             out[name] = t.index_copy(dim, channels.to(t.device), draw.to(device=t.device, dtype=t.dtype))
         return out
 
-    def restructure(self, swap, model: nn.Module, plan, fresh: Mapping[str, torch.Tensor]) -> None:
+    def restructure(self, swap, model: GPT, plan, fresh: Mapping[str, torch.Tensor]) -> None:
         """Put the new experts (and, dense -> MoE, the new ``LLaMAMoE`` around the MLP) into ``model``."""
         from litgpt.model import LLaMAMLP, LLaMAMoE
 
