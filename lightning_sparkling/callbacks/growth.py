@@ -29,7 +29,7 @@ import math
 import resource
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning.pytorch as pl
 import torch
@@ -60,6 +60,9 @@ from lightning_sparkling.parallel import GrowthBackend, select_backend
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
 from lightning_sparkling.parallel.compile import eager, recompile_after_growth
 
+if TYPE_CHECKING:
+    from litgpt import GPT
+
 
 class GrowthFailedError(RuntimeError):
     """A growth failed mid-way; the run keeps (and stops with) its pre-growth model and optimizer."""
@@ -68,30 +71,24 @@ class GrowthFailedError(RuntimeError):
 class GrowthCallback(Callback):
     """Grow the litgpt ``GPT`` inside a LightningModule at configured steps (SPARKLING): width, heads, depth.
 
-    At ``stage.at_step = N`` the model grows after optimizer step N and before step N+1's first micro-batch
-    (never mid-accumulation). Every optimizer the module configured is patched in place (parameters and
-    per-element state by ``stage.optimizer_state``), and the new entries get their own learning rate
-    (``rewarmup_lr``) through a ``LambdaLR`` registered in ``trainer.lr_scheduler_configs``, so Lightning steps,
-    saves and restores it; the module's own schedule keeps driving the old entries exactly as before.
+    At ``stage.at_step = N`` the model grows after optimizer step N, before step N+1's first micro-batch. Every
+    optimizer is patched in place (state by ``stage.optimizer_state``); the new entries' LR (``rewarmup_lr``) is a
+    ``LambdaLR`` in ``trainer.lr_scheduler_configs``, and the module's own schedule keeps driving the old entries.
 
-    Checkpoints hold a plain litgpt ``GPT`` state_dict of the config of that moment; this callback's state is
-    small (stages applied, seed, LRs at growth). Resuming grows the freshly built model before the weights load.
+    Checkpoints hold a plain litgpt ``GPT`` state_dict; resuming grows the fresh model before the weights load.
 
     Args:
         stages: one or several :class:`GrowthStage` with increasing ``at_step`` (a stage given by ``at_fraction``
             takes its step from ``trainer.max_steps`` in ``setup``; the order is checked then).
-        min_lr: the LR the new entries' re-warmup decays to at ``trainer.max_steps``. Without it, it is read from
-            the module's schedule where that is exact (a ``LambdaLR`` of
-            :class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`, or ``CosineAnnealingLR``'s ``eta_min``);
-            otherwise setup fails with an error asking for it.
+        min_lr: the LR the new entries' re-warmup decays to at ``trainer.max_steps``; by default read from the
+            module's schedule where exact (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`,
+            ``CosineAnnealingLR``'s ``eta_min``), else setup asks for it.
         seed: growth seed (copy maps and random init); identical on every rank.
         symmetry_every_n_steps: how often to log ``symmetry/stage_{k}/{channel}`` (mean cosine of copied channels
-            to their sources, per channel dimension; a depth or experts copy under its axis' ``symmetry_key``);
-            ``None`` follows ``Trainer(log_every_n_steps)``, ``0`` turns it off. Each log reads every
-            copy-initialized tensor (under FSDP2 it gathers them), so raise it for very large models.
-        plans: each stage's :class:`~lightning_sparkling.growth.plan.GrowthPlan` when the caller planned the stages
-            (``sparkling pretrain``'s run plan): ``setup``'s dry run applies each that is the plan of its stage on the
-            model (``GrowthPlan.fits``: same stage, position, seed, tying, config) and plans the others.
+            to their sources; a depth or experts copy under its axis' ``symmetry_key``); ``None`` follows
+            ``Trainer(log_every_n_steps)``, ``0`` turns it off. Each log reads (FSDP2: gathers) every copied tensor.
+        plans: each stage's :class:`~lightning_sparkling.growth.plan.GrowthPlan` when the caller planned them: applied
+            where ``GrowthPlan.fits`` (same stage, position, seed, tying, config), the others re-planned.
 
     Raises:
         ValueError: for stages that are not ``GrowthStage`` or not in increasing ``at_step`` order, or plans that
@@ -270,7 +267,7 @@ class GrowthCallback(Callback):
                 "or use GrowthStage(rewarmup_ratio=None)"
             )
         for s in self.stages:
-            if max_steps is not None and max_steps >= 0 and s.at_step >= max_steps:
+            if max_steps is not None and max_steps >= 0 and cast(int, s.at_step) >= max_steps:
                 raise GrowthError(
                     f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would never "
                     "train the grown model; lower at_step or raise max_steps"
@@ -420,12 +417,14 @@ class GrowthCallback(Callback):
             grew = True
         self.symmetry.control(trainer, pl_module, lambda: find_gpt(pl_module), self.backend)
         self.lr.log(trainer)
-        every = trainer.log_every_n_steps if self.symmetry_every_n_steps is None else self.symmetry_every_n_steps
+        every = self.symmetry_every_n_steps
+        if every is None:  # Lightning's logger connector sets log_every_n_steps; the Trainer class does not declare it
+            every = trainer.log_every_n_steps  # type: ignore[attr-defined]
         if self.symmetry.copies and every and (grew or trainer.global_step % every == 0):
             self.symmetry.log(trainer, pl_module, find_gpt(pl_module), self.backend)
 
     def _due(self, trainer: pl.Trainer) -> bool:
-        return self._grown < len(self.stages) and trainer.global_step >= self.stages[self._grown].at_step
+        return self._grown < len(self.stages) and trainer.global_step >= cast(int, self.stages[self._grown].at_step)
 
     def _grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any) -> None:
         k = self._grown
@@ -484,7 +483,8 @@ class GrowthCallback(Callback):
         # next step; another module's flops_per_batch is scaled by the ratio of active parameters
         if not hasattr(pl_module, "update_flops_per_batch") and \
                 isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
-            pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
+            # a user module's own number (checked above), which LightningModule does not declare
+            pl_module.flops_per_batch *= params_after[0] / params_before[0]  # type: ignore[operator, assignment]
         self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, loss, device)
         self.summaries[-1].update(compiled=recompiled, checkpointed_new_blocks=checkpointed)
         self._first_step = (k, trainer.global_step, time.perf_counter())
@@ -538,7 +538,7 @@ class GrowthCallback(Callback):
         self.symmetry.carry_forward(plan)
 
     @torch.no_grad()
-    def _check_loss(self, pl_module: pl.LightningModule, gpt: torch.nn.Module, batch: Any) -> float:
+    def _check_loss(self, pl_module: pl.LightningModule, gpt: GPT, batch: Any) -> float:
         """Loss of the grown model on the current batch (next-token cross-entropy of its first token tensor, or
         ``pl_module.growth_check_loss(batch)`` when the module defines it); raises if it is not finite."""
         custom = getattr(pl_module, "growth_check_loss", None)

@@ -87,6 +87,7 @@ class SymmetryLoop:
             stage, record = self.stages[k], records[k]
             cosines = [v for key, v in metrics.items() if key.startswith(f"symmetry/stage_{k}/")]
             worst = max(cosines) if cosines else 0.0
+            assert stage.symmetry_target is not None  # a stage without one is symmetry_done at its growth
             if worst < stage.symmetry_target:
                 record.symmetry_done = True
                 if stage.symmetry_release == "schedule":
