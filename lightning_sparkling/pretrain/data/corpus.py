@@ -128,7 +128,8 @@ def split_files(files: Iterable[CorpusFile], val_percent: float) -> tuple[list[C
     """
     if not 0 < val_percent < 100:
         raise ValueError(f"val_percent={val_percent} must be in (0, 100)")
-    train, val = [], []
+    train: list[CorpusFile] = []
+    val: list[CorpusFile] = []
     for f in files:
         (val if (_key_hash(f.key) % 10000) < val_percent * 100 else train).append(f)
     return train, val
@@ -169,7 +170,7 @@ def cap_files(files: Sequence[CorpusFile], *, max_files: int | None = None, max_
     return sorted(kept, key=lambda f: f.key)
 
 
-def corpus_splits(source: str, data_dir: Path | None, include_tests: bool, val_percent: float,
+def corpus_splits(source: Literal["stdlib", "stdlib+site-packages"], data_dir: Path | None, include_tests: bool, val_percent: float,
                    max_files: int | None, max_bytes: int | None) -> tuple[list[CorpusFile], list[CorpusFile]]:
     """``(train, val)`` files of a corpus: collected (:func:`collect_corpus_files`), split by hash
     (:func:`split_files`) and capped (:func:`cap_files`), ``max_files`` and ``max_bytes`` shared between the splits
@@ -182,9 +183,9 @@ def corpus_splits(source: str, data_dir: Path | None, include_tests: bool, val_p
     train, val = split_files(files, val_percent)
     share = val_percent / 100
     val_max_files = None if max_files is None else max(1, round(max_files * share))
-    train_max_files = None if max_files is None else max(1, max_files - val_max_files)
+    train_max_files = None if max_files is None or val_max_files is None else max(1, max_files - val_max_files)
     val_max_bytes = None if max_bytes is None else max(1, int(max_bytes * share))
-    train_max_bytes = None if max_bytes is None else max(1, max_bytes - val_max_bytes)
+    train_max_bytes = None if max_bytes is None or val_max_bytes is None else max(1, max_bytes - val_max_bytes)
     train_files = cap_files(train, max_files=train_max_files, max_bytes=train_max_bytes)
     val_files = cap_files(val, max_files=val_max_files, max_bytes=val_max_bytes)
     if not train_files or not val_files:

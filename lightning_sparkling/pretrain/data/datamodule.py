@@ -111,6 +111,7 @@ def _train_and_tokenize(tmp: Path, final: Path, train_files: Sequence[CorpusFile
     actual_vocab = tokenizer.get_vocab_size()
     dtype = _token_dtype(actual_vocab)
     eos_id = tokenizer.token_to_id(EOS_TOKEN)
+    assert eos_id is not None  # train_tokenizer adds EOS_TOKEN
     t0 = time.perf_counter()
     n_train = _tokenize_to_file(tokenizer, train_files, tmp / "train.bin", dtype, eos_id)
     n_val = _tokenize_to_file(tokenizer, val_files, tmp / "val.bin", dtype, eos_id)
@@ -409,6 +410,7 @@ class TextCorpusDataModule(L.LightningDataModule):
             self._build_datasets()
         num_replicas, rank = _sampler_world(self.trainer)
         self._num_replicas = num_replicas
+        assert self.train_dataset is not None  # built above
         sampler = ResumableWindowSampler(self.train_dataset, batch_size=self.batch_size, num_replicas=num_replicas,
                                          rank=rank, start=self._samples_consumed, position_fn=self._stream_position)
         return DataLoader(self.train_dataset, batch_size=self.batch_size, sampler=sampler, drop_last=True,
@@ -421,6 +423,7 @@ class TextCorpusDataModule(L.LightningDataModule):
         (the last batch may be smaller)."""
         if self._datasets_stale():
             self._build_datasets()
+        assert self.val_dataset is not None  # built above
         return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
 
     # ------------------------------------------------------------------ exact resume

@@ -183,7 +183,7 @@ def _check_tokenizer_config(path: Path) -> None:
                                            "\"PreTrainedTokenizerFast\" for a tokenizer.json tokenizer")
 
 
-def check_special_token(tokenizer: Any, tokenizer_dir: Path, kind: str, why: str) -> None:
+def check_special_token(tokenizer: Any, tokenizer_dir: Path | None, kind: str, why: str) -> None:
     """Refuse a tokenizer without the ``kind`` (``"bos"`` or ``"eos"``) token that its user adds to every document.
 
     Args:
@@ -237,8 +237,8 @@ def _will_tokenize(module: Any) -> bool:
     """Whether the module's ``prepare_data`` still tokenizes (litgpt skips a split whose output folder exists)."""
     outputs = [getattr(module, name, None) for name in ("out_path_train", "out_path_val", "data_path_train",
                                                          "data_path_val")]
-    outputs = [str(p) for p in outputs if p is not None]
-    return not all("://" in p or Path(p).is_dir() for p in outputs)
+    paths = [str(p) for p in outputs if p is not None]
+    return not all("://" in p or Path(p).is_dir() for p in paths)
 
 
 def _txt_files(key: str, folder: Any, role: str) -> list[Path]:

@@ -20,6 +20,7 @@ import lightning as L
 import torch
 import torch.nn as nn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning.pytorch.utilities.types import OptimizerLRScheduler
 from litgpt import GPT, Config
 from litgpt.utils import chunked_cross_entropy
 from torchmetrics import MeanMetric
@@ -210,7 +211,7 @@ class LitGPTPretrainModule(L.LightningModule):
         self.activation_checkpointing = bool(activation_checkpointing)
 
         self._initial_config = config
-        self.model: GPT | None = build_gpt(config, seed=seed, tie_embeddings=tie_embeddings)
+        self.model: GPT = build_gpt(config, seed=seed, tie_embeddings=tie_embeddings)  # a user's None: configure_model
         self.val_loss = MeanMetric()
         self.flops_per_batch: int | None = None
         self._flops_key: tuple | None = None
@@ -311,7 +312,8 @@ class LitGPTPretrainModule(L.LightningModule):
             # manual accumulation: Lightning would write the logged value at every micro-batch (stale ones too), so
             # the loggers get it here, once per optimizer step, at the step Lightning uses under automatic optimization
             self.log("train_loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, logger=False)
-            step, every = self.trainer.global_step, self.trainer.log_every_n_steps
+            # log_every_n_steps: set by Lightning's logger connector, not declared on the Trainer class
+            step, every = self.trainer.global_step, self.trainer.log_every_n_steps  # type: ignore[attr-defined]
             if every and step % every == 0:
                 for logger in self.loggers:
                     logger.log_metrics({"train_loss": float(loss)}, step=step - 1)
@@ -375,7 +377,7 @@ class LitGPTPretrainModule(L.LightningModule):
         return _schedule_steps(self.max_steps, trainer_steps, self.lr_warmup_steps, self.lr_warmup_fraction)
 
     @override
-    def configure_optimizers(self) -> dict | list[dict]:
+    def configure_optimizers(self) -> OptimizerLRScheduler:
         """The optimizer(s) and step-interval ``LambdaLR(WarmupCosineLambda)`` (or ``WSDLambda``) scheduler(s)."""
         warmup, total = self.schedule_steps()
         optimizers = _build_optimizers(self.model, self.optimizer_spec, self.uses_muon, self.muon_adamw)
