@@ -63,7 +63,7 @@ def _open_temporary(path: Path) -> tuple[Path, int]:
             continue
 
 
-def atomic_save(obj: Any, path: Path, write: Optional[Callable[[Any, IO[bytes]], None]] = None) -> None:
+def atomic_save(obj: Any, path: Path, write: Optional[Callable[[Any, IO[bytes]], object]] = None) -> None:
     """Write ``obj`` to ``path`` atomically: into a temporary file in the same folder, flushed to disk, then
     ``os.replace``-d onto ``path``. Killed at any point, ``path`` is either its old content (or absent) or the
     complete new one; on an exception the temporary file is removed.

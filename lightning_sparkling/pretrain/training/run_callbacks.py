@@ -65,7 +65,7 @@ class TokenCounter(pl.Callback):
     def _active_params(self, pl_module) -> int:
         model = pl_module.model
         key = (id(model), id(model.config))
-        if key != self._key:
+        if key != self._key or self._active is None:
             self._active, self._key = active_parameter_count(model), key
         return self._active
 
@@ -301,7 +301,7 @@ class RunCheckpoint(ModelCheckpoint):
         self.resuming = resuming
 
     @override
-    def _ModelCheckpoint__warn_if_dir_not_empty(self, dirpath: Any) -> None:  # ModelCheckpoint.setup's check
+    def _ModelCheckpoint__warn_if_dir_not_empty(self, dirpath: Any) -> None:  # type: ignore[misc]  # mypy: unmangled
         if not self.resuming:
             getattr(super(), "_ModelCheckpoint__warn_if_dir_not_empty")(dirpath)
 
@@ -430,6 +430,7 @@ class InterruptCheckpoint(pl.Callback):
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         if not self._saving:
             return
+        assert self._boundary is not None  # _saving: a boundary was taken
         _, loops, data_state = self._boundary
         checkpoint["loops"]["fit_loop"] = loops
         datamodule = trainer.datamodule
@@ -455,7 +456,7 @@ class SampleGeneration(pl.Callback):
         self.evaluate_example = evaluate_example
         self.samples: list[tuple[int, str, str]] = []
         self._rows: list[Any] = []
-        self._tokenizer = None
+        self._tokenizer: Any = None  # a litgpt Tokenizer, loaded at the first sample
 
     @override
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
@@ -526,5 +527,5 @@ class SampleGeneration(pl.Callback):
         rank_zero_info(f"[sparkling] sample at step {step}: {prompt!r} -> {text!r}")
         for logger in trainer.loggers:
             experiment = getattr(logger, "experiment", None)
-            if hasattr(experiment, "add_text"):
+            if experiment is not None and hasattr(experiment, "add_text"):
                 experiment.add_text("sample", f"**{prompt}**{text}", global_step=step)
