@@ -193,6 +193,7 @@ def _heatmap(ax: Axes, fig: Figure, run: RunScalars, rows: list[tuple[str, str]]
             grid[r, col[int(s)]] = v
     finite = grid[np.isfinite(grid)]
     positive = finite[finite > 0]
+    norm: Normalize
     if len(positive) == len(finite) and len(positive) and positive.max() / positive.min() > 8:
         norm = LogNorm(vmin=positive.min(), vmax=positive.max())
     else:

@@ -240,7 +240,7 @@ def plot_runs(
 class _Parser(argparse.ArgumentParser):
     """argparse, with a refusal printed as one ``error:`` line (exit status 2), without the usage line."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         import sys
 
         sys.stderr.write(f"error: {message}\n")

@@ -513,7 +513,8 @@ def _check_lr_schedule(train: TrainArgs) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------ optimizer
-def _resolve_optimizer(ns: Any, train: TrainArgs, strategy: str, precision: str) -> tuple[dict, str, bool, float]:
+def _resolve_optimizer(ns: Any, train: TrainArgs, strategy: str,
+                       precision: str) -> tuple[str | dict, str, bool, float]:
     """``(normalized optimizer spec, its name, whether it uses Muon, its lr)``."""
     spec = normalize_optimizer(_get(ns, "optimizer", "AdamW"))
     optimizer_name, uses_muon, lr = _optimizer_info(spec)
@@ -561,7 +562,7 @@ def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list
     if resume_path is not None and initial_dir is not None:
         notes.append(f"resume: auto found {resume_path}: resuming it (initial_checkpoint_dir is not read)")
     if resume_path is not None:
-        notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=train.tie_embeddings,
+        notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=bool(train.tie_embeddings),
                                          num_optimizers=2 if uses_muon else 1,
                                          configs=[config, *(gp.new_config for gp in plans)])
     return out_dir, resume, resume_path

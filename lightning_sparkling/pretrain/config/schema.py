@@ -466,7 +466,7 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
     :func:`~lightning_sparkling.pretrain.config.stages._resolve_stages`)."""
     if value is None or (isinstance(value, cls) and cls is not GrowthArgs):  # GrowthArgs: stages normalized
         return value
-    values = (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else
+    values = (dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else
               value.as_dict() if hasattr(value, "as_dict") else dict(value))
     values.pop("__path__", None)
     names = {f.name for f in dataclasses.fields(cls)}
@@ -484,7 +484,7 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
         for k, s in enumerate(values.get("stages") or []):
             s = s.as_dict() if hasattr(s, "as_dict") else s
             if isinstance(s, _StageArgsBase):  # every key given: the recipe fills nothing
-                s = dataclasses.asdict(s)
+                s = dataclasses.asdict(s)  # type: ignore[call-overload]  # a make_dataclass subclass
             if not isinstance(s, dict):
                 raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {s!r}")
             _check_dataclass_keys(stage_args(), s, f"growth.stages[{k}]", stage=True)

@@ -16,7 +16,7 @@ import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 __all__ = ["CorpusFile", "cap_files", "collect_corpus_files", "corpus_splits", "split_files"]
 
@@ -170,7 +170,7 @@ def cap_files(files: Sequence[CorpusFile], *, max_files: int | None = None, max_
     return sorted(kept, key=lambda f: f.key)
 
 
-def corpus_splits(source: Literal["stdlib", "stdlib+site-packages"], data_dir: Path | None, include_tests: bool, val_percent: float,
+def corpus_splits(source: str, data_dir: Path | None, include_tests: bool, val_percent: float,
                    max_files: int | None, max_bytes: int | None) -> tuple[list[CorpusFile], list[CorpusFile]]:
     """``(train, val)`` files of a corpus: collected (:func:`collect_corpus_files`), split by hash
     (:func:`split_files`) and capped (:func:`cap_files`), ``max_files`` and ``max_bytes`` shared between the splits
@@ -179,7 +179,8 @@ def corpus_splits(source: Literal["stdlib", "stdlib+site-packages"], data_dir: P
     Raises:
         ValueError: a split is empty.
     """
-    files = collect_corpus_files(source, data_dir=data_dir, include_tests=include_tests)
+    source_name = cast(Literal["stdlib", "stdlib+site-packages"], source)  # checked by the data module and resolve
+    files = collect_corpus_files(source_name, data_dir=data_dir, include_tests=include_tests)
     train, val = split_files(files, val_percent)
     share = val_percent / 100
     val_max_files = None if max_files is None else max(1, round(max_files * share))
