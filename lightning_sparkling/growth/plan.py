@@ -31,7 +31,7 @@ from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.types import ChannelChange, DimGrowth, TensorPlan  # importable from here as before
 
 if TYPE_CHECKING:
-    from litgpt import GPT
+    from litgpt import GPT, Config
 
 __all__ = ["SHARED_EXPERT_CHANNEL", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "ChannelChange", "DimGrowth", "GrowthError",
            "GrowthPlan", "TensorPlan", "build_meta_gpt", "checked_plan", "grown_config", "plan_growth",
@@ -62,8 +62,8 @@ class GrowthPlan:
 
     stage: GrowthStage
     stage_index: int
-    old_config: object
-    new_config: object
+    old_config: Config
+    new_config: Config
     channels: dict[str, ChannelChange]
     tensors: dict[str, TensorPlan]
     tied_embeddings: bool

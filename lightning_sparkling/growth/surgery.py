@@ -222,7 +222,8 @@ def _grow_in_place(t: torch.Tensor, spec: TensorPlan, channels: Mapping[str, Cha
     return out
 
 
-def _fresh_tensor(t: torch.Tensor, spec: TensorPlan, how: str | None, generator: torch.Generator | None) -> torch.Tensor:
+def _fresh_tensor(t: torch.Tensor, spec: TensorPlan, how: str | None,
+                  generator: torch.Generator | None) -> torch.Tensor:
     """A new block's tensor that does not copy its source: zeros, ones, or normal(0, ``spec.init_std``) drawn on
     the CPU from ``generator`` (device and rank independent)."""
     if how == "zero":

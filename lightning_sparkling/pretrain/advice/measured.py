@@ -30,6 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, cast
 from pathlib import Path
 
 from lightning_sparkling.growth.axes import active_axes, axis_of_size, structural_sizes
@@ -212,6 +213,7 @@ class MeasuredCell:
         own = verdict(self.delta, self.sd, self.seeds, self.seeds_above)
         if self.start_delta is None:
             return own
+        assert self.start_sd is not None and self.start_seeds_above is not None  # measured with start_delta
         return worse(own, verdict(self.start_delta, self.start_sd, self.seeds, self.start_seeds_above))
 
     @property
@@ -241,7 +243,7 @@ class MeasuredCell:
                 f"{self.tokens_per_param:g} tokens per parameter: {speedup + ', ' if speedup else ''}"
                 f"Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
                 f"(above scratch in {self.seeds_above}/{self.seeds} seeds"
-                f"{'; ' + self.describe_start() if self.start_delta is not None else ''}"
+                f"{'; ' + (self.describe_start() or '') if self.start_delta is not None else ''}"
                 f"; docs/BENCHMARKS.md, {self.where})")
 
 
@@ -301,6 +303,7 @@ class Advice:
         gap = self.size_gap
         if gap is None:
             return None
+        assert self.cell is not None and self.params is not None  # a size gap needs both
         where = self.cell.describe_size()
         if 0.9 <= gap <= 1.1:
             return f"measured at {where}, the size of this run's {format_params(self.params)}"
@@ -331,7 +334,7 @@ class Advice:
         text = ("this schedule's ceiling (its saving if the grown run matched scratch token for token, from the "
                 f"phases' 6 N D): {', '.join(at)}")
         fraction = self.cell.ceiling_fraction if self.cell is not None and self.near else None
-        if fraction is not None:
+        if fraction is not None and self.cell is not None:
             text += f"; measured {self.cell.speedup:.2f}x = {fraction:.0%} of its ceiling"
             if fraction > 1:
                 text += " (above it: the grown run ended below scratch trained on the same steps)"
@@ -476,11 +479,11 @@ def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, i
         if (c.category, c.schedule, c.init) != (category, schedule, init) or c.speedup is None or c.params is None:
             continue
         key = (c.params, c.tokens_per_param)
-        if key not in best or c.speedup > best[key].speedup:
+        if key not in best or c.speedup > cast(float, best[key].speedup):  # kept cells have one
             best[key] = c
     if len({params for params, _ in best}) < 2:
         return None
-    return ", ".join(f"{c.speedup:.2f}x at {format_params(c.params)} ({c.tokens_per_param:g} tokens/param)"
+    return ", ".join(f"{c.speedup:.2f}x at {format_params(cast(int, c.params))} ({c.tokens_per_param:g} tokens/param)"
                      for _, c in sorted(best.items()))
 
 
@@ -551,10 +554,11 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     name = recipe if isinstance(recipe, RecipeName) else RecipeName(recipe, recipe)
     recipe = name.key
     category = classify_category(stages, sizes)
-    timings = tuple(s.resolved(total_steps).at_step / total_steps for s in stages)
+    timings = tuple(cast(int, s.resolved(total_steps).at_step) / total_steps for s in stages)
     growth_at = timings[0] if timings else 0.0
     cells = load_map() if cells is None else cells
     init = run_init(stages, category)
+    where: dict[str, Any]
     where = dict(category=category, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param,
                  init=init, timings=timings)
     cell, near = nearest(cells, recipe=recipe, params=params, arch=arch, **where)

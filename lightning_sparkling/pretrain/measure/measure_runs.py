@@ -63,7 +63,7 @@ class MeasureRun(TrainingRun):
     config_file: ClassVar[str] = "measure_config.yaml"
 
     @property
-    def name(self) -> str:
+    def name(self) -> str:  # type: ignore[override]  # derived; train_runs only reads a run's name
         """``'growth seed 1'``, ``'scratch x1.4 seed 2'``."""
         return f"growth seed {self.seed}" if self.kind == "growth" else f"scratch x{self.budget:g} seed {self.seed}"
 
