@@ -173,8 +173,8 @@ def baseline_decays(trainer: pl.Trainer) -> list[dict[str, Any] | None] | None:
         if not every_step(trainer, config):
             raise GrowthError(
                 f"GrowthCallback: optimizer/param group {og}'s {type(f).__name__} is stepped with interval="
-                f"{config.interval!r}, frequency={config.frequency}: the new entries' re-warmup follows its decay phase "
-                "in optimizer steps, so step it every optimizer step (interval='step', frequency=1)"
+                f"{config.interval!r}, frequency={config.frequency}: the new entries' re-warmup follows its decay "
+                "phase in optimizer steps, so step it every optimizer step (interval='step', frequency=1)"
             )
         decays.append(decay)
     return decays if any(d is not None for d in decays) else None

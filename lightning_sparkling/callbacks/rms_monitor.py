@@ -54,8 +54,9 @@ How it works:
   step, which every rank reaches since logging steps are decided by ``global_step``; a tag is averaged over the
   ranks where it fired) and rank zero writes them with ``logger.log_metrics(..., step=s)`` to every logger
   of the trainer.
-* ``on_fit_start`` (rank zero) writes a TensorBoard custom-scalars layout (see :mod:`lightning_sparkling.dashboards.tb_layout`)
-  that overlays all blocks per quantity, for every ``TensorBoardLogger`` of the trainer.
+* ``on_fit_start`` (rank zero) writes a TensorBoard custom-scalars layout
+  (see :mod:`lightning_sparkling.dashboards.tb_layout`) that overlays all blocks per quantity, for every
+  ``TensorBoardLogger`` of the trainer.
 
 Depth growth (a block count that changes mid-run, e.g. ``GrowthStage(n_layer=...)``):
 

@@ -154,8 +154,9 @@ def plan_optimizer_patch(
     parameter of a new block (``result.added``) joins the param group of its source, in the same optimizer, with
     the source's state grown by ``recipe`` (``asymmetric``: zero moments, the source's ``step``; ``copy``: the
     source's state); such a group is put in the grown model's parameter order (what ``configure_optimizers``
-    builds on the grown model at a resume, when it filters ``model.parameters()`` into groups). Per-element state of a grown parameter is grown by ``recipe`` one tensor at a time:
-    ``to_full`` gathers it first and ``like_param`` lays the result out like the new parameter (both identity on
+    builds on the grown model at a resume, when it filters ``model.parameters()`` into groups). Per-element state of a
+    grown parameter is grown by ``recipe`` one tensor at a time: ``to_full`` gathers it first and ``like_param`` lays
+    the result out like the new parameter (both identity on
     one device; gather / re-shard under FSDP2). State of a replaced but unchanged parameter is carried over as is.
 
     Args:
@@ -243,8 +244,8 @@ class NewEntryRegion:
 
     ``pieces`` are ``(tensor, index)`` pairs: the tensor whose entries the optimizer updates in place (the
     parameter's data, or this rank's shard of a DTensor parameter) and a tuple of slices into it, or a callable
-    giving the view (FSDP1's :class:`~lightning_sparkling.parallel.fsdp1.FlatPiece`, evaluated at each step because FSDP1
-    re-points the parameter's 1-D shard view); disjoint.
+    giving the view (FSDP1's :class:`~lightning_sparkling.parallel.fsdp1.FlatPiece`, evaluated at each step because
+    FSDP1 re-points the parameter's 1-D shard view); disjoint.
     """
 
     param: nn.Parameter

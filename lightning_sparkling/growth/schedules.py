@@ -163,7 +163,7 @@ class WarmupStableDecay:
 
 
 class WarmupCosineLambda(WarmupStableDecay):
-    """The paper's baseline schedule (registry entry ``cosine``) as a ``LambdaLR`` multiplier of the optimizer's base LR.
+    """The paper's baseline schedule (registry entry ``cosine``) as a ``LambdaLR`` multiplier of the base LR.
 
     ``LambdaLR(optimizer, WarmupCosineLambda(warmup_steps, total_steps, min_lr_ratio))`` gives
     ``warmup_cosine_lr(step, lr_init=0, lr_max=base_lr, lr_min=min_lr_ratio * base_lr)``. The growth callback

@@ -123,8 +123,8 @@ def grow_tensor(
     """Grow one tensor by its :class:`TensorPlan`: new slices dimension by dimension, then the scale.
 
     Weights (``mode=None``) with a copied fan-in dimension also take the stage's fan-in ``split`` (the channel
-    dimension's per-channel share multipliers, on top of the scale) and its ``perturb`` (``+delta`` on each source column,
-    ``-delta`` on its copy, per entry, standard deviation ``perturb`` times the RMS of those columns).
+    dimension's per-channel share multipliers, on top of the scale) and its ``perturb`` (``+delta`` on each source
+    column, ``-delta`` on its copy, per entry, standard deviation ``perturb`` times the RMS of those columns).
 
     Args:
         t: the tensor as it is (shape ``spec.old_shape``).
@@ -200,8 +200,9 @@ def _grow_in_place(t: torch.Tensor, spec: TensorPlan, channels: Mapping[str, Cha
     """``grow_tensor`` of appended copy / zero dims, written once into one tensor of the new shape: the old block
     (times ``factor``) first, then each grown dim's new slices gathered from the part already filled (last dim
     first, so that dim 0's new rows are one contiguous block, gathered in place). No concatenation and no
-    intermediate tensor of a grown shape (only the new slices of a strided block, gathered then copied): an entry is ``factor * t`` at its copy map's source index along every dim (0 where a dim's new
-    slice is zero), whatever the order the dims are filled in, as with ``expand_dim`` one dim after the other."""
+    intermediate tensor of a grown shape (only the new slices of a strided block, gathered then copied): an entry is
+    ``factor * t`` at its copy map's source index along every dim (0 where a dim's new slice is zero), whatever the
+    order the dims are filled in, as with ``expand_dim`` one dim after the other."""
     out = torch.empty(spec.new_shape, dtype=t.dtype, device=t.device)  # (*new_shape)
     filled = [slice(0, n) for n in spec.old_shape]  # the part of `out` written so far
     old = out[tuple(filled)]
@@ -377,8 +378,9 @@ def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
 
 def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> UndoLog:
     """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s), switch every
-    ``config`` reference to the grown ``Config`` and rebuild the buffers derived from it (:func:`derived_buffers`). All-or-nothing: on any error the model is restored and the
-    error re-raised. Returns the undo log (``.undo()`` restores the model).
+    ``config`` reference to the grown ``Config`` and rebuild the buffers derived from it (:func:`derived_buffers`).
+    All-or-nothing: on any error the model is restored and the error re-raised. Returns the undo log (``.undo()``
+    restores the model).
     """
     swap = UndoLog()
     try:

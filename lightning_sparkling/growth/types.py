@@ -50,8 +50,8 @@ class ChannelChange:
         src: copy index map, shape ``(new - old,)``: new channel ``old + j`` copies ``src[j]``. Shared by every
             tensor on this width.
         split: ``None`` (even split), or the per-channel multipliers of the even fan-in share, shape ``(new,)``
-            (:func:`~lightning_sparkling.growth.scaling.split_shares`), applied on top of ``alpha`` to every copied fan-in
-            dimension of this width.
+            (:func:`~lightning_sparkling.growth.scaling.split_shares`), applied on top of ``alpha`` to every copied
+            fan-in dimension of this width.
         layout / fresh: for a channel dimension whose old channels move (attention heads in litgpt's fused layout),
             the old channel each new channel takes and which new channels are new entries, shape ``(new,)``; ``None``
             for an appended one (old channels stay at ``0..old-1``, new ones follow and copy ``src``).

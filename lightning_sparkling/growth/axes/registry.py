@@ -199,8 +199,9 @@ def structural_sizes() -> set[str]:
 
 
 def plan_axes(plan) -> tuple[GrowthAxis, ...]:
-    """The axes a :class:`~lightning_sparkling.growth.plan.GrowthPlan` grows (:attr:`GrowthPlan.active_axes`: those active
-    in its stage), whether or not they recorded a change in ``plan.changes``: every hook of an active axis runs."""
+    """The axes a :class:`~lightning_sparkling.growth.plan.GrowthPlan` grows (:attr:`GrowthPlan.active_axes`: those
+    active in its stage), whether or not they recorded a change in ``plan.changes``: every hook of an active axis
+    runs."""
     return tuple(axis for axis in registered_axes() if axis.name in plan.active_axes)
 
 

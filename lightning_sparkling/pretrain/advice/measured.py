@@ -3,8 +3,9 @@ gets from them.
 
 ``measured.json`` (beside this module) holds one cell per published comparison (docs/BENCHMARKS.md): the map
 category of what grew (``joint``, ``depth``, ``upcycle``, ...; the file's key ``"axis"``,
-:attr:`MeasuredCell.category` in code), the recipe, the LR schedule, when the first growth came (share of the run), the training tokens per final active
-parameter, and the paired Δ of final validation loss against the grown shape trained from scratch on the same FLOPs
+:attr:`MeasuredCell.category` in code), the recipe, the LR schedule, when the first growth came (share of the run), the
+training tokens per final active parameter, and the paired Δ of final validation loss against the grown shape trained
+from scratch on the same FLOPs
 (mean, sd, seeds, seeds above scratch) and, where measured, the speed-up at equal loss (``speedup``, ``speedup_sd``:
 scratch compute / growth compute at the growth run's final loss, mean and sd over the seeds; optional, a cell without
 them loads as before). An experts cell (category ``upcycle``: dense -> MoE; ``experts``: MoE -> more experts;
@@ -471,8 +472,8 @@ def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedu
 
 
 def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, init: str | None = None) -> str | None:
-    """What the map's speed-ups of the category ``category`` under ``schedule`` show against model size: ``'1.16x at 0.13M (2.8
-    tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and token ratio), or
+    """What the map's speed-ups of the category ``category`` under ``schedule`` show against model size:
+    ``'1.16x at 0.13M (2.8 tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and token ratio), or
     ``None`` when fewer than two sizes were measured."""
     best: dict[tuple[int, float], MeasuredCell] = {}
     for c in cells:
@@ -526,8 +527,10 @@ def run_init(stages: Sequence[GrowthStage], category: str) -> str | None:
     Example::
 
         >>> from lightning_sparkling.growth.stage import GrowthStage
-        >>> run_init([GrowthStage(10, n_layer=8, depth_init="copy")], "depth"), run_init([GrowthStage(10, n_layer=8)], "depth")
-        ('copy', None)
+        >>> run_init([GrowthStage(10, n_layer=8, depth_init="copy")], "depth")
+        'copy'
+        >>> run_init([GrowthStage(10, n_layer=8)], "depth") is None
+        True
     """
     if len(stages) == 1 and stages[0].grows_experts:
         return stages[0].expert_init

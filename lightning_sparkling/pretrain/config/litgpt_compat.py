@@ -50,7 +50,7 @@ def litgpt_pretrain_keys() -> set[str]:
     return keys
 
 
-# ------------------------------------------------------------------------------------------------------------ checkpoint
+# ----------------------------------------------------------------------------------------------------------- checkpoint
 def extend_checkpoint_dir(path: Path) -> Path:
     """litgpt's ``extend_checkpoint_dir``: ``checkpoints/<path>`` when ``path`` does not exist but that does."""
     from litgpt.utils import extend_checkpoint_dir as litgpt_extend

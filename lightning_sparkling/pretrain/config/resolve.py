@@ -270,7 +270,7 @@ def _default_precision(accelerator: str) -> str:
     return "32-true"
 
 
-# ------------------------------------------------------------------------------------------------------------ litgpt keys
+# ---------------------------------------------------------------------------------------------------------- litgpt keys
 def _check_litgpt_keys(ns: Any, train: TrainArgs, evaluation: EvalArgs, log: LogArgs, notes: list[str]) -> str:
     """Refuse litgpt keys that have no equivalent here; returns the logger name (notes are appended to ``notes``)."""
     if train.epochs is not None:
@@ -291,7 +291,7 @@ def _check_litgpt_keys(ns: Any, train: TrainArgs, evaluation: EvalArgs, log: Log
 
 
 def _read_initial_checkpoint(ns: Any) -> tuple[Path | None, Any, Any, Path | None]:
-    """``(initial_checkpoint_dir, its litgpt Config, its tensor shapes, its weights file)`` (all ``None`` without one)."""
+    """``(initial_checkpoint_dir, its litgpt Config, its tensor shapes, its weights file)``, all ``None`` without."""
     initial_dir = _get(ns, "initial_checkpoint_dir")
     initial_config = initial_shapes = initial_weights = None
     if initial_dir is not None:

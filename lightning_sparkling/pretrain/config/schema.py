@@ -181,13 +181,15 @@ class LogArgs:
     """LitLogger: base name of logged checkpoints."""
 
 
+_OPTIONAL_INT = Optional[int]  # noqa: UP045  # a runtime value jsonargparse reads as a key's type, kept as it was
+
+
 def _stage_args() -> type:
     """The keys of one ``growth.stages`` entry: ``at_step`` / ``at_tokens``, then every stage key with its type and
     default (:func:`~lightning_sparkling.growth.stage.stage_key_fields`: ``GrowthStage``'s fields, then the registered
     axes' own keys, flat; a field added to ``GrowthStage`` is a stage key with no second edit)."""
-    # Optional[int], not int | None: runtime values that jsonargparse reads as the keys' types
-    keys: list[tuple[str, Any, Any]] = [("at_step", Optional[int], field(default=None)),  # noqa: UP045
-                                        ("at_tokens", Optional[int], field(default=None))]  # noqa: UP045
+    keys: list[tuple[str, Any, Any]] = [("at_step", _OPTIONAL_INT, field(default=None)),
+                                        ("at_tokens", _OPTIONAL_INT, field(default=None))]
     for f in stage_key_fields():
         if f.name == "at_step" or not f.init:
             continue
@@ -200,11 +202,11 @@ def _stage_args() -> type:
         keys.append((f.name, f.type, default))
     return dataclasses.make_dataclass("StageArgs", keys, bases=(_StageArgsBase,), namespace={
         "__module__": __name__, "__doc__": (
-        "One growth. Exactly one of ``at_step`` (grow after this many optimizer steps) / ``at_tokens`` (grow once "
-        "this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``) / "
-        "``at_fraction`` (grow after this fraction of the run: ``at_step = ceil(at_fraction * max_steps)``); the other "
-        "keys are :class:`~lightning_sparkling.growth.stage.GrowthStage`'s fields, with its defaults (a recipe's "
-        "keys fill those a stage does not set: ``growth.recipe``).")})
+        "One growth. Exactly one of ``at_step`` (grow after this many optimizer steps) / ``at_tokens`` "
+        "(grow once this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * "
+        "seq_len))``) / ``at_fraction`` (grow after this fraction of the run: ``at_step = ceil(at_fraction "
+        "* max_steps)``); the other keys are :class:`~lightning_sparkling.growth.stage.GrowthStage`'s "
+        "fields, with its defaults (a recipe's keys fill those a stage does not set: ``growth.recipe``).")})
 
 
 class _StageArgsBase:

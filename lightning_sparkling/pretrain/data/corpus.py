@@ -112,8 +112,8 @@ def _key_hash(key: str) -> int:
 
 def split_files(files: Iterable[CorpusFile], val_percent: float) -> tuple[list[CorpusFile], list[CorpusFile]]:
     """Split files into ``(train, val)`` by a hash of their key: a file is validation when
-    ``(int(sha256(key)[:8]) mod 10000) / 100 < val_percent``. Deterministic on every machine and process, independent of the
-    file order and of the other files, and a file never lands in both splits.
+    ``(int(sha256(key)[:8]) mod 10000) / 100 < val_percent``. Deterministic on every machine and process, independent of
+    the file order and of the other files, and a file never lands in both splits.
 
     Args:
         files: the corpus files.

@@ -140,7 +140,7 @@ def instantiate_data(cls: type, init_args: Optional[dict]) -> Any:
     return parser.instantiate_classes(parser.parse_object({"data": dict(init_args or {})})).data
 
 
-# ------------------------------------------------------------------------------------------------------------ tokenizer
+# ----------------------------------------------------------------------------------------------------------- tokenizer
 _SPECIAL_TOKENS = {"TextFiles": ("bos", "starts every document with one (tokenizer.encode(text, bos=True))"),
                    "TinyStories": ("bos", "starts every story with one (tokenizer.encode(text, bos=True))"),
                    "OpenWebText": ("eos", "ends every document with one (tokenizer.encode(text, eos=True))")}
@@ -203,7 +203,7 @@ def check_special_token(tokenizer: Any, tokenizer_dir: Path | None, kind: str, w
                                        "or give a tokenizer_dir whose tokenizer has one")
 
 
-# ------------------------------------------------------------------------------------------------------------ data paths
+# ----------------------------------------------------------------------------------------------------------- data paths
 def check_litgpt_data(cls: type, init_args: Optional[dict], tokenizer: Any, tokenizer_dir: Optional[Path]) -> None:
     """Check, before anything starts, what litgpt's data module ``cls`` will need once the run has started: the
     folders it reads (``TextFiles``' ``*.txt``, ``LitData`` / ``TinyLlama`` / ``MicroLlama``'s litdata folders) and

@@ -261,7 +261,8 @@ def _start(run: TrainingRun, env: dict[str, str] | None) -> tuple[subprocess.Pop
 
 
 def _first_error(run_dir: Path) -> str:
-    """The line of ``run.log`` that says what went wrong (:func:`~lightning_sparkling.pretrain.errors.first_error_line`)."""
+    """The line of ``run.log`` that says what went wrong
+    (:func:`~lightning_sparkling.pretrain.errors.first_error_line`)."""
     from lightning_sparkling.pretrain.errors import first_error_line
 
     try:

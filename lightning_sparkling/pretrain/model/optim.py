@@ -254,8 +254,8 @@ def _build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
                       muon_adamw: dict[str, Any]) -> list[torch.optim.Optimizer]:
     """The optimizer of ``optimizer_spec`` over the trainable parameters of ``model``; with Muon, Muon over the
     block matrices and AdamW (Muon's ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``, updated by
-    ``muon_adamw``) over the rest, in that order. Adam and AdamW are fused where :func:`fused_kwargs` allows it, and keep that
-    kernel across a resume (:func:`keep_kernel_on_load`).
+    ``muon_adamw``) over the rest, in that order. Adam and AdamW are fused where :func:`fused_kwargs` allows it, and
+    keep that kernel across a resume (:func:`keep_kernel_on_load`).
 
     Args:
         model: the GPT.

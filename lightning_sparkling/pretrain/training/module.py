@@ -1,7 +1,7 @@
 """``LitGPTPretrainModule``: a LightningModule that pretrains a plain ``litgpt.GPT`` (at ``self.model``), with litgpt's
 weight init, an optimizer from a litgpt-style spec (AdamW, Muon + AdamW, or any ``torch.optim`` class), the paper's
-warmup-cosine schedule (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`), and checkpoints that carry the
-model config of their moment (so a checkpoint of a grown model loads into a freshly built small module).
+warmup-cosine schedule (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`), and checkpoints that carry
+the model config of their moment (so a checkpoint of a grown model loads into a freshly built small module).
 
 The GPT itself (:func:`~lightning_sparkling.pretrain.model.gpt.build_gpt`,
 :func:`~lightning_sparkling.pretrain.model.gpt.init_gpt_weights`; sharded by
