@@ -23,8 +23,7 @@ from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.config.schema import check_keys
 from lightning_sparkling.pretrain.data.bpe import save_tokenizer_dir, train_tokenizer
 
-WORDS = ("the cat sat on a mat and the dog ran to the park while birds sang in tall green trees near "
-         "old stone walls").split()
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "birds", "sang", "in", "tall", "green", "trees", "near", "old", "stone", "walls"]
 
 
 def litgpt_printed_config() -> dict:

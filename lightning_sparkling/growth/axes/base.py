@@ -54,15 +54,13 @@ class GrowthAxis(Protocol):
 
     #: the axis' name (``GrowthPlan.changes`` key, the growth log's line, the measured map's category)
     name: str
-    @property
-    def sizes(self) -> tuple[str, ...]:
-        """The ``litgpt.Config`` sizes the axis changes (e.g. ``("n_expert", "n_expert_per_token")``), each a field of
-        ``litgpt.Config``; the growth log and ``GrowthCallback.summaries`` name their ``old -> new``."""
+    #: the ``litgpt.Config`` sizes the axis changes (e.g. ``("n_expert", "n_expert_per_token")``), each a field of
+    #: ``litgpt.Config``; the growth log and ``GrowthCallback.summaries`` name their ``old -> new``
+    sizes: tuple[str, ...]
     #: whether it adds or replaces modules (depth, experts) rather than channels of existing tensors
     structural: bool
-    @property
-    def symmetry_key(self) -> str:
-        """The ``symmetry/stage_k/<key>`` tag of its copied modules (:meth:`copy_pairs`)."""
+    #: the ``symmetry/stage_k/<key>`` tag of its copied modules (:meth:`copy_pairs`)
+    symmetry_key: str
     #: a registered (user's) axis' own :class:`~lightning_sparkling.growth.stage.GrowthStage` keys: a frozen dataclass
     #: of the keys and their defaults, held in ``GrowthStage.extra`` (read with ``stage.get(key)``), or ``None`` (a
     #: built-in axis' keys are fields of ``GrowthStage``)

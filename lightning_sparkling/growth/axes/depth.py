@@ -99,7 +99,7 @@ class DepthAxis(BaseAxis):
     """The depth plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "depth"
-    sizes = (DEPTH_SIZE_KEY,)
+    sizes: tuple[str, ...] = (DEPTH_SIZE_KEY,)
     structural = True
     symmetry_key = DEPTH_SIZE_KEY
 

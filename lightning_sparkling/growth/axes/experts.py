@@ -237,7 +237,7 @@ class ExpertsAxis(BaseAxis):
     """The experts plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "experts"
-    sizes = ("n_expert", "n_expert_per_token")
+    sizes: tuple[str, ...] = ("n_expert", "n_expert_per_token")
     structural = True
 
     def active(self, stage) -> bool:
@@ -516,5 +516,6 @@ def plan_generator(plan, *keys: object) -> torch.Generator:
     return make_generator(plan.seed, "stage", plan.stage_index, *keys)
 
 
-EXPERTS = register_axis(ExpertsAxis())
+# mypy reads the protocol's symmetry_key as settable; BaseAxis' is a read-only property
+EXPERTS = register_axis(ExpertsAxis())  # type: ignore[arg-type]
 """The registered experts axis."""

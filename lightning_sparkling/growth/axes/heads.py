@@ -104,5 +104,6 @@ class HeadsAxis(BaseAxis):
                 "heads_copied": copied if layout is not None else None}
 
 
-HEADS = register_axis(HeadsAxis())
+# mypy reads the protocol's symmetry_key as settable; BaseAxis' is a read-only property
+HEADS = register_axis(HeadsAxis())  # type: ignore[arg-type]
 """The registered heads axis."""

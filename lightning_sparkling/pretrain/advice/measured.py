@@ -473,8 +473,8 @@ def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedu
 
 def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, init: str | None = None) -> str | None:
     """What the map's speed-ups of the category ``category`` under ``schedule`` show against model size:
-    ``'1.16x at 0.13M (2.8 tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and token ratio), or
-    ``None`` when fewer than two sizes were measured."""
+    ``'1.16x at 0.13M (2.8 tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and
+    token ratio), or ``None`` when fewer than two sizes were measured."""
     best: dict[tuple[int, float], MeasuredCell] = {}
     for c in cells:
         if (c.category, c.schedule, c.init) != (category, schedule, init) or c.speedup is None or c.params is None:
