@@ -303,7 +303,7 @@ class RunCheckpoint(ModelCheckpoint):
     @override
     def _ModelCheckpoint__warn_if_dir_not_empty(self, dirpath: Any) -> None:  # type: ignore[misc]  # mypy: unmangled
         if not self.resuming:
-            getattr(super(), "_ModelCheckpoint__warn_if_dir_not_empty")(dirpath)
+            getattr(super(), "_ModelCheckpoint__warn_if_dir_not_empty")(dirpath)  # noqa: B009 (mypy: unmangled)
 
 
 class InterruptCheckpoint(pl.Callback):
