@@ -6,8 +6,9 @@ on 2 CPU ranks (gloo), vs. steady-state training.
 
 FSDP2: the module's ``configure_model`` shards each block, then the GPT (``shard_gpt``); growth gathers, grows and
 re-shards one block at a time. FSDP1: Lightning's ``FSDPStrategy`` refuses CPU ranks, so this runs
-``lightning_sparkling.parallel.testing.CPUFSDPStrategy``; ``configure_model`` wraps each block, then the GPT (``wrap_gpt``),
-and growth goes one FSDP unit at a time (``summon_full_params(unit, recurse=False)``), optimizer state through the
+``lightning_sparkling.parallel.testing.CPUFSDPStrategy``; ``configure_model`` wraps each block, then the GPT
+(``wrap_gpt``), and growth goes one FSDP unit at a time (``summon_full_params(unit, recurse=False)``), optimizer state
+through the
 same round trip.
 
 A sampler thread reads this process's resident set size (/proc/self/statm) every millisecond. Reported per rank:

@@ -104,8 +104,9 @@ def main() -> int:
         for run in range(args.runs):
             row = measure(size, args.batch, args.seq, args.repeats, ref)
             rows.append(row)
-            print(f"{size} run {run}: step {row['plain_step_s']:.3f} s; reference +{row['reference_cost_s'] * 1e3:.1f} ms "
-                  f"({row['reference_cost_pct']:+.2f}%), this +{row['this_cost_s'] * 1e3:.1f} ms "
+            print(f"{size} run {run}: step {row['plain_step_s']:.3f} s; "
+                  f"reference +{row['reference_cost_s'] * 1e3:.1f} ms ({row['reference_cost_pct']:+.2f}%), "
+                  f"this +{row['this_cost_s'] * 1e3:.1f} ms "
                   f"({row['this_cost_pct']:+.2f}%)", flush=True)
         summary = {k: statistics.median(r[k] for r in rows) for k in
                    ("plain_step_s", "reference_cost_s", "reference_cost_pct", "this_cost_s", "this_cost_pct")}

@@ -1,7 +1,7 @@
 """Are two ``sparkling pretrain`` runs the same run? Compares, bit for bit, the final litgpt weights, every optimizer
 state entry of the checkpoints both runs saved, and every TensorBoard scalar (``throughput/*`` and wall-clock tags,
-``train/device/*_per_sec`` and ``mfu`` among them, left out), and prints what differs. For a change that must not change behaviour (a refactor): train the same config
-before and after it and compare.
+``train/device/*_per_sec`` and ``mfu`` among them, left out), and prints what differs. For a change that must not change
+behaviour (a refactor): train the same config before and after it and compare.
 
     PYTHONPATH=<old worktree> sparkling pretrain --config benchmarks/identity/every_axis.yaml --out_dir /tmp/before
     sparkling pretrain --config benchmarks/identity/every_axis.yaml --out_dir /tmp/after

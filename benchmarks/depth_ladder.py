@@ -251,7 +251,7 @@ def _rms(run_dir: Path) -> dict[str, float]:
     run = load_run(run_dir / "logs")
     final = {tag: float(values[-1]) for tag, (_, values) in run.scalars.items() if tag.startswith("rms/")}
     residual = [v for t, v in final.items() if t.startswith("rms/residual/")]
-    hidden = [v for t, v in final.items() if t.startswith("rms/final") or t.startswith("rms/hidden")]
+    hidden = [v for t, v in final.items() if t.startswith(("rms/final", "rms/hidden"))]
     return {"residual_max": max(residual) if residual else math.nan, "hidden": hidden[0] if hidden else math.nan}
 
 
@@ -389,7 +389,7 @@ def map_cell(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         stage["at_fraction"] = round(stage["at_fraction"], 3)
     deltas = [s["delta"] for s in row["per_seed"]]
     inits = {st.depth_init for st in run.stages}
-    cell = {"axis": "depth", "recipe": "paper", "schedule": "wsd",
+    return {"axis": "depth", "recipe": "paper", "schedule": "wsd",
             "growth_at": round(run.stages[0].at_step / run.steps, 3),
             "tokens_per_param": round(row["tokens_per_param"], 1),
             "delta": round(row["delta"][0], 3), "sd": round(row["delta"][1] or 0.0, 3), "seeds": row["seeds"],
@@ -402,7 +402,6 @@ def map_cell(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             "where": cell_where(args.shape, row["candidate"]), **schedule,
             **cell_size(run_plan.final_config, device="cpu", precision="32-true", corpus=shape.source),
             "arch": block_family(run_plan.final_config), "ceiling": round(1 / row["flops_vs_full"], 3)}
-    return cell
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,8 @@
 
     python benchmarks/growth_cost.py                       # 12M, 39M, 91M (grown): results/growth_cost.json
     python benchmarks/growth_cost.py --sizes 12M --steps 2 # one size, fewer steps (smoke test)
-    python benchmarks/growth_cost.py --growth depth        # 2x layers (copy-zero, stack): results/growth_cost_depth.json
-    python benchmarks/growth_cost.py --device cuda --sizes 91M,350M,1.4B --batch 8 --seq 1024  # one GPU, bf16-mixed
+    python benchmarks/growth_cost.py --growth depth      # 2x layers (copy-zero, stack): results/growth_cost_depth.json
+    python benchmarks/growth_cost.py --device cuda --sizes 91M,350M,1.4B --batch 8 --seq 1024  # 1 GPU, bf16-mixed
 
 For each size (a litgpt LLaMA-style GPT grown hidden 2x + MLP inner 2x, the largest growth of one stage), in a
 fresh subprocess so that resident memory starts clean:

@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from growth_cost import SIZES, VOCAB, make_config, train_step
+from growth_cost import SIZES, VOCAB, make_config, train_step  # noqa: E402 (after the sys.path line)
 
 
 def layout_problems(tensors: dict) -> list[str]:
@@ -116,7 +116,7 @@ def main() -> int:
                 s = train_step(scratch, opt_s, x)
             pairs.append((g, s))
         hooked = []
-        for i in range(args.repeats):
+        for _ in range(args.repeats):
             hook.regions = {}
             plain = train_step(grown, opt_g, x)
             hook.regions = active

@@ -41,6 +41,7 @@ timed steps) is logged where Lightning knows the device's peak (CUDA GPUs; ``nul
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -194,10 +195,8 @@ def read_steps(out: Path) -> dict[int, dict[str, float]]:
                 cells = steps.setdefault(int(float(row["step"])), {})
                 for key, value in row.items():
                     if key != "step" and value not in ("", None):
-                        try:
+                        with contextlib.suppress(ValueError):
                             cells[key] = float(value)
-                        except ValueError:
-                            pass
     return steps
 
 
@@ -325,7 +324,7 @@ def summarize(results: list[dict], variants: list[str], key: str = "tokens_per_s
         tps = [r[key] for r in runs]
         out[v] = {"median": statistics.median(tps), "min": min(tps), "max": max(tps), "runs": tps}
         if v != "litgpt":
-            ratios = [r[key] / l[key] for r, l in zip(runs, by["litgpt"])]
+            ratios = [r[key] / lit[key] for r, lit in zip(runs, by["litgpt"])]
             out[v].update(ratio_median=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios),
                           ratios=ratios)
     return out

@@ -5,15 +5,16 @@ twin.
         [--ranks N]
 
 ``fsdp1`` runs Lightning's ``FSDPStrategy`` on 2 CPU ranks (gloo) through
-``lightning_sparkling.parallel.testing.CPUFSDPStrategy``, a subclass that lifts Lightning's GPU-only check (torch's FSDP1
-runs on CPU with gloo). ``fsdp1-cuda`` is the plain ``FSDPStrategy`` on 2 GPUs (nccl), or on one with ``--ranks 1`` (then
-``single --ranks 1`` is its one-process twin).
+``lightning_sparkling.parallel.testing.CPUFSDPStrategy``, a subclass that lifts Lightning's GPU-only check (torch's
+FSDP1 runs on CPU with gloo). ``fsdp1-cuda`` is the plain ``FSDPStrategy`` on 2 GPUs (nccl), or on one with
+``--ranks 1`` (then ``single --ranks 1`` is its one-process twin).
 
 Lightning's launcher re-runs this same command for rank 1. Each rank writes the final (gathered) weights to
-OUT_DIR/<mode>-acc<N>/final<tag>-rank<r>.pt. The second stage grows the MLP to an odd width (191), so FSDP2 and FSDP1 shard
-it unevenly over the 2 ranks. ``--accumulate 1`` is the path where Lightning runs forward and backward inside
-``optimizer.step`` (after the step pre-hooks); ``2`` runs the first micro-batch's backward before it. Uninterrupted multi-process runs save checkpoints at steps 4 (before growth), 8 (right at the first
-growth) and 12 (between growths): DDP full files, FSDP2 sharded directories and full files.
+OUT_DIR/<mode>-acc<N>/final<tag>-rank<r>.pt. The second stage grows the MLP to an odd width (191), so FSDP2 and FSDP1
+shard it unevenly over the 2 ranks. ``--accumulate 1`` is the path where Lightning runs forward and backward inside
+``optimizer.step`` (after the step pre-hooks); ``2`` runs the first micro-batch's backward before it. Uninterrupted
+multi-process runs save checkpoints at steps 4 (before growth), 8 (right at the first growth) and 12 (between growths):
+DDP full files, FSDP2 sharded directories and full files.
 """
 
 import argparse

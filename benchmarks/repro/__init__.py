@@ -21,12 +21,13 @@ grid's results can go straight into ``benchmarks/results`` next to the size's ow
 written relative to it (``benchmarks/results/...``).
 
 Axes: ``inner`` / ``hidden`` / ``joint`` (MLP, n_embd, both 2x at half the run), ``two-stage``, ``joint-5`` /
-``joint-25`` / ``joint-75``, the depth axes (``depth``, ``depth-5``, ``depth-50``, ``depth+width``) and ``hidden+heads`` (the
-``hidden`` axis' stage with ``n_head`` and ``n_query_groups`` grown by the same ratio at the same ``head_size``, so
+``joint-25`` / ``joint-75``, the depth axes (``depth``, ``depth-5``, ``depth-50``, ``depth+width``) and ``hidden+heads``
+(the ``hidden`` axis' stage with ``n_head`` and ``n_query_groups`` grown by the same ratio at the same ``head_size``, so
 the attention is as wide as the new hidden size; its scratch rows train that shape). The experts axes (issue 30):
 ``upcycle-25`` / ``upcycle-5`` (the dense small model becomes an ``LLaMAMoE`` of 4 experts, top-2, each the MLP's
-inner size, at 25% / 5%; ``upcycle-e8-25``: of 8 experts, top-2, at 25%; rows ``upcycle copy`` / ``upcycle drop-upcycle`` / ``upcycle random``, each compared with
-the MoE from scratch and the dense model continued, both on its FLOPs) and ``experts-2x`` (an E=4, K=2 MoE small
+inner size, at 25% / 5%; ``upcycle-e8-25``: of 8 experts, top-2, at 25%; rows ``upcycle copy`` / ``upcycle
+drop-upcycle`` / ``upcycle random``, each compared with the MoE from scratch and the dense model continued, both on its
+FLOPs) and ``experts-2x`` (an E=4, K=2 MoE small
 model to E=8 at 25%; rows ``experts 2x n_expert`` and ``experts 2x n_expert + K`` (K=4), each compared with the E=8
 MoE of its K from scratch on its FLOPs). In the scan they report, per row, the Δ against each comparison, the
 experts' load from the final checkpoint, the copies' cosine and the growth's seconds and peak memory:

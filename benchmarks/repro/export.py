@@ -126,7 +126,7 @@ def experts_markdown(lines: list[dict]) -> list[str]:
     for ln in rows:
         diag = list(ln["experts"].values())
 
-        def avg(key: str, p: int) -> str:
+        def avg(key: str, p: int, diag: list[dict] = diag) -> str:
             vals = [d[key] for d in diag if d.get(key) is not None]
             return fmt(statistics.fmean(vals), p) if vals else "-"
 

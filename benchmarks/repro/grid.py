@@ -101,8 +101,9 @@ def stage_identity(stage: dict, n_layer: int | None) -> dict:
     """A resolved stage's dict as it enters a run's identity.
 
     A stage that does not grow depth drops the depth keys, and unset (``None``) heads / named-target keys are
-    dropped too, so the width runs hash as they did before those ``GrowthStage`` fields existed; a depth stage whose ``depth_order`` places the copies like another (``middle`` and ``interleave`` when
-    the layer count is a multiple of the old one) names the first of them.
+    dropped too, so the width runs hash as they did before those ``GrowthStage`` fields existed; a depth stage whose
+    ``depth_order`` places the copies like another (``middle`` and ``interleave`` when the layer count is a multiple of
+    the old one) names the first of them.
     """
     stage = {k: v for k, v in stage.items() if not (k in _UNSET_LATER_KEYS and v is None)}
     stage.pop("recipe", None)  # a label: the keys it filled in are the run (and runs before the label hash alike)

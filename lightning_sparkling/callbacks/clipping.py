@@ -14,7 +14,7 @@ scaler exists and nothing needs unscaling. litgpt's own pretrain (Fabric) clips 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
@@ -22,6 +22,9 @@ from lightning.pytorch.plugins.precision import FSDPPrecision, MixedPrecision
 from lightning.pytorch.utilities.enums import GradClipAlgorithmType
 
 from lightning_sparkling.growth.errors import GrowthError
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FullyShardedDataParallel
 
 __all__ = ["check_gradient_clipping", "clip_gradients", "unscales_itself"]
 
@@ -39,7 +42,7 @@ def unscales_itself(optimizer: Any) -> bool:
     return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
 
 
-def _fsdp1_root(pl_module: pl.LightningModule) -> torch.nn.Module | None:
+def _fsdp1_root(pl_module: pl.LightningModule) -> FullyShardedDataParallel | None:
     """The outermost FSDP1 unit inside ``pl_module`` (it computes the global norm over every shard), or ``None``;
     the modules are searched only when the precision plugin is ``FSDPPrecision``, the one Lightning gives the FSDP1
     strategy (this runs every optimizer step)."""

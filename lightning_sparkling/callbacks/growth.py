@@ -29,12 +29,13 @@ import math
 import resource
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
 
 from lightning_sparkling.callbacks.clipping import check_gradient_clipping
 from lightning_sparkling.callbacks.module_parts import (batch_loss, check_new_entries_train, find_gpt,
@@ -59,6 +60,9 @@ from lightning_sparkling.parallel import GrowthBackend, select_backend
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
 from lightning_sparkling.parallel.compile import recompile_after_growth
 
+if TYPE_CHECKING:
+    from litgpt import GPT
+
 
 class GrowthFailedError(RuntimeError):
     """A growth failed mid-way; the run keeps (and stops with) its pre-growth model and optimizer."""
@@ -67,22 +71,18 @@ class GrowthFailedError(RuntimeError):
 class GrowthCallback(Callback):
     """Grow the litgpt ``GPT`` inside a LightningModule at configured steps (SPARKLING): width, heads, depth.
 
-    At ``stage.at_step = N`` the model grows after optimizer step N and before step N+1's first micro-batch
-    (never mid-accumulation). Every optimizer the module configured is patched in place (parameters and
-    per-element state by ``stage.optimizer_state``), and the new entries get their own learning rate
-    (``rewarmup_lr``) through a ``LambdaLR`` registered in ``trainer.lr_scheduler_configs``, so Lightning steps,
-    saves and restores it; the module's own schedule keeps driving the old entries exactly as before.
+    At ``stage.at_step = N`` the model grows after optimizer step N, before step N+1's first micro-batch. Every
+    optimizer is patched in place (state by ``stage.optimizer_state``); the new entries' LR (``rewarmup_lr``) is a
+    ``LambdaLR`` in ``trainer.lr_scheduler_configs``, and the module's own schedule keeps driving the old entries.
 
-    Checkpoints hold a plain litgpt ``GPT`` state_dict of the config of that moment; this callback's state is
-    small (stages applied, seed, LRs at growth). Resuming grows the freshly built model before the weights load.
+    Checkpoints hold a plain litgpt ``GPT`` state_dict; resuming grows the fresh model before the weights load.
 
     Args:
         stages: one or several :class:`GrowthStage` with increasing ``at_step`` (a stage given by ``at_fraction``
             takes its step from ``trainer.max_steps`` in ``setup``; the order is checked then).
-        min_lr: the LR the new entries' re-warmup decays to at ``trainer.max_steps``. Without it, it is read from
-            the module's schedule where that is exact (a ``LambdaLR`` of
-            :class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`, or ``CosineAnnealingLR``'s ``eta_min``);
-            otherwise setup fails with an error asking for it.
+        min_lr: the LR the new entries' re-warmup decays to at ``trainer.max_steps``; by default read from the
+            module's schedule where exact (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`,
+            ``CosineAnnealingLR``'s ``eta_min``), else setup asks for it.
         seed: growth seed (copy maps and random init); identical on every rank.
         symmetry_every_n_steps: how often to log ``symmetry/stage_{k}/{channel}`` (mean cosine of copied channels
             to their sources, per channel dimension; a depth or experts copy under its axis' ``symmetry_key``);
@@ -164,12 +164,12 @@ class GrowthCallback(Callback):
 
     # ------------------------------------------------------------------ state
     @property
+    @override
     def state_key(self) -> str:
-        """``checkpoint["callbacks"]`` key of this callback's state: ``"GrowthCallback"``
-        (:data:`~lightning_sparkling.growth.record.GROWTH_STATE_KEY`); a checkpoint of before holds it under a former
-        key, which :meth:`on_load_checkpoint` moves here."""
+        """The ``checkpoint["callbacks"]`` key of this callback's state: ``"GrowthCallback"``."""
         return GROWTH_STATE_KEY
 
+    @override
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         """Lightning loads a callback's state by its :attr:`state_key` right after this hook: a checkpoint written
@@ -199,6 +199,7 @@ class GrowthCallback(Callback):
     def _lr_hooks(self) -> list:
         return self.lr.hooks
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         # plain dicts (copies: records change after growth, the symmetry boost), the keys every release wrote
         return {"grown": self._grown, "seed": self.seed, "stages": [s.to_dict() for s in self.stages],
@@ -206,6 +207,7 @@ class GrowthCallback(Callback):
                 "summaries": [dict(s) for s in self.summaries],  # a resume past a growth still reports it
                 "model_attr": self._gpt_path}  # the GPT grown, among several (a resume regrows that one)
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._adopt_applied(state_dict)
         if self._schedule is not None:  # a strategy that restores after on_fit_start: the recipes are known
@@ -215,9 +217,8 @@ class GrowthCallback(Callback):
         self.summaries = [dict(s) for s in state_dict.get("summaries", [])]  # older checkpoints: none kept
 
     def _adopt_applied(self, state: dict[str, Any]) -> None:
-        """Take the stages a checkpoint applied as it recorded them (their recipe resolved when they grew); they
-        are checked against this callback's own stages once the module's schedule is known
-        (:meth:`_check_applied`)."""
+        """Take the stages a checkpoint applied as it recorded them (recipes resolved); :meth:`_check_applied` checks
+        them against this callback's own stages once the module's schedule is known."""
         grown = int(state["grown"])
         self._applied = [GrowthStage(**s) for s in state["stages"][:grown]]
         if len(self.stages) < grown:
@@ -251,6 +252,7 @@ class GrowthCallback(Callback):
         return self._backend
 
     # ------------------------------------------------------------------ setup / validation
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
@@ -302,9 +304,8 @@ class GrowthCallback(Callback):
             config = self._plan(k, config, seed=self.seed, tied=tied).new_config
 
     def _resolve_recipes(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Resolve ``recipe='auto'`` of the stages not applied yet by the schedule the module's scheduler runs
-        (:func:`~lightning_sparkling.growth.recipes.schedule_of`: the CLI's choice for that schedule), then dry-run
-        the stages whose keys changed."""
+        """Resolve ``recipe='auto'`` of the stages not applied yet by the module's schedule
+        (:func:`~lightning_sparkling.growth.recipes.schedule_of`), then dry-run the stages whose keys changed."""
         trained = [c.scheduler for c in trainer.lr_scheduler_configs
                    if any(c.scheduler.optimizer is o for o in trainer.optimizers)]
         try:
@@ -343,9 +344,8 @@ class GrowthCallback(Callback):
 
     def _install_resume_hook(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Checkpoints of grown models: grow the fresh model before the checkpoint's weights are loaded. A
-        callback's own state arrives only after the weights, so the backend hooks the point where the strategy
-        loads (the module's ``on_load_checkpoint``, or the sharded strategy's ``load_checkpoint``) until training
-        starts."""
+        callback's state arrives after the weights, so the backend hooks where the strategy loads (the module's
+        ``on_load_checkpoint``, or the sharded strategy's ``load_checkpoint``) until training starts."""
         if self._remove_resume_hook_fn is not None:
             return
         self._remove_resume_hook_fn = self.backend.hook_resume(
@@ -391,6 +391,7 @@ class GrowthCallback(Callback):
         self.lr.register_applied(trainer)
         self._install_lr_hooks(trainer, pl_module)
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._trainer = trainer
         gpt = self._gpt(pl_module)  # the optimizers exist now: the GPT they train, among several
@@ -416,15 +417,18 @@ class GrowthCallback(Callback):
         self.lr.install(trainer, pl_module, self._gpt(pl_module), self.backend, self._regions)
 
     # ------------------------------------------------------------------ growth
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._remove_resume_hook()
 
+    @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         # at_step=0 (or a stage already due when the run starts): grow before the first micro-batch of the window
         while self._due(trainer):
             self._grow(trainer, pl_module, batch)
 
+    @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._time_steps(trainer)
@@ -434,12 +438,14 @@ class GrowthCallback(Callback):
             grew = True
         self.symmetry.control(trainer, pl_module, lambda: self._gpt(pl_module), self.backend)
         self.lr.log(trainer)
-        every = trainer.log_every_n_steps if self.symmetry_every_n_steps is None else self.symmetry_every_n_steps
+        every = self.symmetry_every_n_steps
+        if every is None:  # Lightning's logger connector sets log_every_n_steps; the Trainer class does not declare it
+            every = trainer.log_every_n_steps  # type: ignore[attr-defined]
         if self.symmetry.copies and every and (grew or trainer.global_step % every == 0):
             self.symmetry.log(trainer, pl_module, self._gpt(pl_module), self.backend)
 
     def _due(self, trainer: pl.Trainer) -> bool:
-        return self._grown < len(self.stages) and trainer.global_step >= self.stages[self._grown].at_step
+        return self._grown < len(self.stages) and trainer.global_step >= cast(int, self.stages[self._grown].at_step)
 
     def _grow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any) -> None:
         k = self._grown
@@ -499,7 +505,8 @@ class GrowthCallback(Callback):
         # next step; another module's flops_per_batch is scaled by the ratio of active parameters
         if not hasattr(pl_module, "update_flops_per_batch") and \
                 isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
-            pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
+            # a user module's own number (checked above), which LightningModule does not declare
+            pl_module.flops_per_batch *= params_after[0] / params_before[0]  # type: ignore[operator, assignment]
         self._summarize(trainer, pl_module, gpt, result, k, params_before, params_after, seconds,
                         (loss_before, loss), device)
         self.summaries[-1].update(compiled=recompiled, checkpointed_new_blocks=checkpointed)
@@ -537,9 +544,8 @@ class GrowthCallback(Callback):
 
     def _carry_forward(self, plan: GrowthPlan) -> None:
         """Earlier stages' new entries and copies under the names and indices of ``plan``'s grown model: a depth
-        growth moves kept blocks (``interleave``, ``middle``), a heads growth moves old heads in the fused ``qkv``
-        rows and ``attn.proj`` columns, dense -> MoE moves every MLP to expert 0; a new block's entries belong to
-        ``plan``'s stage alone."""
+        growth moves kept blocks, a heads growth old heads in the fused ``qkv`` rows and ``attn.proj`` columns,
+        dense -> MoE every MLP to expert 0; a new block's entries belong to ``plan``'s stage alone."""
         if not plan.moves_entries:
             return
         carried = [[plan.carry_region(n, pieces) for n, pieces in regions.items()] for regions in self._regions]

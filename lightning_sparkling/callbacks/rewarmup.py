@@ -18,7 +18,7 @@ This module reads Lightning's trainer (its scheduler configs, ``automatic_optimi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import lightning.pytorch as pl
 import torch
@@ -136,24 +136,21 @@ def install_baseline_lr(trainer: Any, stages: Sequence[GrowthStage],
     for optimizer in trainer.optimizers:
         configs = [c for c in scheduler_configs(trainer, optimizer) if every_step(trainer, c)]
         scheduler = configs[0].scheduler if len(configs) == 1 else None
-        if scheduler is not None:
-            def now(scheduler=scheduler) -> float:
-                return scheduler.last_epoch
-        else:  # no scheduler, an epoch-interval one, or several: the step about to be taken
-            def now() -> float:
-                return trainer.global_step
+
+        def now(scheduler=scheduler) -> float:  # no scheduler, an epoch-interval one, or several: the next step
+            return trainer.global_step if scheduler is None else scheduler.last_epoch
         targets: dict[int, Callable[[], float]] = {}
         for g in range(len(optimizer.param_groups)):
             if stage.rewarmup_scope == "all":
                 lam = record_rewarmup_lambda(stage, record, flat)  # WSD baselines: hold, then their decay
 
-                def target(lam=lam, now=now) -> float:
-                    return lam(max(now() - t_e, 0))
+                def target(fn=lam, now=now) -> float:
+                    return fn(max(now() - t_e, 0))
             else:
                 u = schedule_function(scheduler, g)
 
-                def target(u=u, now=now) -> float:
-                    return u(fast_decay_position(now(), growth_step=t_e, total_steps=total, end=end))
+                def target(fn=u, now=now) -> float:
+                    return fn(fast_decay_position(now(), growth_step=t_e, total_steps=total, end=end))
             targets[g] = target
             flat += 1
         hooks.append(BaselineLR(optimizer, targets))
@@ -193,8 +190,8 @@ def baseline_decays(trainer: pl.Trainer) -> list[dict[str, Any] | None] | None:
         if not every_step(trainer, config):
             raise GrowthError(
                 f"GrowthCallback: optimizer/param group {og}'s {type(f).__name__} is stepped with interval="
-                f"{config.interval!r}, frequency={config.frequency}: the new entries' re-warmup follows its decay phase "
-                "in optimizer steps, so step it every optimizer step (interval='step', frequency=1)"
+                f"{config.interval!r}, frequency={config.frequency}: the new entries' re-warmup follows its decay "
+                "phase in optimizer steps, so step it every optimizer step (interval='step', frequency=1)"
             )
         decays.append(decay)
     return decays if any(d is not None for d in decays) else None
@@ -207,7 +204,8 @@ def warn_growth_in_decay(trainer: pl.Trainer, stages: Sequence[GrowthStage]) -> 
     if not starts or not stages:
         return
     try:
-        check_growth_before_decay([s.at_step for s in stages], decay_start=starts[0], total_steps=trainer.max_steps)
+        at_steps = [cast(int, s.at_step) for s in stages]  # resolved in setup
+        check_growth_before_decay(at_steps, decay_start=starts[0], total_steps=trainer.max_steps)
     except ValueError as err:
         rank_zero_warn(f"GrowthCallback: {err}", category=UserWarning)
 
@@ -223,7 +221,8 @@ def warn_untracked_stable_phase(trainer: pl.Trainer, stages: Sequence[GrowthStag
         for stage in stages:
             if stage.rewarmup_ratio is None:
                 continue
-            probe = [stage.at_step, stage.at_step + stage.rewarmup_steps, stage.at_step + 2 * stage.rewarmup_steps]
+            at = cast(int, stage.at_step)  # resolved in setup
+            probe = [at, at + stage.rewarmup_steps, at + 2 * stage.rewarmup_steps]
             probe = [t for t in probe if t < trainer.max_steps]
             try:
                 values = {float(f(t)) for t in probe}
@@ -330,7 +329,8 @@ class RewarmupSchedulers:
         ``trainer.lr_scheduler_configs`` as ``lr_new/stage_k``."""
         stage, record = self.stages[k], self.records()[k]
         min_lrs = record.min_lr or self.min_lrs
-        betas = record.betas or [None] * len(record.lr_at_growth)
+        assert min_lrs is not None  # resolved in on_fit_start
+        betas: Sequence[Sequence[float] | None] = record.betas or [None] * len(record.lr_at_growth)
         # at growth: which groups' baseline has a stable phase (their re-warmup then holds and decays with it);
         # stored in the record, so a resume rebuilds the same lambdas whatever the module's schedule is then
         if not record.has_lr_decay:

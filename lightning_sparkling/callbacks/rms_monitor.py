@@ -54,8 +54,9 @@ How it works:
   step, which every rank reaches since logging steps are decided by ``global_step``; a tag is averaged over the
   ranks where it fired) and rank zero writes them with ``logger.log_metrics(..., step=s)`` to every logger
   of the trainer.
-* ``on_fit_start`` (rank zero) writes a TensorBoard custom-scalars layout (see :mod:`lightning_sparkling.dashboards.tb_layout`)
-  that overlays all blocks per quantity, for every ``TensorBoardLogger`` of the trainer.
+* ``on_fit_start`` (rank zero) writes a TensorBoard custom-scalars layout
+  (see :mod:`lightning_sparkling.dashboards.tb_layout`) that overlays all blocks per quantity, for every
+  ``TensorBoardLogger`` of the trainer.
 
 Depth growth (a block count that changes mid-run, e.g. ``GrowthStage(n_layer=...)``):
 
@@ -97,6 +98,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from litgpt.model import GPT
 from torch import Tensor
 from torchmetrics import Metric
+from typing_extensions import override
 
 from lightning_sparkling.growth.surgery import clean_name
 from lightning_sparkling.parallel.compile import is_compiled
@@ -433,6 +435,7 @@ class ActivationRMSMonitor(Callback):
         self._eager = contextlib.ExitStack()  # a compiled model's eager stance during a measured forward
 
     # -- setup ---------------------------------------------------------------------------------------------------
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.loggers:
             raise MisconfigurationException(
@@ -482,6 +485,7 @@ class ActivationRMSMonitor(Callback):
     def _is_logging_step(self, step: int) -> bool:
         return step % self.every_n_steps == 0 and step != self.last_step and step != self._probe_step
 
+    @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
@@ -496,11 +500,13 @@ class ActivationRMSMonitor(Callback):
         if is_compiled(pl_module):  # hooks run in eager code only: this forward (and its backward) runs eagerly
             self._eager.enter_context(torch.compiler.set_stance("force_eager"))
 
+    @override
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
         if self._probe is not None:
             self._probe.detach()
         self._eager.close()  # the backward of an eager forward is eager anyway; later micro-batches compiled
 
+    @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -554,18 +560,23 @@ class ActivationRMSMonitor(Callback):
         self._probe = None
         self._probe_step = None
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._detach()
 
+    @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._detach()
 
+    @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._detach()
 
+    @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._detach()
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._detach()
         self._gpt = None

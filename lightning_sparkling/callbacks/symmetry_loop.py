@@ -67,8 +67,8 @@ class SymmetryLoop:
                 backend) -> None:
         """``GrowthStage(symmetry_target=...)``: every ``symmetry_interval`` optimizer steps after a growth, double
         the stage's new-entry LR boost (up to ``symmetry_max_boost``) while its copies' mean cosine to their sources
-        (the largest over its channel dimensions and copied modules) is above the target; below it, stop checking, and keep the boost
-        (``symmetry_release='hold'``) or drop it to 1 (``'schedule'``).
+        (the largest over its channel dimensions and copied modules) is above the target; below it, stop checking, and
+        keep the boost (``symmetry_release='hold'``) or drop it to 1 (``'schedule'``).
 
         Once per optimizer step (not per micro-batch), after it. The decision is stored in the stage's record, which
         checkpoints carry, and depends only on the weights, so a resumed run decides the same on every rank."""
@@ -87,6 +87,7 @@ class SymmetryLoop:
             stage, record = self.stages[k], records[k]
             cosines = [v for key, v in metrics.items() if key.startswith(f"symmetry/stage_{k}/")]
             worst = max(cosines) if cosines else 0.0
+            assert stage.symmetry_target is not None  # a stage without one is symmetry_done at its growth
             if worst < stage.symmetry_target:
                 record.symmetry_done = True
                 if stage.symmetry_release == "schedule":

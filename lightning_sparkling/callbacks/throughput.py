@@ -19,6 +19,7 @@ from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch.callbacks import ThroughputMonitor
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from typing_extensions import override
 
 __all__ = ["TokenThroughputMonitor", "measured_flops_per_batch"]
 
@@ -124,11 +125,13 @@ class TokenThroughputMonitor(ThroughputMonitor):
         self.last_flops_per_batch: float | None = None
 
     @rank_zero_only
+    @override
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, *args: Any) -> None:
         flops = getattr(pl_module, "flops_per_batch", None)
         self.last_flops_per_batch = None if flops is None else float(flops)
         super().on_train_batch_end(trainer, pl_module, outputs, batch, *args)
 
+    @override
     def _compute(self, trainer: Any, iter_num: int | None = None) -> None:
         """Lightning's training metrics, with ``train/flops_per_batch`` in the same ``log_metrics`` call (one logger
         write per logged step, as Lightning's own). Validation is timed (Lightning takes its time out of the

@@ -5,6 +5,7 @@ the x axis (steps, tokens or FLOPs). :mod:`~lightning_sparkling.dashboards.plott
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -59,7 +60,7 @@ def x_mappers(runs: list[RunScalars], x_axis: XAxis) -> tuple[list, str, bool]:
             return identity, f"optimizer step ({x_axis} not logged by {run.name}: fell back to step)", False
         steps, values = run.scalars[tag]
         values = np.maximum.accumulate(values)  # cumulative counter: monotone
-        mappers.append(lambda s, st=steps.astype(np.float64), v=values: interp_extrapolate(s, st, v))
+        mappers.append(functools.partial(interp_extrapolate, steps=steps.astype(np.float64), values=values))
     return mappers, ("tokens seen" if x_axis == "tokens" else "training FLOPs"), True
 
 
@@ -193,6 +194,7 @@ def draw_heatmap(ax: Axes, fig: Figure, run: RunScalars, rows: list[tuple[str, s
             grid[r, col[int(s)]] = v
     finite = grid[np.isfinite(grid)]
     positive = finite[finite > 0]
+    norm: Normalize
     if len(positive) == len(finite) and len(positive) and positive.max() / positive.min() > 8:
         norm = LogNorm(vmin=positive.min(), vmax=positive.max())
     else:

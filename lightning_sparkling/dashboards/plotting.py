@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lightning_sparkling.dashboards.panels import (  # noqa: F401 (the names of before stay importable from here)
     DRAWERS,
@@ -89,6 +90,9 @@ from lightning_sparkling.dashboards.scalars import (  # noqa: F401 (the names of
     load_run,
 )
 from lightning_sparkling.dashboards.tb_layout import CHARTS, RMS as RMS_CATEGORY, Chart, gain_charts
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
+    from matplotlib.figure import Figure
 
 __all__ = ["DEPTH_GID", "GAIN_GID", "GROWTH_GID", "HEATMAP_GID", "PANELS", "PANEL_GROUPS", "RunScalars",
            "dashboard_figure", "find_event_dirs", "load_run", "main_plot", "panel_of", "plot_runs", "resolve_panels"]
@@ -236,7 +240,7 @@ def plot_runs(
 class _Parser(argparse.ArgumentParser):
     """argparse, with a refusal printed as one ``error:`` line (exit status 2), without the usage line."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         import sys
 
         sys.stderr.write(f"error: {message}\n")

@@ -65,7 +65,7 @@ class RunScalars:
             first: dict[int, int] = {}
             for s, v in zip(steps, values):
                 if v > 0 and math.isfinite(v):
-                    first.setdefault(int(round(v)), int(s))
+                    first.setdefault(round(float(v)), int(s))
             return sorted((s, v - 1) for v, s in first.items())
         lr_new = [(int(self.scalars[t][0][0]), int(t.rsplit("_", 1)[1])) for t in self.with_prefix(LR_NEW_PREFIX)
                   if t.rsplit("_", 1)[-1].isdigit() and len(self.scalars[t][0])]

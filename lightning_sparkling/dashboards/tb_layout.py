@@ -158,7 +158,7 @@ def write_layout(logger_or_writer: Any, n_blocks: int | None = None, per_linear:
     writer, owned = _writer(logger_or_writer)
     try:
         file_writer = getattr(writer, "_get_file_writer", None) if step is not None else None
-        if callable(file_writer):  # add_custom_scalars takes no step; the same summary, at `step`
+        if callable(file_writer) and step is not None:  # add_custom_scalars takes no step: the summary, at `step`
             file_writer().add_summary(_custom_scalars_summary(writer, layout), global_step=int(step))
         else:
             writer.add_custom_scalars(layout)

@@ -10,12 +10,13 @@
   (CLI and callback);
 - :mod:`~lightning_sparkling.growth.axes`: the growth axes (plug-ins: width, heads, depth, experts), each owning its
   stage keys, behind one protocol and one registry (:func:`register_axis`);
-- :mod:`~lightning_sparkling.growth.types`: the types the plan and the axes share (``TensorPlan``, ``ChannelChange``, ...);
+- :mod:`~lightning_sparkling.growth.types`: the types the plan and the axes share (``TensorPlan``, ``ChannelChange``,
+  ...);
 - :mod:`~lightning_sparkling.growth.errors`: ``GrowthError`` and ``StageError``;
 - :mod:`~lightning_sparkling.growth.scaling`: the RMS-preserving fan-in scale and copy index maps;
 - :mod:`~lightning_sparkling.growth.operators`: fan-out / fan-in / norm expansion of one tensor;
-- :mod:`~lightning_sparkling.growth.depth_maps` and :mod:`~lightning_sparkling.growth.head_layout`: the depth maps and the
-  fused-qkv head layout (integers and names; the depth and heads axes turn them into tensor plans);
+- :mod:`~lightning_sparkling.growth.depth_maps` and :mod:`~lightning_sparkling.growth.head_layout`: the depth maps and
+  the fused-qkv head layout (integers and names; the depth and heads axes turn them into tensor plans);
 - :mod:`~lightning_sparkling.growth.depth_scaling`: the depth-aware rule of a depth growth (depth-muP's branch
   multiplier folded into the output projections);
 - :mod:`~lightning_sparkling.growth.plan`: litgpt ``Config`` + stage -> ``GrowthPlan`` (shapes only);

@@ -136,9 +136,13 @@ def record_rewarmup_lambda(stage: GrowthStage, record: StageRecord, flat: int, *
     if decay:
         wsd = dict(decay_start=mapped_decay_start(decay["decay_start"], growth_step=t_e, total_steps=total, end=end),
                    decay_shape=decay["decay_shape"])
+    assert stage.rewarmup_ratio is not None  # a stage with a re-warmup
+    if min_lr is None:
+        assert record.min_lr is not None  # recorded with the re-warmup
+        min_lr = record.min_lr[flat]
     return RewarmupLambda(growth_step=t_e, lr_at_growth=record.lr_at_growth[flat], ratio=stage.rewarmup_ratio,
                           warmup_steps=stage.rewarmup_steps, total_steps=end,
-                          min_lr=record.min_lr[flat] if min_lr is None else min_lr, betas=betas, **wsd)
+                          min_lr=min_lr, betas=betas, **wsd)
 
 
 def schedule_function(scheduler: object, group: int) -> Callable[[float], float]:
@@ -149,7 +153,8 @@ def schedule_function(scheduler: object, group: int) -> Callable[[float], float]
     """
     if type(scheduler) is torch.optim.lr_scheduler.LambdaLR:
         base, lam = float(scheduler.base_lrs[group]), scheduler.lr_lambdas[group]
-        return lambda tau: base * float(lam(tau))
+        # torch's stubs type a lambda's step as int; LambdaLR's lambdas here take real-valued steps
+        return lambda tau: base * float(lam(tau))  # type: ignore[arg-type]
     if type(scheduler) is torch.optim.lr_scheduler.CosineAnnealingLR:
         base, eta_min, t_max = float(scheduler.base_lrs[group]), float(scheduler.eta_min), scheduler.T_max
         return lambda tau: eta_min + (base - eta_min) * (1 + math.cos(math.pi * tau / t_max)) / 2

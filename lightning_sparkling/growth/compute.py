@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -126,15 +127,16 @@ def estimate_compute(config, stages: GrowthStage | Sequence[GrowthStage], *, tot
     """
     stages = [stages] if isinstance(stages, GrowthStage) else list(stages)
     stages = [s.resolved(total_steps) for s in stages]  # at_fraction: a fraction of total_steps
+    at_steps = [cast(int, s.at_step) for s in stages]  # resolved: every at_step is set
     configs = [config]
     for k, stage in enumerate(stages):
-        if k and stage.at_step <= stages[k - 1].at_step:
-            raise ValueError(f"stages must have increasing at_step, got {[s.at_step for s in stages]}")
-        if stage.at_step > total_steps:
+        if k and at_steps[k] <= at_steps[k - 1]:
+            raise ValueError(f"stages must have increasing at_step, got {at_steps}")
+        if at_steps[k] > total_steps:
             raise ValueError(f"GrowthStage(at_step={stage.at_step}) is past total_steps={total_steps}")
         _check_model_kind(configs[-1], stage)
         configs.append(stage_config(configs[-1], stage))  # a model_name / model_config stage resolved
-    return phase_compute(configs, [s.at_step for s in stages], total_steps=total_steps, tokens_per_step=tokens_per_step,
+    return phase_compute(configs, at_steps, total_steps=total_steps, tokens_per_step=tokens_per_step,
                          tie_embeddings=tie_embeddings)
 
 

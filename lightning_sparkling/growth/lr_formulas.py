@@ -28,7 +28,8 @@ def _sqrt_decay(x: float) -> float:
 DECAY_SHAPES: dict[str, Callable[[float], float]] = {
     "linear": _linear_decay,
     "cosine": _cosine_decay,
-    "sqrt": _sqrt_decay,  # 1 - sqrt(x): Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed ..."
+    # 1 - sqrt(x): Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations"
+    "sqrt": _sqrt_decay,
 }
 """Decay multiplier ``phi(x)`` at progress ``x`` in ``[0, 1]`` of the decay phase, by shape name: 1 at its start, 0 at
 its end (``lr = lr_min + (lr_max - lr_min) phi(x)``)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -153,8 +154,9 @@ def plan_optimizer_patch(
     parameter of a new block (``result.added``) joins the param group of its source, in the same optimizer, with
     the source's state grown by ``recipe`` (``asymmetric``: zero moments, the source's ``step``; ``copy``: the
     source's state); such a group is put in the grown model's parameter order (what ``configure_optimizers``
-    builds on the grown model at a resume, when it filters ``model.parameters()`` into groups). Per-element state of a grown parameter is grown by ``recipe`` one tensor at a time:
-    ``to_full`` gathers it first and ``like_param`` lays the result out like the new parameter (both identity on
+    builds on the grown model at a resume, when it filters ``model.parameters()`` into groups). Per-element state of a
+    grown parameter is grown by ``recipe`` one tensor at a time: ``to_full`` gathers it first and ``like_param`` lays
+    the result out like the new parameter (both identity on
     one device; gather / re-shard under FSDP2). State of a replaced but unchanged parameter is carried over as is.
 
     Args:
@@ -175,8 +177,8 @@ def plan_optimizer_patch(
         if spec is None or moves_only(spec):
             return dict(state)  # unchanged values (a sharded backend's new parameter, or a block that only moved)
         return {
-            key: like_param(grow_state(key, to_full(value), spec, result.plan.channels, recipe,
-                                       type(optimizer).__name__), new)
+            key: like_param(cast(torch.Tensor, grow_state(key, to_full(value), spec, result.plan.channels, recipe,
+                                                          type(optimizer).__name__)), new)  # a tensor's
             if isinstance(value, torch.Tensor) and value.ndim > 0 else value
             for key, value in state.items()
         }
@@ -218,14 +220,14 @@ def plan_param_moves(optimizer: torch.optim.Optimizer, result: GrowthResult, sta
             if state is not None:
                 patch.new_state[new] = state
     for name, (source, new) in result.added.items():
-        g = group_of.get(id(source))
-        if g is None:
+        source_group = group_of.get(id(source))
+        if source_group is None:
             continue  # the source is not trained by this optimizer
-        patch.additions.append((g, new))
-        if g not in patch.regrouped:
-            patch.regrouped[g] = [result.new_params.get(name_of.get(id(p), ""), p)
-                                  for p in optimizer.param_groups[g]["params"]]
-        patch.regrouped[g].append(new)
+        patch.additions.append((source_group, new))
+        if source_group not in patch.regrouped:
+            patch.regrouped[source_group] = [result.new_params.get(name_of.get(id(p), ""), p)
+                                             for p in optimizer.param_groups[source_group]["params"]]
+        patch.regrouped[source_group].append(new)
         state = state_of(source, name, new)
         if state is not None:
             patch.new_state[new] = {key: value.clone() if isinstance(value, torch.Tensor) and value.ndim == 0
@@ -242,8 +244,8 @@ class NewEntryRegion:
 
     ``pieces`` are ``(tensor, index)`` pairs: the tensor whose entries the optimizer updates in place (the
     parameter's data, or this rank's shard of a DTensor parameter) and a tuple of slices into it, or a callable
-    giving the view (FSDP1's :class:`~lightning_sparkling.parallel.fsdp1.FlatPiece`, evaluated at each step because FSDP1
-    re-points the parameter's 1-D shard view); disjoint.
+    giving the view (FSDP1's :class:`~lightning_sparkling.parallel.fsdp1.FlatPiece`, evaluated at each step because
+    FSDP1 re-points the parameter's 1-D shard view); disjoint.
     """
 
     param: nn.Parameter
@@ -275,7 +277,7 @@ class RewarmupRescale:
     def __init__(self, optimizer: torch.optim.Optimizer, regions: Mapping[int, Iterable[NewEntryRegion]]) -> None:
         self.optimizer = optimizer
         self.regions = {g: list(r) for g, r in regions.items() if r}
-        self._saved: list[tuple[NewEntryRegion, list[torch.Tensor], float]] = []
+        self._saved: list[tuple[float, tuple[list[torch.Tensor], list[torch.Tensor]]]] = []  # ratio, (views, before)
         self._buffers: dict[int, list[torch.Tensor]] = {}  # reused every step: no allocation per step
         self._view_cache: dict[int, list[torch.Tensor]] = {}
         self._warned = False

@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -29,6 +29,9 @@ from lightning_sparkling.growth.recipes import AUTO, resolve_recipe
 from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.types import ChannelChange, DimGrowth, TensorPlan  # importable from here as before
+
+if TYPE_CHECKING:
+    from litgpt import GPT, Config
 
 __all__ = ["SHARED_EXPERT_CHANNEL", "SUPPORTED_MLPS", "SUPPORTED_NORMS", "ChannelChange", "DimGrowth", "GrowthError",
            "GrowthPlan", "TensorPlan", "build_meta_gpt", "checked_plan", "grown_config", "plan_growth",
@@ -59,8 +62,8 @@ class GrowthPlan:
 
     stage: GrowthStage
     stage_index: int
-    old_config: object
-    new_config: object
+    old_config: Config
+    new_config: Config
     channels: dict[str, ChannelChange]
     tensors: dict[str, TensorPlan]
     tied_embeddings: bool
@@ -94,7 +97,7 @@ class GrowthPlan:
         new = self.carry(name)
         spec = self.tensors.get(new) if new is not None else None
         moved = [d for d in spec.dims if self.channels[d.channel].layout is not None] if spec is not None else []
-        if not moved or spec.fresh:
+        if spec is None or not moved or spec.fresh:
             return new, pieces
         out = []
         for piece in pieces:
@@ -289,7 +292,7 @@ def _with_sizes(stage: GrowthStage, sizes: dict[str, int]) -> GrowthStage:
     return out
 
 
-def build_meta_gpt(config) -> nn.Module:
+def build_meta_gpt(config) -> GPT:
     """A litgpt ``GPT(config)`` on the meta device: structure and shapes, no memory."""
     from litgpt.model import GPT
 

@@ -6,6 +6,9 @@ Lightning steps, checkpoints and restores it like any other scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from lightning_sparkling.growth.bias_correction import fresh_bias_factor
@@ -27,7 +30,7 @@ class RewarmupLambda:
     """
 
     def __init__(self, *, growth_step: int, lr_at_growth: float, ratio: float, warmup_steps: int, total_steps: int,
-                 min_lr: float, betas: tuple[float, float] | None = None, decay_start: float | None = None,
+                 min_lr: float, betas: Sequence[float] | None = None, decay_start: float | None = None,
                  decay_shape: str = "linear") -> None:
         self.growth_step = int(growth_step)
         self.lr_at_growth = float(lr_at_growth)
@@ -40,17 +43,19 @@ class RewarmupLambda:
         self.decay_shape = str(decay_shape)
 
     def __call__(self, steps_since_growth: int) -> float:
-        kw = dict(growth_step=self.growth_step, lr_at_growth=self.lr_at_growth, ratio=self.ratio,
-                  warmup_steps=self.warmup_steps, total_steps=self.total_steps, min_lr=self.min_lr)
-        if getattr(self, "decay_start", None) is None:  # getattr: lambdas pickled before WSD existed
+        kw: dict[str, Any] = dict(growth_step=self.growth_step, lr_at_growth=self.lr_at_growth, ratio=self.ratio,
+                                  warmup_steps=self.warmup_steps, total_steps=self.total_steps, min_lr=self.min_lr)
+        decay_start = getattr(self, "decay_start", None)  # getattr: lambdas pickled before WSD existed
+        if decay_start is None:
             lr = rewarmup_lr(self.growth_step + steps_since_growth, **kw)
         else:
-            lr = rewarmup_wsd_lr(self.growth_step + steps_since_growth, **kw, decay_start=self.decay_start,
+            lr = rewarmup_wsd_lr(self.growth_step + steps_since_growth, **kw, decay_start=decay_start,
                                  decay_shape=self.decay_shape)
-        if getattr(self, "betas", None) is None:  # getattr: lambdas pickled before the key existed
+        betas = getattr(self, "betas", None)  # getattr: lambdas pickled before the key existed
+        if betas is None:
             return lr
         k = steps_since_growth + 1
-        return lr * fresh_bias_factor(k, self.growth_step + k, self.betas)
+        return lr * fresh_bias_factor(k, self.growth_step + k, betas)
 
 
 class RewarmupHolder(torch.optim.Optimizer):
@@ -91,7 +96,7 @@ class RewarmupLR(torch.optim.lr_scheduler.LambdaLR):
         for group in holder.param_groups:
             group["lr"] = 1.0
         super().__init__(holder, lr_lambda=list(lambdas))
-        holder._opt_called = True  # the holder never steps: silence torch's "scheduler before optimizer" check
+        holder._opt_called = True  # type: ignore[attr-defined]  # torch's private flag, not in its stubs; the holder never steps: silence torch's "scheduler before optimizer" check
 
     def lr_for(self, group: int) -> float:
         """The new entries' LR for the next optimizer step, from the lambda (never a stale group value)."""

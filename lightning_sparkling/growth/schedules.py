@@ -163,7 +163,7 @@ class WarmupStableDecay:
 
 
 class WarmupCosineLambda(WarmupStableDecay):
-    """The paper's baseline schedule (registry entry ``cosine``) as a ``LambdaLR`` multiplier of the optimizer's base LR.
+    """The paper's baseline schedule (registry entry ``cosine``) as a ``LambdaLR`` multiplier of the base LR.
 
     ``LambdaLR(optimizer, WarmupCosineLambda(warmup_steps, total_steps, min_lr_ratio))`` gives
     ``warmup_cosine_lr(step, lr_init=0, lr_max=base_lr, lr_min=min_lr_ratio * base_lr)``. The growth callback
@@ -250,8 +250,9 @@ def scheduler_min_lr(scheduler: Any, group: int) -> float | None:
     of a registered schedule (``min_lr_ratio * base_lr``) or a ``CosineAnnealingLR`` (``eta_min``); else ``None``."""
     if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
         fns = [baseline_of(f) for f in scheduler.lr_lambdas]
-        if all(f is not None for f in fns):
-            return scheduler.base_lrs[group] * fns[group].min_lr_ratio
+        fn = fns[group]
+        if fn is not None and all(f is not None for f in fns):
+            return float(scheduler.base_lrs[group]) * fn.min_lr_ratio
         return None
     if isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR):
         return float(scheduler.eta_min)

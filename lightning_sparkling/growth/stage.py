@@ -473,8 +473,10 @@ class GrowthStage:
 
             >>> GrowthStage(500, n_embd=1024).unresolved_keys
             ('init', 'rewarmup_ratio')
-            >>> GrowthStage(500, n_embd=1024, recipe="paper").unresolved_keys, GrowthStage(500, n_layer=8).unresolved_keys
-            ((), ())
+            >>> GrowthStage(500, n_embd=1024, recipe="paper").unresolved_keys
+            ()
+            >>> GrowthStage(500, n_layer=8).unresolved_keys
+            ()
         """
         if self.recipe != AUTO:
             return ()
@@ -493,7 +495,7 @@ class GrowthStage:
             >>> GrowthStage(500, n_layer=8, recipe="paper")  # doctest: +ELLIPSIS
             GrowthStage(at_step=500, ..., n_layer=8, depth_init='copy-zero', ..., recipe='paper', extra={})
             >>> GrowthStage(500, n_embd=1024)  # doctest: +ELLIPSIS
-            GrowthStage(at_step=500, n_embd=1024, ..., init=<auto>, ..., rewarmup_ratio=<auto>, ..., recipe='auto' (unresolved: ...), extra={})
+            GrowthStage(at_step=500, n_embd=1024, ..., init=<auto>, ..., rewarmup_ratio=<auto>, ..., recipe='auto' ...)
         """
         unresolved = self.unresolved_keys
         parts = []

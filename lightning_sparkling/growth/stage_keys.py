@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import inspect
 from argparse import SUPPRESS
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from lightning_sparkling.growth.recipes import PAPER_KEYS, RECIPE_DEFAULT, RECIPE_KEYS, recipe_keys
@@ -47,8 +47,9 @@ class FrozenKeys(Mapping[str, Any]):
     """
 
     __slots__ = ("_keys",)
+    _keys: dict[str, Any]
 
-    def __init__(self, keys: Mapping[str, Any] = ()) -> None:
+    def __init__(self, keys: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) -> None:
         object.__setattr__(self, "_keys", dict(keys))
 
     def __getitem__(self, key: str) -> Any:
@@ -105,10 +106,10 @@ def set_signatures(cls: type) -> None:
     ``_filled`` out; the one of its ``__init__``, which argparse-based parsers read (jsonargparse, so LightningCLI),
     gives a recipe key the default ``argparse.SUPPRESS``: a YAML mapping then passes only the keys it sets, and the
     recipe fills the others. A dataclass subclass gets its own ``__init__``: call this on it too."""
-    init = inspect.signature(cls.__init__)
+    init = inspect.signature(cls.__init__)  # type: ignore[misc]  # the class's own __init__, as intended
     params = [p for p in init.parameters.values() if p.name != FILLED]
     cls.__signature__ = _OwnSignature(cls, init.replace(parameters=params[1:]))  # type: ignore[attr-defined]
-    cls.__init__.__signature__ = init.replace(  # type: ignore[attr-defined]
+    cls.__init__.__signature__ = init.replace(  # type: ignore[misc]  # the class's own __init__, as intended
         parameters=[p.replace(default=SUPPRESS) if p.default is RECIPE_DEFAULT else p for p in params])
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn as nn
@@ -26,6 +27,9 @@ from lightning_sparkling.growth.plan import (
 )
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.types import UndoLog  # defined there (an axis' restructure writes through it)
+
+if TYPE_CHECKING:
+    from litgpt import GPT
 
 
 #: prefixes that wrappers insert into parameter and module names: FSDP1, activation checkpointing, torch.compile
@@ -119,8 +123,8 @@ def grow_tensor(
     """Grow one tensor by its :class:`TensorPlan`: new slices dimension by dimension, then the scale.
 
     Weights (``mode=None``) with a copied fan-in dimension also take the stage's fan-in ``split`` (the channel
-    dimension's per-channel share multipliers, on top of the scale) and its ``perturb`` (``+delta`` on each source column,
-    ``-delta`` on its copy, per entry, standard deviation ``perturb`` times the RMS of those columns).
+    dimension's per-channel share multipliers, on top of the scale) and its ``perturb`` (``+delta`` on each source
+    column, ``-delta`` on its copy, per entry, standard deviation ``perturb`` times the RMS of those columns).
 
     Args:
         t: the tensor as it is (shape ``spec.old_shape``).
@@ -150,6 +154,7 @@ def grow_tensor(
     for d in spec.dims:
         change = channels[d.channel]
         if change.layout is not None:
+            assert change.fresh is not None  # set with layout
             out = relayout_dim(out, d.dim, change.layout, change.fresh, mode or d.mode, generator=generator,
                                stats=stats)
         else:
@@ -195,8 +200,9 @@ def _grow_in_place(t: torch.Tensor, spec: TensorPlan, channels: Mapping[str, Cha
     """``grow_tensor`` of appended copy / zero dims, written once into one tensor of the new shape: the old block
     (times ``factor``) first, then each grown dim's new slices gathered from the part already filled (last dim
     first, so that dim 0's new rows are one contiguous block, gathered in place). No concatenation and no
-    intermediate tensor of a grown shape (only the new slices of a strided block, gathered then copied): an entry is ``factor * t`` at its copy map's source index along every dim (0 where a dim's new
-    slice is zero), whatever the order the dims are filled in, as with ``expand_dim`` one dim after the other."""
+    intermediate tensor of a grown shape (only the new slices of a strided block, gathered then copied): an entry is
+    ``factor * t`` at its copy map's source index along every dim (0 where a dim's new slice is zero), whatever the
+    order the dims are filled in, as with ``expand_dim`` one dim after the other."""
     out = torch.empty(spec.new_shape, dtype=t.dtype, device=t.device)  # (*new_shape)
     filled = [slice(0, n) for n in spec.old_shape]  # the part of `out` written so far
     old = out[tuple(filled)]
@@ -217,7 +223,8 @@ def _grow_in_place(t: torch.Tensor, spec: TensorPlan, channels: Mapping[str, Cha
     return out
 
 
-def _fresh_tensor(t: torch.Tensor, spec: TensorPlan, how: str, generator: torch.Generator | None) -> torch.Tensor:
+def _fresh_tensor(t: torch.Tensor, spec: TensorPlan, how: str | None,
+                  generator: torch.Generator | None) -> torch.Tensor:
     """A new block's tensor that does not copy its source: zeros, ones, or normal(0, ``spec.init_std``) drawn on
     the CPU from ``generator`` (device and rank independent)."""
     if how == "zero":
@@ -334,7 +341,7 @@ def _sync_module_attributes(swap: UndoLog, module: nn.Module) -> None:
     elif isinstance(module, nn.LayerNorm) and module.weight is not None:
         swap.set(module, "normalized_shape", (module.weight.shape[0],))
     elif hasattr(module, "intermediate_size"):  # litgpt MLPs
-        fc = module.fc if hasattr(module, "fc") else module.fc_1
+        fc = cast(nn.Linear, module.fc if hasattr(module, "fc") else module.fc_1)
         swap.set(module, "intermediate_size", fc.weight.shape[0])
 
 
@@ -403,8 +410,9 @@ def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
 
 def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> UndoLog:
     """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s), switch every
-    ``config`` reference to the grown ``Config`` and rebuild the buffers derived from it (:func:`derived_buffers`). All-or-nothing: on any error the model is restored and the
-    error re-raised. Returns the undo log (``.undo()`` restores the model).
+    ``config`` reference to the grown ``Config`` and rebuild the buffers derived from it (:func:`derived_buffers`).
+    All-or-nothing: on any error the model is restored and the error re-raised. Returns the undo log (``.undo()``
+    restores the model).
     """
     swap = UndoLog()
     try:

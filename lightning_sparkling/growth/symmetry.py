@@ -51,14 +51,15 @@ class CopySpec:
     def carried(self, plan: GrowthPlan) -> CopySpec | None:
         """This spec after a later growth ``plan`` (a depth growth renames moved blocks); ``None`` if nothing of it
         is left to measure."""
-        tensors = tuple((plan.carry(n), d) for n, d in self.tensors if plan.carry(n) is not None)
-        pairs = tuple((plan.carry(a), plan.carry(b)) for a, b in self.pairs
-                      if plan.carry(a) is not None and plan.carry(b) is not None)
+        tensors = tuple((new, d) for n, d in self.tensors if (new := plan.carry(n)) is not None)
+        pairs = tuple((new_a, new_b) for a, b in self.pairs
+                      if (new_a := plan.carry(a)) is not None and (new_b := plan.carry(b)) is not None)
         positions = self.positions
         moved = plan.channels.get(self.channel)
         if tensors and moved is not None and moved.layout is not None:  # a later heads growth moves these channels
             kept = moved.kept_positions()
-            positions = tuple(kept[p] for p in self.copy_positions())
+            new_positions, sources = self.copy_positions()
+            positions = (kept[new_positions], kept[sources])
         return CopySpec(self.channel, self.old, self.src, tensors, pairs, positions) if tensors or pairs else None
 
 

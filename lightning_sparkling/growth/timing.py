@@ -156,7 +156,7 @@ def check_rewarmup_fits(stages: StageLike | list[StageLike] | tuple[StageLike, .
         window = rewarmup_window(stage, max_steps)
         if window is None:
             continue
-        warmup_end, tail, left = window
+        _, tail, left = window
         if tail >= 1:
             continue
         name = names[k] if names else f"GrowthStage(at_step={stage.at_step})"

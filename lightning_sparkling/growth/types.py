@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from litgpt import GPT
 
 
 __all__ = ["AxisPlan", "ChannelChange", "DimGrowth", "PlanContext", "PlanLike", "StageLike", "TensorPlan", "UndoLog"]
@@ -47,8 +50,8 @@ class ChannelChange:
         src: copy index map, shape ``(new - old,)``: new channel ``old + j`` copies ``src[j]``. Shared by every
             tensor on this width.
         split: ``None`` (even split), or the per-channel multipliers of the even fan-in share, shape ``(new,)``
-            (:func:`~lightning_sparkling.growth.scaling.split_shares`), applied on top of ``alpha`` to every copied fan-in
-            dimension of this width.
+            (:func:`~lightning_sparkling.growth.scaling.split_shares`), applied on top of ``alpha`` to every copied
+            fan-in dimension of this width.
         layout / fresh: for a channel dimension whose old channels move (attention heads in litgpt's fused layout),
             the old channel each new channel takes and which new channels are new entries, shape ``(new,)``; ``None``
             for an appended one (old channels stay at ``0..old-1``, new ones follow and copy ``src``).
@@ -68,6 +71,7 @@ class ChannelChange:
         (for the symmetry metric, which reads grown tensors)."""
         if self.layout is None:
             return torch.arange(self.old, self.new), self.src
+        assert self.fresh is not None  # set with layout
         kept = torch.full((self.old,), -1, dtype=torch.long)
         kept[self.layout[~self.fresh]] = (~self.fresh).nonzero().flatten()
         new = self.fresh.nonzero().flatten()
@@ -77,6 +81,7 @@ class ChannelChange:
         """For every old channel, its position in the grown tensor."""
         if self.layout is None:
             return torch.arange(self.old)
+        assert self.fresh is not None  # set with layout
         kept = torch.full((self.old,), -1, dtype=torch.long)
         kept[self.layout[~self.fresh]] = (~self.fresh).nonzero().flatten()
         return kept
@@ -198,7 +203,7 @@ class PlanContext:
     config: Any
     new_config: Any
     stage: Any
-    old_model: nn.Module
+    old_model: GPT
     old_shapes: dict
     channels: dict
     tensors: dict
@@ -228,13 +233,13 @@ class UndoLog:
     def set(self, module: nn.Module, attr: str, value: object) -> None:
         if attr in module._parameters:
             self._log.append((module, attr, True, module._parameters[attr]))
-            module._parameters[attr] = value
+            module._parameters[attr] = cast("nn.Parameter | None", value)  # a parameter's slot
         elif attr in module._modules:
             self._log.append((module, attr, False, module._modules[attr]))
             setattr(module, attr, value)
         elif attr in module._buffers:
             self._log.append((module, attr, False, module._buffers[attr]))
-            module._buffers[attr] = value
+            module._buffers[attr] = cast("torch.Tensor | None", value)  # a buffer's slot
         else:
             self._log.append((module, attr, False, module.__dict__[attr]))
             setattr(module, attr, value)
@@ -242,7 +247,7 @@ class UndoLog:
     def undo(self) -> None:
         for module, attr, is_param, old in reversed(self._log):
             if is_param:
-                module._parameters[attr] = old
+                module._parameters[attr] = cast("nn.Parameter | None", old)  # what the slot held
             else:
                 setattr(module, attr, old)
         self._log.clear()

@@ -24,7 +24,7 @@ Example::
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
@@ -47,7 +47,7 @@ def is_checkpointed(block: nn.Module) -> bool:
 
 def _blocks(model: nn.Module) -> nn.ModuleList:
     try:
-        return model.transformer.h
+        return cast(nn.ModuleList, model.get_submodule("transformer.h"))
     except AttributeError as err:
         raise TypeError(f"activation checkpointing needs a litgpt GPT (model.transformer.h), got "
                         f"{type(model).__name__}") from err

@@ -42,6 +42,7 @@ from lightning_sparkling.growth.surgery import (GrowthResult, UndoLog, clean_nam
 
 if TYPE_CHECKING:  # Lightning is imported once a fit runs, never by this module
     import lightning.pytorch as pl
+    from litgpt import GPT
 
 #: ``(parameter the optimizer holds, global slices of its new entries) -> pieces`` for
 #: :class:`~lightning_sparkling.growth.optim_state.NewEntryRegion` (what this rank holds of those slices)
@@ -261,7 +262,7 @@ class BaseBackend:
                 on_state(state)
             return original(checkpoint)
 
-        pl_module.on_load_checkpoint = on_load_checkpoint
+        pl_module.on_load_checkpoint = on_load_checkpoint  # type: ignore[method-assign]  # this instance only
         return lambda: pl_module.__dict__.pop("on_load_checkpoint", None)
 
     def regrow(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
@@ -360,7 +361,7 @@ def hook_strategy_resume(trainer: pl.Trainer, state_key: str, on_state: ResumeFn
             on_state(state)
         return original(checkpoint_path, *args, **kwargs)
 
-    strategy.load_checkpoint = load_checkpoint
+    strategy.load_checkpoint = load_checkpoint  # type: ignore[method-assign]  # this instance only
     return lambda: strategy.__dict__.pop("load_checkpoint", None)
 
 
@@ -392,7 +393,7 @@ def grown_values(plan: GrowthPlan, full: dict[str, torch.Tensor]) -> dict[str, t
     return grown
 
 
-def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: torch.nn.Module, config: object,
+def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: GPT, config: object,
                    swap: UndoLog) -> torch.nn.Module:
     """Build ``GPT(config)`` on the meta device, tied and with the sequence length of ``old_gpt``
     (:func:`~lightning_sparkling.growth.surgery.grown_max_seq_length`: a target's ``block_size`` moves it), and put

@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from litgpt import GPT
 
 __all__ = ["compile_gpt", "eager", "is_compiled", "recompile_after_growth"]
 
@@ -83,7 +86,7 @@ def compile_gpt(model: nn.Module, *, per_block: bool = False, **options: Any) ->
     return model
 
 
-def _compile_blocks(model: nn.Module, options: dict[str, Any]) -> list[int]:
+def _compile_blocks(model: GPT, options: dict[str, Any]) -> list[int]:
     compiled = []
     for i, block in enumerate(model.transformer.h):
         if not _block_compiled(block):
@@ -94,7 +97,7 @@ def _compile_blocks(model: nn.Module, options: dict[str, Any]) -> list[int]:
     return compiled
 
 
-def recompile_after_growth(module: nn.Module, gpt: nn.Module | None = None) -> bool:
+def recompile_after_growth(module: nn.Module, gpt: GPT | None = None) -> bool:
     """Drop every compiled graph after a growth, so that the next call compiles the grown shapes; compile the new
     blocks of a per-block compiled ``gpt`` like its old ones. A no-op (``False``) when nothing in ``module`` is
     compiled.

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -58,6 +58,7 @@ from lightning_sparkling.parallel.sharding import wrap_gpt
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
+    from litgpt import GPT
 
     from lightning_sparkling.growth.plan import GrowthPlan
 
@@ -145,7 +146,9 @@ def unit_sources(plan: GrowthPlan, old: FSDP, new: FSDP) -> list[tuple[FSDP, lis
                 f"ones (unit {_unit_prefix(new, unit) or '<GPT>'!r} takes tensors of {len(sources)} old units): wrap "
                 "the same way whatever the model's width and depth (each block its own unit, then the GPT)"
             )
-        targets[sources.pop()].append(unit)
+        source = sources.pop()
+        assert source is not None  # refused above
+        targets[source].append(unit)
     return [(unit, found) for unit, found in zip(old_units, targets) if found]
 
 
@@ -198,7 +201,8 @@ def gather_values(wrapper: FSDP, unit: FSDP, values: Mapping[str, torch.Tensor |
     params = {name: getattr(module, attr) for name, (module, attr) in owned.items()}
     with torch.no_grad(), _stashed(list(params.values())):
         for name, p in params.items():  # a missing value reads as zeros
-            p.zero_() if values.get(name) is None else p.copy_(values[name].reshape(p.shape))
+            value = values.get(name)
+            p.zero_() if value is None else p.copy_(value.reshape(p.shape))
         with _gathered(wrapper, unit) as full:
             return {name: full[name].detach().clone() for name in values if name in full}
 
@@ -262,12 +266,13 @@ def named_params(wrapper: FSDP) -> dict[str, nn.Parameter]:
 
 
 @torch.no_grad()
-def grow_fsdp1(pl_module: Any, strategy: Any, gpt: nn.Module, stage: GrowthStage, *, seed: int,
+def grow_fsdp1(pl_module: Any, strategy: Any, gpt: GPT, stage: GrowthStage, *, seed: int,
                stage_index: int, plan: GrowthPlan | None = None) -> FSDP1GrowthResult:
     """FSDP1 growth: build the grown GPT wrapped by the module's ``configure_model`` and fill it one unit at a
     time from gathered old units (see the module docstring). ``rollback()`` puts the old wrapped GPT back."""
     old_wrapper = fsdp1_wrapper(pl_module, gpt)
     check_fsdp1_layout(pl_module, gpt)
+    assert old_wrapper is not None  # check_fsdp1_layout refuses a GPT without one
     reshard_units(old_wrapper)  # a forward without backward before (validation, a growth due at once) leaves units full
     tied = is_tied(gpt)
     plan = checked_plan(plan, gpt.config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied)
@@ -360,6 +365,7 @@ def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1Gr
     check_optimizer_supported(optimizer)
     plan = result.plan
     old_wrapper, new_wrapper = result.old_wrapper, result.new_wrapper
+    assert old_wrapper is not None and new_wrapper is not None  # grow_fsdp1 sets both
     old_by_name = named_params(old_wrapper)  # pre-growth names
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     in_optimizer = {n for n, p in old_by_name.items() if id(p) in held}
@@ -385,14 +391,14 @@ def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1Gr
             local = {n: optimizer.state.get(old_by_name[n], {}).get(key) for n in names}
             full = gather_values(old_wrapper, old_unit, local)
             for new_unit in new_units:
-                grown = {}
+                grown: dict[str, torch.Tensor] = {}
                 for n in owned_params(new_wrapper, new_unit):
                     source = _source_name(plan, n)
                     if source not in full or new_param[n] not in patch.new_state:
                         continue
                     spec = plan.tensors.get(n)
-                    grown[n] = full[source] if spec is None or moves_only(spec) else grow_state(
-                        key, full[source], spec, plan.channels, recipe, type(optimizer).__name__)
+                    grown[n] = full[source] if spec is None or moves_only(spec) else cast(torch.Tensor, grow_state(
+                        key, full[source], spec, plan.channels, recipe, type(optimizer).__name__))  # a tensor's
                 shards = scatter_values(new_wrapper, new_unit, grown)
                 for n in grown:
                     patch.new_state[new_param[n]][key] = shards[n]
@@ -402,7 +408,7 @@ def plan_fsdp1_optimizer_patch(optimizer: torch.optim.Optimizer, result: FSDP1Gr
 
 
 # ------------------------------------------------------------------------------------------- new-entry slices
-def shard_range(param: nn.Parameter, root: nn.Module) -> tuple[tuple[int, int], tuple[int, ...]] | None:
+def shard_range(param: torch.Tensor, root: nn.Module) -> tuple[tuple[int, int], tuple[int, ...]] | None:
     """``((start, stop), shape)``: the range of the flattened original parameter that this rank's shard view of
     ``param`` holds, and the parameter's original shape; ``None`` when this rank holds none of it. Read from
     ``FlatParameter._shard_param_infos`` / ``_shapes`` of the unit owning it (FSDP1 internals, torch >= 2.1)."""
@@ -487,7 +493,7 @@ def flat_pieces(shape: tuple[int, ...], piece: tuple[slice, ...], start: int, st
         out.append(FlatPiece(full_lo * n_cols - start, full_hi * n_cols - start, n_cols, c0, c1))
         partial = [r for r in (full_lo - 1, full_hi) if r0 <= r < r1]
     else:
-        partial = [r for r in range(max(r0, start // n_cols), min(r1, -(-stop // n_cols)))]
+        partial = list(range(max(r0, start // n_cols), min(r1, -(-stop // n_cols))))
     for r in partial:
         lo, hi = max(r * n_cols + c0, start), min(r * n_cols + c1, stop)
         if hi > lo:
@@ -544,7 +550,7 @@ class FSDP1Backend(ShardedBackend):
 
     def plan_optimizer_patch(self, optimizer: torch.optim.Optimizer, result: GrowthResult,
                              recipe: str) -> OptimizerPatch:
-        return plan_fsdp1_optimizer_patch(optimizer, result, recipe)
+        return plan_fsdp1_optimizer_patch(optimizer, cast(FSDP1GrowthResult, result), recipe)  # grow()'s result
 
     def forward_module(self, pl_module: pl.LightningModule, gpt: nn.Module) -> nn.Module:
         return fsdp1_wrapper(pl_module, gpt) or gpt  # through its root unit, which gathers
@@ -578,4 +584,6 @@ class FSDP1Backend(ShardedBackend):
 
     def rebuild(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: nn.Module, config: object) -> None:
         check_fsdp1_layout(pl_module, gpt)
-        build_wrapped_gpt(pl_module, trainer.strategy, fsdp1_wrapper(pl_module, gpt), config, UndoLog())
+        wrapper = fsdp1_wrapper(pl_module, gpt)
+        assert wrapper is not None  # check_fsdp1_layout refuses a GPT without one
+        build_wrapped_gpt(pl_module, trainer.strategy, wrapper, config, UndoLog())

@@ -38,6 +38,8 @@ from lightning_sparkling.parallel.base import (
 )
 
 if TYPE_CHECKING:
+    from litgpt import GPT
+
     from lightning_sparkling.growth.plan import GrowthPlan
 
 
@@ -145,7 +147,7 @@ def _param_groups(gpt: torch.nn.Module) -> list[list[str]]:
 
 
 @torch.no_grad()
-def grow_sharded(pl_module: pl.LightningModule, gpt: torch.nn.Module, stage: GrowthStage, *, seed: int,
+def grow_sharded(pl_module: pl.LightningModule, gpt: GPT, stage: GrowthStage, *, seed: int,
                  stage_index: int, plan: GrowthPlan | None = None) -> GrowthResult:
     """FSDP2 growth: build the grown GPT sharded by the module's ``configure_model`` and fill it one old block at a
     time from gathered full tensors (peak memory: both sharded models plus one full old block and what grows from

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_sparkling.parallel.base import BaseBackend
 
 __all__ = ["BackendEntry", "backend_class", "backend_class_for", "backend_entry_for", "cli_backend", "cli_strategies",
            "register_backend", "registered_backends", "unregister_backend"]
@@ -119,7 +122,7 @@ def registered_backends() -> tuple[BackendEntry, ...]:
     return tuple(_BACKENDS)
 
 
-def backend_class(entry: BackendEntry) -> type:
+def backend_class(entry: BackendEntry) -> type[BaseBackend]:
     """The backend class of ``entry`` (imported on first use)."""
     module, _, attr = entry.target.partition(":")
     return getattr(importlib.import_module(module), attr)
@@ -155,7 +158,7 @@ def backend_entry_for(strategy: Any) -> BackendEntry | None:
     return None
 
 
-def backend_class_for(strategy: Any) -> type | None:
+def backend_class_for(strategy: Any) -> type[BaseBackend] | None:
     """The class of :func:`backend_entry_for` (``None`` when no backend accepts ``strategy``).
 
     Example::

@@ -89,4 +89,5 @@ def first_error_line(text: str) -> str | None:
     """
     found = [line.strip() for line in text.splitlines() if _ERROR_LINE.match(line.strip())]
     causes = [line for line in found if "CalledProcessError" not in line]
-    return (causes or found or [None])[0]
+    lines = causes or found
+    return lines[0] if lines else None

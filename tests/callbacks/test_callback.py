@@ -268,7 +268,7 @@ def test_failed_growth_keeps_pre_growth_model_and_optimizer(monkeypatch, failure
     class Snapshot(Callback):  # before the growth callback: the model/optimizer right before growing
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             if trainer.global_step == 6:
-                snapshot["params"] = {n: p for n, p in pl_module.model.named_parameters()}
+                snapshot["params"] = dict(pl_module.model.named_parameters())
                 snapshot["values"] = {n: p.detach().clone() for n, p in pl_module.model.named_parameters()}
                 snapshot["config"] = pl_module.model.config
                 opt = trainer.optimizers[0]

@@ -134,7 +134,7 @@ def test_new_entry_update_is_lr_ratio_times_the_baseline_step_adamw_two_groups(a
                            precision="64-true")
     trainer.fit(module)
     opt = trainer.optimizers[0]
-    for g, lr in enumerate(_TwoGroups.LRS):  # grown parameters stayed in their own group
+    for g in range(len(_TwoGroups.LRS)):  # grown parameters stayed in their own group
         assert all((p.ndim == 2) == (g == 0) for p in opt.param_groups[g]["params"])
         assert opt.param_groups[g]["weight_decay"] == (0.1 if g == 0 else 0.0)
     schedule = WarmupCosineLambda(5, MAX_STEPS, 0.1)

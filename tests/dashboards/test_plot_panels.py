@@ -80,7 +80,7 @@ def test_every_logged_tag_of_a_layout_chart_is_drawn_on_its_panel(grown):
     assert list(dict.fromkeys(labels)) == [PANEL_LABEL_PREFIX + p for p in PANELS]  # (the symmetry twin: twice)
     charts = layout_charts(4, per_linear=True)
     checked = set()
-    for tag, (steps, values) in run.scalars.items():
+    for tag, (_, values) in run.scalars.items():
         for chart in charts:
             if not any(re.match(regex, tag) for regex in chart.tags):
                 continue

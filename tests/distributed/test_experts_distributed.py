@@ -5,8 +5,8 @@ where one process with the same global batch ends (float64 weights, relative < 1
 experts and routers keep the model's dtype; the optimizer's param groups list the same parameters in the same order
 as on one process; resuming from checkpoints saved between the growths (DDP a full file, FSDP2 a sharded directory
 and a full file, FSDP1 a sharded directory) ends where the uninterrupted run ends. Gradient accumulation 1 under DDP,
-2 under FSDP2 and FSDP1. FSDP1: a rank whose shard of a parameter is empty does not advance its Adam ``step``; new experts move shard
-boundaries, so the patch takes the step the ranks agree on (it failed the checkpoint save before)."""
+2 under FSDP2 and FSDP1. FSDP1: a rank whose shard of a parameter is empty does not advance its Adam ``step``; new
+experts move shard boundaries, so the patch takes the step the ranks agree on (it failed the checkpoint save before)."""
 
 from __future__ import annotations
 

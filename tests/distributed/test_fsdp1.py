@@ -1,5 +1,5 @@
-"""FSDP1 growth (lightning_sparkling.parallel.fsdp1) piece by piece. The end-to-end runs (two-stage growth against one process,
-resume from sharded and full checkpoints) are in test_ddp.py; these check the parts on 2 CPU ranks (gloo):
+"""FSDP1 growth (lightning_sparkling.parallel.fsdp1) piece by piece. The end-to-end runs (two-stage growth against one
+process, resume from sharded and full checkpoints) are in test_ddp.py; these check the parts on 2 CPU ranks (gloo):
 
 - the grown shards of weights and AdamW state are exactly those of the plain growth of the gathered model;
 - the flat-shard pieces that carry the new-entry learning rate cover every new entry exactly once across ranks,

@@ -228,8 +228,8 @@ def test_no_orchestration_module_names_an_axis():
             where = f"{path.relative_to(PACKAGE)}:{getattr(node, 'lineno', '?')}"
             if isinstance(node, ast.ImportFrom) and node.module in _AXIS_MODULES:
                 offenders.append(f"{where} imports {node.module}")
-            elif isinstance(node, ast.Attribute) and node.attr in ("depth", "heads") and not (
-                    path.name == "plan.py"):
+            elif isinstance(node, ast.Attribute) and node.attr in ("depth", "heads") and (
+                    path.name != "plan.py"):
                 offenders.append(f"{where} reads .{node.attr}")
             elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
                     and node.value.attr == "changes":

@@ -265,7 +265,8 @@ def test_cli_keys_plan_and_refusals(tmp_path, capsys):
 
     from lightning_sparkling.pretrain.cli import main, parse, plan
 
-    config = yaml.safe_load(open("examples/quickstart.yaml"))
+    with open("examples/quickstart.yaml") as fh:
+        config = yaml.safe_load(fh)
     config["growth"]["recipe"] = "paper"  # the baselines split and perturb copied channels: copy-copy
     config["growth"]["stages"][0].update(split="uneven", split_ratio=0.25, perturb=0.02, rewarmup_scope="all",
                                          decay_speedup=0.25, optimizer_state="scaled")

@@ -79,9 +79,7 @@ def new_mask(name: str, shape) -> torch.Tensor:
         mask[:64, 32:] = True
     elif name.endswith(("attn.proj.weight",)):
         mask[32:, :] = True
-    elif name.endswith(("qkv.weight", "lm_head.weight")):
-        mask[:, 32:] = True
-    elif name.endswith("wte.weight"):
+    elif name.endswith(("qkv.weight", "lm_head.weight", "wte.weight")):
         mask[:, 32:] = True
     elif name.endswith(".weight") and len(shape) == 1:  # norms
         mask[32:] = True

@@ -118,7 +118,7 @@ def test_map_categories_and_the_files_their_key():
     assert classify_category(stages) == "joint"
     cells = load_map()
     cell = next(c for c in cells if c.category == "joint")
-    assert [f.name for f in dataclasses.fields(MeasuredCell)][0] == "category"
+    assert dataclasses.fields(MeasuredCell)[0].name == "category"
     on_disk = json.loads(measured.MAP_PATH.read_text(encoding="utf-8"))["cells"]
     assert all("axis" in c and "category" not in c for c in on_disk)  # the file keeps its key
     assert [MeasuredCell.from_json(c) for c in on_disk] == list(cells)

@@ -421,7 +421,7 @@ def test_new_experts_copy_expert_i_mod_e_and_their_router_rows():
 def test_upcycle_turns_the_mlp_into_expert_zero_and_copies_it():
     model = make_gpt(llama_config(n_layer=2))
     mlps = [block.mlp for block in model.transformer.h]
-    params = {n: p for n, p in model.named_parameters()}
+    params = dict(model.named_parameters())
     result = grow_model(model, upcycle(n_expert=3, k=2))
     for i, block in enumerate(model.transformer.h):
         assert type(block.mlp).__name__ == "LLaMAMoE" and block.mlp.config is model.config
@@ -451,7 +451,7 @@ def test_rollback_restores_the_model(factory, stage):
     result = grow_model(model, stage)
     result.rollback()
     assert_unchanged(model, snap)
-    assert {n: b for n, b in model.named_buffers()}.keys() == buffers.keys()
+    assert dict(model.named_buffers()).keys() == buffers.keys()
     assert all(torch.equal(b, buffers[n]) for n, b in model.named_buffers())
     assert torch.equal(logits(model, tokens), before)
 

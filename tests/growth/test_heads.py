@@ -48,7 +48,7 @@ def test_head_layout_keeps_each_copy_in_its_source_group():
     for old_h, old_g, new_h, new_g in [(4, 2, 8, 2), (4, 2, 8, 4), (4, 4, 12, 12), (4, 1, 6, 1), (6, 2, 12, 3)]:
         layout = head_layout(old_h, old_g, new_h, new_g, torch.Generator().manual_seed(0))
         q, q_new = old_h // old_g, new_h // new_g
-        for p, (s, fresh) in enumerate(zip(layout.q_source, layout.q_fresh)):
+        for p, s in enumerate(layout.q_source):
             # the group a new head reads is (a copy of) its source's group
             assert layout.kv_source[p // q_new] == s // q
         kept = [s for s, f in zip(layout.q_source, layout.q_fresh) if not f]

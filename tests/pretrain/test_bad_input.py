@@ -15,7 +15,7 @@ from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.data.bpe import save_tokenizer_dir, train_tokenizer
 from test_cli import tiny_config, write_config
 
-WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in tall green trees".split()
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "birds", "sang", "in", "tall", "green", "trees"]
 
 
 # -------------------------------------------------------------------------------------------------------------- helpers
@@ -177,20 +177,27 @@ def _folder(tmp_path: Path, files: dict[str, str], *dirs: str) -> Path:
 
 @pytest.mark.parametrize("files, dirs, init_args, expected", [
     ({}, (), {"train_data_path": "missing"},
-     "data.init_args.train_data_path: '{root}/missing' is not a directory: give the folder of .txt files to train on"),
+     "data.init_args.train_data_path: '{root}/missing' is not a directory: give the folder of .txt "
+     "files to train on"),
     ({"a.md": "text"}, (), {"train_data_path": ""},
-     "data.init_args.train_data_path: '{root}' holds no .txt file (litgpt.data.TextFiles reads the *.txt files "
+     "data.init_args.train_data_path: '{root}' holds no .txt file (litgpt.data.TextFiles reads the "
+     "*.txt files "
      "directly in it to train on): put your text there as .txt files"),
     ({"a.txt": "text"}, (), {"train_data_path": ""},
-     "data.init_args.train_data_path: '{root}' holds one .txt file, and litgpt.data.TextFiles takes the first one "
-     "for validation when val_data_path is not given: add .txt files or give data.init_args.val_data_path"),
+     "data.init_args.train_data_path: '{root}' holds one .txt file, and litgpt.data.TextFiles takes "
+     "the first one "
+     "for validation when val_data_path is not given: add .txt files or give "
+     "data.init_args.val_data_path"),
     ({"a.txt": "", "b.txt": "text"}, (), {"train_data_path": ""},
-     "data.init_args.train_data_path: every .txt file of the validation split is empty (a.txt): put text in them"),
+     "data.init_args.train_data_path: every .txt file of the validation split is empty (a.txt): put "
+     "text in them"),
     ({"a.txt": "text", "b.txt": "", "c.txt": ""}, (), {"train_data_path": ""},
-     "data.init_args.train_data_path: every .txt file of the training split is empty (b.txt, c.txt): put text in "
+     "data.init_args.train_data_path: every .txt file of the training split is empty (b.txt, c.txt): "
+     "put text in "
      "them"),
     ({"t/a.txt": "text"}, ("v",), {"train_data_path": "t", "val_data_path": "v"},
-     "data.init_args.val_data_path: '{root}/v' holds no .txt file (litgpt.data.TextFiles reads the *.txt files "
+     "data.init_args.val_data_path: '{root}/v' holds no .txt file (litgpt.data.TextFiles reads the "
+     "*.txt files "
      "directly in it to validate on): put your text there as .txt files"),
 ])
 def test_textfiles_paths(tmp_path, capsys, tokenizer, files, dirs, init_args, expected):
@@ -202,19 +209,24 @@ def test_textfiles_paths(tmp_path, capsys, tokenizer, files, dirs, init_args, ex
 
 @pytest.mark.parametrize("class_path, files, dirs, init_args, expected", [
     ("LitData", {}, (), {"data_path": "missing"},
-     "data.init_args.data_path: '{root}/missing' does not exist (the prepared litdata folder to train and validate "
+     "data.init_args.data_path: '{root}/missing' does not exist (the prepared litdata folder to train "
+     "and validate "
      "on)"),
     ("LitData", {"notes.txt": "x"}, (), {"data_path": ""},
-     "data.init_args.data_path: '{root}' holds no index.json (the prepared litdata folder to train and validate on; "
+     "data.init_args.data_path: '{root}' holds no index.json (the prepared litdata folder to train "
+     "and validate on; "
      "litdata's StreamingDataset reads a folder written by litdata.optimize)"),
     ("LitData", {"train/index.json": "{}"}, (), {"data_path": "", "split_names": ["train", "val"]},
-     "data.init_args.split_names: '{root}/val' does not exist (split 'val' of split_names under data_path)"),
+     "data.init_args.split_names: '{root}/val' does not exist (split 'val' of split_names under "
+     "data_path)"),
     ("TinyLlama", {}, ("slimpajama/train",), {"data_path": ""},
      "data.init_args.data_path: '{root}/slimpajama/train' holds no index.json (TinyLlama reads "
-     "data_path/slimpajama/train, slimpajama/val and starcoder, prepared as in litgpt's pretrain_tinyllama tutorial; "
+     "data_path/slimpajama/train, slimpajama/val and starcoder, prepared as in litgpt's "
+     "pretrain_tinyllama tutorial; "
      "litdata's StreamingDataset reads a folder written by litdata.optimize)"),
     ("MicroLlama", {"slimpajama/train/index.json": "{}"}, (), {"data_path": ""},
-     "data.init_args.data_path: '{root}/slimpajama/val' does not exist (MicroLlama reads data_path/slimpajama/train, "
+     "data.init_args.data_path: '{root}/slimpajama/val' does not exist (MicroLlama reads "
+     "data_path/slimpajama/train, "
      "slimpajama/val, prepared as in litgpt's pretrain_tinyllama tutorial)"),
 ])
 def test_litdata_paths(tmp_path, capsys, class_path, files, dirs, init_args, expected):
@@ -272,7 +284,8 @@ def config_file(tmp_path_factory) -> Path:
     ({}, "data.data_dir: data_dir='{root}' holds no non-empty file ending in .txt .py .md: put your text there "
          "(every such file below it is read), or leave data_dir unset for the embedded corpus"),
     ({"a.txt": "", "sub/b.md": "", "c.csv": "x"},
-     "data.data_dir: data_dir='{root}' holds no non-empty file ending in .txt .py .md: put your text there "
+     "data.data_dir: data_dir='{root}' holds no non-empty file ending in .txt .py .md: put your text "
+     "there "
      "(every such file below it is read), or leave data_dir unset for the embedded corpus"),
     ({"only.txt": "some text"}, "data.data_dir: the {split} split is empty (1 files, val_percent=20.0): adjust "
                                 "val_percent or add data"),

@@ -478,7 +478,8 @@ def test_muon_existing_tokenizer_initial_validation_and_checkpoint_pruning(first
 @pytest.mark.slow
 def test_fsdp2_two_cpu_ranks_through_the_console_script(config_file, tmp_path):
     """``sparkling pretrain --strategy fsdp2 --devices 2`` (gloo on CPU) in bf16-mixed with the default fused AdamW
-    and clipping: Lightning relaunches the console script per rank; the growth gathers and re-shards; ``final/`` is a gathered plain litgpt state dict (tied embeddings)."""
+    and clipping: Lightning relaunches the console script per rank; the growth gathers and re-shards; ``final/`` is a
+    gathered plain litgpt state dict (tied embeddings)."""
     script = Path(sys.executable).parent / "sparkling"
     if not script.exists():
         pytest.skip("the sparkling console script is not installed next to this Python")

@@ -112,26 +112,28 @@ ROPE_STAGE = {"at_step": 100, "rope_base": 40000}
 
 @pytest.mark.parametrize("source, stage, expected", [
     (WITHOUT_REPORT, ROPE_STAGE,
-     [r"error: plugins: 'trap_axis_0' was found but failed while being imported \(.*trap_axis_0.py, line 31\): "
-      r"TypeError: register_axis\(RopeAxis\(\)\): axis 'rope' lacks report of the GrowthAxis protocol; subclass "
-      r"lightning_sparkling.growth.BaseAxis"]),
+     [r"error: plugins: 'trap_axis_0' was found but failed while being imported \(.*trap_axis_0.py, "
+      r"line 31\): TypeError: register_axis\(RopeAxis\(\)\): axis 'rope' lacks report of the "
+      r"GrowthAxis protocol; subclass lightning_sparkling.growth.BaseAxis"]),
     (_broken("@dataclasses.dataclass(frozen=True)\n", ""), ROPE_STAGE,
-     [r"error: plugins: 'trap_axis_0' was found but failed while being imported \(.*trap_axis_0.py, line \d+\): "
-      r"TypeError: register_axis\(RopeAxis\(\)\): axis 'rope': stage_keys=RopeKeys is not a dataclass"]),
+     [r"error: plugins: 'trap_axis_0' was found but failed while being imported \(.*trap_axis_0.py, "
+      r"line \d+\): TypeError: register_axis\(RopeAxis\(\)\): axis 'rope': stage_keys=RopeKeys is "
+      r"not a dataclass"]),
     (_broken(_CONFIG_VALUES, ""), ROPE_STAGE,
      [r"error: growth.stages\[0\].rope_base: GrowthStage\(at_step=100\): the 'rope' axis is active "
-      r"\(rope_base=40000\), but its growth changes nothing: its config_values returns no litgpt.Config field"]),
+      r"\(rope_base=40000\), but its growth changes nothing: its config_values returns no "
+      r"litgpt.Config field"]),
     (ROPE_AXIS, {"at_step": 100, "rope_base": -1},
-     [r"error: growth.stages\[0\].rope_base: GrowthStage\(rope_base=-1\): must be a positive integer \(ValueError "
-      r"from the 'rope' axis' check_stage\)"]),
+     [r"error: growth.stages\[0\].rope_base: GrowthStage\(rope_base=-1\): must be a positive "
+      r"integer \(ValueError from the 'rope' axis' check_stage\)"]),
     (_broken(_CHECK_MODEL, '''            raise TypeError("this model keeps its rope_base")'''),
      {"at_step": 100, "rope_base": 10000},
-     [r"error: growth.stages\[0\].rope_base: this model keeps its rope_base \(TypeError from the 'rope' axis' "
-      r"check_model\)"]),
+     [r"error: growth.stages\[0\].rope_base: this model keeps its rope_base \(TypeError from the "
+      r"'rope' axis' check_model\)"]),
     ("import missing_dependency_xyz\n" + ROPE_AXIS, ROPE_STAGE,
-     [r"error: plugins: 'trap_axis_0' was found but failed while being imported \(.*trap_axis_0.py, line 1\): "
-      r"ModuleNotFoundError: No module named 'missing_dependency_xyz'; install 'missing_dependency_xyz', which it "
-      r"imports, or fix the plug-in$"]),
+     [r"error: plugins: 'trap_axis_0' was found but failed while being imported \(.*trap_axis_0.py, "
+      r"line 1\): ModuleNotFoundError: No module named 'missing_dependency_xyz'; install "
+      r"'missing_dependency_xyz', which it imports, or fix the plug-in$"]),
     (ROPE_AXIS + 'raise RuntimeError("the plug-in breaks")\n', ROPE_STAGE,
      [rf"error: plugins: 'trap_axis_0' was found but failed while being imported \(.*trap_axis_0.py, line "
       rf"{len(ROPE_AXIS.splitlines()) + 1}\): "

@@ -46,7 +46,8 @@ def test_at_fraction_becomes_the_step_of_that_fraction_of_the_run(config_file):
     ({"depth_map": [1, 0, 1, 0], "rewarmup_steps": 2, "at_step": 3}, "growth.stages[0].depth_map",
      "position 0 holds old block 1 before old block 0 first appears"),
     ({"depth_map": [0, 1, 0, 1], "n_layer": 6, "rewarmup_steps": 2, "at_step": 3}, "growth.stages[0].n_layer",
-     "GrowthStage(depth_map=[0, 1, 0, 1], n_layer=6): the map has 4 entries, one per block of the grown model; give "
+     "GrowthStage(depth_map=[0, 1, 0, 1], n_layer=6): the map has 4 entries, one per block of the "
+     "grown model; give "
      "n_layer=4 or leave n_layer out"),
 ])
 def test_bad_operating_points_are_one_error_line_naming_the_key(tmp_path, capsys, stage, key, says):
@@ -89,7 +90,8 @@ def test_plan_prints_the_gstack_timing_of_the_run_at_a_hand_computed_example(con
     assert main(["plan", *args]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert ("G_stack's growth timing (the fit of Du et al. 2024, arXiv 2405.15319: log10 d = 0.88 log10 N + 163.27 / "
-            "log10 C - 5.74, N = 107,040 parameters of the grown model, C = 6 N D = 3.29e+15 FLOPs): grow after 31.5% "
+            "log10 C - 5.74, N = 107,040 parameters of the grown model, C = 6 N D = 3.29e+15 FLOPs): grow "
+            "after 31.5% "
             "of this run (step 6,306,537).") in printed
     gstack = plan(parse(args)[1], print_report=False)["gstack"]
     assert gstack["n_params"] == 107_040 and gstack["flops"] == 6 * 107_040 * 20_000_000 * TOKENS_PER_STEP

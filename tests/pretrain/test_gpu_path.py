@@ -5,8 +5,8 @@ precision (``bf16-mixed`` where it says so), optimizer and clipping, and must gr
 matrix runs the quickstart's model kind in every precision a user picks, with each optimizer kernel, under DDP and
 FSDP2, compiled, with activation checkpointing, resumed, and through ``sparkling measure``.
 
-The models are shrunk (widths / 16, layers / 6, experts / 4, a vocabulary of 512, 32-token windows, a few steps): the code path is the
-example's, the size is not.
+The models are shrunk (widths / 16, layers / 6, experts / 4, a vocabulary of 512, 32-token windows, a few steps): the
+code path is the example's, the size is not.
 """
 
 from __future__ import annotations

@@ -23,8 +23,7 @@ from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.config.schema import check_keys
 from lightning_sparkling.pretrain.data.bpe import save_tokenizer_dir, train_tokenizer
 
-WORDS = ("the cat sat on a mat and the dog ran to the park while birds sang in tall green trees near "
-         "old stone walls").split()
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "birds", "sang", "in", "tall", "green", "trees", "near", "old", "stone", "walls"]
 
 
 def litgpt_printed_config() -> dict:
@@ -228,7 +227,7 @@ def test_textfiles_resume_continues_the_data_stream(textfiles_run, printed, text
     assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["num_samples_yielded"] == 6 * 4
 
 
-# ------------------------------------------------------------------------------------------------------------ any LitDataModule
+# ---------------------------------------------------------------------------------------------------- any LitDataModule
 class ArithmeticData(LightningDataModule):
     """A minimal litgpt-style data module (no litdata): ``connect`` then loaders of ``(B, max_seq_length + 1)``."""
 
@@ -276,7 +275,7 @@ def test_any_litdatamodule_by_class_path_with_csv_logger(text_dir, tmp_path):
     assert (out / "final" / "lit_model.pth").is_file() and not (out / "final" / "tokenizer.json").exists()
 
 
-# ------------------------------------------------------------------------------------------------------------ initial_checkpoint_dir
+# ----------------------------------------------------------------------------------------------- initial_checkpoint_dir
 @pytest.fixture(scope="module")
 def quickstart_final(tmp_path_factory) -> Path:
     """The quickstart, shrunk to 4 steps (grown 64 -> 128 at step 2): its ``final/``."""

@@ -1,6 +1,7 @@
 """The measured map and the experts axis (issue 30): a dense -> MoE stage is the ``upcycle`` map category and MoE ->
 more experts the ``experts`` category; a run is advised from the cells of its own category and ``expert_init`` only,
-never from a width or depth cell however near that one is, and a map without an experts cell says nothing was measured."""
+never from a width or depth cell however near that one is, and a map without an experts cell says nothing was
+measured."""
 
 from __future__ import annotations
 

@@ -48,7 +48,8 @@ GROWTHS = {
     ([GrowthStage(100, n_embd=128, recipe="random-zero-3x")], "random-zero-3x", "random-zero-3x", None),
     ([GrowthStage(100, n_embd=128, recipe=r) for r in ("recommended",) * 2], "recommended", "recommended", None),
     # a depth-only stage: wsd and random-zero-3x set the paper's keys there, so it is one plan with one name
-    # (issue 52: the stages form of a --suggest block and the same schedule under auto are matched and labelled alike)
+    # (issue 52: the stages form of a --suggest block and the same schedule under auto are matched and labelled
+    # alike)
     ([GrowthStage(100, n_layer=8, recipe="wsd")], "paper", "paper", None),
     ([GrowthStage(100, n_layer=8, recipe="random-zero-3x")], "paper", "paper", None),
     ([GrowthStage(100, n_layer=8, recipe="random-zero")], "random-zero", "random-zero", None),  # its 10x applies

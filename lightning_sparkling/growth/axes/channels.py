@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import torch.nn as nn
 
@@ -79,7 +80,7 @@ def channel_tensors(ctx) -> dict:
     def add_linear_fan_in(prefix: str, channel: str) -> None:  # readers of `channel`: new columns, bias unchanged
         add(f"{prefix}.weight", [DimGrowth(1, channel, "fan_in", fan_in)], alpha_of(channel))
 
-    def add_mlp(prefix: str, mlp: nn.Module, inner: str) -> None:
+    def add_mlp(prefix: str, mlp: Any, inner: str) -> None:  # a litgpt MLP (untyped)
         cls = type(mlp).__name__
         if cls == "GptNeoxMLP":
             writers = {"fc": fan_out}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -32,6 +32,9 @@ from lightning_sparkling.growth.depth_maps import (
 from lightning_sparkling.growth.depth_scaling import branch_factor, check_depth_scaling, scale_branch_outputs
 from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
 from lightning_sparkling.growth.types import AxisPlan, PlanContext, TensorPlan
+
+if TYPE_CHECKING:
+    from litgpt import GPT
 
 
 def place_blocks(width: dict, old_shapes: dict[str, tuple[int, ...]], depth: DepthChange, init_std: float) -> dict:
@@ -96,7 +99,7 @@ class DepthAxis(BaseAxis):
     """The depth plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "depth"
-    sizes = (DEPTH_SIZE_KEY,)
+    sizes: tuple[str, ...] = (DEPTH_SIZE_KEY,)
     structural = True
     symmetry_key = DEPTH_SIZE_KEY
 
@@ -156,7 +159,7 @@ class DepthAxis(BaseAxis):
             tensors = scale_branch_outputs(tensors, shapes, factor)
         return AxisPlan(change=depth, tensors=tensors, replace=True)
 
-    def restructure(self, swap, model: nn.Module, plan, fresh: Mapping[str, torch.Tensor]) -> None:
+    def restructure(self, swap, model: GPT, plan, fresh: Mapping[str, torch.Tensor]) -> None:
         """A new ``transformer.h`` holding the kept blocks (same module objects, ``block_idx`` set to their new
         position) and new ``Block(grown config, j)`` modules filled with ``fresh`` (new ``Parameter``\\ s; buffers
         copied from the source block)."""

@@ -52,7 +52,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -63,6 +63,9 @@ from lightning_sparkling.growth.depth_maps import litgpt_init_std
 from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
 from lightning_sparkling.growth.scaling import make_generator
 from lightning_sparkling.growth.types import AxisPlan, ChannelChange, DimGrowth, PlanContext, TensorPlan
+
+if TYPE_CHECKING:
+    from litgpt import GPT
 
 MOE_CLASS = "LLaMAMoE"
 EXPERT_INITS: tuple[str, ...] = ("copy", "drop-upcycle", "random")
@@ -287,7 +290,7 @@ class ExpertsAxis(BaseAxis):
     """The experts plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
     name = "experts"
-    sizes = ("n_expert", "n_expert_per_token")
+    sizes: tuple[str, ...] = ("n_expert", "n_expert_per_token")
     structural = True
 
     def active(self, stage) -> bool:
@@ -497,7 +500,7 @@ class ExpertsAxis(BaseAxis):
             out[name] = t.index_copy(dim, channels.to(t.device), draw.to(device=t.device, dtype=t.dtype))
         return out
 
-    def restructure(self, swap, model: nn.Module, plan, fresh: Mapping[str, torch.Tensor]) -> None:
+    def restructure(self, swap, model: GPT, plan, fresh: Mapping[str, torch.Tensor]) -> None:
         """Put the new experts (and, dense -> MoE, the new ``LLaMAMoE`` around the MLP) into ``model``."""
         from litgpt.model import LLaMAMLP, LLaMAMoE
 
@@ -592,5 +595,6 @@ def plan_generator(plan, *keys: object) -> torch.Generator:
     return make_generator(plan.seed, "stage", plan.stage_index, *keys)
 
 
-EXPERTS = register_axis(ExpertsAxis())
+# mypy reads the protocol's symmetry_key as settable; BaseAxis' is a read-only property
+EXPERTS = register_axis(ExpertsAxis())  # type: ignore[arg-type]
 """The registered experts axis."""

@@ -56,13 +56,17 @@ class HeadsAxis(BaseAxis):
         check_larger(config, stage, tuple(s for s in self.sizes if not (pinned and s == "n_query_groups")))
 
     def config_values(self, config, stage) -> dict[str, Any]:
-        new_head, new_groups = head_counts(config, stage)
+        counts = head_counts(config, stage)
+        assert counts is not None  # called for an active axis: the stage sets n_head or n_query_groups
+        new_head, new_groups = counts
         return {"n_head": new_head, "n_query_groups": new_groups}
 
     def dimensions(self, config, stage, *, seed: int, stage_index: int):
         """The :class:`~lightning_sparkling.growth.head_layout.HeadLayout` (the change recorded) and the ``attn_q``,
         ``attn_qkv`` (and, with new groups, ``attn_kv``) dimensions."""
-        new_head, new_groups = head_counts(config, stage)
+        counts = head_counts(config, stage)
+        assert counts is not None  # called for an active axis: the stage sets n_head or n_query_groups
+        new_head, new_groups = counts
         H, G, hs = config.n_head, config.n_query_groups, config.head_size
         try:
             layout = head_layout(H, G, new_head, new_groups,
@@ -108,5 +112,6 @@ class HeadsAxis(BaseAxis):
                 "heads_copied": copied if layout is not None else None}
 
 
-HEADS = register_axis(HeadsAxis())
+# mypy reads the protocol's symmetry_key as settable; BaseAxis' is a read-only property
+HEADS = register_axis(HeadsAxis())  # type: ignore[arg-type]
 """The registered heads axis."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lightning_sparkling.growth.axes.base import BaseAxis, GrowthAxis
 from lightning_sparkling.growth.errors import GrowthError, StageError
@@ -98,7 +98,7 @@ def protocol_members() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return attributes, methods
 
 
-def check_axis(axis: object) -> None:
+def check_axis(axis: Any) -> None:
     """Refuse an object :func:`register_axis` cannot use, with one error naming the axis, what is wrong and the fix:
     a missing (or not callable) member of the protocol, a ``name`` that is not a non-empty string, ``sizes`` that
     are not a tuple of ``litgpt.Config`` fields, a ``stage_keys`` that is not a dataclass (or ``None``), and an axis
@@ -204,8 +204,9 @@ def structural_sizes() -> set[str]:
 
 
 def plan_axes(plan) -> tuple[GrowthAxis, ...]:
-    """The axes a :class:`~lightning_sparkling.growth.plan.GrowthPlan` grows (:attr:`GrowthPlan.active_axes`: those active
-    in its stage), whether or not they recorded a change in ``plan.changes``: every hook of an active axis runs."""
+    """The axes a :class:`~lightning_sparkling.growth.plan.GrowthPlan` grows (:attr:`GrowthPlan.active_axes`: those
+    active in its stage), whether or not they recorded a change in ``plan.changes``: every hook of an active axis
+    runs."""
     return tuple(axis for axis in registered_axes() if axis.name in plan.active_axes)
 
 

@@ -140,5 +140,6 @@ class WidthAxis(BaseAxis):
         return {name: f"alpha={plan.channels[name].alpha:.4f}" for name in plan.changes[self.name] if name in self.sizes}
 
 
-WIDTH = register_axis(WidthAxis())
+# mypy reads the protocol's symmetry_key as settable; BaseAxis' is a read-only property
+WIDTH = register_axis(WidthAxis())  # type: ignore[arg-type]
 """The registered width axis."""

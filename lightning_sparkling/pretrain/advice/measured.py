@@ -3,8 +3,9 @@ gets from them.
 
 ``measured.json`` (beside this module) holds one cell per published comparison (docs/BENCHMARKS.md): the map
 category of what grew (``joint``, ``depth``, ``upcycle``, ...; the file's key ``"axis"``,
-:attr:`MeasuredCell.category` in code), the recipe, the LR schedule, when the first growth came (share of the run), the training tokens per final active
-parameter, and the paired Δ of final validation loss against the grown shape trained from scratch on the same FLOPs
+:attr:`MeasuredCell.category` in code), the recipe, the LR schedule, when the first growth came (share of the run), the
+training tokens per final active parameter, and the paired Δ of final validation loss against the grown shape trained
+from scratch on the same FLOPs
 (mean, sd, seeds, seeds above scratch) and, where measured, the speed-up at equal loss (``speedup``, ``speedup_sd``:
 scratch compute / growth compute at the growth run's final loss, mean and sd over the seeds; optional, a cell without
 them loads as before). An experts cell (category ``upcycle``: dense -> MoE; ``experts``: MoE -> more experts;
@@ -29,6 +30,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, cast
 from pathlib import Path
 
 from lightning_sparkling.growth.axes import active_axes, axis_of_size, structural_sizes
@@ -202,6 +204,7 @@ class MeasuredCell:
         own = verdict(self.delta, self.sd, self.seeds, self.seeds_above)
         if self.start_delta is None:
             return own
+        assert self.start_sd is not None and self.start_seeds_above is not None  # measured with start_delta
         return worse(own, verdict(self.start_delta, self.start_sd, self.seeds, self.start_seeds_above))
 
     @property
@@ -231,7 +234,7 @@ class MeasuredCell:
                 f"{self.tokens_per_param:g} tokens per parameter: {speedup + ', ' if speedup else ''}"
                 f"Δ {self.delta:+.3f} ± {self.sd:.3f} val loss "
                 f"(above scratch in {self.seeds_above}/{self.seeds} seeds"
-                f"{'; ' + self.describe_start() if self.start_delta is not None else ''}"
+                f"{'; ' + (self.describe_start() or '') if self.start_delta is not None else ''}"
                 f"; docs/BENCHMARKS.md, {self.where})")
 
 
@@ -291,6 +294,7 @@ class Advice:
         gap = self.size_gap
         if gap is None:
             return None
+        assert self.cell is not None and self.params is not None  # a size gap needs both
         where = self.cell.describe_size()
         if 0.9 <= gap <= 1.1:
             return f"measured at {where}, the size of this run's {format_params(self.params)}"
@@ -321,7 +325,7 @@ class Advice:
         text = ("this schedule's ceiling (its saving if the grown run matched scratch token for token, from the "
                 f"phases' 6 N D): {', '.join(at)}")
         fraction = self.cell.ceiling_fraction if self.cell is not None and self.near else None
-        if fraction is not None:
+        if fraction is not None and self.cell is not None:
             text += f"; measured {self.cell.speedup:.2f}x = {fraction:.0%} of its ceiling"
             if fraction > 1:
                 text += " (above it: the grown run ended below scratch trained on the same steps)"
@@ -458,19 +462,19 @@ def nearest(cells: Sequence[MeasuredCell], *, category: str, recipe: str, schedu
 
 
 def size_trend(cells: Sequence[MeasuredCell], *, category: str, schedule: str, init: str | None = None) -> str | None:
-    """What the map's speed-ups of the category ``category`` under ``schedule`` show against model size: ``'1.16x at 0.13M (2.8
-    tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and token ratio), or
-    ``None`` when fewer than two sizes were measured."""
+    """What the map's speed-ups of the category ``category`` under ``schedule`` show against model size:
+    ``'1.16x at 0.13M (2.8 tokens/param), 1.23x at 0.37M (2.8)'``, smallest model first (the best recipe per size and
+    token ratio), or ``None`` when fewer than two sizes were measured."""
     best: dict[tuple[int, float], MeasuredCell] = {}
     for c in cells:
         if (c.category, c.schedule, c.init) != (category, schedule, init) or c.speedup is None or c.params is None:
             continue
         key = (c.params, c.tokens_per_param)
-        if key not in best or c.speedup > best[key].speedup:
+        if key not in best or c.speedup > cast(float, best[key].speedup):  # kept cells have one
             best[key] = c
     if len({params for params, _ in best}) < 2:
         return None
-    return ", ".join(f"{c.speedup:.2f}x at {format_params(c.params)} ({c.tokens_per_param:g} tokens/param)"
+    return ", ".join(f"{c.speedup:.2f}x at {format_params(cast(int, c.params))} ({c.tokens_per_param:g} tokens/param)"
                      for _, c in sorted(best.items()))
 
 
@@ -513,8 +517,10 @@ def run_init(stages: Sequence[GrowthStage], category: str) -> str | None:
     Example::
 
         >>> from lightning_sparkling.growth.stage import GrowthStage
-        >>> run_init([GrowthStage(10, n_layer=8, depth_init="copy")], "depth"), run_init([GrowthStage(10, n_layer=8)], "depth")
-        ('copy', None)
+        >>> run_init([GrowthStage(10, n_layer=8, depth_init="copy")], "depth")
+        'copy'
+        >>> run_init([GrowthStage(10, n_layer=8)], "depth") is None
+        True
     """
     if len(stages) == 1 and stages[0].grows_experts:
         return stages[0].expert_init
@@ -541,10 +547,11 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     name = recipe if isinstance(recipe, RecipeName) else RecipeName(recipe, recipe)
     recipe = name.key
     category = classify_category(stages, sizes)
-    timings = tuple(s.resolved(total_steps).at_step / total_steps for s in stages)
+    timings = tuple(cast(int, s.resolved(total_steps).at_step) / total_steps for s in stages)
     growth_at = timings[0] if timings else 0.0
     cells = load_map() if cells is None else cells
     init = run_init(stages, category)
+    where: dict[str, Any]
     where = dict(category=category, schedule=schedule, growth_at=growth_at, tokens_per_param=tokens_per_param,
                  init=init, timings=timings)
     cell, near = nearest(cells, recipe=recipe, params=params, arch=arch, **where)

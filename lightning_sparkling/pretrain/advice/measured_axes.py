@@ -98,8 +98,8 @@ def cell_label(keys: set[str], stage: Any, grown: set[str]) -> str:
 def block_family(config: Any) -> str:
     """The block family of a litgpt ``Config``, the map's ``arch`` of a cell: ``llama`` (sequential residual,
     ``RMSNorm``, a gated ``LLaMAMLP`` or ``LLaMAMoE``), ``neox`` (pythia / GPT-NeoX: parallel residual, ``LayerNorm``,
-    ``GptNeoxMLP``), ``phi`` (the same with one norm for both branches), ``gemma`` (``GemmaMLP``), else the three traits in words
-    (``'sequential LayerNorm GptNeoxMLP'``, GPT-2's).
+    ``GptNeoxMLP``), ``phi`` (the same with one norm for both branches), ``gemma`` (``GemmaMLP``), else the three traits
+    in words (``'sequential LayerNorm GptNeoxMLP'``, GPT-2's).
 
     Example::
 

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from lightning_sparkling.pretrain.advice.run_plan import RunPlan, plan_run
 from lightning_sparkling.pretrain.config.resolve import ResolvedRun
@@ -69,10 +69,11 @@ def _progressive_line(run: ResolvedRun) -> str:
     into growth.stages[0..2] below``."""
     from lightning_sparkling.growth.progressive import progressive_sizes
 
+    assert run.growth.progressive is not None  # a run expanded from growth.progressive
     sizes = ", ".join(f"{key} {' -> '.join(str(v) for v in values)}"
                       for key, values in progressive_sizes(run.growth.progressive).items())
     steps = ", ".join(f"{s.at_step:,}" for s in run.stages)
-    shares = ", ".join(f"{s.at_step / run.steps:.1%}" for s in run.stages)
+    shares = ", ".join(f"{cast(int, s.at_step) / run.steps:.1%}" for s in run.stages)
     n = len(run.stages)
     return (f"{sizes} at steps {steps} ({shares} of the run): {n} growth{'s' if n != 1 else ''}, expanded into "
             f"growth.stages[0..{n - 1}] below")
@@ -99,9 +100,10 @@ def _stage_report(run_plan: RunPlan, k: int) -> dict[str, Any]:
     from lightning_sparkling.growth.stage import WIDTH_SIZE_KEYS, grows_channels
 
     run, stage, gp, est = run_plan.run, run_plan.run.stages[k], run_plan.plans[k], run_plan.compute
-    report = {
-        "stage": k, "at_step": stage.at_step, "at_tokens": stage.at_step * run.tokens_per_step,
-        "at_fraction": stage.at_step / run.steps,
+    at_step = cast(int, stage.at_step)  # resolved
+    return {
+        "stage": k, "at_step": stage.at_step, "at_tokens": at_step * run.tokens_per_step,
+        "at_fraction": at_step / run.steps,
         "widths": {name: [change.old, change.new] for name, change in gp.channels.items() if name in WIDTH_SIZE_KEYS},
         "channels": {name: [change.old, change.new] for name, change in gp.channels.items()},
         "sizes": {size: list(pair) for size, pair in run_plan.sizes[k].items()},
@@ -120,7 +122,6 @@ def _stage_report(run_plan: RunPlan, k: int) -> dict[str, Any]:
         "axes": describe_changes(gp),  # plug-in axes (growth/axes): one line each
         "function": function_words(keeps_function(gp)),  # the axes' claims: None where none claims
     }
-    return report
 
 
 def _tensor_groups(gp: Any) -> dict[str, dict[str, Any]]:

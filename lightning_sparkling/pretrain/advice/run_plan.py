@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 
@@ -92,7 +92,7 @@ class RunPlan:
         from lightning_sparkling.growth.compute import phase_compute
 
         applied = min(applied, len(self.plans))
-        at_steps = [stage.at_step for stage in self.run.stages[:applied]]
+        at_steps = [cast(int, stage.at_step) for stage in self.run.stages[:applied]]  # resolved
         counts = list(zip(self.compute.active_params, self.compute.total_params))[: applied + 1]
         return phase_compute(self.configs[: applied + 1], at_steps, total_steps=max(steps, *at_steps, 1),
                              tokens_per_step=self.run.tokens_per_step, counts=counts)
@@ -123,8 +123,8 @@ def plan_run(run: ResolvedRun, *, cells: Sequence[Any] | None = None, advise: bo
     plans = tuple(stage_plans(run))
     configs = [run.model_config, *(gp.new_config for gp in plans)]
     sizes = tuple(size_changes(a, b) for a, b in zip(configs[:-1], configs[1:]))
-    compute = phase_compute(configs, [stage.at_step for stage in run.stages], total_steps=run.steps,
-                            tokens_per_step=run.tokens_per_step, tie_embeddings=run.train.tie_embeddings)
+    compute = phase_compute(configs, [cast(int, stage.at_step) for stage in run.stages], total_steps=run.steps,
+                            tokens_per_step=run.tokens_per_step, tie_embeddings=bool(run.train.tie_embeddings))
     advice = _advice(run, sizes, compute, cells) if advise else None
     return RunPlan(run=run, plans=plans, sizes=sizes, compute=compute, advice=advice)
 
@@ -139,7 +139,7 @@ def stage_plans(run: ResolvedRun) -> list[GrowthPlan]:
     plans, config = [], run.model_config
     for k, stage in enumerate(run.stages):
         plans.append(plan_growth(config, stage, seed=run.growth.seed, stage_index=k,
-                                 tied_embeddings=run.train.tie_embeddings))
+                                 tied_embeddings=bool(run.train.tie_embeddings)))
         config = plans[-1].new_config
     return plans
 

@@ -99,6 +99,7 @@ class Suggestion:
             return (f"no measured growth fits this run: no cell of the map under train.lr_schedule {self.schedule} "
                     f"was measured near its token ratio, paid there and ends at its model.{nearest} To know whether "
                     "growth pays here, measure it: sparkling measure --config RUN.yaml")
+        assert self.start is not None and self.start_params is not None  # set with growth
         block = yaml.safe_dump({"model_config": self.start, "growth": self.growth}, sort_keys=False,
                                default_flow_style=False).rstrip()
         rounded = (f"\nrounded: {'; '.join(self.rounded)} (the cell's factors do not divide these sizes; the stages "
@@ -285,6 +286,7 @@ def suggest(ns: Any, run: Any, cells: Sequence[Any] | None = None) -> Suggestion
             rejected.append(f"{cell.key()}: {err}")
             continue
         start_params, advice = pasted.compute.total_params[0], pasted.advice
+        assert advice is not None  # a checked growth has advice
         notes = [line for line in (advice.ceiling_line(), advice.family_note()) if line]
         return Suggestion(growth, cell, ratio, params, schedule, start=start, start_params=start_params,
                           rounded=way.rounded, notes=notes, rejected=rejected, target=name)

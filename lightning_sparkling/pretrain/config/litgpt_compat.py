@@ -212,7 +212,7 @@ def make_logger(run: Any):
                                    save_dir=str(out_dir / "logs"), resume="allow" if run.resume_path else None)
     if name == "mlflow":
         return loggers.MLFlowLogger(experiment_name=model, save_dir=str(out_dir / "logs"))
-    from lightning.pytorch.loggers import LitLogger  # type: ignore[attr-defined]
+    from lightning.pytorch.loggers import LitLogger
 
     log = run.log
     return LitLogger(root_dir=str(out_dir / "logs"), name=model, teamspace=log.teamspace, metadata=log.metadata,

@@ -7,8 +7,9 @@ Two ways to name them:
 - the top-level ``plugins:`` key of a configuration (a name or a list: ``plugins: my_axis``, ``plugins: [a, b]``), or
   on the command line ``--plugins NAME`` / ``--plugins '[A, B]'``: module names on ``PYTHONPATH``, imported in
   order;
-- the entry-point group :data:`PLUGIN_GROUP` of an installed package (``[project.entry-points."lightning_sparkling.plugins"]
-  my_axis = "my_package.my_axis"``), loaded by every ``sparkling`` command.
+- the entry-point group :data:`PLUGIN_GROUP` of an installed package
+  (``[project.entry-points."lightning_sparkling.plugins"] my_axis = "my_package.my_axis"``), loaded by every
+  ``sparkling`` command.
 
 Example::
 

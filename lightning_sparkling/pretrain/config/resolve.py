@@ -276,7 +276,7 @@ def _default_precision(accelerator: str) -> str:
     return "32-true"
 
 
-# ------------------------------------------------------------------------------------------------------------ litgpt keys
+# ---------------------------------------------------------------------------------------------------------- litgpt keys
 def _check_litgpt_keys(ns: Any, train: TrainArgs, evaluation: EvalArgs, log: LogArgs, notes: list[str]) -> str:
     """Refuse litgpt keys that have no equivalent here; returns the logger name (notes are appended to ``notes``)."""
     if train.epochs is not None:
@@ -297,7 +297,7 @@ def _check_litgpt_keys(ns: Any, train: TrainArgs, evaluation: EvalArgs, log: Log
 
 
 def _read_initial_checkpoint(ns: Any) -> tuple[Path | None, Any, Any, Path | None]:
-    """``(initial_checkpoint_dir, its litgpt Config, its tensor shapes, its weights file)`` (all ``None`` without one)."""
+    """``(initial_checkpoint_dir, its litgpt Config, its tensor shapes, its weights file)``, all ``None`` without."""
     initial_dir = _get(ns, "initial_checkpoint_dir")
     initial_config = initial_shapes = initial_weights = None
     if initial_dir is not None:
@@ -544,7 +544,8 @@ def _check_lr_schedule(train: TrainArgs) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------ optimizer
-def _resolve_optimizer(ns: Any, train: TrainArgs, strategy: str, precision: str) -> tuple[dict, str, bool, float]:
+def _resolve_optimizer(ns: Any, train: TrainArgs, strategy: str,
+                       precision: str) -> tuple[str | dict, str, bool, float]:
     """``(normalized optimizer spec, its name, whether it uses Muon, its lr)``."""
     spec = normalize_optimizer(_get(ns, "optimizer", "AdamW"))
     optimizer_name, uses_muon, lr = _optimizer_info(spec)
@@ -592,7 +593,7 @@ def _resolve_resume(ns: Any, initial_dir: Path | None, config: Any, stages: list
     if resume_path is not None and initial_dir is not None:
         notes.append(f"resume: auto found {resume_path}: resuming it (initial_checkpoint_dir is not read)")
     if resume_path is not None:
-        notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=train.tie_embeddings,
+        notes += check_resume_checkpoint(resume_path, config, stages, tie_embeddings=bool(train.tie_embeddings),
                                          num_optimizers=2 if uses_muon else 1,
                                          configs=[config, *(gp.new_config for gp in plans)])
     return out_dir, resume, resume_path

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from lightning_sparkling.growth.record import growth_state
 from lightning_sparkling.growth.stage import GrowthStage
@@ -219,7 +219,7 @@ def _check_resumed_stages(path: Path, checkpoint: dict[str, Any], stages: list[G
         named = "recipe" in (state["stages"][k] or {})  # checkpoints before stages named their recipe: keys alone
         if (done != given) if named else not same_keys(done, given):
             _refuse_other_stage(path, k, done, given)
-    if grown < len(stages) and stages[grown].at_step < step:
+    if grown < len(stages) and cast(int, stages[grown].at_step) < step:
         raise ConfigError("resume", f"{str(path)!r} is at step {step} and was not grown by growth.stages[{grown}] "
                                     f"(at_step={stages[grown].at_step}): that growth would happen late, at step "
                                     f"{step}; resume with the growth.stages it was trained with, {_FRESH}")

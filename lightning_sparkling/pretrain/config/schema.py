@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from lightning_sparkling.growth.stage import stage_key_fields
 from lightning_sparkling.parallel.registry import cli_strategies
@@ -37,6 +37,10 @@ __all__ = [
     "pretrain_arguments",
     "stage_args",
 ]
+
+if TYPE_CHECKING:  # computed on each access by the module's __getattr__ (the axes and backends registered now)
+    StageArgs: type
+    STRATEGIES: tuple[str, ...]
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
 
@@ -177,12 +181,15 @@ class LogArgs:
     """LitLogger: base name of logged checkpoints."""
 
 
+_OPTIONAL_INT = Optional[int]  # noqa: UP045  # a runtime value jsonargparse reads as a key's type, kept as it was
+
+
 def _stage_args() -> type:
     """The keys of one ``growth.stages`` entry: ``at_step`` / ``at_tokens``, then every stage key with its type and
     default (:func:`~lightning_sparkling.growth.stage.stage_key_fields`: ``GrowthStage``'s fields, then the registered
     axes' own keys, flat; a field added to ``GrowthStage`` is a stage key with no second edit)."""
-    keys: list[tuple[str, Any, Any]] = [("at_step", Optional[int], field(default=None)),
-                                        ("at_tokens", Optional[int], field(default=None))]
+    keys: list[tuple[str, Any, Any]] = [("at_step", _OPTIONAL_INT, field(default=None)),
+                                        ("at_tokens", _OPTIONAL_INT, field(default=None))]
     for f in stage_key_fields():
         if f.name == "at_step" or not f.init:
             continue
@@ -195,11 +202,11 @@ def _stage_args() -> type:
         keys.append((f.name, f.type, default))
     return dataclasses.make_dataclass("StageArgs", keys, bases=(_StageArgsBase,), namespace={
         "__module__": __name__, "__doc__": (
-        "One growth. Exactly one of ``at_step`` (grow after this many optimizer steps) / ``at_tokens`` (grow once "
-        "this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * seq_len))``) / "
-        "``at_fraction`` (grow after this fraction of the run: ``at_step = ceil(at_fraction * max_steps)``); the other "
-        "keys are :class:`~lightning_sparkling.growth.stage.GrowthStage`'s fields, with its defaults (a recipe's "
-        "keys fill those a stage does not set: ``growth.recipe``).")})
+        "One growth. Exactly one of ``at_step`` (grow after this many optimizer steps) / ``at_tokens`` "
+        "(grow once this many tokens have been seen: ``at_step = ceil(at_tokens / (global_batch_size * "
+        "seq_len))``) / ``at_fraction`` (grow after this fraction of the run: ``at_step = ceil(at_fraction "
+        "* max_steps)``); the other keys are :class:`~lightning_sparkling.growth.stage.GrowthStage`'s "
+        "fields, with its defaults (a recipe's keys fill those a stage does not set: ``growth.recipe``).")})
 
 
 class _StageArgsBase:
@@ -413,7 +420,7 @@ def check_keys(raw: Any) -> None:
         return
     if not isinstance(raw, dict):
         raise ConfigError("config", f"a configuration file must hold a mapping of keys, got {type(raw).__name__}")
-    top = [p for p in inspect.signature(pretrain_arguments).parameters] + ["config"]
+    top = [*inspect.signature(pretrain_arguments).parameters, "config"]
     for key, value in raw.items():
         if key not in top:
             raise ConfigError(str(key), f"unknown key{_suggest(str(key), top)}; known keys: {', '.join(top[:-1])}")
@@ -464,7 +471,7 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
     :func:`~lightning_sparkling.pretrain.config.stages._resolve_stages`)."""
     if value is None or (isinstance(value, cls) and cls is not GrowthArgs):  # GrowthArgs: stages normalized
         return value
-    values = (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else
+    values = (dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else
               value.as_dict() if hasattr(value, "as_dict") else dict(value))
     values.pop("__path__", None)
     names = {f.name for f in dataclasses.fields(cls)}
@@ -482,7 +489,7 @@ def _as(cls: type, value: Any, *, lr_schedule: str = "cosine") -> Any:
         for k, s in enumerate(values.get("stages") or []):
             s = s.as_dict() if hasattr(s, "as_dict") else s
             if isinstance(s, _StageArgsBase):  # every key given: the recipe fills nothing
-                s = dataclasses.asdict(s)
+                s = dataclasses.asdict(s)  # type: ignore[call-overload]  # a make_dataclass subclass
             if not isinstance(s, dict):
                 raise ConfigError(f"growth.stages[{k}]", f"expected a mapping of stage keys, got {s!r}")
             _check_dataclass_keys(stage_args(), s, f"growth.stages[{k}]", stage=True)

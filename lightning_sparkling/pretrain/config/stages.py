@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from lightning_sparkling.growth.schedules import build_schedule, check_growth_before_decay, schedule_kind
 from lightning_sparkling.growth.stage import GrowthStage, StageError, check_rewarmup_fits
@@ -87,7 +87,7 @@ def _resolve_stage_list(growth: GrowthArgs, config: Any, train: TrainArgs, steps
                          "train the small model first)")
         _check_target_name(stage, key)
         stage = _target_with_run_vocabulary(stage, current, key, notes if notes is not None else [])
-        plans.append(_plan_stage(current, stage, k, growth.seed, train.tie_embeddings, key))
+        plans.append(_plan_stage(current, stage, k, growth.seed, bool(train.tie_embeddings), key))
         current = plans[-1].new_config
         try:  # a stage that adds no entries (a config-field axis, e.g. rope_base) has no re-warmup to fit
             if plans[-1].rewarms:
@@ -125,10 +125,11 @@ def _stage_step(s: dict[str, Any], key: str, tokens_per_step: int, steps: int,
     else:
         _positive_int(f"{key}.at_step", at_step, minimum=0)
         where = f"{key}.at_step"
+    assert at_step is not None  # each branch computed or checked it
     if at_step >= steps:
         raise ConfigError(where, f"growth at step {at_step} is at or past the end of the run (max_steps={steps}): "
                                  "the grown model would never train")
-    if previous and at_step <= previous[-1].at_step:
+    if previous and at_step <= cast(int, previous[-1].at_step):
         raise ConfigError(where, f"step {at_step} is not after the previous stage's step {previous[-1].at_step}: "
                                  "stages must grow in increasing step order")
     return at_step, where
@@ -226,7 +227,7 @@ def lr_decay_start(train: TrainArgs, steps: int) -> Optional[int]:
         return None
     warmup = min(warmup_steps(steps, train.lr_warmup_steps, train.lr_warmup_fraction), steps)
     return build_schedule(train.lr_schedule, warmup, steps, decay_fraction=train.lr_decay_fraction,
-                          decay_shape=train.lr_decay_shape).decay_start
+                          decay_shape=cast(str, train.lr_decay_shape)).decay_start  # resolved
 
 
 def _check_wsd_growth(stages: list[GrowthStage], keys: list[str], train: TrainArgs, steps: int) -> None:
@@ -237,7 +238,7 @@ def _check_wsd_growth(stages: list[GrowthStage], keys: list[str], train: TrainAr
         return
     for stage, key in zip(stages, keys):
         try:
-            check_growth_before_decay([stage.at_step], decay_start=start, total_steps=steps, names=[key],
+            check_growth_before_decay([cast(int, stage.at_step)], decay_start=start, total_steps=steps, names=[key],
                                       setting=f", train.lr_decay_fraction={train.lr_decay_fraction:g}")
         except ValueError as err:
             raise ConfigError(key, str(err).removeprefix(f"{key}: ")) from err

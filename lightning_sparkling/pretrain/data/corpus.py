@@ -16,7 +16,7 @@ import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 __all__ = ["CorpusFile", "cap_files", "collect_corpus_files", "corpus_splits", "split_files"]
 
@@ -112,8 +112,8 @@ def _key_hash(key: str) -> int:
 
 def split_files(files: Iterable[CorpusFile], val_percent: float) -> tuple[list[CorpusFile], list[CorpusFile]]:
     """Split files into ``(train, val)`` by a hash of their key: a file is validation when
-    ``(int(sha256(key)[:8]) mod 10000) / 100 < val_percent``. Deterministic on every machine and process, independent of the
-    file order and of the other files, and a file never lands in both splits.
+    ``(int(sha256(key)[:8]) mod 10000) / 100 < val_percent``. Deterministic on every machine and process, independent of
+    the file order and of the other files, and a file never lands in both splits.
 
     Args:
         files: the corpus files.
@@ -128,7 +128,8 @@ def split_files(files: Iterable[CorpusFile], val_percent: float) -> tuple[list[C
     """
     if not 0 < val_percent < 100:
         raise ValueError(f"val_percent={val_percent} must be in (0, 100)")
-    train, val = [], []
+    train: list[CorpusFile] = []
+    val: list[CorpusFile] = []
     for f in files:
         (val if (_key_hash(f.key) % 10000) < val_percent * 100 else train).append(f)
     return train, val
@@ -178,13 +179,14 @@ def corpus_splits(source: str, data_dir: Path | None, include_tests: bool, val_p
     Raises:
         ValueError: a split is empty.
     """
-    files = collect_corpus_files(source, data_dir=data_dir, include_tests=include_tests)
+    source_name = cast(Literal["stdlib", "stdlib+site-packages"], source)  # checked by the data module and resolve
+    files = collect_corpus_files(source_name, data_dir=data_dir, include_tests=include_tests)
     train, val = split_files(files, val_percent)
     share = val_percent / 100
     val_max_files = None if max_files is None else max(1, round(max_files * share))
-    train_max_files = None if max_files is None else max(1, max_files - val_max_files)
+    train_max_files = None if max_files is None or val_max_files is None else max(1, max_files - val_max_files)
     val_max_bytes = None if max_bytes is None else max(1, int(max_bytes * share))
-    train_max_bytes = None if max_bytes is None else max(1, max_bytes - val_max_bytes)
+    train_max_bytes = None if max_bytes is None or val_max_bytes is None else max(1, max_bytes - val_max_bytes)
     train_files = cap_files(train, max_files=train_max_files, max_bytes=train_max_bytes)
     val_files = cap_files(val, max_files=val_max_files, max_bytes=val_max_bytes)
     if not train_files or not val_files:

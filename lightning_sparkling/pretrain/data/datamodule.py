@@ -38,6 +38,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader
+from typing_extensions import override
 
 from lightning_sparkling.pretrain.data.bpe import EOS_TOKEN, save_tokenizer_dir, train_tokenizer
 from lightning_sparkling.pretrain.data.corpus import CorpusFile, _iter_texts, corpus_splits
@@ -110,6 +111,7 @@ def _train_and_tokenize(tmp: Path, final: Path, train_files: Sequence[CorpusFile
     actual_vocab = tokenizer.get_vocab_size()
     dtype = _token_dtype(actual_vocab)
     eos_id = tokenizer.token_to_id(EOS_TOKEN)
+    assert eos_id is not None  # train_tokenizer adds EOS_TOKEN
     t0 = time.perf_counter()
     n_train = _tokenize_to_file(tokenizer, train_files, tmp / "train.bin", dtype, eos_id)
     n_val = _tokenize_to_file(tokenizer, val_files, tmp / "val.bin", dtype, eos_id)
@@ -363,6 +365,7 @@ class TextCorpusDataModule(L.LightningDataModule):
     def _read_meta(self) -> dict[str, Any]:
         return _read_cache_meta(self.cache_path)
 
+    @override
     def prepare_data(self) -> None:
         """List and split the files, train the tokenizer and tokenize both splits into the cache, unless that cache
         exists. Lightning calls it on one process per node."""
@@ -372,6 +375,7 @@ class TextCorpusDataModule(L.LightningDataModule):
         else:
             build_corpus_cache(train, val, self.requested_vocab_size, self.cache_dir)
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         """Open the cached token files (every rank). Standalone (no distributed run) it first builds the cache when
         missing.
@@ -399,23 +403,27 @@ class TextCorpusDataModule(L.LightningDataModule):
         return self.train_dataset is None or self.train_dataset.seq_len != self.seq_len
 
     # ------------------------------------------------------------------ loaders
+    @override
     def train_dataloader(self) -> DataLoader:
         """Seeded random windows, ``(batch_size, seq_len + 1)`` int64, continuing from the samples consumed so far."""
         if self._datasets_stale():
             self._build_datasets()
         num_replicas, rank = _sampler_world(self.trainer)
         self._num_replicas = num_replicas
+        assert self.train_dataset is not None  # built above
         sampler = ResumableWindowSampler(self.train_dataset, batch_size=self.batch_size, num_replicas=num_replicas,
                                          rank=rank, start=self._samples_consumed, position_fn=self._stream_position)
         return DataLoader(self.train_dataset, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                           num_workers=self.num_workers, pin_memory=False,
                           persistent_workers=self.num_workers > 0)
 
+    @override
     def val_dataloader(self) -> DataLoader:
         """Validation windows in split order (all, or the ``val_windows`` sample), ``(batch_size, seq_len + 1)`` int64
         (the last batch may be smaller)."""
         if self._datasets_stale():
             self._build_datasets()
+        assert self.val_dataset is not None  # built above
         return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
 
     # ------------------------------------------------------------------ exact resume
@@ -423,6 +431,7 @@ class TextCorpusDataModule(L.LightningDataModule):
         # inside a Trainer the consumed-sample count is exact; standalone loaders continue pass after pass
         return self._samples_consumed if self.trainer is not None else None
 
+    @override
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Counts the training samples consumed (all ranks), the resume point saved by :meth:`state_dict`."""
         trainer = self.trainer
@@ -430,10 +439,12 @@ class TextCorpusDataModule(L.LightningDataModule):
             self._samples_consumed += int(batch.shape[0]) * self._num_replicas
         return batch
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """Saved in checkpoints: the global number of training samples consumed and the data seed."""
         return {"samples_consumed": self._samples_consumed, "seed": self.seed, "seq_len": self.seq_len}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the resume point (the next training batch is the one an uninterrupted run would see next)."""
         self._samples_consumed = int(state_dict.get("samples_consumed", 0))

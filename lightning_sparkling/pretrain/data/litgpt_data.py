@@ -13,6 +13,7 @@ Importable from :mod:`~lightning_sparkling.pretrain.config.litgpt_compat` too.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import inspect
 import json
@@ -123,10 +124,8 @@ def build_litgpt_datamodule(run: Any):
         tokenizer = Tokenizer(run.tokenizer_dir)
     module.connect(tokenizer=tokenizer, batch_size=run.micro_batch_size, max_seq_length=run.seq_len)
     if getattr(module, "tokenizer_dir", None) is None:
-        try:
+        with contextlib.suppress(AttributeError):  # a read-only property of a custom module
             module.tokenizer_dir = run.tokenizer_dir
-        except AttributeError:  # a read-only property of a custom module
-            pass
     return module
 
 
@@ -141,7 +140,7 @@ def instantiate_data(cls: type, init_args: Optional[dict]) -> Any:
     return parser.instantiate_classes(parser.parse_object({"data": dict(init_args or {})})).data
 
 
-# ------------------------------------------------------------------------------------------------------------ tokenizer
+# ----------------------------------------------------------------------------------------------------------- tokenizer
 _SPECIAL_TOKENS = {"TextFiles": ("bos", "starts every document with one (tokenizer.encode(text, bos=True))"),
                    "TinyStories": ("bos", "starts every story with one (tokenizer.encode(text, bos=True))"),
                    "OpenWebText": ("eos", "ends every document with one (tokenizer.encode(text, eos=True))")}
@@ -184,7 +183,7 @@ def _check_tokenizer_config(path: Path) -> None:
                                            "\"PreTrainedTokenizerFast\" for a tokenizer.json tokenizer")
 
 
-def check_special_token(tokenizer: Any, tokenizer_dir: Path, kind: str, why: str) -> None:
+def check_special_token(tokenizer: Any, tokenizer_dir: Path | None, kind: str, why: str) -> None:
     """Refuse a tokenizer without the ``kind`` (``"bos"`` or ``"eos"``) token that its user adds to every document.
 
     Args:
@@ -204,7 +203,7 @@ def check_special_token(tokenizer: Any, tokenizer_dir: Path, kind: str, why: str
                                        "or give a tokenizer_dir whose tokenizer has one")
 
 
-# ------------------------------------------------------------------------------------------------------------ data paths
+# ----------------------------------------------------------------------------------------------------------- data paths
 def check_litgpt_data(cls: type, init_args: Optional[dict], tokenizer: Any, tokenizer_dir: Optional[Path]) -> None:
     """Check, before anything starts, what litgpt's data module ``cls`` will need once the run has started: the
     folders it reads (``TextFiles``' ``*.txt``, ``LitData`` / ``TinyLlama`` / ``MicroLlama``'s litdata folders) and
@@ -238,8 +237,8 @@ def _will_tokenize(module: Any) -> bool:
     """Whether the module's ``prepare_data`` still tokenizes (litgpt skips a split whose output folder exists)."""
     outputs = [getattr(module, name, None) for name in ("out_path_train", "out_path_val", "data_path_train",
                                                          "data_path_val")]
-    outputs = [str(p) for p in outputs if p is not None]
-    return not all("://" in p or Path(p).is_dir() for p in outputs)
+    paths = [str(p) for p in outputs if p is not None]
+    return not all("://" in p or Path(p).is_dir() for p in paths)
 
 
 def _txt_files(key: str, folder: Any, role: str) -> list[Path]:

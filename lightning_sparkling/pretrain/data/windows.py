@@ -7,7 +7,8 @@ windows for training (:class:`RandomWindowDataset`, a pure function of the seed 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
+from typing import cast
 from pathlib import Path
 
 import numpy as np
@@ -210,10 +211,11 @@ class ResumableWindowSampler(DistributedSampler):
         self.epoch = 0
         if not 0 <= self.rank < self.num_replicas:
             raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
-        self.num_samples = (len(dataset) // self.num_replicas // self.batch_size) * self.batch_size
+        n_windows = len(cast(Sized, dataset))  # a map-style dataset of windows
+        self.num_samples = (n_windows // self.num_replicas // self.batch_size) * self.batch_size
         if self.num_samples < 1:
             raise ValueError(f"batch_size={batch_size} x {num_replicas} ranks is larger than the "
-                             f"{len(dataset)} train windows: lower batch_size or seq_len, or use more data")
+                             f"{n_windows} train windows: lower batch_size or seq_len, or use more data")
         self.total_size = self.num_samples * self.num_replicas
         self.start = int(start)
         self.position_fn = position_fn

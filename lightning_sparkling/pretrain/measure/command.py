@@ -201,6 +201,7 @@ def measurement(runs: Sequence[MeasureRun], run_plan: RunPlan, argv: Sequence[st
     from lightning_sparkling.pretrain.advice.measured_size import cell_size
 
     run, advice, grown = run_plan.run, run_plan.advice, run_plan.final_config
+    assert advice is not None  # a measured run is a planned growth: it has advice
 
     growth = {r.seed: read_result(r) for r in runs if r.kind == "growth"}
     scratch: dict[float, dict[int, dict[str, float]]] = {}
@@ -222,7 +223,7 @@ def measurement(runs: Sequence[MeasureRun], run_plan: RunPlan, argv: Sequence[st
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     cell["where"] = f"sparkling measure {' '.join(argv)} ({when})"
     cell.update(cell_size(grown, device=_device(run), precision=str(run.precision), corpus=_corpus(run),
-                          tie_embeddings=run.train.tie_embeddings))
+                          tie_embeddings=bool(run.train.tie_embeddings)))
     note = shared_device_note(jobs, int(getattr(run, "num_devices", 1) or 1),
                               alone=placement is not None and placement.alone)
     if note is not None:

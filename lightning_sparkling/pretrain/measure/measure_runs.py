@@ -64,7 +64,7 @@ class MeasureRun(TrainingRun):
     config_file: ClassVar[str] = "measure_config.yaml"
 
     @property
-    def name(self) -> str:
+    def name(self) -> str:  # type: ignore[override]  # derived; train_runs only reads a run's name
         """``'growth seed 1'``, ``'scratch x1.4 seed 2'``."""
         return f"growth seed {self.seed}" if self.kind == "growth" else f"scratch x{self.budget:g} seed {self.seed}"
 
@@ -273,7 +273,8 @@ def _start(run: TrainingRun, env: dict[str, str] | None) -> tuple[subprocess.Pop
 
 
 def _first_error(run_dir: Path) -> str:
-    """The line of ``run.log`` that says what went wrong (:func:`~lightning_sparkling.pretrain.errors.first_error_line`)."""
+    """The line of ``run.log`` that says what went wrong
+    (:func:`~lightning_sparkling.pretrain.errors.first_error_line`)."""
     from lightning_sparkling.pretrain.errors import first_error_line
 
     try:

@@ -115,6 +115,7 @@ def _seconds_at(runs: Mapping[float, dict[str, float]], flops: float) -> float |
         return None
     for (f0, s0), (f1, s1) in zip(pts, pts[1:]):
         if f0 <= flops <= f1:
+            assert s0 is not None and s1 is not None  # refused above
             t = 0.0 if f1 == f0 else (math.log(flops) - math.log(f0)) / (math.log(f1) - math.log(f0))
             return flops * math.exp(math.log(s0 / f0) + t * (math.log(s1 / f1) - math.log(s0 / f0)))
     return None

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy
 
 __all__ = ["AtomicCheckpointIO", "AtomicFSDPStrategy", "AtomicModelParallelStrategy", "atomic_class", "atomic_save",
            "atomic_strategy", "publish_dir", "remove_stale_temporaries"]
@@ -63,7 +63,7 @@ def _open_temporary(path: Path) -> tuple[Path, int]:
             continue
 
 
-def atomic_save(obj: Any, path: Path, write: Optional[Callable[[Any, IO[bytes]], None]] = None) -> None:
+def atomic_save(obj: Any, path: Path, write: Optional[Callable[[Any, IO[bytes]], object]] = None) -> None:
     """Write ``obj`` to ``path`` atomically: into a temporary file in the same folder, flushed to disk, then
     ``os.replace``-d onto ``path``. Killed at any point, ``path`` is either its old content (or absent) or the
     complete new one; on an exception the temporary file is removed.
@@ -200,7 +200,7 @@ class AtomicFSDPStrategy(_AtomicShardedSave, FSDPStrategy):
 
 
 @functools.cache
-def atomic_class(cls: type) -> type:
+def atomic_class(cls: type[Strategy]) -> type[Strategy]:
     """``cls`` (a Lightning ``Strategy`` class) writing its sharded checkpoint directories atomically: the
     :class:`_AtomicShardedSave` mixin before it, one class per ``cls`` (``ModelParallelStrategy`` gives
     :class:`AtomicModelParallelStrategy`, ``FSDPStrategy`` :class:`AtomicFSDPStrategy`; an ``Atomic`` class itself).
@@ -222,7 +222,8 @@ def atomic_class(cls: type) -> type:
     return made
 
 
-_KNOWN = {ModelParallelStrategy: AtomicModelParallelStrategy, FSDPStrategy: AtomicFSDPStrategy}
+_KNOWN: dict[type[Strategy], type[Strategy]] = {ModelParallelStrategy: AtomicModelParallelStrategy,
+                                                FSDPStrategy: AtomicFSDPStrategy}
 
 
 def atomic_strategy(strategy: Any) -> Any:
@@ -242,8 +243,6 @@ def atomic_strategy(strategy: Any) -> Any:
         >>> atomic_strategy("ddp")
         'ddp'
     """
-    from lightning.pytorch.strategies import Strategy
-
     if not isinstance(strategy, Strategy) or not _writes_sharded(strategy):
         return strategy
     cls = atomic_class(type(strategy))

@@ -72,8 +72,8 @@ def init_gpt_weights(model: GPT, *, seed: int = 42) -> GPT:
                 sample = torch.empty(weight.shape, dtype=torch.float32)
                 sample.normal_(0.0, proj_std if id(module) in proj_ids else std, generator=generator)
                 weight.copy_(sample)
-            if getattr(module, "bias", None) is not None:
-                module.bias.zero_()
+            if (bias := getattr(module, "bias", None)) is not None:
+                bias.zero_()
         elif callable(getattr(module, "reset_parameters", None)):
             module.reset_parameters()
     return model

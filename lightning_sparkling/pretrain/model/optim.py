@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 import torch
@@ -20,6 +20,7 @@ from lightning_sparkling.growth.schedules import WarmupStableDecay
 from lightning_sparkling.pretrain.errors import ConfigError
 
 if TYPE_CHECKING:
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
     from litgpt import GPT
 
     from lightning_sparkling.growth.stage import GrowthStage
@@ -146,7 +147,7 @@ _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def fused_kwargs(cls: type[torch.optim.Optimizer], init_args: dict[str, Any],
-                 params: list[torch.Tensor]) -> dict[str, bool]:
+                 params: Sequence[torch.Tensor]) -> dict[str, bool]:
     """``{"fused": True}`` where the fused kernel can run the optimizer, else ``{}``: ``cls`` is Adam or AdamW
     (the optimizers whose state the growth patches; litgpt's pretrain passes ``fused`` the same way), the spec
     chooses no implementation itself (``fused``, ``foreach``, ``differentiable`` not in ``init_args``), and every
@@ -239,7 +240,9 @@ def _split_muon_params(model: GPT) -> tuple[list[nn.Parameter], list[nn.Paramete
     """``(muon, adamw)``: the trainable 2-D weights of the transformer blocks, and every other trainable parameter
     (embeddings, ``lm_head``, norms, biases), each parameter once (tied weights too)."""
     matrix_ids = {id(p) for p in model.transformer.h.parameters() if p.ndim == 2}
-    muon, adamw, seen = [], [], set()
+    muon: list[nn.Parameter] = []
+    adamw: list[nn.Parameter] = []
+    seen: set[int] = set()
     for p in model.parameters():
         if id(p) in seen or not p.requires_grad:
             continue
@@ -252,8 +255,8 @@ def build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
                       muon_adamw: dict[str, Any]) -> list[torch.optim.Optimizer]:
     """The optimizer of ``optimizer_spec`` over the trainable parameters of ``model``; with Muon, Muon over the
     block matrices and AdamW (Muon's ``lr`` and ``weight_decay``, ``betas=(0.9, 0.95)``, ``eps=1e-8``, updated by
-    ``muon_adamw``) over the rest, in that order. Adam and AdamW are fused where :func:`fused_kwargs` allows it, and keep that
-    kernel across a resume (:func:`keep_kernel_on_load`).
+    ``muon_adamw``) over the rest, in that order. Adam and AdamW are fused where :func:`fused_kwargs` allows it, and
+    keep that kernel across a resume (:func:`keep_kernel_on_load`).
 
     Args:
         model: the GPT.
@@ -264,7 +267,9 @@ def build_optimizers(model: GPT, optimizer_spec: str | dict, uses_muon: bool,
     cls, init_args = resolve_optimizer(optimizer_spec)
     if not uses_muon:
         params = [p for p in model.parameters() if p.requires_grad]
-        return [keep_kernel_on_load(cls(params, **init_args, **fused_kwargs(cls, init_args, params)))]
+        fused = fused_kwargs(cls, init_args, params)
+        # mypy checks the keywords against the base Optimizer(params, defaults), not against the class given
+        return [keep_kernel_on_load(cls(params, **init_args, **fused))]  # type: ignore[arg-type]
     muon_params, adamw_params = _split_muon_params(model)
     main = cls(muon_params, **init_args)
     aux_args = {"lr": main.defaults["lr"], "betas": (0.9, 0.95), "eps": 1e-8,
@@ -338,10 +343,11 @@ def min_lr_ratio_of(min_lr: float | None, base_lr: float) -> float:
     return min_lr / base_lr
 
 
-def schedule_configs(optimizers: list[torch.optim.Optimizer], schedule: Callable[[], WarmupStableDecay]) -> list[dict]:
+def schedule_configs(optimizers: list[torch.optim.Optimizer],
+                     schedule: Callable[[], WarmupStableDecay]) -> list[OptimizerLRSchedulerConfig]:
     """One Lightning optimizer config per optimizer, each with its own step-interval ``LambdaLR(schedule())`` (a
     registered schedule: :func:`~lightning_sparkling.growth.schedules.build_schedule`)."""
-    configs = []
+    configs: list[OptimizerLRSchedulerConfig] = []
     for opt in optimizers:
         scheduler = torch.optim.lr_scheduler.LambdaLR(opt, schedule())
         configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}})

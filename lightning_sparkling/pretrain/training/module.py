@@ -1,7 +1,7 @@
 """``LitGPTPretrainModule``: a LightningModule that pretrains a plain ``litgpt.GPT`` (at ``self.model``), with litgpt's
 weight init, an optimizer from a litgpt-style spec (AdamW, Muon + AdamW, or any ``torch.optim`` class), the paper's
-warmup-cosine schedule (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`), and checkpoints that carry the
-model config of their moment (so a checkpoint of a grown model loads into a freshly built small module).
+warmup-cosine schedule (:class:`~lightning_sparkling.growth.schedules.WarmupCosineLambda`), and checkpoints that carry
+the model config of their moment (so a checkpoint of a grown model loads into a freshly built small module).
 
 The GPT itself (:func:`~lightning_sparkling.pretrain.model.gpt.build_gpt`,
 :func:`~lightning_sparkling.pretrain.model.gpt.init_gpt_weights`; sharded by
@@ -20,9 +20,11 @@ import lightning as L
 import torch
 import torch.nn as nn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning.pytorch.utilities.types import OptimizerLRScheduler
 from litgpt import GPT, Config
 from litgpt.utils import chunked_cross_entropy
 from torchmetrics import MeanMetric
+from typing_extensions import override
 
 from lightning_sparkling.callbacks.clipping import clip_gradients
 from lightning_sparkling.callbacks.throughput import measured_flops_per_batch
@@ -209,13 +211,14 @@ class LitGPTPretrainModule(L.LightningModule):
         self.activation_checkpointing = bool(activation_checkpointing)
 
         self._initial_config = config
-        self.model: GPT | None = build_gpt(config, seed=seed, tie_embeddings=tie_embeddings)
+        self.model: GPT = build_gpt(config, seed=seed, tie_embeddings=tie_embeddings)  # a user's None: configure_model
         self.val_loss = MeanMetric()
         self.flops_per_batch: int | None = None
         self._flops_key: tuple | None = None
         self._stepped = False  # whether the current batch took an optimizer step
 
     # ------------------------------------------------------------------ model
+    @override
     def configure_model(self) -> None:
         """Build ``self.model`` if it is ``None`` (never twice), then prepare it for the growth backend of the
         Trainer's strategy (:func:`~lightning_sparkling.parallel.backend_class_for`, its settings unchecked: a
@@ -250,6 +253,7 @@ class LitGPTPretrainModule(L.LightningModule):
         if self.compile_options is not None:
             compile_gpt(self.model, per_block=per_block, **self.compile_options)
 
+    @override
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, T, padded_vocab_size)`` for token ids ``(B, T)``."""
         return self.model(idx)
@@ -288,6 +292,7 @@ class LitGPTPretrainModule(L.LightningModule):
             self.update_flops_per_batch(key[2], key[3])
 
     # ------------------------------------------------------------------ steps
+    @override
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         """Next-token cross-entropy on ``batch`` (``(B, T + 1)`` token ids); logs ``train_loss`` (the last
         micro-batch's, once per optimizer step). Under manual optimization (Muon) it also does the backward, and every
@@ -307,11 +312,13 @@ class LitGPTPretrainModule(L.LightningModule):
             # manual accumulation: Lightning would write the logged value at every micro-batch (stale ones too), so
             # the loggers get it here, once per optimizer step, at the step Lightning uses under automatic optimization
             self.log("train_loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, logger=False)
-            step, every = self.trainer.global_step, self.trainer.log_every_n_steps
+            # log_every_n_steps: set by Lightning's logger connector, not declared on the Trainer class
+            step, every = self.trainer.global_step, self.trainer.log_every_n_steps  # type: ignore[attr-defined]
             if every and step % every == 0:
                 for logger in self.loggers:
                     logger.log_metrics({"train_loss": float(loss)}, step=step - 1)
 
+    @override
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Under manual optimization with ``accumulate_grad_batches > 1``, make Lightning's logging step count
         optimizer steps, as it does under automatic optimization (it counts batches there, since it cannot see
@@ -344,12 +351,14 @@ class LitGPTPretrainModule(L.LightningModule):
             scheduler.step()
         return True
 
+    @override
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         """Accumulates the token-weighted validation loss (logged at the end of validation)."""
         loss = self._lm_loss(batch)
         self.val_loss.update(loss.detach().float(), weight=batch[:, 1:].numel())
         return loss
 
+    @override
     def on_validation_epoch_end(self) -> None:
         """Logs ``val_loss`` (mean next-token cross-entropy over the validation set) and ``val_ppl = exp(val_loss)``.
         """
@@ -367,7 +376,8 @@ class LitGPTPretrainModule(L.LightningModule):
         trainer_steps = self._trainer.max_steps if self._trainer is not None else -1
         return lr_schedule_steps(self.max_steps, trainer_steps, self.lr_warmup_steps, self.lr_warmup_fraction)
 
-    def configure_optimizers(self) -> dict | list[dict]:
+    @override
+    def configure_optimizers(self) -> OptimizerLRScheduler:
         """The optimizer(s) and step-interval ``LambdaLR(WarmupCosineLambda)`` (or ``WSDLambda``) scheduler(s)."""
         warmup, total = self.schedule_steps()
         optimizers = build_optimizers(self.model, self.optimizer_spec, self.uses_muon, self.muon_adamw)
@@ -384,6 +394,7 @@ class LitGPTPretrainModule(L.LightningModule):
         itself. Passing nothing is fine too: the module clips with ``max_norm`` in both modes."""
         return (self.max_norm or None) if self.automatic_optimization else None
 
+    @override
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
         """Clip by global norm: the Trainer's ``gradient_clip_val`` when set, else ``max_norm``; fused AdamW under
@@ -396,6 +407,7 @@ class LitGPTPretrainModule(L.LightningModule):
             gradient_clip_val, gradient_clip_algorithm = self.max_norm, "norm"
         clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
+    @override
     def on_fit_start(self) -> None:
         """Checks the Trainer settings that must agree with the module's."""
         trainer = self.trainer
@@ -412,10 +424,12 @@ class LitGPTPretrainModule(L.LightningModule):
                            f"Trainer(max_steps={trainer.max_steps}): the LR schedule ends at {self.max_steps}")
 
     # ------------------------------------------------------------------ checkpoints
+    @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Stores ``checkpoint["model_config"] = asdict(self.model.config)`` (the config of this moment)."""
         checkpoint["model_config"] = asdict(self.model.config)
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """If the checkpoint's ``model_config`` differs from the current model's, rebuild ``self.model`` with it
         (same device and dtype, tied and sharded like the module's own) before the weights load."""

@@ -130,6 +130,7 @@ def build_datamodule(run: ResolvedRun):
         return litgpt_data.build_litgpt_datamodule(run)
     d = run.data
     val_windows = run.eval.max_iters * run.micro_batch_size * run.world_size if run.eval.max_iters else None
+    kwargs: dict[str, Any]
     kwargs = dict(seq_len=run.seq_len, batch_size=run.micro_batch_size, source=d.source, data_dir=d.data_dir,
                   include_tests=d.include_tests, vocab_size=d.vocab_size, val_percent=d.val_percent,
                   seed=run.seed if d.seed is None else d.seed, cache_dir=d.cache_dir, max_files=d.max_files,
@@ -143,6 +144,7 @@ def build_module(run: ResolvedRun):
     of ``initial_checkpoint_dir`` when one is given (litgpt's init otherwise)."""
     from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
+    assert run.train.tie_embeddings is not None and run.train.lr_decay_shape is not None  # resolve() sets both
     module = LitGPTPretrainModule(
         run.model_config, run.optimizer, max_steps=run.steps, lr_warmup_steps=run.train.lr_warmup_steps,
         lr_warmup_fraction=run.train.lr_warmup_fraction, min_lr=run.train.min_lr, max_norm=run.train.max_norm,

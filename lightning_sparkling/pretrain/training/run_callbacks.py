@@ -52,6 +52,7 @@ class TokenCounter(pl.Callback):
     def state_dict(self) -> dict[str, Any]:
         return {"flops": self.flops, "step": self.step}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.flops = float(state_dict["flops"])
         self.step = int(state_dict["step"])
@@ -59,14 +60,16 @@ class TokenCounter(pl.Callback):
     def _active_params(self, pl_module) -> int:
         model = pl_module.model
         key = (id(model), id(model.config))
-        if key != self._key:
+        if key != self._key or self._active is None:
             self._active, self._key = active_parameter_count(model), key
         return self._active
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step:  # the model of this step (growth happens between steps)
             self._step_active = self._active_params(pl_module)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = trainer.callback_metrics.get("train_loss")
         if loss is not None:
@@ -101,12 +104,14 @@ class LitGPTExport(pl.Callback):
         self._last_saved: int | None = None
         self.written: list[Path] = []
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if (self.save_interval and step > 0 and step % self.save_interval == 0 and step != self._last_saved):
             self._last_saved = step
             self.export(trainer, pl_module, self.out_dir / f"step-{step:08d}")
 
+    @override
     def on_train_end(self, trainer, pl_module) -> None:
         self.export(trainer, pl_module, self.out_dir / "final")
 
@@ -152,15 +157,18 @@ class RunTracker(pl.Callback):
         self._last: tuple[int, float] | None = None  # (global step, time) of the last step's end
         self.phase_step_seconds: dict[int, list[float]] = {}  # the model config's id -> step times
 
+    @override
     def on_validation_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
             self.last_val_step = trainer.global_step
             self._last = None  # the next step's time would include the validation
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         self._t0 = time.perf_counter()
         self._last = None
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         now, step = time.perf_counter(), trainer.global_step
         if self._last is not None and step == self._last[0] + 1:
@@ -170,9 +178,11 @@ class RunTracker(pl.Callback):
         if self._last is None or step != self._last[0]:
             self._last = (step, now)
 
+    @override
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         self._last = None  # the next step's time would include the save
 
+    @override
     def on_train_end(self, trainer, pl_module) -> None:
         if self._t0 is not None:
             self.fit_seconds = time.perf_counter() - self._t0
@@ -210,6 +220,7 @@ class RunCheckpoint(ModelCheckpoint):
         super().__init__(*args, **kwargs)
         self.resuming = resuming
 
+    @override
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         with warnings.catch_warnings():
@@ -276,6 +287,7 @@ class InterruptCheckpoint(pl.Callback):
                           else signal.default_int_handler)
             self._handler_installed = False
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         import threading
 
@@ -284,11 +296,13 @@ class InterruptCheckpoint(pl.Callback):
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
             self._handler_installed = True
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._in_step = False
         self._raise_if_pending()
         self._in_step = True
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if step != self._start_step and (self._boundary is None or self._boundary[0] != step):
@@ -296,20 +310,24 @@ class InterruptCheckpoint(pl.Callback):
             self._boundary = (step, copy.deepcopy(trainer.fit_loop.state_dict()),
                               copy.deepcopy(datamodule.state_dict()) if datamodule is not None else None)
 
+    @override
     def on_validation_start(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
         self._in_step = False
         self._raise_if_pending()
 
+    @override
     def on_train_end(self, trainer, pl_module) -> None:
         self._in_step = False
         self._restore_handler()
         self._raise_if_pending()
 
+    @override
     def teardown(self, trainer, pl_module, stage: str) -> None:
         self._restore_handler()
 
+    @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.exception = exception
         self._restore_handler()
@@ -331,9 +349,11 @@ class InterruptCheckpoint(pl.Callback):
                 self._saving = False
         self.path, self.step = path, step
 
+    @override
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         if not self._saving:
             return
+        assert self._boundary is not None  # _saving: a boundary was taken
         _, loops, data_state = self._boundary
         checkpoint["loops"]["fit_loop"] = loops
         datamodule = trainer.datamodule
@@ -359,11 +379,13 @@ class SampleGeneration(pl.Callback):
         self.evaluate_example = evaluate_example
         self.samples: list[tuple[int, str, str]] = []
         self._rows: list[Any] = []
-        self._tokenizer = None
+        self._tokenizer: Any = None  # a litgpt Tokenizer, loaded at the first sample
 
+    @override
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._rows = []
 
+    @override
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         import torch
 
@@ -384,6 +406,7 @@ class SampleGeneration(pl.Callback):
             return rows[int(torch.randint(len(rows), (1,), generator=g))]
         return rows[int(choice) % len(rows)]
 
+    @override
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
@@ -427,5 +450,5 @@ class SampleGeneration(pl.Callback):
         rank_zero_info(f"[sparkling] sample at step {step}: {prompt!r} -> {text!r}")
         for logger in trainer.loggers:
             experiment = getattr(logger, "experiment", None)
-            if hasattr(experiment, "add_text"):
+            if experiment is not None and hasattr(experiment, "add_text"):
                 experiment.add_text("sample", f"**{prompt}**{text}", global_step=step)

@@ -159,11 +159,13 @@ def _build_trainer(run: ResolvedRun, callbacks: list[Any], logger: Any):
     interval = run.eval.interval if run.eval.interval else run.steps + 1
     return L.Trainer(
         accelerator=run.accelerator, devices=run.num_devices, num_nodes=run.num_nodes, strategy=_strategy(run),
-        precision=run.precision, max_steps=run.steps, accumulate_grad_batches=1 if run.uses_muon else run.accumulate,
+        # precision: one of PRECISIONS (checked by resolve); max_time: Lightning builds timedelta(**it), floats too
+        precision=run.precision,  # type: ignore[arg-type]
+        max_steps=run.steps, accumulate_grad_batches=1 if run.uses_muon else run.accumulate,
         log_every_n_steps=run.train.log_interval, val_check_interval=interval * run.accumulate,
         check_val_every_n_epoch=None, limit_val_batches=run.eval.max_iters if run.eval.max_iters else 1.0,
         num_sanity_val_steps=0, logger=logger, callbacks=callbacks, default_root_dir=str(run.out_dir),
         enable_model_summary=False,  # it printed "Total FLOPs: 0": parameters and FLOPs are in the lines above
-        max_time=None if run.train.max_time is None else {"seconds": float(run.train.max_time)},
+        max_time=None if run.train.max_time is None else {"seconds": float(run.train.max_time)},  # type: ignore[dict-item]
         plugins=[AtomicCheckpointIO()],
     )
