@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from litgpt import Config
-
 from _litgpt_flops import litgpt_measured_flops
+from litgpt import Config
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput_vs_litgpt.py"
 

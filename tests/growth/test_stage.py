@@ -9,7 +9,6 @@ import pytest
 from lightning_sparkling import GrowthStage
 
 
-
 def test_defaults_are_the_sparkling_recipe():
     stage = GrowthStage(10, n_embd=64)
     assert stage.init == "copy-copy"

@@ -11,7 +11,8 @@ import importlib
 import inspect
 import pickle
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import yaml

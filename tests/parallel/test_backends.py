@@ -9,8 +9,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-import yaml
 import torch
+import yaml
 from _tiny import TinyModule, paper_stage, tiny_config
 from lightning.pytorch.strategies import (
     DDPStrategy,

@@ -11,11 +11,10 @@ import math
 import pytest
 import torch
 import yaml
-
 from _dist import rel_diff
-from lightning_sparkling.pretrain.cli import main
-
 from test_cli import _tb_scalars, tiny_config, write_config
+
+from lightning_sparkling.pretrain.cli import main
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
