@@ -27,7 +27,7 @@ MAP = HERE.parent / "lightning_sparkling" / "pretrain" / "advice" / "measured.js
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def _parsed(config_json: str) -> Any:
     """The resolved run of a ``reproduce.py`` configuration (as JSON), parsed once: many cells share a grown shape."""
     from lightning_sparkling.pretrain.cli import parse
@@ -108,11 +108,11 @@ def computed_schedule(cell: dict[str, Any]) -> dict[str, Any]:
 
     from lightning_sparkling.growth.compute import estimate_compute
     from lightning_sparkling.growth.stage import GrowthStage
+    from lightning_sparkling.pretrain.advice.run_plan import plan_run
+    from lightning_sparkling.pretrain.measure.command import schedule_record
     from lightning_sparkling.pretrain.advice.measured import MeasuredCell
     from lightning_sparkling.pretrain.advice.measured_axes import block_family
-    from lightning_sparkling.pretrain.advice.run_plan import plan_run
     from lightning_sparkling.pretrain.advice.target import toward
-    from lightning_sparkling.pretrain.measure.command import schedule_record
 
     size = repro.resolve_size(size_name(cell["where"]))
     out: dict[str, Any] = {}

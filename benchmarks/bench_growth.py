@@ -23,7 +23,7 @@ from litgpt import GPT, Config
 
 from lightning_sparkling import GrowthStage, grow_model
 from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.optim_state import NewEntryRegion, RewarmupRescale, plan_optimizer_patch
+from lightning_sparkling.growth.optim_state import RewarmupRescale, NewEntryRegion, plan_optimizer_patch
 
 
 def base_config() -> Config:

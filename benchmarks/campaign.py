@@ -112,9 +112,9 @@ def size_preset(name: str) -> dict[str, Any]:
 def cell_runs(cell: Cell, out: Path, overrides: Sequence[str] = ()) -> tuple[list, dict[str, Any]]:
     """The runs of ``cell`` (the measure engine's :class:`MeasureRun`) and its facts (parameters, tokens, FLOPs, the
     resolved run and its plan)."""
-    import reproduce as repro
     import yaml
 
+    import reproduce as repro
     from lightning_sparkling.pretrain.advice.run_plan import plan_run
     from lightning_sparkling.pretrain.cli import parse
     from lightning_sparkling.pretrain.measure.measure_runs import plan_runs
@@ -319,7 +319,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = ["tiny"] if args.tiny else [s.strip() for s in args.sizes.split(",") if s.strip()]
     import reproduce as repro
-
     from lightning_sparkling.pretrain.measure.placement import PlacementError
 
     unknown = [s for s in sizes if s != "tiny" and s not in repro.SIZES]

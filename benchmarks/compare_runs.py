@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+
 WALL_CLOCK = ("seconds", "time", "memory", "per_sec", "mfu")
 """Words of the tags that measure the machine, not the run (``train/device/items_per_sec``, ``.../mfu``, ...)."""
 

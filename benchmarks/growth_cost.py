@@ -183,7 +183,7 @@ def worker(args) -> dict:
 
     from lightning_sparkling import GrowthStage, grow_model
     from lightning_sparkling.growth.compute import count_params
-    from lightning_sparkling.growth.optim_state import NewEntryRegion, RewarmupRescale, plan_optimizer_patch
+    from lightning_sparkling.growth.optim_state import RewarmupRescale, NewEntryRegion, plan_optimizer_patch
     from lightning_sparkling.growth.plan import grown_config, plan_growth
 
     torch.set_num_threads(args.threads)

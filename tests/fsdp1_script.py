@@ -32,19 +32,20 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import enable_wrap
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import exit_now, paper_stage, tiny_config, token_batch
+from _tiny import exit_now, paper_stage, tiny_config, token_batch  # noqa: E402
 
-from lightning_sparkling.growth.optim_state import plan_optimizer_patch
-from lightning_sparkling.growth.surgery import grow_model
-from lightning_sparkling.parallel import wrap_gpt
-from lightning_sparkling.parallel.fsdp1 import (
+from lightning_sparkling import GrowthStage  # noqa: E402
+from lightning_sparkling.parallel.fsdp1 import (  # noqa: E402
     flat_pieces,
     grow_fsdp1,
     named_params,
     plan_fsdp1_optimizer_patch,
     shard_range,
 )
-from lightning_sparkling.parallel.testing import CPUFSDPStrategy
+from lightning_sparkling.parallel import wrap_gpt  # noqa: E402
+from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
+from lightning_sparkling.growth.optim_state import plan_optimizer_patch  # noqa: E402
+from lightning_sparkling.growth.surgery import grow_model  # noqa: E402
 
 STAGE = paper_stage(2, n_embd=64, intermediate_size=128)
 
@@ -213,6 +214,7 @@ def rollback(out: dict) -> None:
 
 def module(out: dict, out_dir: Path, precision: str = "32-true") -> None:
     import lightning as L
+
     from lightning.pytorch.loggers import CSVLogger
     from litgpt.model import Block
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper

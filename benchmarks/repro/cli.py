@@ -11,23 +11,12 @@ from pathlib import Path
 
 import yaml
 
-from .export import export_cells, format_export, scan_markdown
-from .grid import is_done, plan_grid, run_grid
-from .rows import (
-    AXES,
-    DEPTH_AXES,
-    DEPTH_REFERENCE,
-    DEPTH_ROWS,
-    ISO_FLOPS,
-    REFERENCE,
-    ROWS,
-    SCRATCH_ROWS,
-    comparisons,
-    reference,
-)
-from .scan import SCAN_AXES, SCAN_DEFAULT_AXES, SCAN_RATIOS, SCAN_SCHEDULES, plan_scan, scan_cells, scan_lines
 from .sizes import RESULTS, SIZES, resolve_size, set_dotted, slug
+from .rows import AXES, DEPTH_AXES, DEPTH_REFERENCE, DEPTH_ROWS, ISO_FLOPS, REFERENCE, ROWS, SCRATCH_ROWS, comparisons, reference
+from .grid import is_done, plan_grid, run_grid
 from .tables import collect, markdown, plot
+from .scan import SCAN_AXES, SCAN_DEFAULT_AXES, SCAN_RATIOS, SCAN_SCHEDULES, plan_scan, scan_cells, scan_lines
+from .export import export_cells, format_export, scan_markdown
 
 
 def run_scan(args, parser, size_name: str, size: dict, seeds: list[int], out: Path, results: Path) -> int:

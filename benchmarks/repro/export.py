@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+
 from .grid import build_config
 from .rows import DENSE_ISO, EXPERT_AXES, ROWS, comparisons
 from .tables import fmt
@@ -52,8 +53,8 @@ def cell_size_of(size: dict, axis: str, scratch_row: str) -> dict[str, Any]:
     ``corpus``), computed from the config of its grown shape's scratch row, as the package parses it."""
     import tempfile
 
-    from lightning_sparkling.pretrain.advice.measured_size import cell_size
     from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.advice.measured_size import cell_size
 
     config = build_config(size, axis, ROWS[scratch_row], seed=1)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:

@@ -20,8 +20,8 @@ import yaml
 from lightning_sparkling.pretrain.measure import measure_runs
 from lightning_sparkling.pretrain.measure.measure_runs import TrainingRun
 
-from .rows import REFERENCE, ROWS, axis_rows, axis_small, axis_stages, large_model, reference
 from .sizes import _MODEL, set_dotted, slug
+from .rows import REFERENCE, ROWS, axis_rows, axis_small, axis_stages, large_model, reference
 
 
 def build_config(size: dict, axis: str, row: dict, seed: int, steps: int | None = None) -> dict:
@@ -64,7 +64,7 @@ def check_config(config: dict) -> tuple[dict | None, str | None]:
         lines = [ln for ln in err.getvalue().splitlines() if "error" in ln.lower()] or err.getvalue().splitlines()
         why = (lines[-1] if lines else "refused").strip()
         return None, re.sub(r" \(in /\S+\)$", "", why)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any refusal is reported, never fatal for the grid
         return None, f"{type(exc).__name__}: {exc}"
     finally:
         path.unlink(missing_ok=True)

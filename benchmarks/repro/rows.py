@@ -3,7 +3,13 @@ stages and grown shape of each axis."""
 
 from __future__ import annotations
 
+import copy
+import re
+import time
 from typing import Any
+
+
+
 
 # ------------------------------------------------------------------------------------------------------------ rows
 _NO_ASYM = {"optimizer_state": "copy", "rewarmup_ratio": None}  # symmetric state, no re-warmup

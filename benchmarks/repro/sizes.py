@@ -8,6 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+
+
+
 HERE = Path(__file__).resolve().parents[1]  # benchmarks/
 RESULTS = HERE / "results"
 

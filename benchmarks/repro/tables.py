@@ -8,11 +8,14 @@ import math
 import statistics
 from pathlib import Path
 
+
 from lightning_sparkling.pretrain.measure.measure_stats import mean_sd  # the engine's statistics
 
-from .grid import cumulative_flops, read_curve, read_symmetry
-from .rows import ISO_FLOPS, ROWS, reference
+
 from .sizes import HERE, slug
+from .rows import ISO_FLOPS, ROWS, reference
+from .grid import cumulative_flops, read_curve, read_symmetry
+
 
 # ------------------------------------------------------------------------------------------------------------ stats
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}

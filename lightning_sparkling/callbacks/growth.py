@@ -38,39 +38,22 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_sparkling.callbacks.clipping import check_gradient_clipping
-from lightning_sparkling.callbacks.module_parts import batch_loss, check_new_entries_train, find_gpt, path_among_several
-from lightning_sparkling.callbacks.rewarmup import (
-    RewarmupSchedulers,
-    check_baseline_schedulers,
-    check_fresh_bias_correction,
-    check_run_horizon,
-    flat_groups,
-    has_rewarmup,
-    resolve_min_lrs,
-)
+from lightning_sparkling.callbacks.module_parts import (batch_loss, check_new_entries_train, find_gpt,
+                                                        path_among_several)
+from lightning_sparkling.callbacks.rewarmup import (RewarmupSchedulers, check_baseline_schedulers, check_run_horizon,
+                                                    check_fresh_bias_correction, flat_groups, has_rewarmup,
+                                                    resolve_min_lrs)
 from lightning_sparkling.callbacks.symmetry_loop import SymmetryLoop
 from lightning_sparkling.growth.axes import growth_log_lines, size_pairs
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
-from lightning_sparkling.growth.recipes import (
-    AUTO,
-    check_same_stages,
-    recipe_line,
-    resolve_recipe,
-    schedule_of,
-    schedule_recipe,
-)
+from lightning_sparkling.growth.recipes import (AUTO, check_same_stages, recipe_line, resolve_recipe, schedule_of,
+                                                schedule_recipe)
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord, growth_state
-from lightning_sparkling.growth.stage import (
-    WIDTH_SIZE_KEYS,
-    GrowthStage,
-    check_rewarmup_fits,
-    check_stage_order,
-    check_stage_sequence,
-    resolve_timing,
-)
+from lightning_sparkling.growth.stage import (WIDTH_SIZE_KEYS, GrowthStage, check_rewarmup_fits, check_stage_order,
+                                              check_stage_sequence, resolve_timing)
 from lightning_sparkling.growth.surgery import GrowthResult
 from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
@@ -78,7 +61,7 @@ from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new
 from lightning_sparkling.parallel.compile import recompile_after_growth
 
 if TYPE_CHECKING:
-    pass
+    from litgpt import GPT
 
 
 class GrowthFailedError(RuntimeError):

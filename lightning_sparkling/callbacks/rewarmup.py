@@ -34,7 +34,7 @@ from lightning_sparkling.growth.baselines import (
     schedule_function,
 )
 from lightning_sparkling.growth.errors import GrowthError
-from lightning_sparkling.growth.optim_state import NewEntryRegion, RewarmupRescale
+from lightning_sparkling.growth.optim_state import RewarmupRescale, NewEntryRegion
 from lightning_sparkling.growth.record import StageRecord
 from lightning_sparkling.growth.schedules import (
     RewarmupLR,
@@ -45,6 +45,7 @@ from lightning_sparkling.growth.schedules import (
 )
 from lightning_sparkling.growth.stage import GrowthStage, decay_end
 from lightning_sparkling.growth.surgery import clean_name
+
 
 SCHEDULER_PREFIX = "lr_new/"
 """Name prefix of the new entries' :class:`RewarmupLR` configs in ``trainer.lr_scheduler_configs`` (``lr_new/stage_k``);
@@ -225,7 +226,7 @@ def warn_untracked_stable_phase(trainer: pl.Trainer, stages: Sequence[GrowthStag
             probe = [t for t in probe if t < trainer.max_steps]
             try:
                 values = {float(f(t)) for t in probe}
-            except Exception:
+            except Exception:  # noqa: BLE001 - a lambda we cannot probe: nothing to say
                 return
             if len(probe) > 1 and len(values) == 1:
                 rank_zero_warn(

@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lightning_sparkling.dashboards.panels import (  # noqa: F401 (the names of before stay importable from here)
-    DEPTH_GID,
     DRAWERS,
+    DEPTH_GID,
     GAIN_GID,
     GROWTH_GID,
     HEATMAP_GID,
@@ -57,10 +57,10 @@ from lightning_sparkling.dashboards.panels import (  # noqa: F401 (the names of 
     PANEL_LABEL_PREFIX,
     TAG_GID_PREFIX,
     TAG_PALETTE,
-    draw_heatmap,
-    ema,
     empty_panel,
+    ema,
     growth_lines,
+    draw_heatmap,
     heatmap_panel,
     interp_extrapolate,
     line_label,
@@ -89,8 +89,7 @@ from lightning_sparkling.dashboards.scalars import (  # noqa: F401 (the names of
     find_event_dirs,
     load_run,
 )
-from lightning_sparkling.dashboards.tb_layout import CHARTS, Chart, gain_charts
-from lightning_sparkling.dashboards.tb_layout import RMS as RMS_CATEGORY
+from lightning_sparkling.dashboards.tb_layout import CHARTS, RMS as RMS_CATEGORY, Chart, gain_charts
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
     from matplotlib.figure import Figure

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHARTS", "LAYOUT_TAG", "Chart", "gain_charts", "layout_charts", "rms_layout", "write_layout"]
+__all__ = ["CHARTS", "Chart", "LAYOUT_TAG", "gain_charts", "layout_charts", "rms_layout", "write_layout"]
 
 LAYOUT_TAG = "custom_scalars__config__"
 

@@ -47,9 +47,9 @@ from lightning_sparkling.growth.stage_checks import (
     check_baselines,
     check_keywords,
     check_lock_breakers,
+    plugin_key_fields,
     check_target,
     check_timing,
-    plugin_key_fields,
 )
 from lightning_sparkling.growth.stage_keys import FILLED, FrozenKeys, fill_recipe_keys, paper_default, set_signatures
 from lightning_sparkling.growth.timing import (

@@ -16,6 +16,7 @@ from lightning_sparkling.growth.errors import StageError, check_choice, did_you_
 from lightning_sparkling.growth.scaling import SPLITS
 from lightning_sparkling.growth.stage_keys import FILLED, FrozenKeys
 
+
 OPTIMIZER_STATES: tuple[str, ...] = ("asymmetric", "copy", "drop", "asymmetric-scaled", "scaled")
 REWARMUP_SCOPES: tuple[str, ...] = ("new", "all")
 BIAS_CORRECTIONS: tuple[str, ...] = ("shared", "fresh")
@@ -26,19 +27,9 @@ StageLike = Any
 """A :class:`~lightning_sparkling.growth.stage.GrowthStage` (which imports this module, so it is named here in
 words only)."""
 
-__all__ = [
-    "BIAS_CORRECTIONS",
-    "DEFAULT_SPLIT_RATIO",
-    "OPTIMIZER_STATES",
-    "REWARMUP_SCOPES",
-    "SYMMETRY_RELEASES",
-    "check_baselines",
-    "check_keywords",
-    "check_lock_breakers",
-    "check_target",
-    "check_timing",
-    "plugin_key_fields",
-]
+__all__ = ["BIAS_CORRECTIONS", "DEFAULT_SPLIT_RATIO", "OPTIMIZER_STATES", "REWARMUP_SCOPES", "SYMMETRY_RELEASES",
+           "check_baselines", "check_keywords", "check_lock_breakers", "plugin_key_fields", "check_target",
+           "check_timing"]
 
 
 def check_timing(stage: StageLike) -> None:

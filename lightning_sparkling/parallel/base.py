@@ -37,16 +37,8 @@ from lightning_sparkling.growth.optim_state import OptimizerPatch, plan_optimize
 from lightning_sparkling.growth.plan import GrowthPlan
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, growth_state
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.growth.surgery import (
-    GrowthResult,
-    UndoLog,
-    clean_name,
-    grow_model,
-    grow_tensors,
-    grown_max_seq_length,
-    is_tied,
-    result_params,
-)
+from lightning_sparkling.growth.surgery import (GrowthResult, UndoLog, clean_name, grow_model, grow_tensors,
+                                               grown_max_seq_length, is_tied, result_params)
 
 if TYPE_CHECKING:  # Lightning is imported once a fit runs, never by this module
     import lightning.pytorch as pl
@@ -186,7 +178,7 @@ class BaseBackend:
     def check_strategy(cls, strategy: Any) -> None:
         """Refuse (``GrowthError``, naming the setting and the fix) a strategy it accepts but cannot grow under as
         configured (e.g. FSDP1 without ``use_orig_params=True``)."""
-        return
+        return None
 
     @classmethod
     def make_strategy(cls, world_size: int) -> Any:

@@ -52,13 +52,8 @@ from lightning_sparkling.growth.optim_state import (
 from lightning_sparkling.growth.plan import GrowthError, checked_plan
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import GrowthResult, UndoLog, clean_name, derived_buffers, is_tied
-from lightning_sparkling.parallel.base import (
-    ShardedBackend,
-    grown_values,
-    parent_and_attr,
-    place_meta_gpt,
-    rebuilt_result_params,
-)
+from lightning_sparkling.parallel.base import (ShardedBackend, grown_values, parent_and_attr, place_meta_gpt,
+                                            rebuilt_result_params)
 from lightning_sparkling.parallel.sharding import wrap_gpt
 
 if TYPE_CHECKING:

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from _litgpt_flops import litgpt_measured_flops
 from litgpt import Config
+
+from _litgpt_flops import litgpt_measured_flops
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput_vs_litgpt.py"
 

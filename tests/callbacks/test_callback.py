@@ -8,14 +8,15 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer, tiny_config
 from lightning.pytorch.callbacks import Callback
 from litgpt import GPT
 
 from lightning_sparkling import GrowthCallback, GrowthStage, WidthGrowthCallback, rewarmup_lr
 from lightning_sparkling.callbacks.growth import GrowthFailedError
 from lightning_sparkling.growth.plan import GrowthError
+
+from _measure import RecordSteps, applied_lr
+from _tiny import TinyModule, make_trainer, tiny_config
 
 
 def _fit(module, stages, max_steps=40, accumulate=1, callbacks=(), min_lr=None, ckpt_path=None, **kw):

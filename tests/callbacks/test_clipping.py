@@ -16,13 +16,14 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from _tiny import TinyModule, make_trainer
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 from lightning_sparkling import GrowthCallback, GrowthStage
 from lightning_sparkling.callbacks import clip_gradients
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
+
+from _tiny import TinyModule, make_trainer
 
 CONFIG = dict(n_embd=32, n_head=4, n_layer=2, block_size=16, vocab_size=64, padded_vocab_size=64,
               mlp_class_name="LLaMAMLP", intermediate_size=64, norm_class_name="RMSNorm", bias=False)

@@ -67,7 +67,7 @@ def test_new_experts_follow_their_rewarmup_and_old_entries_the_schedule(accumula
                 continue
             masks = {"old": torch.ones_like(before, dtype=torch.bool)}
             expert = int(name.split(".")[5]) if ".experts." in name else None
-            if (expert is not None and expert in (1, 2, 3)) or name.endswith("gate.weight"):
+            if expert is not None and expert in (1, 2, 3) or name.endswith("gate.weight"):
                 masks = {"stage0": masks["old"]}
             if name.endswith("gate.weight") and before.shape[0] == 8:
                 rows = torch.zeros_like(before, dtype=torch.bool)
@@ -127,13 +127,8 @@ def test_sparkling_plot_draws_an_experts_run(tmp_path: Path):
     from lightning.pytorch.loggers import TensorBoardLogger
 
     from lightning_sparkling import ActivationRMSMonitor
-    from lightning_sparkling.dashboards.plotting import (
-        GROWTH_GID,
-        TAG_GID_PREFIX,
-        dashboard_figure,
-        load_run,
-        main_plot,
-    )
+    from lightning_sparkling.dashboards.plotting import (GROWTH_GID, TAG_GID_PREFIX, dashboard_figure, load_run,
+                                                         main_plot)
 
     logger = TensorBoardLogger(str(tmp_path), name="run", version=0)
     _fit(TinyModule(max_steps=MAX_STEPS), _stages(first_k=1), max_steps=MAX_STEPS, logger=logger,

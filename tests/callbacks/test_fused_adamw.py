@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _tiny import TinyModule, make_trainer
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback
+
+from _tiny import TinyModule, make_trainer
 
 pytestmark = pytest.mark.slow
 

@@ -16,15 +16,17 @@ import math
 from pathlib import Path
 
 import pytest
+
 import torch
 import torch.nn.functional as F
-from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer, paper_stage, tiny_config
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.schedules import RewarmupLambda, WarmupCosineLambda, fresh_bias_factor
+
+from _measure import RecordSteps, applied_lr
+from _tiny import TinyModule, make_trainer, paper_stage, tiny_config
 
 MAX_STEPS = 20
 AT = 6

@@ -6,13 +6,14 @@ optimizer state of re-planning; a plan that does not fit the model is re-planned
 from __future__ import annotations
 
 import pytest
-import torch
-from _tiny import TinyModule, make_trainer, paper_stage, tiny_config
 
-from lightning_sparkling import GrowthCallback, grow_model
+import torch
+
+from lightning_sparkling import GrowthCallback, GrowthStage, grow_model
 from lightning_sparkling.callbacks import growth as callback_module
 from lightning_sparkling.growth import plan as plan_module
 from lightning_sparkling.growth.errors import GrowthError
+from _tiny import TinyModule, make_trainer, paper_stage, tiny_config
 
 STAGES = (paper_stage(3, n_embd=48, intermediate_size=96, rewarmup_steps=2),  # width, then depth + heads
           paper_stage(6, n_layer=3, n_head=8, rewarmup_steps=2))

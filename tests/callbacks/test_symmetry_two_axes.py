@@ -15,16 +15,18 @@ Both cosines are measured here from the weights, the LR from the updates.
 from __future__ import annotations
 
 import pytest
+
 import torch
 import torch.nn.functional as F
-from _measure import RecordSteps, applied_lr
-from _tiny import TinyModule, make_trainer, paper_stage, tiny_config
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
 from lightning_sparkling.growth.plan import plan_growth
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
+
+from _measure import RecordSteps, applied_lr
+from _tiny import TinyModule, make_trainer, paper_stage, tiny_config
 
 MAX_STEPS = 16
 AT = 6

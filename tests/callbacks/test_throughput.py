@@ -11,12 +11,12 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _litgpt_flops import litgpt_measured_flops
 from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch.loggers import CSVLogger
 from litgpt import GPT, Config
 from litgpt.utils import chunked_cross_entropy
 
+from _litgpt_flops import litgpt_measured_flops
 from lightning_sparkling import GrowthStage, WidthGrowthCallback
 from lightning_sparkling.callbacks.throughput import TokenThroughputMonitor, measured_flops_per_batch
 from lightning_sparkling.growth.compute import count_params

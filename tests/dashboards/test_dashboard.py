@@ -7,7 +7,6 @@ import math
 import re
 
 import pytest
-from _tiny import TinyModule, make_trainer, paper_stage
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -16,6 +15,8 @@ from tensorboard.util import tensor_util
 
 from lightning_sparkling import ActivationRMSMonitor, GrowthStage, WidthGrowthCallback
 from lightning_sparkling.dashboards.tb_layout import LAYOUT_TAG
+
+from _tiny import TinyModule, make_trainer, paper_stage
 
 GROW_AT, MAX_STEPS = 10, 30
 

@@ -8,11 +8,10 @@ import re
 
 import numpy as np
 import pytest
-from _tiny import TinyModule, make_trainer, paper_stage
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from lightning_sparkling import ActivationRMSMonitor, WidthGrowthCallback
+from lightning_sparkling import ActivationRMSMonitor, GrowthStage, WidthGrowthCallback
 from lightning_sparkling.dashboards.plotting import (
     GAIN_GID,
     GROWTH_GID,
@@ -28,6 +27,8 @@ from lightning_sparkling.dashboards.plotting import (
     resolve_panels,
 )
 from lightning_sparkling.dashboards.tb_layout import layout_charts, rms_layout
+
+from _tiny import TinyModule, make_trainer, paper_stage
 
 GROW_AT, MAX_STEPS = 6, 14
 

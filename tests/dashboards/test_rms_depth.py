@@ -9,7 +9,6 @@ import re
 
 import numpy as np
 import pytest
-from _tiny import TinyModule, make_trainer, paper_stage
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.custom_scalar import layout_pb2
@@ -25,6 +24,8 @@ from lightning_sparkling.dashboards.plotting import (
     plot_runs,
 )
 from lightning_sparkling.dashboards.tb_layout import LAYOUT_TAG
+
+from _tiny import TinyModule, make_trainer, paper_stage
 
 GROW_AT, MAX_STEPS, RESUME_STEPS = 5, 9, 11
 QUANTITIES = ("residual", "attn_ratio", "mlp_ratio")

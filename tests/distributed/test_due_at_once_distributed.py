@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from _dist import run_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "due_at_once_script.py"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from _dist import backend_fixtures, final_states, rel_diff
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experts_dist_script.py"

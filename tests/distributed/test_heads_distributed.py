@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from _dist import backend_fixtures, final_states, rel_diff
+
 from _tiny import tiny_config
 
 from lightning_sparkling.growth.plan import plan_growth

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from _dist import rel_diff, run_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "runtime_dist_script.py"

@@ -23,9 +23,9 @@ from lightning_sparkling.growth.axes import (
     registered_axes,
     unregister_axis,
 )
-from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 from lightning_sparkling.pretrain.advice.measured import classify_category
 from lightning_sparkling.pretrain.advice.measured_axes import register_cell_label, unregister_cell_label
+from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 PACKAGE = Path(lightning_sparkling.__file__).parent
 
@@ -191,8 +191,8 @@ def test_the_protocol_declares_what_the_code_calls():
             if not isinstance(node, ast.Attribute) or path.parent.name == "dashboards":  # dashboards: plot axes
                 continue
             value = node.value  # `axis.x`, `known.x` (the registry's clash check), `axis_of_size()[size].x`
-            if (isinstance(value, ast.Name) and value.id in ("axis", "known")) or (isinstance(value, ast.Subscript) \
-                    and isinstance(value.value, ast.Call) and getattr(value.value.func, "id", "") == "axis_of_size"):
+            if isinstance(value, ast.Name) and value.id in ("axis", "known") or isinstance(value, ast.Subscript) \
+                    and isinstance(value.value, ast.Call) and getattr(value.value.func, "id", "") == "axis_of_size":
                 called.add(node.attr)
     assert {"name", "sizes", "target_key", "check_stage", "copies"} <= called
     assert called <= declared, sorted(called - declared)

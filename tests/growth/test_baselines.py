@@ -10,14 +10,15 @@ import math
 
 import pytest
 import torch
-from _tiny import TinyModule, make_trainer, paper_stage
-from conftest import llama_config, make_gpt, make_tokens, moe_config, neox_config
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model
 from lightning_sparkling.growth.optim_state import plan_optimizer_patch
 from lightning_sparkling.growth.plan import plan_growth
 from lightning_sparkling.growth.scaling import copy_source_index, make_generator, split_shares
 from lightning_sparkling.growth.stage import DEFAULT_SPLIT_RATIO, check_stage_sequence
+
+from _tiny import TinyModule, make_trainer, paper_stage
+from conftest import llama_config, make_gpt, make_tokens, moe_config, neox_config
 
 BASELINE_KEYS = ("split", "split_ratio", "perturb", "rewarmup_scope", "decay_speedup")
 
@@ -247,8 +248,9 @@ def test_symmetry_breaking_baselines_unlock_the_copies(kwargs):
 
 # ------------------------------------------------------------------------------------------------------------ CLI
 def test_stage_args_mirror_growth_stage():
-    from lightning_sparkling.growth.recipes import PAPER_KEYS
     from lightning_sparkling.pretrain.config.schema import StageArgs
+
+    from lightning_sparkling.growth.recipes import PAPER_KEYS
 
     stage_fields = {f.name: PAPER_KEYS.get(f.name, f.default) for f in dataclasses.fields(GrowthStage)
                     if f.name not in ("at_step", "extra", "_filled")}  # a recipe key: its paper value (issue 53)

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from lightning_sparkling import WidthGrowthCallback, rewarmup_lr, warmup_cosine_lr
+from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr, warmup_cosine_lr
 from lightning_sparkling.growth.baselines import fast_decay_position
 from lightning_sparkling.growth.plan import GrowthError
 from lightning_sparkling.growth.stage import check_rewarmup_fits, decay_end
+
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage
 
 MAX_STEPS, AT, LR, MIN_RATIO = 30, 10, 0.05, 0.1
 
@@ -292,9 +293,9 @@ def test_decay_speedup_under_manual_optimization_with_two_optimizers():
     """The package's module with Muon (Muon for block matrices + AdamW for the rest, stepped by the module under
     manual optimization, 2 micro-batches per step): Lightning's global step already counts the step when the second
     optimizer steps, so the time of a step is each optimizer's scheduler position; both get the fast baseline."""
-    from _tiny import VOCAB, tiny_config
-
     from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
+
+    from _tiny import VOCAB, tiny_config
 
     module = LitGPTPretrainModule(tiny_config(), {"class_path": "torch.optim.Muon", "init_args": {"lr": LR}},
                                   max_steps=MAX_STEPS, lr_warmup_steps=5, min_lr=LR * MIN_RATIO,

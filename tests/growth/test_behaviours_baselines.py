@@ -11,14 +11,15 @@ from functools import partial
 
 import pytest
 import torch
-from _measure import applied_lr
-from _tiny import TinyModule, make_trainer, paper_stage
 from lightning.pytorch.callbacks import Callback
 
-from lightning_sparkling import WidthGrowthCallback, rewarmup_lr
+from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
 from lightning_sparkling.growth.baselines import BaselineLR
 from lightning_sparkling.growth.plan import GrowthError
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
+
+from _measure import applied_lr
+from _tiny import TinyModule, make_trainer, paper_stage
 
 MAX_STEPS, AT, LR, WARMUP = 16, 6, 0.05, 3
 STAGE = dict(n_embd=48, intermediate_size=96, rewarmup_ratio=1.5, rewarmup_steps=3, rewarmup_scope="all")

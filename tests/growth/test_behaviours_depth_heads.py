@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import llama_config, make_gpt, make_tokens
 
 from lightning_sparkling import GrowthStage, grow_model
 from lightning_sparkling.growth.depth_maps import depth_change, depth_config_values
 from lightning_sparkling.growth.head_layout import describe_heads, head_layout
+
+from conftest import llama_config, make_gpt, make_tokens
 
 
 # ------------------------------------------------------------------------------------------------------------ depth

@@ -9,6 +9,7 @@ from conftest import llama_config, moe_config, neox_config
 from lightning_sparkling import GrowthError, GrowthStage, estimate_compute
 from lightning_sparkling.growth.compute import count_params
 
+
 TPS = 4096  # tokens per optimizer step
 
 

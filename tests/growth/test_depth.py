@@ -9,6 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from litgpt import GPT
+
+from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, rewarmup_lr
+from lightning_sparkling.growth.depth_maps import depth_source_map
+from lightning_sparkling.growth.optim_state import plan_optimizer_patch, plan_param_moves
+from lightning_sparkling.growth.plan import GrowthError, plan_growth
+from lightning_sparkling.growth.schedules import WarmupCosineLambda
+from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
+
 from _measure import RecordSteps, applied_lr
 from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage, tiny_config
 from conftest import (
@@ -26,15 +36,6 @@ from conftest import (
     qk_norm_config,
     snapshot,
 )
-from lightning.pytorch.callbacks import ModelCheckpoint
-from litgpt import GPT
-
-from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, rewarmup_lr
-from lightning_sparkling.growth.depth_maps import depth_source_map
-from lightning_sparkling.growth.optim_state import plan_optimizer_patch, plan_param_moves
-from lightning_sparkling.growth.plan import GrowthError, plan_growth
-from lightning_sparkling.growth.schedules import WarmupCosineLambda
-from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 FAMILIES = {
     "llama": llama_config, "neox": neox_config, "moe": moe_config, "pure_moe": pure_moe_config,
@@ -350,8 +351,7 @@ def test_checkpoint_after_depth_growth_is_a_plain_litgpt_state_dict(tmp_path: Pa
 
 @pytest.mark.slow
 def test_a_failed_depth_growth_leaves_the_model_and_optimizer_as_they_were(monkeypatch):
-    from lightning_sparkling.callbacks.growth import GrowthFailedError
-    from lightning_sparkling.callbacks.growth import WidthGrowthCallback as CB
+    from lightning_sparkling.callbacks.growth import GrowthFailedError, WidthGrowthCallback as CB
 
     module = TinyModule(max_steps=12)
     seen = {}

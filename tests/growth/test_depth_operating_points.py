@@ -14,17 +14,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from _dist import backend_fixtures, final_states, rel_diff
-from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage, tiny_config
-from conftest import assert_unchanged, gemma_config, make_gpt, make_tokens, snapshot
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from litgpt import GPT
-from test_depth import FAMILIES
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback, estimate_compute, grow_model
 from lightning_sparkling.growth.depth_maps import check_depth_map, named_depth_map
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.stage import fraction_step, resolve_timing
+
+from _dist import backend_fixtures, final_states, rel_diff
+from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage, tiny_config
+from conftest import assert_unchanged, gemma_config, make_gpt, make_tokens, snapshot
+from test_depth import FAMILIES
 
 
 # ----------------------------------------------------------------------------------------------- at_fraction

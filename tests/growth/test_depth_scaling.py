@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
-from conftest import make_gpt, make_tokens, moe_config, neox_config
 from lightning.pytorch.callbacks import ModelCheckpoint
 from litgpt import GPT
 
@@ -22,6 +20,8 @@ from lightning_sparkling.growth.errors import StageError
 from lightning_sparkling.growth.plan import GrowthError, plan_growth
 from lightning_sparkling.growth.progressive import progressive_stages
 
+from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
+from conftest import make_gpt, make_tokens, moe_config, neox_config
 
 def _scaled_reference(model: GPT, factor: float) -> GPT:
     """``model`` with every block's output projections multiplied by ``factor`` (the rule's claim, by hand)."""

@@ -10,6 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from litgpt import GPT, Config
+
+from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, rewarmup_lr
+from lightning_sparkling.growth.compute import count_params
+from lightning_sparkling.growth.head_layout import head_layout
+from lightning_sparkling.growth.plan import GrowthError, plan_growth
+from lightning_sparkling.growth.schedules import WarmupCosineLambda
+from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
+
 from _measure import RecordSteps, applied_lr
 from _tiny import TinyModule, assert_states_equal, make_trainer, paper_stage
 from conftest import (
@@ -25,15 +35,6 @@ from conftest import (
     qk_norm_config,
     snapshot,
 )
-from lightning.pytorch.callbacks import ModelCheckpoint
-from litgpt import GPT, Config
-
-from lightning_sparkling import WidthGrowthCallback, grow_model, rewarmup_lr
-from lightning_sparkling.growth.compute import count_params
-from lightning_sparkling.growth.head_layout import head_layout
-from lightning_sparkling.growth.plan import GrowthError, plan_growth
-from lightning_sparkling.growth.schedules import WarmupCosineLambda
-from lightning_sparkling.growth.symmetry import copy_specs, symmetry_metrics
 
 
 def test_head_layout_keeps_each_copy_in_its_source_group():

@@ -17,6 +17,7 @@ from lightning_sparkling.growth.operators import (
 from lightning_sparkling.growth.scaling import copy_source_index, make_generator
 
 
+
 def _weight(d_out=6, d_in=5, seed=0):
     return torch.randn(d_out, d_in, generator=torch.Generator().manual_seed(seed))
 
@@ -155,12 +156,13 @@ def test_tensor_stats():
 def test_zero_state_growth_fast_path_equals_appending_zeros_dim_by_dim(widths):
     """``grow_tensor(mode="zero")`` (optimizer state) allocates the grown tensor once and copies the old block in; it
     equals appending zero slices dim by dim with :func:`expand_dim`, for every tensor of a model, any widths."""
-    from _tiny import tiny_config
     from litgpt import GPT
 
     from lightning_sparkling import GrowthStage
     from lightning_sparkling.growth.plan import plan_growth
     from lightning_sparkling.growth.surgery import grow_tensor
+
+    from _tiny import tiny_config
 
     config = tiny_config()
     plan = plan_growth(config, GrowthStage(1, **widths), seed=0)

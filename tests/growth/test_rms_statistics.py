@@ -25,6 +25,7 @@ from lightning_sparkling import GrowthStage, fan_in_scale, grow_model
 from lightning_sparkling.growth.operators import TensorStats, expand_dim, expand_fan_in
 from lightning_sparkling.growth.scaling import copy_source_index, make_generator
 
+
 TOLERANCE = 0.10  # RMS-preserving growth of a model: |ratio - 1| <= 10%
 LAYER_TOLERANCE = 0.05  # the layer-level setting is the derivation's own model: |ratio - 1| <= 5%
 NAIVE_GAP = 0.20  # naive growth at 2x: |ratio - 1| > 20%

@@ -9,6 +9,7 @@ import pytest
 from lightning_sparkling import GrowthStage
 
 
+
 def test_defaults_are_the_sparkling_recipe():
     stage = GrowthStage(10, n_embd=64)
     assert stage.init == "copy-copy"

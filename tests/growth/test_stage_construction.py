@@ -11,8 +11,7 @@ import importlib
 import inspect
 import pickle
 import sys
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import yaml

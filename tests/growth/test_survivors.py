@@ -17,10 +17,10 @@ from conftest import llama_config, make_gpt, olmo2_config, pure_moe_config
 
 from lightning_sparkling import GrowthStage, grow_model
 from lightning_sparkling.growth.axes import BaseAxis, register_axis, registered_axes, unregister_axis
+from lightning_sparkling.pretrain.advice.measured import Advice, MeasuredCell, better_recipe, load_map
 from lightning_sparkling.growth.record import StageRecord
 from lightning_sparkling.growth.schedules import SCHEDULES, WSDLambda, wsd_decay_start
 from lightning_sparkling.growth.stage import resolve_timing
-from lightning_sparkling.pretrain.advice.measured import Advice, MeasuredCell, better_recipe, load_map
 
 
 def _flags(module: torch.nn.Module) -> dict[str, bool]:

@@ -10,10 +10,10 @@ import functools
 import lightning as L
 import pytest
 import torch
-from _tiny import assert_states_equal, tiny_config
-from lightning.pytorch.callbacks import Callback
 from litgpt import GPT
+from lightning.pytorch.callbacks import Callback
 
+from _tiny import assert_states_equal, tiny_config
 from lightning_sparkling import GrowthCallback, GrowthStage
 from lightning_sparkling.parallel import checkpoint_blocks
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks, is_checkpointed

@@ -9,8 +9,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-import torch
 import yaml
+import torch
 from _tiny import TinyModule, paper_stage, tiny_config
 from lightning.pytorch.strategies import (
     DDPStrategy,

@@ -14,10 +14,10 @@ import os
 import lightning as L
 import pytest
 import torch
-from _tiny import assert_states_equal, tiny_config
 from lightning.pytorch.loggers import CSVLogger
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
+from _tiny import assert_states_equal, tiny_config
 from lightning_sparkling import ActivationRMSMonitor, GrowthCallback, GrowthStage
 from lightning_sparkling.parallel import compile_gpt
 from lightning_sparkling.parallel.compile import eager, is_compiled, recompile_after_growth

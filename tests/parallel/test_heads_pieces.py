@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from _tiny import tiny_config
 from conftest import neox_config, olmo2_config
 

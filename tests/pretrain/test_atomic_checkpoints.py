@@ -19,19 +19,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import tiny_config, write_config
 
+from lightning_sparkling.pretrain.model.checkpointing import (AtomicCheckpointIO, AtomicFSDPStrategy,
+                                                              AtomicModelParallelStrategy, _writes_sharded, atomic_save,
+                                                              publish_dir, remove_stale_temporaries)
 from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.config.resume import newest_readable_checkpoint
-from lightning_sparkling.pretrain.model.checkpointing import (
-    AtomicCheckpointIO,
-    AtomicFSDPStrategy,
-    AtomicModelParallelStrategy,
-    _writes_sharded,
-    atomic_save,
-    publish_dir,
-    remove_stale_temporaries,
-)
+from test_cli import tiny_config, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 

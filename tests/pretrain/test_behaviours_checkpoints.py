@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import tiny_config, write_config
 
-from lightning_sparkling.pretrain.cli import parse
-from lightning_sparkling.pretrain.config.resume import check_resume_checkpoint
-from lightning_sparkling.pretrain.errors import ConfigError
 from lightning_sparkling.pretrain.model import checkpointing
 from lightning_sparkling.pretrain.model.checkpointing import AtomicCheckpointIO, atomic_save
+from lightning_sparkling.pretrain.cli import parse
+from lightning_sparkling.pretrain.errors import ConfigError
+from lightning_sparkling.pretrain.config.resume import check_resume_checkpoint
+from test_cli import tiny_config, write_config
 
 
 # ------------------------------------------------------------------------------------------------------------ writing

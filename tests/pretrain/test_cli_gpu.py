@@ -11,10 +11,11 @@ import math
 import pytest
 import torch
 import yaml
-from _dist import rel_diff
-from test_cli import _tb_scalars, tiny_config, write_config
 
+from _dist import rel_diff
 from lightning_sparkling.pretrain.cli import main
+
+from test_cli import _tb_scalars, tiny_config, write_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

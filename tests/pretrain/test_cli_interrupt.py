@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import tiny_config, write_config
 
 from lightning_sparkling.pretrain.cli import main, resume_command
 from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
+from test_cli import tiny_config, write_config
 
 
 def _final_state(out: Path) -> dict[str, torch.Tensor]:

@@ -15,8 +15,8 @@ from lightning_sparkling.growth.axes import BaseAxis, register_axis, registered_
 from lightning_sparkling.growth.stage import GrowthStage, StageError
 from lightning_sparkling.growth.types import AxisPlan
 from lightning_sparkling.pretrain import cli  # imported before the toy axis registers
-from lightning_sparkling.pretrain.cli import parse
 from lightning_sparkling.pretrain.config import resolve, schema
+from lightning_sparkling.pretrain.cli import parse
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
 

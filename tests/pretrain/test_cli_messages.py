@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.config import resolve as config_module
+from lightning_sparkling.pretrain.cli import main, parse
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml")
 DEPTH_ONLY = "[{at_step: 100, n_layer: 8, rewarmup_steps: 20}]"

@@ -11,9 +11,10 @@ import pytest
 import torch
 import yaml
 from litgpt import GPT, Config
-from test_cli import tiny_config, write_config
 
 from lightning_sparkling.pretrain.cli import main, parse, plan
+
+from test_cli import tiny_config, write_config
 
 STAGES = [{"at_step": 4, "n_layer": 6, "rewarmup_steps": 2},  # pythia-14m cut to 3 layers -> 6 (stack, copy-zero)
           {"at_step": 8, "model_name": "pythia-31m", "rewarmup_steps": 2}]  # then 31m's width and heads

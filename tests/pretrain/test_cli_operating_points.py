@@ -8,10 +8,10 @@ import json
 import math
 
 import pytest
-from test_cli import TOKENS_PER_STEP, tiny_config, write_config
 
 from lightning_sparkling.growth.compute import gstack_growth_tokens
 from lightning_sparkling.pretrain.cli import main, parse, plan
+from test_cli import TOKENS_PER_STEP, tiny_config, write_config
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import MODEL, tiny_config, write_config
 
 from lightning_sparkling.pretrain.cli import main, parse
+from test_cli import MODEL, tiny_config, write_config
 
 
 @pytest.fixture(scope="module")

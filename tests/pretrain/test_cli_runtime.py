@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_bad_input import refused
-from test_cli import _tb_scalars, tiny_config, write_config
 
 from lightning_sparkling.pretrain.cli import main
 from lightning_sparkling.pretrain.config.resolve import _resolve_runtime
 from lightning_sparkling.pretrain.errors import ConfigError
+from test_bad_input import refused
+from test_cli import _tb_scalars, tiny_config, write_config
 
 
 @pytest.mark.parametrize("key, value, expected", [

@@ -12,8 +12,8 @@ import pytest
 
 from lightning_sparkling.growth.recipes import PAPER_KEYS
 from lightning_sparkling.growth.stage import GrowthStage, StageError
-from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.config import schema
+from lightning_sparkling.pretrain.cli import main, parse
 
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml")
 

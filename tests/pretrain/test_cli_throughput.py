@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _litgpt_flops import litgpt_measured_flops
-from test_cli import MODEL, tiny_config, write_config
 
+from _litgpt_flops import litgpt_measured_flops
 from lightning_sparkling.dashboards.plotting import load_run
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.pretrain.cli import main
+
+from test_cli import MODEL, tiny_config, write_config
 
 GROW_AT = 4
 

@@ -100,9 +100,8 @@ def test_moe_example_model_grows_through_the_cli(tmp_path):
 
 
 def test_add_callback_example_module_grows(tmp_path):
-    from lightning.pytorch.loggers import TensorBoardLogger
-
     from lightning_sparkling import ActivationRMSMonitor, GrowthStage, WidthGrowthCallback
+    from lightning.pytorch.loggers import TensorBoardLogger
 
     example = runpy.run_path(str(EXAMPLES / "add_callback.py"))  # not __main__: defines, does not train
     module = example["TinyGPT"]()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import re
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path

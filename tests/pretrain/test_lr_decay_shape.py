@@ -9,10 +9,11 @@ import math
 
 import pytest
 import torch
-from test_cli import tiny_config, write_config
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from lightning_sparkling.growth.schedules import DECAY_SHAPES, build_schedule, rewarmup_wsd_lr, wsd_lr
+
+from test_cli import tiny_config, write_config
 
 LR, MIN_LR, STEPS, AT, REWARM, DECAY_START = 0.05, 0.005, 12, 4, 2, 6
 

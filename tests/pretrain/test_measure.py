@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_sparkling.pretrain.advice.measured import load_map
-from lightning_sparkling.pretrain.advice.planning import plan
 from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.measure.command import parse_budgets
 from lightning_sparkling.pretrain.measure.measure_stats import compare
+from lightning_sparkling.pretrain.advice.measured import load_map
+from lightning_sparkling.pretrain.advice.planning import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _fake_gpu import fake_gpu_node, launched
-from test_cli import tiny_config
+from test_cli import tiny_config  # noqa: E402
+
+from _fake_gpu import fake_gpu_node, launched  # noqa: E402
 
 
 def _config(tmp_path: Path, **sections) -> Path:

@@ -10,16 +10,8 @@ import pytest
 
 import lightning_sparkling.pretrain.advice.measured as measured_module
 from lightning_sparkling import GrowthStage
-from lightning_sparkling.pretrain.advice.measured import (
-    DEMO_TOKENS_PER_PARAM,
-    MAP_PATH,
-    NEAR_RATIO,
-    MeasuredCell,
-    advise,
-    classify_category,
-    load_map,
-    nearest,
-)
+from lightning_sparkling.pretrain.advice.measured import (DEMO_TOKENS_PER_PARAM, MAP_PATH, NEAR_RATIO, MeasuredCell,
+                                                          advise, classify_category, load_map, nearest)
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 

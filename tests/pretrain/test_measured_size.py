@@ -87,8 +87,8 @@ def test_the_size_trend_lists_the_axis_speedups_smallest_model_first():
 
 
 def test_plan_on_the_pythia_example_states_the_size_gap():
-    from lightning_sparkling.pretrain.advice.planning import plan
     from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.advice.planning import plan
 
     _, run, _ = parse(["--config", str(ROOT / "examples" / "pythia_70m_to_160m.yaml")], "plan")
     report = plan(run, print_report=False)

@@ -9,15 +9,15 @@ from dataclasses import asdict
 import lightning as L
 import pytest
 import torch
-from _litgpt_flops import litgpt_measured_flops
 from litgpt import GPT, Config
 
-from lightning_sparkling.growth.compute import active_parameter_count
+from _litgpt_flops import litgpt_measured_flops
 from lightning_sparkling.growth.schedules import WarmupCosineLambda
 from lightning_sparkling.parallel import shard_gpt
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
+from lightning_sparkling.growth.compute import active_parameter_count
 from lightning_sparkling.pretrain.model.gpt import build_gpt
 from lightning_sparkling.pretrain.model.optim import resolve_optimizer
-from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
 VOCAB = 64
 SMALL = dict(n_embd=32, n_head=4, n_layer=2, block_size=16, vocab_size=VOCAB, padded_vocab_size=VOCAB,

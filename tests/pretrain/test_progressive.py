@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import tiny_config, write_config
 
 from lightning_sparkling.growth.progressive import ProgressiveError, expand_progressive, progressive_stages
 from lightning_sparkling.pretrain.cli import main, parse, plan
+from test_cli import tiny_config, write_config
 
 DEPTH = {"n_layer": [2, 3, 4], "at_step": [4, 8], "depth_init": "copy-zero", "rewarmup_steps": 2}
 """The tiny config's 2 blocks grown to 3 at step 4 and to 4 at step 8."""

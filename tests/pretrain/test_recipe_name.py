@@ -13,15 +13,15 @@ import yaml
 
 from lightning_sparkling.growth.recipes import RECIPES
 from lightning_sparkling.growth.stage import GrowthStage
+from lightning_sparkling.pretrain.measure import command as measure_module
+from lightning_sparkling.pretrain.cli import _read_maps, main, parse
 from lightning_sparkling.pretrain.advice.measured import MAP_PATH, load_map
 from lightning_sparkling.pretrain.advice.planning import plan, run_recipe
 from lightning_sparkling.pretrain.advice.recipe_words import RecipeName, recipe_name
 from lightning_sparkling.pretrain.advice.run_plan import plan_run
-from lightning_sparkling.pretrain.cli import _read_maps, main, parse
-from lightning_sparkling.pretrain.measure import command as measure_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli import tiny_config
+from test_cli import tiny_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))

@@ -7,15 +7,14 @@ import doctest
 from pathlib import Path
 
 import pytest
-from test_cli import tiny_config, write_config
 
 import lightning_sparkling.growth.axes as axes_module
 import lightning_sparkling.growth.axes.registry as registry_module
 import lightning_sparkling.growth.bias_correction as bias_module
 import lightning_sparkling.growth.errors as errors_module
 import lightning_sparkling.growth.lr_formulas as formulas_module
-import lightning_sparkling.growth.recipes as recipes_module
 import lightning_sparkling.growth.rewarmup_schedule as rewarmup_module
+import lightning_sparkling.growth.recipes as recipes_module
 import lightning_sparkling.growth.schedule_checks as schedule_checks_module
 import lightning_sparkling.growth.schedules as schedules_module
 import lightning_sparkling.growth.stage as stage_module
@@ -25,6 +24,8 @@ from lightning_sparkling import GrowthStage
 from lightning_sparkling.growth.recipes import same_keys
 from lightning_sparkling.growth.stage import RECIPES, apply_recipe
 from lightning_sparkling.pretrain.cli import parse
+
+from test_cli import tiny_config, write_config
 
 
 @pytest.mark.parametrize("module", [stage_module, recipes_module, timing_module, errors_module, types_module,

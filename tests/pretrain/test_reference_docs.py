@@ -82,7 +82,6 @@ def symmetry_tags() -> list[str]:
     """``symmetry/stage_k/<channel>`` for every channel dimension a growth can copy: the widths, the heads' query /
     key / value channel dimensions (the plan's head layout), and depth's ``symmetry_key``."""
     from conftest import llama_config
-
     from lightning_sparkling.growth.depth_maps import DEPTH_SIZE_KEY
     from lightning_sparkling.growth.plan import plan_growth
     from lightning_sparkling.growth.stage import WIDTH_SIZE_KEYS, GrowthStage

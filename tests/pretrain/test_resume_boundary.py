@@ -11,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _measure import RecordSteps
-from _tiny import TinyModule, make_trainer, tiny_config
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sparkling import GrowthStage, WidthGrowthCallback
-from lightning_sparkling.pretrain.config.resume import check_resume_checkpoint
 from lightning_sparkling.pretrain.errors import ConfigError
+from lightning_sparkling.pretrain.config.resume import check_resume_checkpoint
+
+from _measure import RecordSteps
+from _tiny import TinyModule, make_trainer, tiny_config
 
 MAX_STEPS = 8
 MLP = "transformer.h.0.mlp.fc_1.weight"

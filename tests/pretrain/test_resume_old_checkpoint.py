@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from make_resume_fixture import MAX_STEPS, fit
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

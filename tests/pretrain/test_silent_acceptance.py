@@ -3,10 +3,9 @@ cosine schedule, a growth at step 0. Each is refused in one ``error:`` line befo
 
 from __future__ import annotations
 
+from lightning_sparkling.pretrain.cli import parse
 from test_bad_input import refused
 from test_cli import tiny_config, write_config
-
-from lightning_sparkling.pretrain.cli import parse
 
 
 def test_an_abbreviated_key_is_refused_not_completed(tmp_path, capsys):

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_cli import tiny_config, write_config
 
 from lightning_sparkling.growth.compute import count_params
+from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.advice.measured import load_map
 from lightning_sparkling.pretrain.advice.planning import plan
 from lightning_sparkling.pretrain.advice.run_plan import stage_plans
-from lightning_sparkling.pretrain.cli import main, parse
+from test_cli import tiny_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

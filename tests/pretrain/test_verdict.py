@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from lightning_sparkling.pretrain.measure.command import describe
 from lightning_sparkling.pretrain.advice.measured import load_map
 from lightning_sparkling.pretrain.advice.verdict import COST, PAID, TIE, phrase, verdict
-from lightning_sparkling.pretrain.measure.command import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 

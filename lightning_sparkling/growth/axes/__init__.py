@@ -42,9 +42,6 @@ it), :mod:`.channels` (litgpt's channel layout), and one module per built-in axi
 from __future__ import annotations
 
 from lightning_sparkling.growth.axes.base import BaseAxis, GrowthAxis
-from lightning_sparkling.growth.axes.depth import DEPTH, DEPTH_SIZE_KEY
-from lightning_sparkling.growth.axes.experts import EXPERTS
-from lightning_sparkling.growth.axes.heads import HEAD_SIZE_KEYS, HEADS
 from lightning_sparkling.growth.axes.registry import (
     active_axes,
     axis_key,
@@ -59,13 +56,16 @@ from lightning_sparkling.growth.axes.registry import (
     plan_axes,
     register_axis,
     registered_axes,
-    reserve_stage_keys,
     size_details,
     size_pairs,
     structural_sizes,
     unregister_axis,
+    reserve_stage_keys,
 )
-from lightning_sparkling.growth.axes.width import WIDTH, WIDTH_SIZE_KEYS
+from lightning_sparkling.growth.axes.width import WIDTH, WIDTH_SIZE_KEYS  # noqa: I001 (the registration order)
+from lightning_sparkling.growth.axes.heads import HEAD_SIZE_KEYS, HEADS
+from lightning_sparkling.growth.axes.depth import DEPTH, DEPTH_SIZE_KEY
+from lightning_sparkling.growth.axes.experts import EXPERTS
 from lightning_sparkling.growth.types import AxisPlan, PlanContext  # importable from here as before
 
 SIZE_KEYS: tuple[str, ...] = (*WIDTH_SIZE_KEYS, *HEAD_SIZE_KEYS, DEPTH_SIZE_KEY)
@@ -75,37 +75,11 @@ experts' (``n_expert``, ...) and a user's axis' among them, are :func:`~.registr
 BUILT_IN_AXES: tuple[GrowthAxis, ...] = (WIDTH, HEADS, DEPTH, EXPERTS)
 """The four axes the package registers itself; any other registered axis is a user's plug-in (:func:`plugin_sizes`)."""
 
-__all__ = [
-    "BUILT_IN_AXES",
-    "DEPTH",
-    "EXPERTS",
-    "HEADS",
-    "SIZE_KEYS",
-    "WIDTH",
-    "AxisPlan",
-    "BaseAxis",
-    "GrowthAxis",
-    "PlanContext",
-    "active_axes",
-    "axis_key",
-    "axis_of_size",
-    "check_axis",
-    "checked_model",
-    "checked_stage",
-    "describe_changes",
-    "function_words",
-    "growth_log_lines",
-    "keeps_function",
-    "plan_axes",
-    "plugin_sizes",
-    "register_axis",
-    "registered_axes",
-    "reserve_stage_keys",
-    "size_details",
-    "size_pairs",
-    "structural_sizes",
-    "unregister_axis",
-]
+__all__ = ["BUILT_IN_AXES", "DEPTH", "EXPERTS", "HEADS", "SIZE_KEYS", "WIDTH", "AxisPlan", "BaseAxis", "GrowthAxis",
+           "PlanContext", "active_axes", "axis_key", "axis_of_size", "check_axis", "checked_model", "checked_stage",
+           "describe_changes", "function_words", "growth_log_lines", "keeps_function", "plan_axes", "plugin_sizes",
+           "register_axis", "registered_axes", "size_details", "size_pairs", "structural_sizes", "unregister_axis",
+           "reserve_stage_keys"]
 
 
 def plugin_sizes() -> dict[str, str]:

@@ -14,8 +14,8 @@ from typing import Any
 
 from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.channels import SHARED_EXPERT_CHANNEL
-from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.errors import GrowthError, StageError
+from lightning_sparkling.growth.axes.registry import register_axis
 from lightning_sparkling.growth.scaling import copy_source_index, fan_in_scale, make_generator, split_shares
 from lightning_sparkling.growth.types import ChannelChange
 

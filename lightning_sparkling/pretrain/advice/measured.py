@@ -30,8 +30,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, cast
+from pathlib import Path
 
 from lightning_sparkling.growth.axes import active_axes, axis_of_size, structural_sizes
 from lightning_sparkling.growth.stage import GrowthStage

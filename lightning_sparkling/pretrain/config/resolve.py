@@ -15,32 +15,20 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
 
 from lightning_sparkling.growth.schedules import DECAY_SHAPES, SCHEDULES
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.parallel.registry import cli_backend, registered_backends
 from lightning_sparkling.pretrain.config import litgpt_compat
 from lightning_sparkling.pretrain.config.resume import _newest_to_resume, check_resume_checkpoint
-from lightning_sparkling.pretrain.config.schema import (
-    PRECISIONS,
-    DataArgs,
-    EvalArgs,
-    GrowthArgs,
-    LogArgs,
-    RMSMonitorArgs,
-    TrainArgs,
-    _as,
-    _get,
-)
+from lightning_sparkling.pretrain.config.schema import (PRECISIONS, DataArgs, EvalArgs, GrowthArgs, LogArgs,
+                                                        RMSMonitorArgs, TrainArgs, _as, _get)
 from lightning_sparkling.pretrain.config.stages import _resolve_stages, progressive_config_error
 from lightning_sparkling.pretrain.data import litgpt_data
 from lightning_sparkling.pretrain.errors import ConfigError, MissingInputError, _positive_int
-from lightning_sparkling.pretrain.model.model_config import (
-    _initial_model_config,
-    model_config_from,
-    model_name_to_look_up,
-)
+from lightning_sparkling.pretrain.model.model_config import (_initial_model_config, model_config_from,
+                                                             model_name_to_look_up)
 from lightning_sparkling.pretrain.model.optim import _check_fresh_bias_correction, _optimizer_info, normalize_optimizer
 
 __all__ = ["ResolvedRun", "resolve", "tokenizer_vocab_size"]
@@ -57,32 +45,32 @@ class ResolvedRun:
     seq_len: int
     micro_batch_size: int
     accumulate: int
-    devices: int | str
+    devices: Union[int, str]
     num_devices: int
     num_nodes: int
     world_size: int
     accelerator: str
     strategy: str  # "auto" or a registered backend's CLI value ("ddp", "fsdp2", "fsdp1"; never a deprecated alias)
     precision: str
-    optimizer: str | dict
+    optimizer: Union[str, dict]
     optimizer_name: str
     uses_muon: bool
     lr: float
     out_dir: Path
-    resume: bool | str | Path
-    resume_path: Path | None
-    tokenizer_dir: Path | None
+    resume: Union[bool, str, Path]
+    resume_path: Optional[Path]
+    tokenizer_dir: Optional[Path]
     data_vocab_size: int
     data: DataArgs
     train: TrainArgs
     eval: EvalArgs
     growth: GrowthArgs
-    rms_monitor: RMSMonitorArgs | None
+    rms_monitor: Optional[RMSMonitorArgs]
     seed: int
-    num_threads: int | None = None
+    num_threads: Optional[int] = None
     notes: list[str] = field(default_factory=list)
-    initial_checkpoint_dir: Path | None = None  # the litgpt checkpoint dir the weights come from
-    initial_weights: Path | None = None  # its lit_model.pth
+    initial_checkpoint_dir: Optional[Path] = None  # the litgpt checkpoint dir the weights come from
+    initial_weights: Optional[Path] = None  # its lit_model.pth
     logger_name: str = "tensorboard"
     log: Any = None  # LogArgs
     plans: list[Any] = field(default_factory=list)  # the GrowthPlan of each stage, planned once by resolve()
@@ -175,7 +163,7 @@ def _named(entry: Any) -> str:
     return f"strategy {entry.cli_strategy!r}" + (f" ({entry.cli_help})" if entry.cli_help else "")
 
 
-def _resolve_hardware(ns: Any, notes: list[str] | None = None) -> tuple[str, int, str, int, int, str]:
+def _resolve_hardware(ns: Any, notes: Optional[list[str]] = None) -> tuple[str, int, str, int, int, str]:
     """``(strategy, num_nodes, accelerator, num_devices, world size, precision)`` of a run. ``strategy`` is ``auto``
     or a registered backend's CLI value (:func:`~lightning_sparkling.parallel.registry.cli_backend`); a deprecated
     alias is resolved to it with a note appended to ``notes``."""
@@ -242,7 +230,7 @@ def _cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _cpu_processes_note(accelerator: str, num_devices: int, num_threads: int | None) -> list[str]:
+def _cpu_processes_note(accelerator: str, num_devices: int, num_threads: Optional[int]) -> list[str]:
     """A warning when a CPU run starts more processes than this machine has cores. Not refused: the processes
     share the cores and the run is correct, only slower than on fewer processes (a multi-process run tried on a
     laptop is a fair use); but it is rarely what a user asking for speed meant."""
@@ -255,7 +243,7 @@ def _cpu_processes_note(accelerator: str, num_devices: int, num_threads: int | N
             f"{cores} or fewer"]
 
 
-def _resolve_devices(accelerator: str, devices: int | str, num_nodes: int) -> tuple[str, int]:
+def _resolve_devices(accelerator: str, devices: Union[int, str], num_nodes: int) -> tuple[str, int]:
     import torch
 
     acc = str(accelerator).lower()

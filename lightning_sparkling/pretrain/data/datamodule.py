@@ -42,22 +42,11 @@ from typing_extensions import override
 
 from lightning_sparkling.pretrain.data.bpe import EOS_TOKEN, save_tokenizer_dir, train_tokenizer
 from lightning_sparkling.pretrain.data.corpus import CorpusFile, _iter_texts, corpus_splits
-from lightning_sparkling.pretrain.data.token_cache import (
-    CACHE_FORMAT_VERSION,
-    DEFAULT_CACHE_DIR,
-    _corpus_cache_path,
-    _publish_cache,
-    _read_cache_meta,
-    _token_dtype,
-    _tokenize_to_file,
-    _tokenizer_corpus_key,
-    corpus_cache_key,
-)
-from lightning_sparkling.pretrain.data.windows import (
-    ContiguousWindowDataset,
-    RandomWindowDataset,
-    ResumableWindowSampler,
-)
+from lightning_sparkling.pretrain.data.token_cache import (CACHE_FORMAT_VERSION, DEFAULT_CACHE_DIR, _corpus_cache_path,
+                                                           _publish_cache, _read_cache_meta, _token_dtype,
+                                                           _tokenize_to_file, _tokenizer_corpus_key, corpus_cache_key)
+from lightning_sparkling.pretrain.data.windows import (ContiguousWindowDataset, RandomWindowDataset,
+                                                       ResumableWindowSampler)
 
 if TYPE_CHECKING:
     from litgpt.tokenizer import Tokenizer as LitTokenizer

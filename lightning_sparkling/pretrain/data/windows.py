@@ -8,8 +8,8 @@ windows for training (:class:`RandomWindowDataset`, a pure function of the seed 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sized
-from pathlib import Path
 from typing import cast
+from pathlib import Path
 
 import numpy as np
 import torch

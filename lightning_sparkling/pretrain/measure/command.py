@@ -31,14 +31,8 @@ import yaml
 
 from lightning_sparkling.pretrain.advice.run_plan import RunPlan, plan_run
 from lightning_sparkling.pretrain.advice.verdict import phrase, verdict
-from lightning_sparkling.pretrain.measure.measure_runs import (
-    MeasureRun,
-    is_done,
-    plan_runs,
-    prepare_data,
-    read_result,
-    train_runs,
-)
+from lightning_sparkling.pretrain.measure.measure_runs import (MeasureRun, is_done, plan_runs, prepare_data,
+                                                               read_result, train_runs)
 from lightning_sparkling.pretrain.measure.measure_stats import compare
 from lightning_sparkling.pretrain.measure.placement import Placement, PlacementError, place_jobs
 
@@ -249,7 +243,7 @@ def describe(result: dict) -> str:
     """The lines ``sparkling measure`` ends with: speed-up at equal loss (± sd from 2 seeds), Δ at equal FLOPs,
     wall-clock time to the same loss, per seed."""
     cell = result["cells"][0]
-    sd = lambda v: f" ± {v:.2f}" if cell["seeds"] >= 2 else ""
+    sd = lambda v: f" ± {v:.2f}" if cell["seeds"] >= 2 else ""  # noqa: E731
     outside = ", ".join(str(s["speedup"]) for s in result["per_seed"].values() if isinstance(s["speedup"], str))
     speed = (f"speed-up at equal loss {cell['speedup']:.2f}x{sd(cell['speedup_sd'])}" if cell["speedup"] is not None
              else f"speed-up at equal loss outside the budgets ({outside})")

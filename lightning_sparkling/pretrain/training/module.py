@@ -32,15 +32,8 @@ from lightning_sparkling.growth.schedules import WarmupStableDecay, build_schedu
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_blocks
 from lightning_sparkling.parallel.compile import compile_gpt
 from lightning_sparkling.pretrain.model.gpt import _as_config, _rebuilt_gpt, build_gpt
-from lightning_sparkling.pretrain.model.optim import (
-    build_optimizers,
-    clip_global_norm,
-    is_muon,
-    lr_schedule_steps,
-    min_lr_ratio_of,
-    resolve_optimizer,
-    schedule_configs,
-)
+from lightning_sparkling.pretrain.model.optim import (build_optimizers, clip_global_norm, is_muon, min_lr_ratio_of,
+                                                      schedule_configs, lr_schedule_steps, resolve_optimizer)
 
 __all__ = ["LitGPTPretrainModule"]
 

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_sparkling.pretrain.advice.run_plan import RunPlan, plan_run
 from lightning_sparkling.pretrain.config import litgpt_compat
-from lightning_sparkling.pretrain.config.resolve import ResolvedRun
-from lightning_sparkling.pretrain.config.resume import find_resume_checkpoint
 from lightning_sparkling.pretrain.data import litgpt_data
+from lightning_sparkling.pretrain.config.resolve import ResolvedRun
 from lightning_sparkling.pretrain.formatting import _fmt_flops, _info, _model_line
+from lightning_sparkling.pretrain.advice.run_plan import RunPlan, plan_run
+from lightning_sparkling.pretrain.config.resume import find_resume_checkpoint
 from lightning_sparkling.pretrain.training.summary import _run_summary, _write_outputs
 from lightning_sparkling.pretrain.training.trainer import _build_callbacks, _build_trainer, _RunCallbacks
 
@@ -179,7 +179,7 @@ def _fit(trainer: Any, module: Any, datamodule: Any, run: ResolvedRun, on_interr
             raise
         failure = on_interrupt.exception
         err.__suppress_context__ = True
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - re-raised by _pretrain, after the checkpoint and summary
         failure = err
     finally:
         _restore_sigint()

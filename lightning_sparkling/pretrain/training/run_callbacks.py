@@ -117,6 +117,7 @@ class LitGPTExport(pl.Callback):
 
     def export(self, trainer, pl_module, folder: Path) -> None:
         from litgpt.utils import copy_config_files, save_config
+
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         from lightning_sparkling.parallel.fsdp2 import is_sharded
@@ -341,7 +342,7 @@ class InterruptCheckpoint(pl.Callback):
             self._saving = True
             try:
                 trainer.save_checkpoint(path, weights_only=False)
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001 - report, keep the original error
                 _info(f"could not save a checkpoint of step {step} ({type(err).__name__}: {err})")
                 return
             finally:
