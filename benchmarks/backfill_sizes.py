@@ -27,7 +27,7 @@ MAP = HERE.parent / "lightning_sparkling" / "pretrain" / "advice" / "measured.js
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parsed(config_json: str) -> Any:
     """The resolved run of a ``reproduce.py`` configuration (as JSON), parsed once: many cells share a grown shape."""
     from lightning_sparkling.pretrain.cli import parse

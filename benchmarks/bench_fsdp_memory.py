@@ -37,10 +37,10 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from litgpt import GPT, Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lightning_sparkling import GrowthStage, GrowthCallback  # noqa: E402
-from lightning_sparkling.growth.plan import grown_config  # noqa: E402
-from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
-from lightning_sparkling.parallel import shard_gpt, wrap_gpt  # noqa: E402
+from lightning_sparkling import GrowthStage, GrowthCallback
+from lightning_sparkling.growth.plan import grown_config
+from lightning_sparkling.parallel.testing import CPUFSDPStrategy
+from lightning_sparkling.parallel import shard_gpt, wrap_gpt
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 GROW_AT, MAX_STEPS = 6, 10
@@ -121,9 +121,9 @@ def sizes_mb(world: int) -> dict[str, float]:
     small, big = Config(**CONFIG), grown_config(Config(**CONFIG), STAGE)
     with torch.device("meta"):
         old, new = GPT(small), GPT(big)
-    nbytes = lambda m: sum(p.numel() * 4 for p in m.parameters()) / 2**20  # noqa: E731
-    block = lambda m: nbytes(m.transformer.h[0])  # noqa: E731
-    root = lambda m: nbytes(m) - sum(nbytes(b) for b in m.transformer.h)  # noqa: E731  (the GPT's own unit)
+    nbytes = lambda m: sum(p.numel() * 4 for p in m.parameters()) / 2**20
+    block = lambda m: nbytes(m.transformer.h[0])
+    root = lambda m: nbytes(m) - sum(nbytes(b) for b in m.transformer.h)
     return {"full_grown_model_mb": nbytes(new), "full_old_model_mb": nbytes(old),
             "one_block_old_plus_grown_mb": block(old) + block(new), "embedding_grown_mb": 16384 * 1024 * 4 / 2**20,
             "root_unit_old_plus_grown_mb": root(old) + root(new),

@@ -52,7 +52,7 @@ def measure(size: str, batch: int, seq: int, repeats: int, ref) -> dict:
     new.plan_optimizer_patch(opt, result, "asymmetric").apply()
     hooks = {}
     for name, mod in (("reference", ref), ("this", new)):
-        lr = lambda: 1.3e-3  # noqa: E731 - one function for every region, as the callback gives per stage and group
+        lr = lambda: 1.3e-3
         regions = {0: [mod.NewEntryRegion(result.new_params[n], [(result.new_params[n].data, p) for p in pieces], lr)
                        for n, pieces in result.new_entries.items()]}
         hook = getattr(mod, "RewarmupRescale", None) or mod.NewEntryLR  # a reference checkout may predate the name

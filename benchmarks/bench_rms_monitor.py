@@ -288,7 +288,7 @@ def print_table(result: dict) -> None:
     if result.get("paired"):
         print("\npaired loop (plain and monitored steps alternating, median of per-pair differences):")
         for r in result["paired"]:
-            print(f"  per_linear={str(r['per_linear']):<5}  plain {r['median_plain_ms']:.1f} ms, monitored "
+            print(f"  per_linear={r['per_linear']!s:<5}  plain {r['median_plain_ms']:.1f} ms, monitored "
                   f"{r['median_monitored_ms']:.1f} ms, cost/logging step {r['cost_per_logging_step_ms']:+.2f} ms "
                   f"({r['cost_per_logging_step_pct']:+.2f} %), amortized at every_n_steps=50: "
                   f"{r['amortized_pct_at_50']:+.3f} %")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from repro import *  # noqa: E402,F401,F403
-from repro import __doc__ as MANUAL  # noqa: E402,F401
-from repro import main  # noqa: E402
+from repro import *  # noqa: F403
+from repro import __doc__ as MANUAL  # noqa: F401
+from repro import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -15,6 +15,6 @@ def litgpt_measured_flops(config: Config, micro_batch_size: int) -> int:
     with torch.device("meta"):
         meta_model = GPT(config)
         x = torch.randint(0, 1, (micro_batch_size, meta_model.max_seq_length))
-        model_fwd = lambda: meta_model(x)  # noqa: E731
-        model_loss = lambda y: chunked_cross_entropy(y, x, chunk_size=0)  # noqa: E731
+        model_fwd = lambda: meta_model(x)
+        model_loss = lambda y: chunked_cross_entropy(y, x, chunk_size=0)
         return measure_flops(meta_model, model_fwd, model_loss)

@@ -17,9 +17,9 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, exit_now, make_trainer, paper_stage  # noqa: E402
+from _tiny import TinyModule, exit_now, make_trainer, paper_stage
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
+from lightning_sparkling import WidthGrowthCallback
 
 MAX_STEPS = 12
 STAGES = [

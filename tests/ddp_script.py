@@ -28,10 +28,10 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, exit_now, make_trainer, paper_stage  # noqa: E402
+from _tiny import TinyModule, exit_now, make_trainer, paper_stage
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
-from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
+from lightning_sparkling import GrowthStage, WidthGrowthCallback
+from lightning_sparkling.parallel.testing import CPUFSDPStrategy
 
 MAX_STEPS = 24
 GROWTH_AT = 8

@@ -22,11 +22,11 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, exit_now, make_trainer, paper_stage  # noqa: E402
-from ddp_script import Float64FSDPPrecision  # noqa: E402
+from _tiny import TinyModule, exit_now, make_trainer, paper_stage
+from ddp_script import Float64FSDPPrecision
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
-from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
+from lightning_sparkling import WidthGrowthCallback
+from lightning_sparkling.parallel.testing import CPUFSDPStrategy
 
 MAX_STEPS = 18
 SAVE_AT = (8,)  # after the depth growth (step 6), before the depth + width growth (step 12)

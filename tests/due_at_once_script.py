@@ -20,11 +20,11 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, exit_now, make_trainer, paper_stage  # noqa: E402
-from ddp_script import Float64FSDPPrecision  # noqa: E402
+from _tiny import TinyModule, exit_now, make_trainer, paper_stage
+from ddp_script import Float64FSDPPrecision
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
-from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
+from lightning_sparkling import WidthGrowthCallback
+from lightning_sparkling.parallel.testing import CPUFSDPStrategy
 
 STAGES = [paper_stage(2, n_embd=48, rewarmup_ratio=2.0, rewarmup_steps=3),
           paper_stage(3, n_head=8, rewarmup_ratio=2.0, rewarmup_steps=3)]

@@ -24,10 +24,10 @@ import torch
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import TinyModule, exit_now, make_trainer, paper_stage  # noqa: E402
-from depth_dist_script import SaveAt, backend_kwargs, finish, layout, script_args  # noqa: E402
+from _tiny import TinyModule, make_trainer, paper_stage
+from depth_dist_script import SaveAt, backend_kwargs, finish, layout, script_args
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
+from lightning_sparkling import GrowthStage, WidthGrowthCallback
 
 MAX_STEPS = 15
 SAVE_AT = (6, 10)  # between the growths

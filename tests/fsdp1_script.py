@@ -32,20 +32,19 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import enable_wrap
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import exit_now, paper_stage, tiny_config, token_batch  # noqa: E402
+from _tiny import exit_now, paper_stage, tiny_config, token_batch
 
-from lightning_sparkling import GrowthStage  # noqa: E402
-from lightning_sparkling.parallel.fsdp1 import (  # noqa: E402
+from lightning_sparkling.parallel.fsdp1 import (
     flat_pieces,
     grow_fsdp1,
     named_params,
     plan_fsdp1_optimizer_patch,
     shard_range,
 )
-from lightning_sparkling.parallel import wrap_gpt  # noqa: E402
-from lightning_sparkling.parallel.testing import CPUFSDPStrategy  # noqa: E402
-from lightning_sparkling.growth.optim_state import plan_optimizer_patch  # noqa: E402
-from lightning_sparkling.growth.surgery import grow_model  # noqa: E402
+from lightning_sparkling.parallel import wrap_gpt
+from lightning_sparkling.parallel.testing import CPUFSDPStrategy
+from lightning_sparkling.growth.optim_state import plan_optimizer_patch
+from lightning_sparkling.growth.surgery import grow_model
 
 STAGE = paper_stage(2, n_embd=64, intermediate_size=128)
 

@@ -32,13 +32,13 @@ from litgpt.config import name_to_config
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import SEQ, VOCAB, TinyModule, make_trainer, paper_stage  # noqa: E402
-from depth_dist_script import SaveAt, backend_kwargs, finish, layout, script_args  # noqa: E402
+from _tiny import SEQ, VOCAB, TinyModule, make_trainer, paper_stage
+from depth_dist_script import SaveAt, backend_kwargs, finish, layout, script_args
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback  # noqa: E402
-from lightning_sparkling.callbacks.growth import find_gpt  # noqa: E402
-from lightning_sparkling.growth.optim_state import NewEntryRegion  # noqa: E402
-from lightning_sparkling.growth.surgery import clean_name  # noqa: E402
+from lightning_sparkling import WidthGrowthCallback
+from lightning_sparkling.callbacks.growth import find_gpt
+from lightning_sparkling.growth.optim_state import NewEntryRegion
+from lightning_sparkling.growth.surgery import clean_name
 
 MAX_STEPS = 16
 SAVE_AT = (10, 14)

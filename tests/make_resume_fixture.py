@@ -28,7 +28,6 @@ CONFIG = dict(n_embd=16, n_head=2, n_query_groups=1, n_layer=1, intermediate_siz
 
 
 def stages():
-    from lightning_sparkling import GrowthStage
 
     return [paper_stage(3, n_embd=24, intermediate_size=48, rewarmup_steps=2, bias_correction="fresh"),
             paper_stage(5, intermediate_size=64, rewarmup_steps=2, symmetry_target=0.5, symmetry_interval=1)]

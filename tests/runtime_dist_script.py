@@ -21,12 +21,12 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import exit_now, tiny_config  # noqa: E402
+from _tiny import exit_now, tiny_config
 
-from lightning_sparkling import GrowthCallback, GrowthStage  # noqa: E402
-from lightning_sparkling.parallel.activation_checkpointing import is_checkpointed  # noqa: E402
-from lightning_sparkling.parallel.compile import is_compiled  # noqa: E402
-from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule  # noqa: E402
+from lightning_sparkling import GrowthCallback, GrowthStage
+from lightning_sparkling.parallel.activation_checkpointing import is_checkpointed
+from lightning_sparkling.parallel.compile import is_compiled
+from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
 ADAMW = {"class_path": "torch.optim.AdamW", "init_args": {"lr": 3e-3, "weight_decay": 0.1, "betas": [0.9, 0.95]}}
 MAX_STEPS = 6

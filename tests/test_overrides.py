@@ -31,7 +31,7 @@ def missing_overrides(cls: type) -> list[str]:
     """
     missing = []
     for name, attr in vars(cls).items():
-        if name.startswith("__") and name.endswith("__") or not callable(_function(attr)):
+        if (name.startswith("__") and name.endswith("__")) or not callable(_function(attr)):
             continue
         base_defines = any(name in vars(base) for base in cls.__mro__[1:]
                            if not base.__module__.startswith("lightning_sparkling"))

@@ -65,11 +65,11 @@ batches), its mean, its standard deviation and a 95% t-interval.
 """
 
 
-from .sizes import *  # noqa: F401,F403
-from .rows import *  # noqa: F401,F403
-from .grid import *  # noqa: F401,F403
-from .tables import *  # noqa: F401,F403
-from .scan import *  # noqa: F401,F403
-from .export import *  # noqa: F401,F403
-from .cli import *  # noqa: F401,F403
+from .sizes import *  # noqa: F403
+from .rows import *  # noqa: F403
+from .grid import *  # noqa: F403
+from .tables import *  # noqa: F403
+from .scan import *  # noqa: F403
+from .export import *  # noqa: F403
+from .cli import *  # noqa: F403
 from .cli import main  # noqa: F401

@@ -64,7 +64,7 @@ def check_config(config: dict) -> tuple[dict | None, str | None]:
         lines = [ln for ln in err.getvalue().splitlines() if "error" in ln.lower()] or err.getvalue().splitlines()
         why = (lines[-1] if lines else "refused").strip()
         return None, re.sub(r" \(in /\S+\)$", "", why)
-    except Exception as exc:  # noqa: BLE001 - any refusal is reported, never fatal for the grid
+    except Exception as exc:
         return None, f"{type(exc).__name__}: {exc}"
     finally:
         path.unlink(missing_ok=True)

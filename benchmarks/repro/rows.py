@@ -3,9 +3,6 @@ stages and grown shape of each axis."""
 
 from __future__ import annotations
 
-import copy
-import re
-import time
 from typing import Any
 
 

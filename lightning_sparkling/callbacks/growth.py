@@ -61,7 +61,7 @@ from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new
 from lightning_sparkling.parallel.compile import recompile_after_growth
 
 if TYPE_CHECKING:
-    from litgpt import GPT
+    pass
 
 
 class GrowthFailedError(RuntimeError):

@@ -226,7 +226,7 @@ def warn_untracked_stable_phase(trainer: pl.Trainer, stages: Sequence[GrowthStag
             probe = [t for t in probe if t < trainer.max_steps]
             try:
                 values = {float(f(t)) for t in probe}
-            except Exception:  # noqa: BLE001 - a lambda we cannot probe: nothing to say
+            except Exception:
                 return
             if len(probe) > 1 and len(values) == 1:
                 rank_zero_warn(

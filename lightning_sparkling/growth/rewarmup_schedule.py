@@ -69,7 +69,7 @@ class RewarmupHolder(torch.optim.Optimizer):
         groups = [{"params": [torch.zeros(0, requires_grad=True)], "lr": 0.0} for _ in range(n_groups)]
         super().__init__(groups, defaults={"lr": 0.0})
 
-    def step(self, closure=None):  # noqa: D102 - holds learning rates only
+    def step(self, closure=None):
         return None
 
 

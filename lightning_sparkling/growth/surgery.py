@@ -29,7 +29,7 @@ from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.types import UndoLog  # defined there (an axis' restructure writes through it)
 
 if TYPE_CHECKING:
-    from litgpt import GPT
+    pass
 
 
 #: prefixes that wrappers insert into parameter and module names: FSDP1, activation checkpointing, torch.compile

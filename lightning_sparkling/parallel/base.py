@@ -178,7 +178,7 @@ class BaseBackend:
     def check_strategy(cls, strategy: Any) -> None:
         """Refuse (``GrowthError``, naming the setting and the fix) a strategy it accepts but cannot grow under as
         configured (e.g. FSDP1 without ``use_orig_params=True``)."""
-        return None
+        return
 
     @classmethod
     def make_strategy(cls, world_size: int) -> Any:

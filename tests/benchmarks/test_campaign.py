@@ -18,7 +18,7 @@ import pytest
 from lightning_sparkling.pretrain.measure import measure_runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import campaign  # noqa: E402
+import campaign
 
 
 def test_the_queue_is_ordered_size_then_seed_then_axis():

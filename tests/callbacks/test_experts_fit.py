@@ -67,7 +67,7 @@ def test_new_experts_follow_their_rewarmup_and_old_entries_the_schedule(accumula
                 continue
             masks = {"old": torch.ones_like(before, dtype=torch.bool)}
             expert = int(name.split(".")[5]) if ".experts." in name else None
-            if expert is not None and expert in (1, 2, 3) or name.endswith("gate.weight"):
+            if (expert is not None and expert in (1, 2, 3)) or name.endswith("gate.weight"):
                 masks = {"stage0": masks["old"]}
             if name.endswith("gate.weight") and before.shape[0] == 8:
                 rows = torch.zeros_like(before, dtype=torch.bool)

@@ -9,7 +9,7 @@ import pytest
 
 import torch
 
-from lightning_sparkling import GrowthCallback, GrowthStage, grow_model
+from lightning_sparkling import GrowthCallback, grow_model
 from lightning_sparkling.callbacks import growth as callback_module
 from lightning_sparkling.growth import plan as plan_module
 from lightning_sparkling.growth.errors import GrowthError

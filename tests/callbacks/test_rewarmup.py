@@ -170,7 +170,7 @@ def test_bit_exact_resume_from_every_step_of_a_two_growth_run(tmp_path: Path, ac
     """Resume from the checkpoint of every step (before, at, between and after two growths, one with random init)
     ends bit-for-bit where the uninterrupted run ends, on CPU in float32."""
     max_steps = 14
-    stages = lambda: [paper_stage(4, n_embd=64, intermediate_size=128, rewarmup_steps=3),  # noqa: E731
+    stages = lambda: [paper_stage(4, n_embd=64, intermediate_size=128, rewarmup_steps=3),
                       paper_stage(8, intermediate_size=192, init="random-copy", rewarmup_ratio=2.0,
                                   rewarmup_steps=3)]
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")

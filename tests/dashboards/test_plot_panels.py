@@ -11,7 +11,7 @@ import pytest
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from lightning_sparkling import ActivationRMSMonitor, GrowthStage, WidthGrowthCallback
+from lightning_sparkling import ActivationRMSMonitor, WidthGrowthCallback
 from lightning_sparkling.dashboards.plotting import (
     GAIN_GID,
     GROWTH_GID,

@@ -191,8 +191,8 @@ def test_the_protocol_declares_what_the_code_calls():
             if not isinstance(node, ast.Attribute) or path.parent.name == "dashboards":  # dashboards: plot axes
                 continue
             value = node.value  # `axis.x`, `known.x` (the registry's clash check), `axis_of_size()[size].x`
-            if isinstance(value, ast.Name) and value.id in ("axis", "known") or isinstance(value, ast.Subscript) \
-                    and isinstance(value.value, ast.Call) and getattr(value.value.func, "id", "") == "axis_of_size":
+            if (isinstance(value, ast.Name) and value.id in ("axis", "known")) or (isinstance(value, ast.Subscript) \
+                    and isinstance(value.value, ast.Call) and getattr(value.value.func, "id", "") == "axis_of_size"):
                 called.add(node.attr)
     assert {"name", "sizes", "target_key", "check_stage", "copies"} <= called
     assert called <= declared, sorted(called - declared)

@@ -255,7 +255,7 @@ class _Hooks(BaseAxis):
 
     def describe(self, plan):
         self.calls.add("describe")
-        return None
+        return
 
 
 def test_every_hook_of_an_active_axis_runs_whether_or_not_it_recorded_a_change(registered):

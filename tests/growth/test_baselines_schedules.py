@@ -12,7 +12,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr, warmup_cosine_lr
+from lightning_sparkling import WidthGrowthCallback, rewarmup_lr, warmup_cosine_lr
 from lightning_sparkling.growth.baselines import fast_decay_position
 from lightning_sparkling.growth.plan import GrowthError
 from lightning_sparkling.growth.stage import check_rewarmup_fits, decay_end

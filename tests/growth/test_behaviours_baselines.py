@@ -13,7 +13,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback, rewarmup_lr
+from lightning_sparkling import WidthGrowthCallback, rewarmup_lr
 from lightning_sparkling.growth.baselines import BaselineLR
 from lightning_sparkling.growth.plan import GrowthError
 from lightning_sparkling.growth.schedules import WarmupCosineLambda

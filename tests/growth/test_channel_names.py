@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
 import json
-import re
 import warnings
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import llama_config, make_gpt
 
 import lightning_sparkling
 from lightning_sparkling import GrowthStage, grow_model, plan_growth
-from lightning_sparkling.growth.types import AxisPlan, ChannelChange, DimGrowth, PlanContext
+from lightning_sparkling.growth.types import AxisPlan, DimGrowth
 
 PACKAGE = Path(lightning_sparkling.__file__).parent
 
@@ -42,7 +39,7 @@ def test_the_package_grows_without_reading_an_old_name():
         warnings.simplefilter("always")
         result = grow_model(make_gpt(config), stage)
         result.plan.carry_region("transformer.h.0.attn.qkv.weight", [(slice(0, 1), slice(0, 1))])
-        result.plan.alphas(), result.sources, result.plan.moves_entries  # noqa: B018
+        result.plan.alphas(), result.sources, result.plan.moves_entries
     assert not [str(w.message) for w in caught if "is deprecated" in str(w.message)]
 
 
@@ -61,8 +58,8 @@ def test_the_package_names_no_channel_dimension_axis():
     for path in PACKAGE.rglob("*.py"):
         where = path.relative_to(PACKAGE).as_posix()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Name) and node.id in {"AxisChange", *_OLD_NAMES} or \
-                    isinstance(node, ast.alias) and node.name in {"AxisChange", *_OLD_NAMES}:
+            if (isinstance(node, ast.Name) and node.id in {"AxisChange", *_OLD_NAMES}) or \
+                    (isinstance(node, ast.alias) and node.name in {"AxisChange", *_OLD_NAMES}):
                 found.append(f"{where}:{node.lineno}: {getattr(node, 'id', None) or node.name}")
             elif isinstance(node, ast.Attribute) and node.attr in _OLD_NAMES:
                 found.append(f"{where}:{node.lineno}: .{node.attr}")

@@ -557,7 +557,7 @@ def test_estimate_compute_counts_active_experts_per_phase():
     est = estimate_compute(config, stages, total_steps=100, tokens_per_step=64)
     mlp = 3 * 32 * 64  # fc_1, fc_2, proj of one LLaMAMLP (no bias)
     dense = sum(p.numel() for p in make_gpt(config).parameters())
-    router = lambda e: 2 * e * 32  # noqa: E731  (one router per block, 2 blocks)
+    router = lambda e: 2 * e * 32
     assert est.total_params == (dense, dense + 2 * 3 * mlp + router(4), dense + 2 * 7 * mlp + router(8))
     assert est.active_params == (dense, dense + 2 * mlp + router(4), dense + 2 * 3 * mlp + router(8))
     assert est.flops == pytest.approx(6 * 64 * sum(n * s for n, s in zip(est.active_params, (20, 40, 40))))

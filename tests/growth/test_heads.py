@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from litgpt import GPT, Config
 
-from lightning_sparkling import GrowthStage, WidthGrowthCallback, grow_model, rewarmup_lr
+from lightning_sparkling import WidthGrowthCallback, grow_model, rewarmup_lr
 from lightning_sparkling.growth.compute import count_params
 from lightning_sparkling.growth.head_layout import head_layout
 from lightning_sparkling.growth.plan import GrowthError, plan_growth

@@ -13,7 +13,7 @@ from lightning_sparkling.growth.schedules import RewarmupLambda, RewarmupLR, War
 
 
 
-def paper_f(t, T_w, T, eta_0, eta_max, eta_min):  # noqa: N803
+def paper_f(t, T_w, T, eta_0, eta_max, eta_min):
     """Paper Eq. 13: linear warmup from eta_0 to eta_max over T_w steps, then
     eta_min + (eta_max - eta_min) psi((t - T_w) / (T - T_w)) with psi(x) = (1 + cos(pi x)) / 2 (Eq. 14)."""
     if 0 <= t < T_w:
@@ -29,7 +29,7 @@ def paper_f(t, T_w, T, eta_0, eta_max, eta_min):  # noqa: N803
     (1, 7, 0.5, 2.0, 0.0),
     (0, 50, 0.0, 1e-3, 1e-5),
 ])
-def test_warmup_cosine_equals_paper_eq13(T_w, T, eta_0, eta_max, eta_min):  # noqa: N803
+def test_warmup_cosine_equals_paper_eq13(T_w, T, eta_0, eta_max, eta_min):
     points = sorted({0, 1, T_w // 2, max(T_w - 1, 0), T_w, T_w + 1, (T_w + T) // 2, (T_w + 3 * T) // 4, T - 1, T})
     for t in points:
         got = warmup_cosine_lr(t, warmup_steps=T_w, total_steps=T, lr_init=eta_0, lr_max=eta_max, lr_min=eta_min)
@@ -54,7 +54,7 @@ REWARMUP = dict(growth_step=400, lr_at_growth=2e-4, ratio=1.3, warmup_steps=50, 
 
 def test_rewarmup_equals_paper_eq16():
     """eta_new(t) = f(t - t_e; tau_w, T - t_e, eta_e, rho eta_e, eta_min)."""
-    t_e, eta_e, rho, tau_w, T = 400, 2e-4, 1.3, 50, 1000  # noqa: N806
+    t_e, eta_e, rho, tau_w, T = 400, 2e-4, 1.3, 50, 1000
     for t in (400, 401, 425, 449, 450, 451, 600, 725, 999, 1000):
         expected = paper_f(t - t_e, tau_w, T - t_e, eta_e, rho * eta_e, 1e-5)
         assert rewarmup_lr(t, **REWARMUP) == pytest.approx(expected, rel=1e-12), t

@@ -11,7 +11,8 @@ import importlib
 import inspect
 import pickle
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pytest
 import yaml

@@ -25,7 +25,6 @@ from conftest import assert_unchanged, llama_config, make_gpt, make_tokens, snap
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lightning_sparkling import (
-    GrowthStage,
     WidthGrowthCallback,
     fan_in_scale,
     grow_model,

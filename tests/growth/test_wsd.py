@@ -40,7 +40,7 @@ def phi(x: float, shape: str) -> float:
     return 1.0 - x if shape == "linear" else 0.5 * (1.0 + math.cos(math.pi * x))
 
 
-def wsd_closed(t, *, T_w, T, D, eta_0, eta_max, eta_min, shape):  # noqa: N803
+def wsd_closed(t, *, T_w, T, D, eta_0, eta_max, eta_min, shape):
     """WSD written out: linear warmup, the peak held up to D, then phi down to eta_min at T, held after."""
     if t < T_w:
         return eta_0 + (eta_max - eta_0) * t / T_w
@@ -51,7 +51,7 @@ def wsd_closed(t, *, T_w, T, D, eta_0, eta_max, eta_min, shape):  # noqa: N803
     return eta_min + (eta_max - eta_min) * phi((t - D) / (T - D), shape)
 
 
-def new_closed(t, *, t_e, eta_e, ratio, w, D, T, eta_min, shape):  # noqa: N803
+def new_closed(t, *, t_e, eta_e, ratio, w, D, T, eta_min, shape):
     """The new entries of a growth at t_e in the stable phase (re-warmup ends before D): linear from eta_e to
     ratio * eta_e over w steps, held, then the baseline's decay shape from D down to eta_min at T."""
     peak = ratio * eta_e
@@ -74,7 +74,7 @@ def new_closed(t, *, t_e, eta_e, ratio, w, D, T, eta_min, shape):  # noqa: N803
     (10, 100, 1.0, 10, 0.0, 1.0, 0.0),  # no stable phase: warmup then decay
     (0, 50, 0.5, 25, 0.0, 1e-3, 1e-5),
 ])
-def test_wsd_equals_its_closed_form(shape, T_w, T, f, D, eta_0, eta_max, eta_min):  # noqa: N803
+def test_wsd_equals_its_closed_form(shape, T_w, T, f, D, eta_0, eta_max, eta_min):
     assert wsd_decay_start(warmup_steps=T_w, total_steps=T, decay_fraction=f) == D
     kw = dict(warmup_steps=T_w, total_steps=T, lr_init=eta_0, lr_max=eta_max, lr_min=eta_min, decay_fraction=f,
               decay_shape=shape)
@@ -143,7 +143,7 @@ def test_rewarmup_wsd_closed_forms():
         rewarmup_wsd_lr(AT - 1, **kw)
     # RewarmupLambda with decay_start is this schedule; without it the paper's cosine tail
     lam = RewarmupLambda(**kw)
-    assert [lam(k) for k in range(0, 25)] == [rewarmup_wsd_lr(AT + k, **kw) for k in range(0, 25)]
+    assert [lam(k) for k in range(25)] == [rewarmup_wsd_lr(AT + k, **kw) for k in range(25)]
     cos = RewarmupLambda(**{k: v for k, v in kw.items() if k != "decay_start"})
     assert cos(15) == rewarmup_lr(AT + 15, **{k: v for k, v in kw.items() if k != "decay_start"})
 
@@ -167,7 +167,7 @@ class WSDModule(TinyModule):
     def _schedule(self, opt):
         fn = WSDLambda(WARMUP, self.max_steps, self.min_lr_ratio, decay_fraction=FRACTION, decay_shape=self.shape)
         if self.user_lambda:  # the user's own WSD: a plain function the callback cannot look into
-            fn = lambda s, f=fn: f(s)  # noqa: E731
+            fn = lambda s, f=fn: f(s)
         return torch.optim.lr_scheduler.LambdaLR(opt, fn)
 
     def configure_optimizers(self):
@@ -323,7 +323,7 @@ def test_bit_exact_resume_across_a_growth_under_wsd(tmp_path: Path, scope):
     """Resume from before, at and after a growth in the stable phase, and from inside the decay phase, ends bit for
     bit where the uninterrupted run ends (AdamW, float32); the record holds the decay phase as plain data."""
     max_steps = 14  # decay over the last 30%: steps 9..14
-    stages = lambda: [paper_stage(4, n_embd=64, intermediate_size=128, rewarmup_ratio=2.0,  # noqa: E731
+    stages = lambda: [paper_stage(4, n_embd=64, intermediate_size=128, rewarmup_ratio=2.0,
                                   rewarmup_steps=3, rewarmup_scope=scope)]
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
     reference = WSDModule(max_steps=max_steps)

@@ -25,8 +25,8 @@ from lightning_sparkling.pretrain.advice.planning import plan
 from lightning_sparkling.pretrain.advice.run_plan import stage_plans
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli import tiny_config, write_config  # noqa: E402
-from test_suggest import paste  # noqa: E402
+from test_cli import tiny_config, write_config
+from test_suggest import paste
 
 MOE = {"mlp_class_name": "LLaMAMoE", "n_expert": 4, "n_expert_per_token": 2, "moe_intermediate_size": 64}
 JOURNEYS = {

@@ -7,22 +7,19 @@ from __future__ import annotations
 
 import re
 
-import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from lightning_sparkling.growth.compute import estimate_compute
 from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.advice.measured import MeasuredCell, load_map
 from lightning_sparkling.pretrain.advice.measured_axes import block_family
 from lightning_sparkling.pretrain.advice.planning import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_suggest import Q8, Q8S, _wsd, _wsd20  # noqa: E402
-from test_cli import write_config  # noqa: E402
+from test_suggest import Q8, Q8S, _wsd, _wsd20
+from test_cli import write_config
 
 README_PROGRESSIVE = {"progressive": {"n_layer": [2, 4, 8], "at_fraction": [0.5, 0.75], "depth_init": "copy"}}
 NEOX = {"mlp_class_name": "GptNeoxMLP", "norm_class_name": "LayerNorm", "bias": True, "parallel_residual": True,

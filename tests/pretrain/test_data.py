@@ -154,7 +154,7 @@ def test_existing_tokenizer_dir_without_tokenizer_json_is_named(tmp_path, cache_
 def test_window_shapes_and_dtypes(dm):
     batch = next(iter(dm.train_dataloader()))
     assert batch.shape == (SMALL["batch_size"], SMALL["seq_len"] + 1) and batch.dtype == torch.int64
-    assert 0 <= int(batch.min()) and int(batch.max()) < dm.vocab_size
+    assert int(batch.min()) >= 0 and int(batch.max()) < dm.vocab_size
     val_batches = list(dm.val_dataloader())
     assert all(b.shape[1] == SMALL["seq_len"] + 1 and b.dtype == torch.int64 for b in val_batches)
     assert sum(b.shape[0] for b in val_batches) == (dm.meta["val_tokens"] - 1) // SMALL["seq_len"]

@@ -13,7 +13,7 @@ from lightning_sparkling import GrowthCallback, GrowthStage
 from lightning_sparkling.pretrain.training.lightning_private import OldEntryLRMonitor
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from _tiny import TinyModule, make_trainer  # noqa: E402
+from _tiny import TinyModule, make_trainer
 
 
 def test_the_new_entries_lr_is_one_tag(tmp_path):

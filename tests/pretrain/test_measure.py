@@ -18,9 +18,9 @@ from lightning_sparkling.pretrain.advice.measured import load_map
 from lightning_sparkling.pretrain.advice.planning import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli import tiny_config  # noqa: E402
+from test_cli import tiny_config
 
-from _fake_gpu import fake_gpu_node, launched  # noqa: E402
+from _fake_gpu import fake_gpu_node, launched
 
 
 def _config(tmp_path: Path, **sections) -> Path:

@@ -108,7 +108,7 @@ def test_the_python_snippet_builds_its_trainer():
     code = snippet.replace("trainer.fit(my_module, my_datamodule)", "")
     assert code != snippet
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+    exec(compile(code, "README.md", "exec"), namespace)
     trainer = namespace["trainer"]
     assert trainer.max_steps == 2000
     growth = next(c for c in trainer.callbacks if type(c).__name__ in ("GrowthCallback", "WidthGrowthCallback"))

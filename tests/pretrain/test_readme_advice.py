@@ -15,8 +15,8 @@ from lightning_sparkling.pretrain.advice.planning import plan
 from lightning_sparkling.pretrain.cli import main, parse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli import write_config  # noqa: E402
-from test_suggest import Q8, _wsd  # noqa: E402
+from test_cli import write_config
+from test_suggest import Q8, _wsd
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 REFERENCE = README.parent / "docs" / "REFERENCE.md"

@@ -21,7 +21,7 @@ from lightning_sparkling.pretrain.advice.recipe_words import RecipeName, recipe_
 from lightning_sparkling.pretrain.advice.run_plan import plan_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli import tiny_config  # noqa: E402
+from test_cli import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))

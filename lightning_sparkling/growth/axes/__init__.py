@@ -62,7 +62,7 @@ from lightning_sparkling.growth.axes.registry import (
     unregister_axis,
     reserve_stage_keys,
 )
-from lightning_sparkling.growth.axes.width import WIDTH, WIDTH_SIZE_KEYS  # noqa: I001 (the registration order)
+from lightning_sparkling.growth.axes.width import WIDTH, WIDTH_SIZE_KEYS
 from lightning_sparkling.growth.axes.heads import HEAD_SIZE_KEYS, HEADS
 from lightning_sparkling.growth.axes.depth import DEPTH, DEPTH_SIZE_KEY
 from lightning_sparkling.growth.axes.experts import EXPERTS

@@ -105,7 +105,7 @@ class GrowthAxis(Protocol):
                     fresh: Mapping[str, torch.Tensor]) -> None:
         """Add or replace modules of ``model`` (through ``swap``, so a failure restores the model; optional)."""
 
-    def carry(self, plan: PlanLike, name: str) -> str | None | NotImplementedType:
+    def carry(self, plan: PlanLike, name: str) -> str | NotImplementedType | None:
         """The grown model's name of pre-growth tensor ``name`` when this axis moves it (``None``: gone), or
         ``NotImplemented`` when it does not move it (optional: ``NotImplemented``)."""
 
@@ -187,7 +187,7 @@ class BaseAxis:
                     fresh: Mapping[str, torch.Tensor]) -> None:
         return None
 
-    def carry(self, plan: PlanLike, name: str) -> str | None | NotImplementedType:
+    def carry(self, plan: PlanLike, name: str) -> str | NotImplementedType | None:
         return NotImplemented
 
     def copy_pairs(self, plan: PlanLike) -> tuple[tuple[str, str], ...]:

@@ -266,7 +266,7 @@ def experts_keep_function(change: ExpertsChange, config, min_bias: float | None)
             return False
         needs_bias = True
     else:
-        if not config.norm_topk_prob or change.old_k > top * per_group and top < groups:
+        if not config.norm_topk_prob or (change.old_k > top * per_group and top < groups):
             return False
         needs_bias = top < groups
     if not needs_bias:
@@ -355,11 +355,11 @@ class ExpertsAxis(BaseAxis):
                                   key=DENSE_KEY)
         E_old, K_old = config.n_expert, config.n_expert_per_token
         K = K_old if K is None else K
-        if E <= E_old:
-            what = "fewer experts than" if E < E_old else "as many experts as"
+        if E_old >= E:
+            what = "fewer experts than" if E_old > E else "as many experts as"
             raise GrowthError(f"GrowthStage(n_expert={E}): {what} the model (n_expert={E_old}); a growth adds "
                               f"experts: use n_expert > {E_old} (e.g. {2 * E_old})", key="n_expert")
-        if K < K_old:
+        if K_old > K:
             raise GrowthError(f"GrowthStage(n_expert_per_token={K}): fewer than the model's {K_old}; keep "
                               f"n_expert_per_token >= {K_old} (doubling it with n_expert keeps the function)",
                               key="n_expert_per_token")
@@ -482,7 +482,7 @@ class ExpertsAxis(BaseAxis):
             if spec is None or not spec.fresh or found is None:
                 continue
             block, expert, layer, kind = int(found[1]), int(found[2]), found[3], found[4]
-            if expert < change.old or layer == "proj" and kind == "bias":  # expert 0 of a new block is its MLP
+            if expert < change.old or (layer == "proj" and kind == "bias"):  # expert 0 of a new block is its MLP
                 continue
             dim = 1 if layer == "proj" else 0
             inner = t.shape[dim]

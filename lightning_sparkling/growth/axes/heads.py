@@ -103,7 +103,7 @@ class HeadsAxis(BaseAxis):
         """E.g. ``{"n_head": "alpha=0.7071: new q 2<-0, 3<-1"}`` for each head count that changed."""
         copied = plan.stage.fan_out_init == "copy"  # otherwise new heads start random (no source)
         detail = f"alpha={plan.channels['attn_q'].alpha:.4f}: {describe_heads(plan.changes[self.name], copied=copied)}"
-        return {size: detail for size in self.sizes}
+        return dict.fromkeys(self.sizes, detail)
 
     def report(self, plan, stage) -> dict[str, Any]:
         layout = plan.changes.get(self.name)

@@ -137,11 +137,11 @@ def read_initial_checkpoint(path: Path) -> tuple[Any, dict[str, tuple[int, ...]]
                                                         "out_dir/final/ of a sparkling or litgpt run)")
     try:
         config = Config.from_file(config_file)
-    except Exception as err:  # noqa: BLE001 - yaml / Config errors
+    except Exception as err:
         raise ConfigError("initial_checkpoint_dir", f"cannot read {config_file}: {err}") from err
     try:
         state = torch.load(weights, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - torch raises anything on a corrupt file
+    except Exception as err:
         raise ConfigError("initial_checkpoint_dir", f"cannot read {weights}: {type(err).__name__}: {err}") from err
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]  # litgpt pretrain's own step-*/lit_model.pth: {"model": ..., "optimizer": ...}

@@ -52,11 +52,11 @@ def plugin_names(argv: Sequence[str], read_yaml: Callable[[str], Any]) -> list[s
 
     values: list[Any] = []
     for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv) or arg.startswith("--config="):
+        if (arg == "--config" and i + 1 < len(argv)) or arg.startswith("--config="):
             raw = read_yaml(argv[i + 1] if arg == "--config" else arg.split("=", 1)[1])
             if isinstance(raw, dict) and raw.get("plugins") is not None:
                 values.append(raw["plugins"])
-        elif arg == "--plugins" and i + 1 < len(argv) or arg.startswith("--plugins="):
+        elif (arg == "--plugins" and i + 1 < len(argv)) or arg.startswith("--plugins="):
             values.append(yaml.safe_load(argv[i + 1] if arg == "--plugins" else arg.split("=", 1)[1]))
     names: list[str] = []
     for value in values:
@@ -82,7 +82,7 @@ def load_plugins(names: Iterable[str], *, entry_point_group: str | None = PLUGIN
     for name in names:
         try:
             importlib.import_module(name)
-        except Exception as err:  # noqa: BLE001 - a plug-in's own failure is reported the same way
+        except Exception as err:
             if _not_found(name, err):
                 raise ConfigError("plugins", f"cannot import {name!r}: no module of that name ({type(err).__name__}: "
                                              f"{err}); put the module on PYTHONPATH (or install its package), or fix "
@@ -96,7 +96,7 @@ def load_plugins(names: Iterable[str], *, entry_point_group: str | None = PLUGIN
         for entry in entry_points(group=entry_point_group):
             try:
                 entry.load()
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:
                 raise ConfigError("plugins", f"cannot load the entry point {entry.name!r} ({entry.value}) of "
                                              f"{entry_point_group}{_where(err, entry.module)} ({type(err).__name__}: "
                                              f"{err}); fix or uninstall its package") from err

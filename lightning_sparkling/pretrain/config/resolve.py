@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 from lightning_sparkling.growth.schedules import DECAY_SHAPES, SCHEDULES
 from lightning_sparkling.growth.stage import GrowthStage
@@ -45,32 +45,32 @@ class ResolvedRun:
     seq_len: int
     micro_batch_size: int
     accumulate: int
-    devices: Union[int, str]
+    devices: int | str
     num_devices: int
     num_nodes: int
     world_size: int
     accelerator: str
     strategy: str  # "auto" or a registered backend's CLI value ("ddp", "fsdp2", "fsdp1"; never a deprecated alias)
     precision: str
-    optimizer: Union[str, dict]
+    optimizer: str | dict
     optimizer_name: str
     uses_muon: bool
     lr: float
     out_dir: Path
-    resume: Union[bool, str, Path]
-    resume_path: Optional[Path]
-    tokenizer_dir: Optional[Path]
+    resume: bool | str | Path
+    resume_path: Path | None
+    tokenizer_dir: Path | None
     data_vocab_size: int
     data: DataArgs
     train: TrainArgs
     eval: EvalArgs
     growth: GrowthArgs
-    rms_monitor: Optional[RMSMonitorArgs]
+    rms_monitor: RMSMonitorArgs | None
     seed: int
-    num_threads: Optional[int] = None
+    num_threads: int | None = None
     notes: list[str] = field(default_factory=list)
-    initial_checkpoint_dir: Optional[Path] = None  # the litgpt checkpoint dir the weights come from
-    initial_weights: Optional[Path] = None  # its lit_model.pth
+    initial_checkpoint_dir: Path | None = None  # the litgpt checkpoint dir the weights come from
+    initial_weights: Path | None = None  # its lit_model.pth
     logger_name: str = "tensorboard"
     log: Any = None  # LogArgs
     plans: list[Any] = field(default_factory=list)  # the GrowthPlan of each stage, planned once by resolve()
@@ -163,7 +163,7 @@ def _named(entry: Any) -> str:
     return f"strategy {entry.cli_strategy!r}" + (f" ({entry.cli_help})" if entry.cli_help else "")
 
 
-def _resolve_hardware(ns: Any, notes: Optional[list[str]] = None) -> tuple[str, int, str, int, int, str]:
+def _resolve_hardware(ns: Any, notes: list[str] | None = None) -> tuple[str, int, str, int, int, str]:
     """``(strategy, num_nodes, accelerator, num_devices, world size, precision)`` of a run. ``strategy`` is ``auto``
     or a registered backend's CLI value (:func:`~lightning_sparkling.parallel.registry.cli_backend`); a deprecated
     alias is resolved to it with a note appended to ``notes``."""
@@ -230,7 +230,7 @@ def _cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _cpu_processes_note(accelerator: str, num_devices: int, num_threads: Optional[int]) -> list[str]:
+def _cpu_processes_note(accelerator: str, num_devices: int, num_threads: int | None) -> list[str]:
     """A warning when a CPU run starts more processes than this machine has cores. Not refused: the processes
     share the cores and the run is correct, only slower than on fewer processes (a multi-process run tried on a
     laptop is a fair use); but it is rarely what a user asking for speed meant."""
@@ -243,7 +243,7 @@ def _cpu_processes_note(accelerator: str, num_devices: int, num_threads: Optiona
             f"{cores} or fewer"]
 
 
-def _resolve_devices(accelerator: str, devices: Union[int, str], num_nodes: int) -> tuple[str, int]:
+def _resolve_devices(accelerator: str, devices: int | str, num_nodes: int) -> tuple[str, int]:
     import torch
 
     acc = str(accelerator).lower()

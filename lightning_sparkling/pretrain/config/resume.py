@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, cast
 
 from lightning_sparkling.growth.record import growth_state
 from lightning_sparkling.growth.stage import GrowthStage
@@ -41,14 +41,14 @@ def _step_checkpoints(out_dir: Path) -> list[Path]:
     return [path for *_, path in sorted(found, reverse=True)]
 
 
-def find_resume_checkpoint(out_dir: Path) -> Optional[Path]:
+def find_resume_checkpoint(out_dir: Path) -> Path | None:
     """The newest Lightning checkpoint ``out_dir/checkpoints/step-*.ckpt`` (highest step; files, or directories
     for sharded FSDP2 checkpoints), or ``None``."""
     found = _step_checkpoints(out_dir)
     return found[0] if found else None
 
 
-def newest_readable_checkpoint(out_dir: Path) -> tuple[Optional[Path], list[str]]:
+def newest_readable_checkpoint(out_dir: Path) -> tuple[Path | None, list[str]]:
     """The newest ``out_dir/checkpoints/step-*.ckpt`` that can be read (what ``resume: auto`` takes), and the newer
     ones skipped because they cannot (``"path (reason)"``: truncated, corrupt, a sharded directory without
     ``meta.pt``). Hidden temporaries of unfinished writes (``.step-*.ckpt.*.tmp``) are never candidates."""
@@ -56,7 +56,7 @@ def newest_readable_checkpoint(out_dir: Path) -> tuple[Optional[Path], list[str]
     for path in _step_checkpoints(out_dir):
         try:
             _read_checkpoint(path)
-        except Exception as err:  # noqa: BLE001 - torch/pickle raise anything on a corrupt file
+        except Exception as err:
             skipped.append(f"{path} ({_read_failure(err)})")
             continue
         return path, skipped
@@ -68,7 +68,7 @@ def _read_failure(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}".strip().splitlines()[0].split(". ")[0].rstrip(":. ")
 
 
-def _newest_to_resume(out_dir: Path, notes: list[str]) -> Optional[Path]:
+def _newest_to_resume(out_dir: Path, notes: list[str]) -> Path | None:
     """``resume: auto`` / ``true``: the newest readable checkpoint of ``out_dir`` (``None`` when there is none); newer
     unreadable ones (a write killed by a preemption) are skipped with a warning in ``notes``.
 
@@ -100,7 +100,7 @@ def _older_checkpoints(path: Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def _read_checkpoint(path: Path) -> tuple[dict[str, Any], Optional[dict[str, tuple[int, ...]]], str]:
+def _read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, ...]] | None, str]:
     """``(checkpoint without tensors loaded, parameter name -> shape or None, what kind)`` of a Lightning checkpoint:
     a ``.ckpt`` file (memory-mapped: no tensor is read) or a sharded directory (FSDP2/FSDP1: ``meta.pt`` plus the
     ``torch.distributed.checkpoint`` metadata, which lists every tensor's global shape)."""
@@ -119,7 +119,7 @@ def _read_checkpoint(path: Path) -> tuple[dict[str, Any], Optional[dict[str, tup
     return checkpoint, shapes, "file"
 
 
-def _sharded_shapes(path: Path) -> Optional[dict[str, tuple[int, ...]]]:
+def _sharded_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
     """Parameter name -> global shape of a sharded checkpoint directory, from its ``torch.distributed.checkpoint``
     metadata (``None`` when that index cannot be read: the shapes are then checked when Lightning loads it)."""
     try:
@@ -133,7 +133,7 @@ def _sharded_shapes(path: Path) -> Optional[dict[str, tuple[int, ...]]]:
             if prefix is not None and isinstance(item, TensorStorageMetadata):
                 shapes[name[len(prefix):]] = tuple(item.size)
         return shapes
-    except Exception:  # noqa: BLE001 - an unreadable shard index: checked when Lightning loads it
+    except Exception:
         return None
 
 
@@ -145,7 +145,7 @@ def _clean_name(name: str) -> str:
 
 
 def check_resume_checkpoint(path: Path, config: Any, stages: list[GrowthStage], *, tie_embeddings: bool,
-                            num_optimizers: Optional[int] = None, configs: Optional[Sequence[Any]] = None) -> list[str]:
+                            num_optimizers: int | None = None, configs: Sequence[Any] | None = None) -> list[str]:
     """Check, before anything starts, that the run can resume from the Lightning checkpoint ``path``: it is
     readable, its growth was done by a prefix of ``stages`` (the same stages, none skipped), and its model is the
     configured one grown by those stages (litgpt ``Config`` fields, parameter names and shapes, tied embeddings,
@@ -186,13 +186,13 @@ _FRESH = "or start a fresh out_dir (--out_dir NEW, or --resume false)"
 """The way out every refusal of :func:`check_resume_checkpoint` ends with."""
 
 
-def _readable_checkpoint(path: Path) -> tuple[dict[str, Any], Optional[dict[str, tuple[int, ...]]], str]:
+def _readable_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, ...]] | None, str]:
     """:func:`_read_checkpoint` of ``path``, or a :class:`ConfigError` naming an older checkpoint to resume from."""
     older = _older_checkpoints(path) if not path.is_dir() else []
     instead = (f"resume from an older one (--resume {older[0]})" if older else "start afresh (--resume false)")
     try:
         return _read_checkpoint(path)
-    except Exception as err:  # noqa: BLE001 - torch/pickle raise anything on a corrupt file
+    except Exception as err:
         reason = _read_failure(err)
         raise ConfigError("resume", f"cannot read the checkpoint {str(path)!r} ({reason}): it is corrupt, truncated "
                                     f"(a write that did not finish?) or not a `sparkling pretrain` checkpoint; "

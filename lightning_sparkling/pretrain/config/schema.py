@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from lightning_sparkling.growth.stage import stage_key_fields
 from lightning_sparkling.parallel.registry import cli_strategies
@@ -52,17 +52,17 @@ class DataArgs:
     module given by ``class_path`` (``litgpt.data.TextFiles``, ``LitData``, ``TinyStories``, ``OpenWebText``, any
     ``LightningDataModule`` with litgpt's ``connect``) and its ``init_args``, as in litgpt's configs."""
 
-    class_path: Optional[str] = None
+    class_path: str | None = None
     """A litgpt data module (``litgpt.data.TextFiles``, or a short name ``TextFiles``; any importable
     ``LightningDataModule`` with litgpt's ``connect(tokenizer, batch_size, max_seq_length)``) used instead of the
     embedded corpus; the other ``data.*`` keys are then the corpus's and must be left unset."""
-    init_args: Optional[dict[str, Any]] = None
+    init_args: dict[str, Any] | None = None
     """Arguments of ``class_path`` (``train_data_path``, ``num_workers``, ...), checked against its signature."""
 
     source: str = "stdlib"
     """``stdlib``: the Python standard library's ``*.py`` (~12 MB); ``stdlib+site-packages``: also every installed
     package's ``*.py`` (~10x bigger). Ignored when ``data_dir`` is set."""
-    data_dir: Optional[Path] = None
+    data_dir: Path | None = None
     """Use every ``*.txt``, ``*.py`` and ``*.md`` file below this directory instead of ``source``."""
     include_tests: bool = False
     """Keep ``test``/``tests`` folders of the Python sources (left out by default: repetitive fixtures)."""
@@ -71,19 +71,19 @@ class DataArgs:
     ``model_config.vocab_size`` is set."""
     val_percent: float = 5.0
     """Share of files (percent, chosen by a hash of the file name) held out for validation."""
-    seq_len: Optional[int] = None
+    seq_len: int | None = None
     """Tokens per training sequence (``null``: ``train.max_seq_length``, else the ``block_size`` of ``model_name`` /
     ``model_config`` / ``initial_checkpoint_dir``, else 512). Must not exceed the model's ``block_size`` (which
     defaults to it)."""
-    max_files: Optional[int] = None
+    max_files: int | None = None
     """Use at most this many files (quick runs and tests)."""
-    max_bytes: Optional[int] = None
+    max_bytes: int | None = None
     """Use at most this many bytes of text (quick runs and tests)."""
-    cache_dir: Optional[Path] = None
+    cache_dir: Path | None = None
     """Where the tokenizer and the tokenized corpus are cached (default ``~/.cache/lightning_sparkling``)."""
     num_workers: int = 0
     """DataLoader worker processes."""
-    seed: Optional[int] = None
+    seed: int | None = None
     """Seed of the training window order (default: the top-level ``seed``)."""
 
 
@@ -96,43 +96,43 @@ class TrainArgs:
     micro_batch_size: int = 4
     """Sequences per device per forward pass; gradient accumulation =
     ``global_batch_size / (micro_batch_size * devices * num_nodes)`` (must divide exactly)."""
-    max_tokens: Optional[int] = None
+    max_tokens: int | None = None
     """Tokens to train on; steps = ``max_tokens // (global_batch_size * seq_len)``. Give this or ``max_steps``."""
-    max_steps: Optional[int] = None
+    max_steps: int | None = None
     """Optimizer steps to train (wins over ``max_tokens`` when both are set). Also the end of the LR schedule."""
-    lr_warmup_steps: Optional[int] = None
+    lr_warmup_steps: int | None = None
     """Linear LR warmup, in optimizer steps (exclusive with ``lr_warmup_fraction``)."""
-    lr_warmup_fraction: Optional[float] = None
+    lr_warmup_fraction: float | None = None
     """Warmup as a fraction of the run. Neither set: 0.03 (the paper)."""
-    min_lr: Optional[float] = None
+    min_lr: float | None = None
     """LR at the end of the cosine decay (default ``0.01 * lr``, the paper)."""
     lr_schedule: str = "cosine"
     """``cosine`` (warmup, then cosine to ``min_lr``: the paper) or ``wsd`` (warmup-stable-decay: warmup, the peak held,
     then a decay to ``min_lr`` over the last ``lr_decay_fraction`` of the run; a growth must fall before the decay)."""
     lr_decay_fraction: float = 0.2
     """``wsd`` only: the share of the run spent decaying, in ``(0, 1]``."""
-    lr_decay_shape: Optional[str] = None
+    lr_decay_shape: str | None = None
     """``wsd`` only: the decay's shape, ``linear`` (default), ``cosine`` or ``sqrt`` (``1 - sqrt``: lr = peak * (1 -
     sqrt(p))); refused under ``cosine``, whose decay is cosine (litgpt has no WSD schedule to follow)."""
-    max_norm: Optional[float] = 1.0
+    max_norm: float | None = 1.0
     """Clip gradients to this global norm (``null`` or 0: no clipping)."""
-    epochs: Optional[int] = None
+    epochs: int | None = None
     """litgpt's key; ``litgpt pretrain`` refuses any value, and so does this package: the run length must be known
     before the data is read (LR schedule, growth steps). Give ``max_tokens`` or ``max_steps``."""
-    max_time: Optional[float] = None
+    max_time: float | None = None
     """Stop training after this many seconds (Lightning's ``Trainer(max_time=...)``); ``final/`` is still written.
     The LR schedule and the growth steps keep the ``max_tokens`` / ``max_steps`` horizon."""
-    max_seq_length: Optional[int] = None
+    max_seq_length: int | None = None
     """Tokens per training sequence (litgpt's key; the model input length). Sets ``data.seq_len`` when that is
     unset; both set must agree."""
-    tie_embeddings: Optional[bool] = False
+    tie_embeddings: bool | None = False
     """Share the input embedding and the output head (``wte.weight = lm_head.weight``); ``null``: ``false``."""
     log_interval: int = 1
     """Log train metrics (and ``tokens`` / ``flops``) every this many optimizer steps."""
-    save_interval: Optional[int] = 1000
+    save_interval: int | None = 1000
     """Write ``out_dir/step-XXXXXXXX/`` (litgpt) and ``out_dir/checkpoints/step-XXXXXXXX.ckpt`` (Lightning, for
     ``resume``) every this many steps; ``null``: only ``final/`` and the last ``.ckpt``."""
-    keep_last_checkpoints: Optional[int] = None
+    keep_last_checkpoints: int | None = None
     """Keep only this many newest Lightning ``.ckpt`` files (``null``: keep all)."""
 
 
@@ -140,9 +140,9 @@ class TrainArgs:
 class EvalArgs:
     """Validation (logs ``val_loss`` and ``val_ppl``)."""
 
-    interval: Optional[int] = 100
+    interval: int | None = 100
     """Validate every this many optimizer steps (and always at the end); ``null``: only at the end."""
-    max_iters: Optional[int] = 100
+    max_iters: int | None = 100
     """Validation batches per evaluation (per device): a fixed, seeded sample of ``max_iters * micro_batch_size *
     devices`` windows spread over the whole validation split, the same at every evaluation and on resume (``null``:
     the whole split)."""
@@ -150,10 +150,10 @@ class EvalArgs:
     """Also validate before the first step."""
     final_validation: bool = True
     """Validate after the last step when the interval did not just do it (the summary's final val loss)."""
-    max_new_tokens: Optional[int] = None
+    max_new_tokens: int | None = None
     """Generate this many tokens (greedy) after each evaluation from the start of a validation sequence, print the
     text and log it (TensorBoard ``text``), as litgpt's ``generate_example``; ``null``: no sample."""
-    evaluate_example: Union[str, int] = "first"
+    evaluate_example: str | int = "first"
     """Which validation sequence prompts that sample: ``first``, ``random`` (seeded by the step) or its index in
     the validation batches of that evaluation."""
 
@@ -163,21 +163,21 @@ class LogArgs:
     """Logger settings (litgpt's ``log.*``): ``project``, ``run``, ``group`` for ``logger_name: wandb``; the others
     for ``logger_name: litlogger``. A value its logger does not use is refused."""
 
-    project: Optional[str] = None
+    project: str | None = None
     """WandB project name (default: ``pretrain-<model name>``)."""
-    run: Optional[str] = None
+    run: str | None = None
     """WandB run name."""
-    group: Optional[str] = None
+    group: str | None = None
     """WandB group name."""
-    teamspace: Optional[str] = None
+    teamspace: str | None = None
     """LitLogger teamspace."""
-    metadata: Optional[dict] = None
+    metadata: dict | None = None
     """LitLogger metadata."""
     log_model: bool = False
     """LitLogger: log model checkpoints as artifacts."""
     save_logs: bool = True
     """LitLogger: upload terminal logs."""
-    checkpoint_name: Optional[str] = None
+    checkpoint_name: str | None = None
     """LitLogger: base name of logged checkpoints."""
 
 
@@ -276,7 +276,7 @@ class GrowthArgs:
     ``--growth.stages[0].at_step 50``) sets one key of one stage and keeps its others;
     ``--growth.stages+ '{at_step: 200, n_layer: 8}'`` adds a stage; ``--growth.stages '[...]'`` replaces the whole
     list."""
-    progressive: Optional[dict[str, Any]] = None
+    progressive: dict[str, Any] | None = None
     """A multi-stage progressive schedule as one entry, expanded into ``growth.stages`` (give one or the other): one
     timing list (``at_fraction``, ``at_step`` or ``at_tokens``, one entry per growth), one or more size lists (the
     model's size first, then the size after each growth: ``n_layer: [1, 2, 4, 8]`` with ``at_fraction: [0.4, 0.6,
@@ -285,7 +285,7 @@ class GrowthArgs:
     stages it expands into (:mod:`lightning_sparkling.growth.progressive`)."""
     seed: int = 0
     """Seed of the copy maps and random inits (identical on every rank)."""
-    min_lr: Optional[float] = None
+    min_lr: float | None = None
     """LR the new entries' re-warmup decays to at the last step (default: the baseline schedule's final LR)."""
     recipe: str = "auto"
     """Keys every stage gets unless it sets them. ``auto`` (default): the recipe measured best under the run's
@@ -310,30 +310,30 @@ class RMSMonitorArgs:
 
 
 def pretrain_arguments(
-    model_name: Optional[str] = None,
-    model_config: Optional[dict[str, Any]] = None,
+    model_name: str | None = None,
+    model_config: dict[str, Any] | None = None,
     out_dir: Path = Path("out/sparkling"),
-    precision: Optional[str] = None,
-    initial_checkpoint_dir: Optional[Path] = None,
-    resume: Union[bool, Literal["auto"], Path] = False,
+    precision: str | None = None,
+    initial_checkpoint_dir: Path | None = None,
+    resume: bool | Literal["auto"] | Path = False,
     data: DataArgs = DataArgs(),
     train: TrainArgs = TrainArgs(),
     eval: EvalArgs = EvalArgs(),
     log: LogArgs = LogArgs(),
-    optimizer: Union[str, dict] = "AdamW",
-    devices: Union[int, str] = "auto",
+    optimizer: str | dict = "AdamW",
+    devices: int | str = "auto",
     num_nodes: int = 1,
     accelerator: str = "auto",
     strategy: str = "auto",
-    tokenizer_dir: Optional[Path] = None,
+    tokenizer_dir: Path | None = None,
     logger_name: str = "tensorboard",
     seed: int = 42,
-    num_threads: Optional[int] = None,
-    compile: Union[bool, Literal["auto"]] = "auto",
+    num_threads: int | None = None,
+    compile: bool | Literal["auto"] = "auto",
     activation_checkpointing: bool = False,
     growth: GrowthArgs = GrowthArgs(),
-    rms_monitor: Optional[RMSMonitorArgs] = RMSMonitorArgs(),
-    plugins: Optional[Union[list[str], str]] = None,
+    rms_monitor: RMSMonitorArgs | None = RMSMonitorArgs(),
+    plugins: list[str] | str | None = None,
 ) -> None:
     """Pretrain a litgpt model on Lightning's Trainer, growing its width mid-run (SPARKLING).
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Optional, cast
+from typing import Any, cast
 
 from lightning_sparkling.growth.schedules import build_schedule, check_growth_before_decay, schedule_kind
 from lightning_sparkling.growth.stage import GrowthStage, StageError, check_rewarmup_fits
@@ -217,7 +217,7 @@ def _check_stage_sequence(stages: list[GrowthStage]) -> None:
         raise ConfigError(f"growth.stages[{err.stage}].{err.key}", str(err)) from err
 
 
-def lr_decay_start(train: TrainArgs, steps: int) -> Optional[int]:
+def lr_decay_start(train: TrainArgs, steps: int) -> int | None:
     """The first step of the decay phase of a run of ``steps`` optimizer steps under a schedule with a stable phase
     (``wsd``; ``None`` under one without, ``cosine``), as ``LitGPTPretrainModule`` builds it (the schedule registry,
     warmup by :func:`~lightning_sparkling.pretrain.model.optim.warmup_steps`)."""

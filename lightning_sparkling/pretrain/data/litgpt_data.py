@@ -20,7 +20,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from lightning_sparkling.pretrain.errors import ConfigError, MissingInputError
 
@@ -84,7 +84,7 @@ def _init_args_parser(cls: type):
     return parser
 
 
-def check_data_init_args(cls: type, init_args: Optional[dict]) -> dict:
+def check_data_init_args(cls: type, init_args: dict | None) -> dict:
     """``data.init_args`` checked against ``cls``'s signature (types, unknown and missing keys), as jsonargparse
     reads them for litgpt; returns them as given (``dict``).
 
@@ -134,7 +134,7 @@ def needs_tokenizer(cls: type) -> bool:
     return cls.__module__.startswith("litgpt.data") and cls.__name__ in _TOKENIZING
 
 
-def instantiate_data(cls: type, init_args: Optional[dict]) -> Any:
+def instantiate_data(cls: type, init_args: dict | None) -> Any:
     """``cls(**init_args)``, the types converted as litgpt's CLI converts them (jsonargparse)."""
     parser = _init_args_parser(cls)
     return parser.instantiate_classes(parser.parse_object({"data": dict(init_args or {})})).data
@@ -160,7 +160,7 @@ def load_tokenizer(tokenizer_dir: Path) -> Any:
     _check_tokenizer_config(Path(tokenizer_dir) / "tokenizer_config.json")
     try:
         return Tokenizer(tokenizer_dir)
-    except Exception as err:  # noqa: BLE001 - tokenizers / json / litgpt raise anything on a bad folder
+    except Exception as err:
         raise ConfigError("tokenizer_dir", f"litgpt's Tokenizer cannot load {str(tokenizer_dir)!r} "
                                            f"({type(err).__name__}: {err}): fix its tokenizer.json, "
                                            "tokenizer_config.json or generation_config.json, or give another "
@@ -204,7 +204,7 @@ def check_special_token(tokenizer: Any, tokenizer_dir: Path | None, kind: str, w
 
 
 # ----------------------------------------------------------------------------------------------------------- data paths
-def check_litgpt_data(cls: type, init_args: Optional[dict], tokenizer: Any, tokenizer_dir: Optional[Path]) -> None:
+def check_litgpt_data(cls: type, init_args: dict | None, tokenizer: Any, tokenizer_dir: Path | None) -> None:
     """Check, before anything starts, what litgpt's data module ``cls`` will need once the run has started: the
     folders it reads (``TextFiles``' ``*.txt``, ``LitData`` / ``TinyLlama`` / ``MicroLlama``'s litdata folders) and
     the special token its ``tokenize`` adds (when it still has to tokenize: no prepared ``train/``/``val/``).
@@ -217,7 +217,7 @@ def check_litgpt_data(cls: type, init_args: Optional[dict], tokenizer: Any, toke
         return
     try:
         module = instantiate_data(cls, init_args)
-    except Exception as err:  # noqa: BLE001 - the module's own __post_init__ checks
+    except Exception as err:
         raise ConfigError("data.init_args", f"{cls.__name__} rejects them: {err}") from err
     check = {"TextFiles": _check_text_files, "LitData": _check_lit_data, "TinyLlama": _check_tiny_llama,
              "MicroLlama": _check_tiny_llama}.get(cls.__name__)

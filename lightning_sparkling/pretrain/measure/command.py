@@ -243,7 +243,7 @@ def describe(result: dict) -> str:
     """The lines ``sparkling measure`` ends with: speed-up at equal loss (± sd from 2 seeds), Δ at equal FLOPs,
     wall-clock time to the same loss, per seed."""
     cell = result["cells"][0]
-    sd = lambda v: f" ± {v:.2f}" if cell["seeds"] >= 2 else ""  # noqa: E731
+    sd = lambda v: f" ± {v:.2f}" if cell["seeds"] >= 2 else ""
     outside = ", ".join(str(s["speedup"]) for s in result["per_seed"].values() if isinstance(s["speedup"], str))
     speed = (f"speed-up at equal loss {cell['speedup']:.2f}x{sd(cell['speedup_sd'])}" if cell["speedup"] is not None
              else f"speed-up at equal loss outside the budgets ({outside})")

@@ -23,7 +23,8 @@ import re
 import secrets
 import shutil
 from pathlib import Path
-from typing import IO, Any, Callable, Optional
+from typing import IO, Any
+from collections.abc import Callable
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy
@@ -63,7 +64,7 @@ def _open_temporary(path: Path) -> tuple[Path, int]:
             continue
 
 
-def atomic_save(obj: Any, path: Path, write: Optional[Callable[[Any, IO[bytes]], object]] = None) -> None:
+def atomic_save(obj: Any, path: Path, write: Callable[[Any, IO[bytes]], object] | None = None) -> None:
     """Write ``obj`` to ``path`` atomically: into a temporary file in the same folder, flushed to disk, then
     ``os.replace``-d onto ``path``. Killed at any point, ``path`` is either its old content (or absent) or the
     complete new one; on an exception the temporary file is removed.
@@ -89,7 +90,7 @@ def atomic_save(obj: Any, path: Path, write: Optional[Callable[[Any, IO[bytes]],
     _fsync_dir(path.parent)
 
 
-def orphaned_original(path: Path) -> Optional[Path]:
+def orphaned_original(path: Path) -> Path | None:
     """For a swapped-aside checkpoint ``.<name>.old-<hex>`` whose ``<name>`` no longer exists (a kill between the two
     renames of :func:`publish_dir`), the path it belongs at; else ``None``. It is then the only copy of that
     checkpoint, complete."""
@@ -149,7 +150,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     previous checkpoints intact and at most a hidden ``.<name>.<hex>.tmp`` (removed by the next write). Remote
     (fsspec URL) paths are written by ``TorchCheckpointIO``."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         """Save ``checkpoint`` to ``path`` atomically (see the class)."""
         if storage_options is not None or not _is_local(path):
             return super().save_checkpoint(checkpoint, path, storage_options=storage_options)
@@ -173,7 +174,7 @@ class _AtomicShardedSave:
     the target, and once all are done rank 0 renames it into place (:func:`publish_dir`). Full-file checkpoints go
     through the strategy's ``checkpoint_io`` (:class:`AtomicCheckpointIO` in the CLI)."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
         """Save ``checkpoint`` to the directory ``filepath`` atomically (see the class)."""
         if storage_options is not None or not _writes_sharded(self) or not _is_local(filepath):
             return super().save_checkpoint(checkpoint, filepath, storage_options)  # type: ignore[misc]

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Optional
+from typing import Any
 
 from lightning_sparkling.pretrain.errors import ConfigError
 
 __all__ = ["model_config_from", "model_name_to_look_up"]
 
 
-def model_name_to_look_up(model_name: Optional[str], model_config: Optional[dict], notes: list[str]) -> Optional[str]:
+def model_name_to_look_up(model_name: str | None, model_config: dict | None, notes: list[str]) -> str | None:
     """The ``model_name`` a run looks up, as litgpt's ``pretrain.setup`` (``Config.from_name(model_name) if
     model_config is None else model_config``): a given ``model_config`` wins over a name that is not litgpt's (the
     ``stories15M`` of litgpt's ``config_hub/pretrain/tinystories.yaml``, whose ``model_config`` is the whole model),
@@ -49,7 +49,7 @@ def model_name_to_look_up(model_name: Optional[str], model_config: Optional[dict
     return model_name
 
 
-def model_config_from(model_name: Optional[str], model_config: Optional[dict], *, vocab_size: Optional[int],
+def model_config_from(model_name: str | None, model_config: dict | None, *, vocab_size: int | None,
                       seq_len: int):
     """The litgpt ``Config`` a run starts from: ``Config.from_name(model_name, **model_config)`` or
     ``Config(**model_config)``; ``vocab_size`` (and the derived ``padded_vocab_size``) from the tokenizer unless
@@ -116,8 +116,8 @@ def _config_rejection(err: BaseException) -> tuple[str, str]:
                  + ": fix those model_config fields (see litgpt's Config)")
 
 
-def _initial_model_config(saved: Any, shapes: dict[str, tuple[int, ...]], model_name: Optional[str],
-                          model_config: Optional[dict]):
+def _initial_model_config(saved: Any, shapes: dict[str, tuple[int, ...]], model_name: str | None,
+                          model_config: dict | None):
     """The starting ``Config`` of a run from ``initial_checkpoint_dir``: the checkpoint's own, or (litgpt's way)
     ``model_name`` / ``model_config`` (``model_config`` alone overrides fields of the checkpoint's config), which must
     then build exactly the checkpoint's parameters."""

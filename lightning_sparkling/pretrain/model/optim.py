@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -81,7 +81,7 @@ def is_muon(cls: type) -> bool:
     return (muon is not None and issubclass(cls, muon)) or cls.__name__ == "Muon"
 
 
-def normalize_optimizer(spec: Any) -> Union[str, dict]:
+def normalize_optimizer(spec: Any) -> str | dict:
     """litgpt's optimizer spec as ``"Name"`` or ``{"class_path": ..., "init_args": {...}}``. Keys given next to
     ``class_path`` (what ``--optimizer.lr 0.01`` or ``--optimizer.init_args.lr 0.01`` produce on the command line)
     are moved into ``init_args``; their values are parsed as YAML (``"0.01"`` -> ``0.01``)."""
@@ -103,7 +103,7 @@ def normalize_optimizer(spec: Any) -> Union[str, dict]:
     return {"class_path": class_path, "init_args": init_args}
 
 
-def _optimizer_info(spec: Union[str, dict]) -> tuple[str, bool, float]:
+def _optimizer_info(spec: str | dict) -> tuple[str, bool, float]:
     """``(class name, is Muon, peak lr)``: the optimizer is built on a dummy parameter so that a wrong class or
     ``init_args`` fails here, naming the key."""
     try:
@@ -122,13 +122,13 @@ def _optimizer_info(spec: Union[str, dict]) -> tuple[str, bool, float]:
     return cls.__name__, is_muon(cls), lr
 
 
-def _optimizer_defaults(spec: Union[str, dict]) -> dict[str, Any]:
+def _optimizer_defaults(spec: str | dict) -> dict[str, Any]:
     """The hyperparameters (``defaults``) of the optimizer ``spec`` builds (already checked by ``_optimizer_info``)."""
     cls, init_args = resolve_optimizer(spec)
     return dict(cls([torch.nn.Parameter(torch.zeros(2, 2))], **init_args).defaults)
 
 
-def _check_fresh_bias_correction(stages: list[GrowthStage], spec: Union[str, dict], optimizer_name: str,
+def _check_fresh_bias_correction(stages: list[GrowthStage], spec: str | dict, optimizer_name: str,
                                  uses_muon: bool) -> None:
     """``bias_correction: fresh`` redoes Adam's bias correction: refuse it for an optimizer without ``betas``."""
     fresh = next((k for k, s in enumerate(stages) if s.bias_correction == "fresh"), None)

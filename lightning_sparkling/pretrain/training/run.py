@@ -179,7 +179,7 @@ def _fit(trainer: Any, module: Any, datamodule: Any, run: ResolvedRun, on_interr
             raise
         failure = on_interrupt.exception
         err.__suppress_context__ = True
-    except Exception as err:  # noqa: BLE001 - re-raised by _pretrain, after the checkpoint and summary
+    except Exception as err:
         failure = err
     finally:
         _restore_sigint()

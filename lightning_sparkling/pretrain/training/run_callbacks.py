@@ -49,6 +49,7 @@ class TokenCounter(pl.Callback):
         self._key: tuple | None = None
         self.train_losses: dict[int, list[float]] = {}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"flops": self.flops, "step": self.step}
 
@@ -342,7 +343,7 @@ class InterruptCheckpoint(pl.Callback):
             self._saving = True
             try:
                 trainer.save_checkpoint(path, weights_only=False)
-            except Exception as err:  # noqa: BLE001 - report, keep the original error
+            except Exception as err:
                 _info(f"could not save a checkpoint of step {step} ({type(err).__name__}: {err})")
                 return
             finally:

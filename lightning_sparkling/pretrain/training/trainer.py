@@ -130,7 +130,7 @@ def _build_callbacks(run: ResolvedRun, datamodule: Any, hparams_yaml: str,
     if run.rms_monitor is not None:
         callbacks.append(ActivationRMSMonitor(every_n_steps=run.rms_monitor.every_n_steps,
                                               per_linear=run.rms_monitor.per_linear))
-    tokenizer_dir = lambda: getattr(datamodule, "tokenizer_dir", None) or run.tokenizer_dir  # noqa: E731
+    tokenizer_dir = lambda: getattr(datamodule, "tokenizer_dir", None) or run.tokenizer_dir
     if run.eval.max_new_tokens:
         callbacks.append(cb.SampleGeneration(tokenizer_dir(), run.eval.max_new_tokens, run.eval.evaluate_example))
     exporter = cb.LitGPTExport(out_dir, run.train.save_interval, tokenizer_dir, hparams_yaml)
