@@ -51,7 +51,7 @@ from lightning_sparkling.growth.optim_state import check_optimizer_supported
 from lightning_sparkling.growth.plan import GrowthPlan, plan_growth
 from lightning_sparkling.growth.recipes import (AUTO, check_same_stages, recipe_line, resolve_recipe, schedule_of,
                                                 schedule_recipe)
-from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord, growth_state
+from lightning_sparkling.growth.record import GROWTH_STATE_KEY, StageRecord
 from lightning_sparkling.growth.stage import (WIDTH_SIZE_KEYS, GrowthStage, check_rewarmup_fits, check_stage_order,
                                               check_stage_sequence, resolve_timing)
 from lightning_sparkling.growth.surgery import GrowthResult
@@ -168,18 +168,6 @@ class GrowthCallback(Callback):
     def state_key(self) -> str:
         """The ``checkpoint["callbacks"]`` key of this callback's state: ``"GrowthCallback"``."""
         return GROWTH_STATE_KEY
-
-    @override
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
-        """Lightning loads a callback's state by its :attr:`state_key` right after this hook: a checkpoint written
-        before issue 47 keeps the state under ``"WidthGrowthCallback"``
-        (:data:`~lightning_sparkling.growth.record.FORMER_GROWTH_STATE_KEYS`), put under the current key here."""
-        callbacks = checkpoint.get("callbacks")
-        if callbacks is not None and self.state_key not in callbacks:
-            state = growth_state(callbacks)
-            if state is not None:
-                callbacks[self.state_key] = state
 
     @property
     def grown_stages(self) -> int:
