@@ -5,10 +5,13 @@
   and ``state_dict`` keys stay plain). ``per_block=True`` compiles each block's forward instead, as torchtitan does
   under FSDP2 (``fully_shard``'s hooks stay outside the compiled code).
 - :func:`recompile_after_growth`: a growth gives the model new parameter shapes (and, for depth, new blocks). The
-  compiled graphs of the old shapes would only fail their guards and pile up next to the new ones (automatic dynamic
-  shapes may even recompile the new ones with symbolic sizes), so every graph is dropped
-  (``torch.compiler.reset()``) and the first call after the growth compiles the grown shapes afresh. New blocks of a
-  per-block compiled model are compiled like the old ones.
+  compiled graphs of the old shapes would only fail their guards and pile up next to the new ones (up to dynamo's
+  ``recompile_limit`` per code object, after which the frame runs eagerly), so the graphs of the frames the model's
+  compiled code runs are dropped (dynamo keeps them on the code object: ``GPT.forward`` compiled whole, the block's
+  forward compiled per block; ``remove_from_cache``) and the first call after the growth compiles the grown shapes.
+  Nothing else is dropped: a function the user compiled elsewhere keeps its graphs (``torch.compiler.reset()`` would
+  drop them all). New blocks of a per-block compiled model are compiled like the old ones; per block, the blocks share
+  one compiled graph, so a depth growth compiles nothing new and a width growth one block's graph.
 - :func:`eager`: a context under which compiled code runs eagerly (``torch.compiler.set_stance("force_eager")``):
   the growth's loss check, the RMS monitor's logging steps and the sample generation use it, so that none of them
   compiles a graph of its own.
@@ -28,16 +31,23 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-__all__ = ["compile_gpt", "eager", "is_compiled", "recompile_after_growth"]
+__all__ = ["compile_gpt", "compiled_codes", "compiled_scope", "eager", "is_compiled", "recompile_after_growth"]
 
 #: attribute of a per-block compiled forward holding its ``torch.compile`` options (to compile new blocks alike)
 _OPTIONS = "_sparkling_compile_options"
+#: attribute of a per-block compiled forward holding its block's parameter shapes when its graphs were last kept
+_SHAPES = "_sparkling_compiled_shapes"
+
+
+def _shapes(block: nn.Module) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple((name, tuple(p.shape)) for name, p in block.named_parameters())
 
 
 def _block_compiled(block: nn.Module) -> bool:
@@ -48,10 +58,21 @@ def is_compiled(module: nn.Module) -> bool:
     """Whether ``module`` or one of its submodules runs compiled code: ``nn.Module.compile()``, an
     ``OptimizedModule`` (``torch.compile(module)``), a block compiled by :func:`compile_gpt` (``per_block=True``), or a
     LightningModule given to ``trainer.fit`` compiled (Lightning's ``_compiler_ctx``)."""
-    if getattr(module, "_compiler_ctx", None):
-        return True
-    return any(getattr(m, "_compiled_call_impl", None) is not None or isinstance(m, torch._dynamo.OptimizedModule)
-               or _block_compiled(m) for m in module.modules())
+    return any(_compiled_here(m) for m in module.modules())
+
+
+def compiled_scope(module: nn.Module) -> str | None:
+    """How ``module`` is compiled: ``"whole"`` (a module compiled as one graph: ``model.compile()``,
+    ``torch.compile(model)``, a compiled LightningModule), ``"blocks"`` (only blocks compiled by :func:`compile_gpt`
+    with ``per_block=True``), ``None`` (nothing compiled)."""
+    if not is_compiled(module):
+        return None
+    return "blocks" if all(_block_compiled(m) for m in module.modules() if _compiled_here(m)) else "whole"
+
+
+def _compiled_here(module: nn.Module) -> bool:
+    return bool(getattr(module, "_compiler_ctx", None) or getattr(module, "_compiled_call_impl", None) is not None
+                or isinstance(module, torch._dynamo.OptimizedModule) or _block_compiled(module))
 
 
 def compile_gpt(model: nn.Module, *, per_block: bool = False, **options: Any) -> nn.Module:
@@ -89,18 +110,69 @@ def _compile_blocks(model: nn.Module, options: dict[str, Any]) -> list[int]:
         if not _block_compiled(block):
             forward = torch.compile(block.forward, **options)  # the instance's forward: checkpointed if it is
             setattr(forward, _OPTIONS, dict(options))
+            setattr(forward, _SHAPES, _shapes(block))
             block.forward = forward
             compiled.append(i)
     return compiled
 
 
-def recompile_after_growth(module: nn.Module, gpt: nn.Module | None = None) -> bool:
-    """Drop every compiled graph after a growth, so that the next call compiles the grown shapes; compile the new
-    blocks of a per-block compiled ``gpt`` like its old ones. A no-op (``False``) when nothing in ``module`` is
-    compiled.
+def compiled_codes(module: nn.Module, changed: set[nn.Module] | None = None) -> set[types.CodeType]:
+    """The code objects whose frames the compiled parts of ``module`` run, where dynamo keeps their graphs: the
+    ``forward`` of a module compiled whole (``nn.Module.compile()``, ``torch.compile(module)``, a LightningModule
+    compiled for ``trainer.fit``: also its ``*_step`` methods), the function compiled per block.
 
-    ``torch.compiler.reset()`` drops the compiled code of the whole process, not only the model's: anything else a
-    user compiled recompiles at its next call too.
+    Frames that a graph break inside the compiled code starts are not among them (their graphs stay until their
+    guards fail; ``torch.compiler.reset()`` drops them). Another module of the same class compiled in the same
+    process (a second litgpt ``GPT``) shares these code objects.
+
+    Args:
+        module: the module (a LightningModule or the GPT).
+        changed: count a per-block compiled block only when in ``changed`` (``None``: every one).
+
+    Returns:
+        the code objects.
+
+    Example::
+
+        >>> from litgpt import GPT, Config
+        >>> model = compile_gpt(GPT(Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32)), backend="eager")
+        >>> [code.co_qualname for code in compiled_codes(model)]
+        ['GPT.forward']
+    """
+    codes: set[types.CodeType] = set()
+    for m in module.modules():
+        ctx = getattr(m, "_compiler_ctx", None)
+        if ctx:  # Lightning's: the original forward and step methods, each compiled
+            codes.update(f.__code__ for key, f in ctx.items() if key.startswith("original_") and callable(f))
+        if getattr(m, "_compiled_call_impl", None) is not None:
+            codes.add(type(m).forward.__code__)  # dynamo skips nn.Module's call machinery: the forward is compiled
+        if isinstance(m, torch._dynamo.OptimizedModule):
+            codes.add(type(m._orig_mod).forward.__code__)
+        if _block_compiled(m) and (changed is None or m in changed):
+            codes.add(_compiled_function(m.__dict__["forward"]).__code__)
+    return codes
+
+
+def _reshaped_blocks(module: nn.Module) -> set[nn.Module]:
+    """The per-block compiled blocks whose parameter shapes differ from those their graphs were compiled for (a width
+    growth's; a depth growth's new blocks have the old shapes, so the old blocks' graph serves them)."""
+    return {m for m in module.modules() if _block_compiled(m) and getattr(m.forward, _SHAPES, None) != _shapes(m)}
+
+
+def _compiled_function(compiled: Any) -> Any:
+    """The function ``torch.compile`` was given (a bound method's function)."""
+    original = getattr(compiled, "_torchdynamo_orig_callable", compiled)
+    return getattr(original, "__func__", original)
+
+
+def recompile_after_growth(module: nn.Module, gpt: nn.Module | None = None) -> bool:
+    """Drop the compiled graphs of ``module`` after a growth (:func:`compiled_codes`), so that the next call compiles
+    the grown shapes; compile the new blocks of a per-block compiled ``gpt`` like its old ones. A no-op (``False``)
+    when nothing in ``module`` is compiled.
+
+    Per block, the graphs are dropped only where a block's parameter shapes changed (a depth growth's new blocks run
+    the old blocks' graph). Graphs compiled for other code stay: a function the user compiled elsewhere does not
+    recompile.
 
     Args:
         module: the LightningModule (or any module holding the GPT).
@@ -111,7 +183,11 @@ def recompile_after_growth(module: nn.Module, gpt: nn.Module | None = None) -> b
     """
     if not is_compiled(module):
         return False
-    torch.compiler.reset()
+    reshaped = _reshaped_blocks(module)
+    for code in compiled_codes(module, changed=reshaped):
+        torch._dynamo.eval_frame.remove_from_cache(code)
+    for block in reshaped:
+        setattr(block.forward, _SHAPES, _shapes(block))
     if gpt is not None:
         options = next((getattr(b.__dict__["forward"], _OPTIONS) for b in gpt.transformer.h if _block_compiled(b)),
                        None)

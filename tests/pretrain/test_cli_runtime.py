@@ -15,14 +15,14 @@ import pytest
 import torch
 
 from lightning_sparkling.pretrain.cli import main
-from lightning_sparkling.pretrain.config.resolve import _resolve_runtime
+from lightning_sparkling.pretrain.config.resolve import _compile_scope, _resolve_runtime
 from lightning_sparkling.pretrain.errors import ConfigError
 from test_bad_input import refused
 from test_cli import _tb_scalars, tiny_config, write_config
 
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("compile", "maybe", "compile: 'maybe' is not a valid value: expected bool or auto"),
+    ("compile", "maybe", "compile: 'maybe' is not a valid value: expected bool or auto or whole"),
     ("activation_checkpointing", "sometimes",
      "activation_checkpointing: 'sometimes' is not a valid value: expected bool"),
 ])
@@ -40,6 +40,24 @@ def test_bad_values_are_refused_before_anything_starts(tmp_path, capsys, key, va
 def test_compile_auto_is_on_for_cuda_only(given, accelerator, strategy, expected):
     notes: list[str] = []
     assert _resolve_runtime({"compile": given}, accelerator, strategy, notes) == expected
+
+
+@pytest.mark.parametrize("given, strategy, expected", [
+    (True, "auto", "blocks"), ("auto", "ddp", "blocks"), ("whole", "auto", "whole"), ("whole", "ddp", "whole"),
+    (True, "fsdp2", "blocks"),
+])
+def test_compile_true_is_per_block_and_whole_the_whole_gpt(given, strategy, expected):
+    assert _resolve_runtime({"compile": given}, "cuda", strategy, []) == (True, False)
+    assert _compile_scope({"compile": given}, strategy) == expected
+
+
+def test_compile_whole_is_refused_under_fsdp2(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="compile: whole is not supported with strategy 'fsdp2'.*use compile: true"):
+        _compile_scope({"compile": "whole"}, "fsdp2")
+    config = tiny_config(tmp_path / "cache")
+    config.update(compile="whole", strategy="fsdp2", devices=1, accelerator="cpu")
+    line = refused(capsys, tmp_path, config)
+    assert "compile: whole is not supported with strategy 'fsdp2'" in line
 
 
 def test_fsdp1_refuses_both_and_auto_notes_it():

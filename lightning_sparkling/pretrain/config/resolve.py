@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 
 from lightning_sparkling.growth.schedules import DECAY_SHAPES, SCHEDULES
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.parallel.registry import cli_backend, registered_backends
+from lightning_sparkling.parallel.registry import backend_class, cli_backend, registered_backends
 from lightning_sparkling.pretrain.config import litgpt_compat
 from lightning_sparkling.pretrain.config.resume import _newest_to_resume, check_resume_checkpoint
 from lightning_sparkling.pretrain.config.schema import (PRECISIONS, DataArgs, EvalArgs, GrowthArgs, LogArgs,
@@ -73,6 +73,7 @@ class ResolvedRun:
     log: Any = None  # LogArgs
     plans: list[Any] = field(default_factory=list)  # the GrowthPlan of each stage, planned once by resolve()
     compile: bool = False  # torch.compile the GPT (``compile: auto`` resolved)
+    compile_scope: str = "blocks"  # each block compiled, or the whole GPT as one graph (``compile: whole``)
     activation_checkpointing: bool = False
 
     @property
@@ -106,6 +107,7 @@ def resolve(ns: Any) -> ResolvedRun:
     strategy, num_nodes, accelerator, num_devices, world, precision = _resolve_hardware(ns, notes)
     notes += _cpu_processes_note(accelerator, num_devices, _get(ns, "num_threads"))
     compile_model, checkpointing = _resolve_runtime(ns, accelerator, strategy, notes)
+    compile_scope = _compile_scope(ns, strategy)
     logger_name = _check_litgpt_keys(ns, train, evaluation, log, notes)
     initial_dir, initial_config, initial_shapes, initial_weights = _read_initial_checkpoint(ns)
     data_class, tokenizer_dir, data_vocab = _resolve_data(ns, data, train, initial_dir, initial_config, notes)
@@ -139,7 +141,7 @@ def resolve(ns: Any) -> ResolvedRun:
         seed=int(_get(ns, "seed", 42)), num_threads=_get(ns, "num_threads"), notes=notes,
         initial_checkpoint_dir=initial_dir if resume_path is None else None,
         initial_weights=initial_weights if resume_path is None else None, logger_name=logger_name, log=log,
-        plans=plans, compile=compile_model, activation_checkpointing=checkpointing,
+        plans=plans, compile=compile_model, compile_scope=compile_scope, activation_checkpointing=checkpointing,
     )
 
 
@@ -197,8 +199,9 @@ def _resolve_runtime(ns: Any, accelerator: str, strategy: str, notes: list[str])
     with a note) under a strategy whose registered backend does not support it (FSDP1's)."""
     compile_model = _get(ns, "compile", "auto")
     checkpointing = _get(ns, "activation_checkpointing", False)
-    if compile_model not in (True, False, "auto"):
-        raise ConfigError("compile", f"expected auto, true or false, got {compile_model!r}")
+    if compile_model not in (True, False, "auto", "whole"):
+        raise ConfigError("compile", f"expected auto, true, false or whole, got {compile_model!r}")
+    compile_model = True if compile_model == "whole" else compile_model
     if not isinstance(checkpointing, bool):
         raise ConfigError("activation_checkpointing", f"expected true or false, got {checkpointing!r}")
     entry = cli_backend(strategy)
@@ -212,6 +215,18 @@ def _resolve_runtime(ns: Any, accelerator: str, strategy: str, notes: list[str])
             notes.append(f"compile: auto is off under {_named(entry)}; use "
                          f"{_strategy_choices(lambda e: e.supports('compile'))} to compile")
     return bool(compile_model), checkpointing
+
+
+def _compile_scope(ns: Any, strategy: str) -> str:
+    """``"whole"`` for ``compile: whole`` (refused under a backend that compiles per block: FSDP2's sharded blocks),
+    ``"blocks"`` otherwise (``compile: true`` and ``auto``: each block compiled, the blocks sharing one graph)."""
+    if _get(ns, "compile", "auto") != "whole":
+        return "blocks"
+    entry = cli_backend(strategy)
+    if entry is not None and backend_class(entry).compile_per_block:
+        raise ConfigError("compile", f"whole is not supported with {_named(entry)}: its blocks are sharded and "
+                                     "compiled one by one; use compile: true")
+    return "whole"
 
 
 def _cpu_cores() -> int:
