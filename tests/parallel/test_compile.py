@@ -55,7 +55,7 @@ class Losses(L.Callback):
         self.losses.append(float(outputs["loss"]))
 
 
-def fit(compile, stages=(), max_steps=4, accumulate=1, monitor=None, tmp_path=None, scope="blocks", extra=(),
+def fit(compile, stages=(), max_steps=4, accumulate=1, monitor=None, tmp_path=None, scope="whole", extra=(),
         **trainer_kwargs):
     torch.manual_seed(0)
     data = torch.utils.data.DataLoader(torch.randint(0, 64, (4 * max_steps * accumulate, 17)), batch_size=4)
@@ -194,10 +194,10 @@ def test_compile_gpt_whole_or_per_block_and_trainer_users():
     assert is_compiled(torch.nn.Sequential(torch.compile(GPT(tiny_config()), backend="eager")))
 
 
-def test_the_module_compiles_per_block_by_default_and_refuses_whole_under_fsdp2():
+def test_the_module_compiles_whole_by_default_and_per_block_when_asked():
     from types import SimpleNamespace
 
-    from lightning.pytorch.strategies import ModelParallelStrategy, SingleDeviceStrategy
+    from lightning.pytorch.strategies import SingleDeviceStrategy
 
     def prepared(**kwargs):
         module = LitGPTPretrainModule(tiny_config(), compile={"backend": "eager"}, **kwargs)
@@ -205,14 +205,9 @@ def test_the_module_compiles_per_block_by_default_and_refuses_whole_under_fsdp2(
         module.configure_model()
         return module.model
 
-    assert compiled_scope(prepared()) == "blocks" and compiled_scope(prepared(compile_scope="whole")) == "whole"
-    with pytest.raises(ValueError, match="compile_scope='parts' must be one of blocks, whole"):
+    assert compiled_scope(prepared()) == "whole" and compiled_scope(prepared(compile_scope="blocks")) == "blocks"
+    with pytest.raises(ValueError, match="compile_scope='parts' must be one of whole, blocks"):
         LitGPTPretrainModule(tiny_config(), compile=True, compile_scope="parts")
-    module = LitGPTPretrainModule(tiny_config(), compile=True, compile_scope="whole")
-    module._trainer = SimpleNamespace(strategy=ModelParallelStrategy())
-    with pytest.raises(ValueError, match="compile_scope='whole' is not supported under ModelParallelStrategy"):
-        module.configure_model()
-    assert not is_compiled(module.model)  # refused before anything was compiled
 
 
 class RecordingMonitor(ActivationRMSMonitor):
@@ -256,7 +251,7 @@ def test_inductor_growth_rms_and_logits(tmp_path):
     monitor, eager_monitor = RecordingMonitor(every_n_steps=2), RecordingMonitor(every_n_steps=2)
     module, losses, growth = fit(True, STAGES, max_steps=5, monitor=monitor, tmp_path=tmp_path / "c")
     reference, eager_losses, _ = fit(False, STAGES, max_steps=5, monitor=eager_monitor, tmp_path=tmp_path / "e")
-    assert compiled_scope(module.model) == "blocks" and growth.summaries[0]["compile_scope"] == "blocks"
+    assert module.model._compiled_call_impl is not None and growth.summaries[0]["compile_scope"] == "whole"
     assert losses == pytest.approx(eager_losses, rel=1e-4)
     assert_same_rms(monitor, eager_monitor, rel=1e-4)  # step 4 follows a compiled step of the grown model
     x = torch.randint(0, 64, (4, 16))

@@ -22,7 +22,7 @@ from test_cli import _tb_scalars, tiny_config, write_config
 
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("compile", "maybe", "compile: 'maybe' is not a valid value: expected bool or auto or whole"),
+    ("compile", "maybe", "compile: 'maybe' is not a valid value: expected bool or auto or blocks"),
     ("activation_checkpointing", "sometimes",
      "activation_checkpointing: 'sometimes' is not a valid value: expected bool"),
 ])
@@ -43,21 +43,23 @@ def test_compile_auto_is_on_for_cuda_only(given, accelerator, strategy, expected
 
 
 @pytest.mark.parametrize("given, strategy, expected", [
-    (True, "auto", "blocks"), ("auto", "ddp", "blocks"), ("whole", "auto", "whole"), ("whole", "ddp", "whole"),
-    (True, "fsdp2", "blocks"),
+    (True, "auto", "whole"), ("auto", "ddp", "whole"), ("blocks", "auto", "blocks"), ("blocks", "ddp", "blocks"),
+    (True, "fsdp2", "blocks"), ("blocks", "fsdp2", "blocks"),
 ])
-def test_compile_true_is_per_block_and_whole_the_whole_gpt(given, strategy, expected):
+def test_compile_true_is_the_whole_gpt_and_blocks_per_block(given, strategy, expected):
     assert _resolve_runtime({"compile": given}, "cuda", strategy, []) == (True, False)
     assert _compile_scope({"compile": given}, strategy) == expected
 
 
-def test_compile_whole_is_refused_under_fsdp2(tmp_path, capsys):
-    with pytest.raises(ConfigError, match="compile: whole is not supported with strategy 'fsdp2'.*use compile: true"):
-        _compile_scope({"compile": "whole"}, "fsdp2")
-    config = tiny_config(tmp_path / "cache")
-    config.update(compile="whole", strategy="fsdp2", devices=1, accelerator="cpu")
-    line = refused(capsys, tmp_path, config)
-    assert "compile: whole is not supported with strategy 'fsdp2'" in line
+def test_compile_blocks_reaches_the_module(tmp_path):
+    from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.training.run import build_module
+
+    config = write_config(tmp_path / "c.yaml", dict(tiny_config(tmp_path / "cache"), compile="blocks"))
+    _, run, _ = parse(["--config", str(config), "--out_dir", str(tmp_path / "o")])
+    assert run.compile and run.compile_scope == "blocks"
+    module = build_module(run)
+    assert module.compile_options == {} and module.compile_scope == "blocks"
 
 
 def test_fsdp1_refuses_both_and_auto_notes_it():

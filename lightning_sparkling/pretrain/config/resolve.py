@@ -73,7 +73,7 @@ class ResolvedRun:
     log: Any = None  # LogArgs
     plans: list[Any] = field(default_factory=list)  # the GrowthPlan of each stage, planned once by resolve()
     compile: bool = False  # torch.compile the GPT (``compile: auto`` resolved)
-    compile_scope: str = "blocks"  # each block compiled, or the whole GPT as one graph (``compile: whole``)
+    compile_scope: str = "whole"  # the whole GPT as one graph, or each block compiled (``compile: blocks``)
     activation_checkpointing: bool = False
 
     @property
@@ -199,9 +199,9 @@ def _resolve_runtime(ns: Any, accelerator: str, strategy: str, notes: list[str])
     with a note) under a strategy whose registered backend does not support it (FSDP1's)."""
     compile_model = _get(ns, "compile", "auto")
     checkpointing = _get(ns, "activation_checkpointing", False)
-    if compile_model not in (True, False, "auto", "whole"):
-        raise ConfigError("compile", f"expected auto, true, false or whole, got {compile_model!r}")
-    compile_model = True if compile_model == "whole" else compile_model
+    if compile_model not in (True, False, "auto", "blocks"):
+        raise ConfigError("compile", f"expected auto, true, false or blocks, got {compile_model!r}")
+    compile_model = True if compile_model == "blocks" else compile_model
     if not isinstance(checkpointing, bool):
         raise ConfigError("activation_checkpointing", f"expected true or false, got {checkpointing!r}")
     entry = cli_backend(strategy)
@@ -218,14 +218,11 @@ def _resolve_runtime(ns: Any, accelerator: str, strategy: str, notes: list[str])
 
 
 def _compile_scope(ns: Any, strategy: str) -> str:
-    """``"whole"`` for ``compile: whole`` (refused under a backend that compiles per block: FSDP2's sharded blocks),
-    ``"blocks"`` otherwise (``compile: true`` and ``auto``: each block compiled, the blocks sharing one graph)."""
-    if _get(ns, "compile", "auto") != "whole":
-        return "blocks"
+    """``"blocks"`` for ``compile: blocks`` and under a backend that compiles per block (FSDP2's sharded blocks),
+    ``"whole"`` otherwise (``compile: true`` and ``auto``: the whole GPT as one graph)."""
     entry = cli_backend(strategy)
-    if entry is not None and backend_class(entry).compile_per_block:
-        raise ConfigError("compile", f"whole is not supported with {_named(entry)}: its blocks are sharded and "
-                                     "compiled one by one; use compile: true")
+    if _get(ns, "compile", "auto") == "blocks" or (entry is not None and backend_class(entry).compile_per_block):
+        return "blocks"
     return "whole"
 
 

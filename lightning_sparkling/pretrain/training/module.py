@@ -94,8 +94,8 @@ def _check_runtime_supported(entry: Any, strategy: Any, compile: bool, activatio
                          f"{'it' if len(refused) == 1 else 'them'} off")
 
 
-#: ``compile_scope`` values: each block compiled (the default), the whole GPT as one graph
-COMPILE_SCOPES = ("blocks", "whole")
+#: ``compile_scope`` values: the whole GPT as one graph (the default), each block compiled
+COMPILE_SCOPES = ("whole", "blocks")
 
 
 # ---------------------------------------------------------------------------------------------------------- module
@@ -150,10 +150,10 @@ class LitGPTPretrainModule(L.LightningModule):
             ``torch.compile`` keyword arguments, e.g. ``{"backend": "aot_eager"}``), as ``compile_scope`` says; not
             under FSDP1 yet (refused in :meth:`configure_model`). A growth drops the model's compiled graphs and the
             next step compiles the grown shapes (:func:`~lightning_sparkling.parallel.compile.recompile_after_growth`).
-        compile_scope: ``"blocks"``: each block's forward compiled, the blocks sharing one graph (torchtitan's way; a
-            width growth recompiles one block's graph, a depth growth nothing); ``"whole"``: the whole GPT as one
-            graph (``litgpt pretrain``'s ``torch.compile(model)``; a growth recompiles all of it). FSDP2 compiles per
-            block either way; ``"whole"`` is refused there.
+        compile_scope: ``"whole"``: the whole GPT as one graph (``litgpt pretrain``'s ``torch.compile(model)``; a
+            growth recompiles all of it); ``"blocks"``: each block's forward compiled, the blocks sharing one graph
+            (torchtitan's way; a width growth recompiles one block's graph, a depth growth nothing; on CPU its steady
+            step is 5-11% slower, docs/BENCHMARKS.md). FSDP2 compiles per block either way.
         activation_checkpointing: recompute every block's activations in the backward
             (:func:`~lightning_sparkling.parallel.checkpoint_blocks`); a growth's new blocks are checkpointed too. Not
             under FSDP1 yet.
@@ -184,7 +184,7 @@ class LitGPTPretrainModule(L.LightningModule):
                  max_norm: float | None = 1.0, tie_embeddings: bool = False, seed: int = 42,
                  accumulate_grad_batches: int = 1, muon_adamw: dict | None = None, lr_schedule: str = "cosine",
                  lr_decay_fraction: float = 0.2, lr_decay_shape: str = "linear", compile: bool | dict = False,
-                 compile_scope: str = "blocks", activation_checkpointing: bool = False) -> None:
+                 compile_scope: str = "whole", activation_checkpointing: bool = False) -> None:
         super().__init__()
         config = _as_config(model_config)
         optimizer_cls, _ = resolve_optimizer(optimizer)  # validates the spec early
@@ -248,10 +248,7 @@ class LitGPTPretrainModule(L.LightningModule):
         backend = None if entry is None else backend_class(entry)
         if entry is not None:
             _check_runtime_supported(entry, strategy, self.compile_options is not None, self.activation_checkpointing)
-        must = backend is not None and backend.compile_per_block
-        if must and self.compile_options is not None and self.compile_scope == "whole":
-            raise ValueError(f"compile_scope='whole' is not supported under {type(strategy).__name__} (its blocks are "
-                             "sharded and compiled one by one): use compile_scope='blocks'")
+        must = backend is not None and backend.compile_per_block  # sharded blocks: fully_shard's hooks stay outside
         self._apply_runtime(per_block=must or self.compile_scope == "blocks")
         if backend is not None:
             self.model = backend.prepare_model(self, self.model)

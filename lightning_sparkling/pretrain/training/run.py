@@ -102,7 +102,7 @@ def _announce_run(run: ResolvedRun, run_plan: RunPlan) -> None:
     _info(f"{run.steps:,} steps x {run.tokens_per_step:,} tokens/step = {run.total_tokens:,} tokens; "
           f"micro_batch_size {run.micro_batch_size} x {run.world_size} device(s) x {run.accumulate} accumulation; "
           f"strategy {run.strategy}, precision {run.precision}, optimizer {run.optimizer_name} (lr {run.lr:g})"
-          + ((", compiled" + (" whole" if run.compile_scope == "whole" else " per block")) if run.compile else "")
+          + ((", compiled" + (" per block" if run.compile_scope == "blocks" else "")) if run.compile else "")
           + (", activation checkpointing" if run.activation_checkpointing else ""))
     planned = run_plan.compute
     active = (f" (active {' -> '.join(f'{p:,}' for p in planned.active_params)})"
