@@ -58,7 +58,12 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-from lightning_sparkling import ActivationRMSMonitor, GrowthCallback, GrowthStage, grow_model
+from lightning_sparkling import (
+    ActivationRMSMonitor,
+    GrowthCallback,
+    GrowthStage,
+    grow_model,
+)
 from lightning_sparkling.parallel.compile import compile_gpt, recompile_after_growth
 from lightning_sparkling.pretrain.model.gpt import build_gpt
 from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule

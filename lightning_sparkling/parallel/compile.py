@@ -3,7 +3,7 @@
 - :func:`compile_gpt` compiles the whole GPT in place (``nn.Module.compile``: the module's call is compiled, as
   ``litgpt pretrain``'s ``torch.compile(model)`` does, but without an ``OptimizedModule`` wrapper, so parameter names
   and ``state_dict`` keys stay plain). ``per_block=True`` compiles each block's forward instead, as torchtitan does
-  under FSDP2 (``fully_shard``'s hooks stay outside the compiled code).
+  under FSDP2 (``fully_shard``'s hooks stay outside the compiled code); the blocks share one graph.
 - :func:`recompile_after_growth`: a growth gives the model new parameter shapes (and, for depth, new blocks). The
   compiled graphs of the old shapes would only fail their guards and pile up next to the new ones (up to dynamo's
   ``recompile_limit`` per code object, after which the frame runs eagerly), so the graphs of the frames the model's
@@ -83,7 +83,8 @@ def compile_gpt(model: nn.Module, *, per_block: bool = False, **options: Any) ->
     Args:
         model: a litgpt ``GPT``; apply activation checkpointing before (:func:`~lightning_sparkling.parallel.
             checkpoint_blocks`), sharding after.
-        per_block: compile each block's forward (FSDP2, FSDP1) instead of the whole GPT (one device, DDP).
+        per_block: compile each block's forward instead of the whole GPT (``compile: blocks``; always under FSDP2):
+            the blocks share one graph, so a width growth recompiles one block's graph and a depth growth none.
         options: ``torch.compile`` keyword arguments (``backend``, ``mode``, ``dynamic``, ``fullgraph``, ...).
 
     Returns:
