@@ -31,8 +31,9 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import torch
@@ -42,8 +43,8 @@ __all__ = ["compile_gpt", "compiled_codes", "compiled_scope", "eager", "is_compi
 
 #: attribute of a per-block compiled forward holding its ``torch.compile`` options (to compile new blocks alike)
 _OPTIONS = "_sparkling_compile_options"
-#: attribute of a per-block compiled forward holding its block's parameter shapes when its graphs were last kept
-_SHAPES = "_sparkling_compiled_shapes"
+#: the blocks' parameter shapes that the graphs of each per-block compiled code object were compiled for
+_GRAPH_SHAPES: dict[types.CodeType, frozenset] = {}
 
 
 def _shapes(block: nn.Module) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -111,13 +112,17 @@ def _compile_blocks(model: nn.Module, options: dict[str, Any]) -> list[int]:
         if not _block_compiled(block):
             forward = torch.compile(block.forward, **options)  # the instance's forward: checkpointed if it is
             setattr(forward, _OPTIONS, dict(options))
-            setattr(forward, _SHAPES, _shapes(block))
+            code = _compiled_function(forward).__code__
+            # graphs cached already (a growth that rebuilt the model, FSDP2, compiles its blocks anew): the record
+            # stays the shapes they were compiled for; none (a first compile, or after torch.compiler.reset()): these
+            if not torch._dynamo.eval_frame._debug_get_cache_entry_list(code) or code not in _GRAPH_SHAPES:
+                _GRAPH_SHAPES[code] = frozenset([_shapes(block)])
             block.forward = forward
             compiled.append(i)
     return compiled
 
 
-def compiled_codes(module: nn.Module, changed: set[nn.Module] | None = None) -> set[types.CodeType]:
+def compiled_codes(module: nn.Module, changed: Collection[types.CodeType] | None = None) -> set[types.CodeType]:
     """The code objects whose frames the compiled parts of ``module`` run, where dynamo keeps their graphs: the
     ``forward`` of a module compiled whole (``nn.Module.compile()``, ``torch.compile(module)``, a LightningModule
     compiled for ``trainer.fit``: also its ``*_step`` methods), the function compiled per block.
@@ -128,7 +133,7 @@ def compiled_codes(module: nn.Module, changed: set[nn.Module] | None = None) -> 
 
     Args:
         module: the module (a LightningModule or the GPT).
-        changed: count a per-block compiled block only when in ``changed`` (``None``: every one).
+        changed: count the code of a per-block compiled block only when in ``changed`` (``None``: every one).
 
     Returns:
         the code objects.
@@ -149,20 +154,29 @@ def compiled_codes(module: nn.Module, changed: set[nn.Module] | None = None) -> 
             codes.add(type(m).forward.__code__)  # dynamo skips nn.Module's call machinery: the forward is compiled
         if isinstance(m, torch._dynamo.OptimizedModule):
             codes.add(type(m._orig_mod).forward.__code__)
-        if _block_compiled(m) and (changed is None or m in changed):
-            codes.add(_compiled_function(m.__dict__["forward"]).__code__)
+        if _block_compiled(m) and (code := _compiled_function(m.__dict__["forward"]).__code__) and \
+                (changed is None or code in changed):
+            codes.add(code)
     return codes
 
 
-def _reshaped_blocks(module: nn.Module) -> set[nn.Module]:
-    """The per-block compiled blocks whose parameter shapes differ from those their graphs were compiled for (a width
-    growth's; a depth growth's new blocks have the old shapes, so the old blocks' graph serves them)."""
-    return {m for m in module.modules() if _block_compiled(m) and getattr(m.forward, _SHAPES, None) != _shapes(m)}
+def _reshaped_codes(module: nn.Module) -> dict[types.CodeType, frozenset]:
+    """The per-block compiled code objects whose blocks' parameter shapes differ from those their graphs were compiled
+    for (a width growth's; a depth growth's new blocks have the old shapes, so the old blocks' graph serves them),
+    with the shapes now."""
+    now: dict[types.CodeType, set] = {}
+    for m in module.modules():
+        if _block_compiled(m):
+            now.setdefault(_compiled_function(m.__dict__["forward"]).__code__, set()).add(_shapes(m))
+    return {code: frozenset(shapes) for code, shapes in now.items() if _GRAPH_SHAPES.get(code) != frozenset(shapes)}
 
 
 def _compiled_function(compiled: Any) -> Any:
-    """The function ``torch.compile`` was given (a bound method's function)."""
+    """The function whose frame ``torch.compile`` compiles: a bound method's function, a partial's (activation
+    checkpointing's)."""
     original = getattr(compiled, "_torchdynamo_orig_callable", compiled)
+    while isinstance(original, functools.partial):
+        original = original.func
     return getattr(original, "__func__", original)
 
 
@@ -184,11 +198,10 @@ def recompile_after_growth(module: nn.Module, gpt: nn.Module | None = None) -> b
     """
     if not is_compiled(module):
         return False
-    reshaped = _reshaped_blocks(module)
+    reshaped = _reshaped_codes(module)
     for code in compiled_codes(module, changed=reshaped):
         torch._dynamo.eval_frame.remove_from_cache(code)
-    for block in reshaped:
-        setattr(block.forward, _SHAPES, _shapes(block))
+    _GRAPH_SHAPES.update(reshaped)
     if gpt is not None:
         options = next((getattr(b.__dict__["forward"], _OPTIONS) for b in gpt.transformer.h if _block_compiled(b)),
                        None)

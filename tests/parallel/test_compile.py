@@ -21,7 +21,8 @@ from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from _tiny import TinyModule, assert_states_equal, make_trainer, tiny_config
 from lightning_sparkling import ActivationRMSMonitor, GrowthCallback, GrowthStage
 from lightning_sparkling.parallel import compile_gpt
-from lightning_sparkling.parallel.compile import compiled_scope, eager, is_compiled, recompile_after_growth
+from lightning_sparkling.parallel.compile import (compiled_codes, compiled_scope, eager, is_compiled,
+                                                  recompile_after_growth)
 from lightning_sparkling.pretrain.training.module import LitGPTPretrainModule
 
 ADAMW = {"class_path": "torch.optim.AdamW", "init_args": {"lr": 3e-3, "weight_decay": 0.1, "betas": [0.9, 0.95]}}
@@ -56,11 +57,11 @@ class Losses(L.Callback):
 
 
 def fit(compile, stages=(), max_steps=4, accumulate=1, monitor=None, tmp_path=None, scope="whole", extra=(),
-        **trainer_kwargs):
+        checkpointing=False, **trainer_kwargs):
     torch.manual_seed(0)
     data = torch.utils.data.DataLoader(torch.randint(0, 64, (4 * max_steps * accumulate, 17)), batch_size=4)
     module = LitGPTPretrainModule(tiny_config(), ADAMW, max_steps=max_steps, lr_warmup_steps=1, compile=compile,
-                                  compile_scope=scope)
+                                  compile_scope=scope, activation_checkpointing=checkpointing)
     losses = Losses()
     growth = GrowthCallback(list(stages)) if stages else None
     callbacks = [losses] + ([growth] if growth else []) + ([monitor] if monitor else []) + list(extra)
@@ -117,20 +118,23 @@ GROWTHS = [GrowthStage(2, n_embd=64, intermediate_size=128, rewarmup_ratio=None)
            GrowthStage(4, n_layer=3, rewarmup_ratio=None)]
 
 
-@pytest.mark.parametrize("scope, graphs", [("whole", 3), ("blocks", 2)])
-def test_a_growth_recompiles_only_the_model(scope, graphs):
+@pytest.mark.parametrize("scope, checkpointing, graphs", [("whole", False, 3), ("blocks", False, 2),
+                                                          ("blocks", True, 2)])
+def test_a_growth_recompiles_only_the_model(scope, checkpointing, graphs):
     """A width growth, then a depth growth. Only the model's graphs are dropped: a function the user compiled
     elsewhere compiles once and runs its graph before and after both growths. Whole, the model compiles three graphs
     (small, wide, deep); per block two (the small block, the wide block): the depth growth's new block runs the wide
     block's graph."""
     user_backend, backend = Counting(), Counting()
     user = CallsUserFunction(torch.compile(lambda x: 2 * torch.sin(x), backend=user_backend))
-    module, _, growth = fit({"backend": backend}, GROWTHS, max_steps=6, scope=scope, extra=[user])
+    module, _, growth = fit({"backend": backend}, GROWTHS, max_steps=6, scope=scope, extra=[user],
+                            checkpointing=checkpointing)
     assert len(module.model.transformer.h) == 3 and module.model.config.n_embd == 64
     assert user.calls == 6 and len(user_backend.shapes) == 1  # compiled at step 0, never again
     assert len(backend.shapes) == graphs
     assert [s["compiled"] for s in growth.summaries] == [True, True]
-    assert cache_entries(scope) == 1
+    code = next(iter(compiled_codes(module.model)))  # GPT.forward, Block.forward or the checkpointed forward
+    assert len(compiled_codes(module.model)) == 1 and len(_debug_get_cache_entry_list(code)) == 1
 
 
 class ReadmeUser(TinyModule):
