@@ -370,7 +370,7 @@ def pretrain_arguments(
             ``blocks``. ``true``: the whole GPT as one graph, as ``litgpt pretrain`` does; a growth recompiles all of
             it. ``blocks``: each block compiled, the blocks sharing one graph (torchtitan's way): the first compile
             and a width growth's recompile cost one block's graph, a depth growth's nothing; on CPU its steady step
-            is 5-11% slower. Under ``fsdp2`` always per block. Only the model's graphs are dropped at a growth; the
+            is 6-11% slower. Under ``fsdp2`` always per block. Only the model's graphs are dropped at a growth; the
             first step after it is timed in the log. Not with ``strategy: fsdp1``.
         activation_checkpointing: recompute every block's activations in the backward instead of keeping them
             (less memory, about one more forward of compute); a growth's new blocks too. Not with ``strategy: fsdp1``.

@@ -153,7 +153,7 @@ class LitGPTPretrainModule(L.LightningModule):
         compile_scope: ``"whole"``: the whole GPT as one graph (``litgpt pretrain``'s ``torch.compile(model)``; a
             growth recompiles all of it); ``"blocks"``: each block's forward compiled, the blocks sharing one graph
             (torchtitan's way; a width growth recompiles one block's graph, a depth growth nothing; on CPU its steady
-            step is 5-11% slower, docs/BENCHMARKS.md). FSDP2 compiles per block either way.
+            step is 6-11% slower, docs/BENCHMARKS.md). FSDP2 compiles per block either way.
         activation_checkpointing: recompute every block's activations in the backward
             (:func:`~lightning_sparkling.parallel.checkpoint_blocks`); a growth's new blocks are checkpointed too. Not
             under FSDP1 yet.
