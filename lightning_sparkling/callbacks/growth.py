@@ -17,8 +17,9 @@ Timeline of one stage with ``at_step=N`` (single device and DDP):
    schedulers stepped): grow the GPT, patch every optimizer, check the loss of the grown model on the current batch,
    re-wrap the strategy, register a :class:`~lightning_sparkling.growth.schedules.RewarmupLR` for the new entries, log a
    summary. Anything failing puts the pre-growth model and optimizer back and stops the run with an error. New
-   blocks are activation-checkpointed when the others are; a compiled model's graphs are dropped (the first step
-   after the growth compiles the grown shapes; its time is logged as ``growth/first_step_seconds``).
+   blocks are activation-checkpointed when the others are; a compiled model's graphs are dropped, and only the
+   model's (the first step after the growth compiles the grown shapes; its time is logged as
+   ``growth/first_step_seconds``; a model compiled whole recompiles all of it, and the log says so).
 4. Every later optimizer step: old entries follow the user's schedule untouched; the update of new entries is
    rescaled to their re-warmup LR (:class:`~lightning_sparkling.growth.optim_state.RewarmupRescale`).
 """
@@ -29,7 +30,7 @@ import math
 import resource
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import lightning.pytorch as pl
 import torch
@@ -58,10 +59,7 @@ from lightning_sparkling.growth.surgery import GrowthResult
 from lightning_sparkling.growth.symmetry import copy_specs
 from lightning_sparkling.parallel import GrowthBackend, select_backend
 from lightning_sparkling.parallel.activation_checkpointing import checkpoint_new_blocks
-from lightning_sparkling.parallel.compile import recompile_after_growth
-
-if TYPE_CHECKING:
-    pass
+from lightning_sparkling.parallel.compile import compiled_scope, recompile_after_growth
 
 
 class GrowthFailedError(RuntimeError):
@@ -497,7 +495,13 @@ class GrowthCallback(Callback):
             pl_module.flops_per_batch *= params_after[0] / params_before[0]  # type: ignore[operator, assignment]
         self._summarize(trainer, pl_module, gpt, result, k, params_before, params_after, seconds,
                         (loss_before, loss), device)
-        self.summaries[-1].update(compiled=recompiled, checkpointed_new_blocks=checkpointed)
+        scope = compiled_scope(pl_module) if recompiled else None
+        self.summaries[-1].update(compiled=recompiled, compile_scope=scope, checkpointed_new_blocks=checkpointed)
+        if scope == "whole":
+            rank_zero_info(f"GrowthCallback: stage {k}: the model is compiled whole, so the next step recompiles all "
+                           "of it (its time follows); compiled per block (lightning_sparkling.parallel.compile_gpt("
+                           "model, per_block=True)) a width growth recompiles one block's graph and a depth growth "
+                           "none")
         self._first_step = (k, trainer.global_step, time.perf_counter())
 
     def _time_steps(self, trainer: pl.Trainer) -> None:
@@ -519,7 +523,9 @@ class GrowthCallback(Callback):
         summary = next((s for s in self.summaries if s["stage"] == k), None)
         if summary is not None:
             summary["first_step_seconds"] = seconds
-        what = "recompile included" if summary is not None and summary.get("compiled") else "eager"
+        scope = summary.get("compile_scope") if summary is not None else None
+        what = {"whole": "recompiling the whole GPT included", "blocks": "recompiling per block included"}.get(
+            scope, "eager")
         rank_zero_info(f"GrowthCallback: stage {k}: the first optimizer step after the growth took {seconds:.2f}s "
                        f"({what}" + (f"; the step before the growth took {before:.2f}s)" if before else ")"))
         if trainer.logger is not None:

@@ -61,3 +61,63 @@ def test_summarize_a_saved_result(tmp_path):
     result = json.loads(saved.read_text())
     assert result["compile_s"] == pytest.approx(50.0) and result["first_step_seconds_logged"] == 20.9
     assert result["after"]["monitor_pct_at_50"] == pytest.approx(0.5)
+
+
+def _scope_raw() -> dict:
+    """Synthetic ``--scopes`` step times (ms): whole compiles 300 s, 200 s and 280 s at its first steps, per block 30 s,
+    40 s and 8 s; steady rounds with one slow outlier step each."""
+    def rounds(t: float) -> list[list[float]]:
+        return [[t, t, 5 * t], [t, 9 * t, t], [t, t, t]]
+
+    raw = {}
+    for scope, firsts, steady in (("whole", (300e3, 200e3, 280e3), (1800, 3800, 9000)),
+                                  ("blocks", (30e3, 40e3, 8e3), (2000, 3800, 8000))):
+        raw[scope] = {}
+        for phase, first, t in zip(("base", "width", "depth"), firsts, steady):
+            raw[scope][f"{phase}_first_ms"] = first
+            raw[scope][f"{phase}_first_cpu_ms"] = first / 2
+            raw[scope][f"{phase}_steady_ms"] = rounds(t)
+            raw[scope][f"{phase}_steady_cpu_ms"] = rounds(t / 2)
+    return raw
+
+
+def test_scope_table_is_whole_against_per_block():
+    table = _module().summarize_scopes(_scope_raw())
+    assert list(table) == [f"{p}_{k}_s" for p in ("base", "width", "depth")
+                           for k in ("first", "first_cpu", "steady", "steady_cpu")]
+    assert table["base_first_s"] == {"whole": 300.0, "blocks": 30.0, "whole_over_blocks": 10.0}
+    assert table["depth_first_cpu_s"]["whole_over_blocks"] == pytest.approx(35.0)
+    # a steady step: the median of each round's median, so an outlier step moves nothing
+    assert table["base_steady_s"] == {"whole": 1.8, "blocks": 2.0, "whole_over_blocks": pytest.approx(0.9)}
+    assert table["width_steady_cpu_s"]["whole_over_blocks"] == pytest.approx(1.0)
+    assert table["depth_steady_s"]["whole_over_blocks"] == pytest.approx(9 / 8)
+
+
+def test_scope_smoke_run_and_its_summary(tmp_path, monkeypatch):
+    """The ``--scopes`` run end to end on a tiny GPT (backend eager: no code generated), then ``--summarize``; in
+    this process (the script's own imports are the cost of a subprocess)."""
+    import torch
+
+    module, out = _module(), tmp_path / "scope.json"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # the script sets it: restored after
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(sys, "argv", ["compile_cost.py", "--scopes", "--n-layer", "2", "--n-embd", "16", "--seq", "8",
+                                      "--batch", "2", "--vocab", "32", "--rounds", "2", "--window", "1",
+                                      "--backend", "eager", "--out", str(out)])
+    try:
+        module.main()
+    finally:
+        torch.set_num_threads(threads)
+        torch.compiler.reset()
+    result = json.loads(out.read_text())
+    assert len(result["machine"]["loadavg_start"]) == 3 and len(result["machine"]["loadavg_end"]) == 3
+    assert [len(r) for r in result["raw_ms"]["blocks"]["depth_steady_ms"]] == [1, 1]
+    table = result["table"]
+    assert set(table) >= {"base_first_s", "width_first_s", "depth_first_s", "base_steady_cpu_s"}
+    assert all(row["whole"] > 0 and row["blocks"] > 0 for row in table.values())
+    saved = dict(table)
+    result["table"] = {}
+    out.write_text(json.dumps(result))
+    monkeypatch.setattr(sys, "argv", ["compile_cost.py", "--summarize", str(out)])
+    module.main()
+    assert json.loads(out.read_text())["table"] == saved

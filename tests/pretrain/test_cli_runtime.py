@@ -15,14 +15,14 @@ import pytest
 import torch
 
 from lightning_sparkling.pretrain.cli import main
-from lightning_sparkling.pretrain.config.resolve import _resolve_runtime
+from lightning_sparkling.pretrain.config.resolve import _compile_scope, _resolve_runtime
 from lightning_sparkling.pretrain.errors import ConfigError
 from test_bad_input import refused
 from test_cli import _tb_scalars, tiny_config, write_config
 
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("compile", "maybe", "compile: 'maybe' is not a valid value: expected bool or auto"),
+    ("compile", "maybe", "compile: 'maybe' is not a valid value: expected bool or auto or blocks"),
     ("activation_checkpointing", "sometimes",
      "activation_checkpointing: 'sometimes' is not a valid value: expected bool"),
 ])
@@ -40,6 +40,26 @@ def test_bad_values_are_refused_before_anything_starts(tmp_path, capsys, key, va
 def test_compile_auto_is_on_for_cuda_only(given, accelerator, strategy, expected):
     notes: list[str] = []
     assert _resolve_runtime({"compile": given}, accelerator, strategy, notes) == expected
+
+
+@pytest.mark.parametrize("given, strategy, expected", [
+    (True, "auto", "whole"), ("auto", "ddp", "whole"), ("blocks", "auto", "blocks"), ("blocks", "ddp", "blocks"),
+    (True, "fsdp2", "blocks"), ("blocks", "fsdp2", "blocks"),
+])
+def test_compile_true_is_the_whole_gpt_and_blocks_per_block(given, strategy, expected):
+    assert _resolve_runtime({"compile": given}, "cuda", strategy, []) == (True, False)
+    assert _compile_scope({"compile": given}, strategy) == expected
+
+
+def test_compile_blocks_reaches_the_module(tmp_path):
+    from lightning_sparkling.pretrain.cli import parse
+    from lightning_sparkling.pretrain.training.run import build_module
+
+    config = write_config(tmp_path / "c.yaml", dict(tiny_config(tmp_path / "cache"), compile="blocks"))
+    _, run, _ = parse(["--config", str(config), "--out_dir", str(tmp_path / "o")])
+    assert run.compile and run.compile_scope == "blocks"
+    module = build_module(run)
+    assert module.compile_options == {} and module.compile_scope == "blocks"
 
 
 def test_fsdp1_refuses_both_and_auto_notes_it():

@@ -19,7 +19,7 @@ from typing import Any
 
 from lightning_sparkling.growth.schedules import DECAY_SHAPES, SCHEDULES
 from lightning_sparkling.growth.stage import GrowthStage
-from lightning_sparkling.parallel.registry import cli_backend, registered_backends
+from lightning_sparkling.parallel.registry import backend_class, cli_backend, registered_backends
 from lightning_sparkling.pretrain.config import litgpt_compat
 from lightning_sparkling.pretrain.config.resume import _newest_to_resume, check_resume_checkpoint
 from lightning_sparkling.pretrain.config.schema import (PRECISIONS, DataArgs, EvalArgs, GrowthArgs, LogArgs,
@@ -75,6 +75,7 @@ class ResolvedRun:
     log: Any = None  # LogArgs
     plans: list[Any] = field(default_factory=list)  # the GrowthPlan of each stage, planned once by resolve()
     compile: bool = False  # torch.compile the GPT (``compile: auto`` resolved)
+    compile_scope: str = "whole"  # the whole GPT as one graph, or each block compiled (``compile: blocks``)
     activation_checkpointing: bool = False
 
     @property
@@ -111,6 +112,7 @@ def resolve(ns: Any, *, dry_run: bool = False) -> ResolvedRun:
     strategy, num_nodes, accelerator, num_devices, world, precision = _resolve_hardware(ns, notes)
     notes += _cpu_processes_note(accelerator, num_devices, _get(ns, "num_threads"))
     compile_model, checkpointing = _resolve_runtime(ns, accelerator, strategy, notes)
+    compile_scope = _compile_scope(ns, strategy)
     logger_name = _check_litgpt_keys(ns, train, evaluation, log, notes)
     initial_dir, initial_config, initial_shapes, initial_weights = _read_initial_checkpoint(ns)
     data_class, tokenizer_dir, data_vocab = _resolve_data(ns, data, train, initial_dir, initial_config, notes,
@@ -145,7 +147,7 @@ def resolve(ns: Any, *, dry_run: bool = False) -> ResolvedRun:
         seed=int(_get(ns, "seed", 42)), num_threads=_get(ns, "num_threads"), notes=notes,
         initial_checkpoint_dir=initial_dir if resume_path is None else None,
         initial_weights=initial_weights if resume_path is None else None, logger_name=logger_name, log=log,
-        plans=plans, compile=compile_model, activation_checkpointing=checkpointing,
+        plans=plans, compile=compile_model, compile_scope=compile_scope, activation_checkpointing=checkpointing,
     )
 
 
@@ -203,8 +205,9 @@ def _resolve_runtime(ns: Any, accelerator: str, strategy: str, notes: list[str])
     with a note) under a strategy whose registered backend does not support it (FSDP1's)."""
     compile_model = _get(ns, "compile", "auto")
     checkpointing = _get(ns, "activation_checkpointing", False)
-    if compile_model not in (True, False, "auto"):
-        raise ConfigError("compile", f"expected auto, true or false, got {compile_model!r}")
+    if compile_model not in (True, False, "auto", "blocks"):
+        raise ConfigError("compile", f"expected auto, true, false or blocks, got {compile_model!r}")
+    compile_model = True if compile_model == "blocks" else compile_model
     if not isinstance(checkpointing, bool):
         raise ConfigError("activation_checkpointing", f"expected true or false, got {checkpointing!r}")
     entry = cli_backend(strategy)
@@ -218,6 +221,15 @@ def _resolve_runtime(ns: Any, accelerator: str, strategy: str, notes: list[str])
             notes.append(f"compile: auto is off under {_named(entry)}; use "
                          f"{_strategy_choices(lambda e: e.supports('compile'))} to compile")
     return bool(compile_model), checkpointing
+
+
+def _compile_scope(ns: Any, strategy: str) -> str:
+    """``"blocks"`` for ``compile: blocks`` and under a backend that compiles per block (FSDP2's sharded blocks),
+    ``"whole"`` otherwise (``compile: true`` and ``auto``: the whole GPT as one graph)."""
+    entry = cli_backend(strategy)
+    if _get(ns, "compile", "auto") == "blocks" or (entry is not None and backend_class(entry).compile_per_block):
+        return "blocks"
+    return "whole"
 
 
 def _cpu_cores() -> int:

@@ -96,6 +96,10 @@ def _check_runtime_supported(entry: Any, strategy: Any, compile: bool, activatio
                          f"{'it' if len(refused) == 1 else 'them'} off")
 
 
+#: ``compile_scope`` values: the whole GPT as one graph (the default), each block compiled
+COMPILE_SCOPES = ("whole", "blocks")
+
+
 # ---------------------------------------------------------------------------------------------------------- module
 class LitGPTPretrainModule(L.LightningModule):
     """Pretrains a ``litgpt.GPT`` on batches of token ids ``(B, T + 1)`` (inputs ``[:, :-1]``, targets ``[:, 1:]``).
@@ -145,10 +149,13 @@ class LitGPTPretrainModule(L.LightningModule):
             ``Trainer(accumulate_grad_batches=...)`` is not allowed. Under automatic optimization use the Trainer's
             setting (this must then be 1 or equal to it).
         compile: ``torch.compile`` the GPT in :meth:`configure_model` (``True``: litgpt's defaults, inductor; a dict:
-            ``torch.compile`` keyword arguments, e.g. ``{"backend": "aot_eager"}``). The whole GPT on one device and
-            under DDP, each block under FSDP2 (torchtitan); not under FSDP1 yet (refused in :meth:`configure_model`).
-            A growth drops the compiled graphs and the next step compiles the grown shapes
-            (:func:`~lightning_sparkling.parallel.compile.recompile_after_growth`).
+            ``torch.compile`` keyword arguments, e.g. ``{"backend": "aot_eager"}``), as ``compile_scope`` says; not
+            under FSDP1 yet (refused in :meth:`configure_model`). A growth drops the model's compiled graphs and the
+            next step compiles the grown shapes (:func:`~lightning_sparkling.parallel.compile.recompile_after_growth`).
+        compile_scope: ``"whole"``: the whole GPT as one graph (``litgpt pretrain``'s ``torch.compile(model)``; a
+            growth recompiles all of it); ``"blocks"``: each block's forward compiled, the blocks sharing one graph
+            (torchtitan's way; a width growth recompiles one block's graph, a depth growth nothing; on CPU its steady
+            step is 6-11% slower, docs/BENCHMARKS.md). FSDP2 compiles per block either way.
         activation_checkpointing: recompute every block's activations in the backward
             (:func:`~lightning_sparkling.parallel.checkpoint_blocks`); a growth's new blocks are checkpointed too. Not
             under FSDP1 yet.
@@ -179,7 +186,7 @@ class LitGPTPretrainModule(L.LightningModule):
                  max_norm: float | None = 1.0, tie_embeddings: bool = False, seed: int = 42,
                  accumulate_grad_batches: int = 1, muon_adamw: dict | None = None, lr_schedule: str = "cosine",
                  lr_decay_fraction: float = 0.2, lr_decay_shape: str = "linear", compile: bool | dict = False,
-                 activation_checkpointing: bool = False) -> None:
+                 compile_scope: str = "whole", activation_checkpointing: bool = False) -> None:
         super().__init__()
         config = _as_config(model_config)
         optimizer_cls, _ = resolve_optimizer(optimizer)  # validates the spec early
@@ -208,6 +215,9 @@ class LitGPTPretrainModule(L.LightningModule):
         if not isinstance(compile, (bool, dict)):
             raise ValueError(f"compile={compile!r} must be true, false or a dict of torch.compile arguments")
         self.compile_options: dict | None = (dict(compile) if isinstance(compile, dict) else {}) if compile else None
+        if compile_scope not in COMPILE_SCOPES:
+            raise ValueError(f"compile_scope={compile_scope!r} must be one of {', '.join(COMPILE_SCOPES)}")
+        self.compile_scope = compile_scope
         self.activation_checkpointing = bool(activation_checkpointing)
 
         self._initial_config = config
@@ -241,7 +251,8 @@ class LitGPTPretrainModule(L.LightningModule):
         backend = None if entry is None else backend_class(entry)
         if entry is not None:
             _check_runtime_supported(entry, strategy, self.compile_options is not None, self.activation_checkpointing)
-        self._apply_runtime(per_block=backend is not None and backend.compile_per_block)
+        must = backend is not None and backend.compile_per_block  # sharded blocks: fully_shard's hooks stay outside
+        self._apply_runtime(per_block=must or self.compile_scope == "blocks")
         if backend is not None:
             self.model = backend.prepare_model(self, self.model)
 

@@ -102,7 +102,7 @@ def _announce_run(run: ResolvedRun, run_plan: RunPlan) -> None:
     _info(f"{run.steps:,} steps x {run.tokens_per_step:,} tokens/step = {run.total_tokens:,} tokens; "
           f"micro_batch_size {run.micro_batch_size} x {run.world_size} device(s) x {run.accumulate} accumulation; "
           f"strategy {run.strategy}, precision {run.precision}, optimizer {run.optimizer_name} (lr {run.lr:g})"
-          + (", compiled" if run.compile else "")
+          + ((", compiled" + (" per block" if run.compile_scope == "blocks" else "")) if run.compile else "")
           + (", activation checkpointing" if run.activation_checkpointing else ""))
     planned = run_plan.compute
     active = (f" (active {' -> '.join(f'{p:,}' for p in planned.active_params)})"
@@ -151,7 +151,7 @@ def build_module(run: ResolvedRun):
         tie_embeddings=run.train.tie_embeddings, seed=run.seed,
         accumulate_grad_batches=run.accumulate if run.uses_muon else 1, lr_schedule=run.train.lr_schedule,
         lr_decay_fraction=run.train.lr_decay_fraction, lr_decay_shape=run.train.lr_decay_shape,
-        compile=run.compile, activation_checkpointing=run.activation_checkpointing,
+        compile=run.compile, compile_scope=run.compile_scope, activation_checkpointing=run.activation_checkpointing,
     )
     if run.initial_weights is not None:
         litgpt_compat.load_initial_weights(module.model, run.initial_weights)
