@@ -89,7 +89,8 @@ def load_grown_checkpoint(module_cls: type[ModuleT], checkpoint_path: str | Path
         regrow_from_state(self, state, model_attr)
         inherited(self, checkpoint)
 
-    module_cls.on_load_checkpoint = on_load_checkpoint  # type: ignore[method-assign]  # this one load only
+    # this one load only; the hook's self is module_cls' instance, narrower than CheckpointHooks' declared self
+    module_cls.on_load_checkpoint = on_load_checkpoint  # type: ignore[method-assign, assignment]
     try:
         module = module_cls.load_from_checkpoint(checkpoint_path, **kwargs)
     except RuntimeError as err:

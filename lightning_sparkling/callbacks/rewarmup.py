@@ -79,12 +79,13 @@ def check_run_horizon(stages: Sequence[GrowthStage], max_steps: int | None) -> N
     Raises:
         GrowthError: naming the stage or the missing ``max_steps``, and the fix.
     """
-    bounded = max_steps is not None and max_steps >= 0
-    if not bounded and any(s.rewarmup_ratio is not None for s in stages):
-        raise GrowthError("the re-warmup of new entries decays to min_lr at trainer.max_steps: set "
-                          "Trainer(max_steps=...) or use GrowthStage(rewarmup_ratio=None)")
+    if max_steps is None or max_steps < 0:  # unbounded: no stage is past the end
+        if any(s.rewarmup_ratio is not None for s in stages):
+            raise GrowthError("the re-warmup of new entries decays to min_lr at trainer.max_steps: set "
+                              "Trainer(max_steps=...) or use GrowthStage(rewarmup_ratio=None)")
+        return
     for s in stages:
-        if bounded and s.at_step >= max_steps:
+        if cast(int, s.at_step) >= max_steps:  # resolved in setup (resolve_timing)
             raise GrowthError(f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would "
                               "never train the grown model; lower at_step or raise max_steps")
 

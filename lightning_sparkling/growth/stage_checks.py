@@ -187,7 +187,7 @@ def _checked_extra(extra: Any) -> FrozenKeys:
     return FrozenKeys({k: v for k, v in extra.items() if v != _default(plugin[k])})
 
 
-def check_keywords(cls: type) -> None:
+def check_keywords(cls: type[Any]) -> None:
     """Wrap ``cls.__init__`` (a dataclass') so that an unknown keyword is a ``TypeError`` naming the close key, as
     the CLI names it (``GrowthStage(20, n_embdd=64)``: did you mean 'n_embd'?), and a registered axis' key given
     as a field points at :meth:`GrowthStage.from_keys`."""
@@ -206,4 +206,4 @@ def check_keywords(cls: type) -> None:
                             f"{did_you_mean(key, [n for n in names if n != FILLED] + list(plugin_key_fields()))}")
         init(self, *args, **kwargs)
 
-    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.__init__ = __init__

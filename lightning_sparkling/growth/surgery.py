@@ -29,7 +29,7 @@ from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.types import UndoLog  # defined there (an axis' restructure writes through it)
 
 if TYPE_CHECKING:
-    pass
+    from litgpt import GPT
 
 
 #: prefixes that wrappers insert into parameter and module names: FSDP1, activation checkpointing, torch.compile
@@ -297,7 +297,7 @@ def _perturb_copies(x: torch.Tensor, dims: list, channels: Mapping[str, ChannelC
     return x
 
 
-def is_tied(model: nn.Module) -> bool:
+def is_tied(model: GPT) -> bool:
     """Whether the litgpt ``GPT`` ``model``'s output head and input embedding share one weight (tied embeddings).
 
     Example::
@@ -382,7 +382,7 @@ def grown_max_seq_length(max_seq_length: int, old_config, new_config) -> int:
     return min(max_seq_length, new_config.block_size)
 
 
-def derived_buffers(gpt: nn.Module, old_config, old_seq_len: int | None = None) -> dict[str, torch.Tensor]:
+def derived_buffers(gpt: GPT, old_config, old_seq_len: int | None = None) -> dict[str, torch.Tensor]:
     """The config-derived buffers of ``gpt`` (its config the grown one) that ``old_config`` derived otherwise:
     ``{"cos": ..., "sin": ...}`` (litgpt's RoPE cache, ``GPT.max_seq_length``'s setter builds it) recomputed from
     ``gpt.config`` at ``gpt.max_seq_length`` on the buffers' device and dtype, when an axis changed a field it
@@ -408,7 +408,7 @@ def _structure(model: nn.Module) -> list[tuple[str, str, str]]:
     return [(name, type(m).__name__, m.extra_repr()) for name, m in model.named_modules()]
 
 
-def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> UndoLog:
+def swap_in(model: GPT, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> UndoLog:
     """Put the grown tensors into ``model`` (same module objects, new ``Parameter``\\ s), switch every
     ``config`` reference to the grown ``Config`` and rebuild the buffers derived from it (:func:`derived_buffers`).
     All-or-nothing: on any error the model is restored and the error re-raised. Returns the undo log (``.undo()``
@@ -481,7 +481,7 @@ def result_params(plan: GrowthPlan, old_named: Mapping[str, nn.Parameter], new_n
     return old_params, new_params, added
 
 
-def grow_model(model: nn.Module, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
+def grow_model(model: GPT, stage: GrowthStage, *, seed: int = 0, stage_index: int = 0,
                plan: GrowthPlan | None = None) -> GrowthResult:
     """Grow a litgpt ``GPT`` in place by ``stage``: widen it (hidden, MLP inner and/or MoE expert inner size)
     and/or deepen it (``n_layer``).

@@ -293,7 +293,8 @@ def claim(axis, plan, model: nn.Module | None = None) -> bool | None:
 
 def function_words(kept: bool | None) -> str | None:
     """The growth log's words for :func:`keeps_function`'s answer."""
-    return {True: "function kept", False: "function changes"}.get(kept)
+    words: dict[bool | None, str] = {True: "function kept", False: "function changes"}
+    return words.get(kept)
 
 
 def size_pairs(old_config, new_config) -> dict[str, tuple]:
