@@ -523,7 +523,7 @@ class GrowthCallback(Callback):
         summary = next((s for s in self.summaries if s["stage"] == k), None)
         if summary is not None:
             summary["first_step_seconds"] = seconds
-        scope = summary.get("compile_scope") if summary is not None else None
+        scope = str(summary.get("compile_scope")) if summary is not None else ""
         what = {"whole": "recompiling the whole GPT included", "blocks": "recompiling per block included"}.get(
             scope, "eager")
         rank_zero_info(f"GrowthCallback: stage {k}: the first optimizer step after the growth took {seconds:.2f}s "
