@@ -108,7 +108,8 @@ def run_scan(args, parser, size_name: str, size: dict, seeds: list[int], out: Pa
 
 # ------------------------------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=sys.modules[__package__].__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=sys.modules[__package__].__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="cpu", help="model/data/length preset (default cpu)")
     parser.add_argument("--quick", action="store_true", help="same as --size quick")
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds, 1..N (default 3)")

@@ -20,7 +20,8 @@ from lightning_sparkling.dashboards.tb_layout import LAYOUT_TAG
 GROW_AT, MAX_STEPS = 10, 30
 
 
-def _run(tmp_path, stage: GrowthStage, monitor: bool = True) -> tuple[dict[str, list[tuple[int, float]]], EventAccumulator]:
+def _run(tmp_path, stage: GrowthStage,
+         monitor: bool = True) -> tuple[dict[str, list[tuple[int, float]]], EventAccumulator]:
     module = TinyModule(max_steps=MAX_STEPS)
     callbacks = [WidthGrowthCallback(stage), LearningRateMonitor("step")]
     if monitor:
