@@ -89,7 +89,7 @@ def load_grown_checkpoint(module_cls: type[ModuleT], checkpoint_path: str | Path
         regrow_from_state(self, state, model_attr)
         inherited(self, checkpoint)
 
-    module_cls.on_load_checkpoint = on_load_checkpoint  # type: ignore[method-assign]  # this one load only
+    module_cls.on_load_checkpoint = on_load_checkpoint  # type: ignore[method-assign, assignment]  # this one load only
     try:
         module = module_cls.load_from_checkpoint(checkpoint_path, **kwargs)
     except RuntimeError as err:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,9 @@ import torch.nn.functional as F
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.surgery import clean_name
 from lightning_sparkling.parallel.compile import eager
+
+if TYPE_CHECKING:
+    from litgpt import GPT
 
 __all__ = ["batch_loss", "check_new_entries_train", "find_gpt", "path_among_several", "token_batch",
            "zero_started_untrained"]
@@ -78,7 +81,7 @@ def _gpt_at(pl_module: torch.nn.Module, attr: str, names: str):
     except AttributeError:
         module = None
     while module is not None and not isinstance(module, GPT) and hasattr(module, "_orig_mod"):
-        module = module._orig_mod  # torch.compile's OptimizedModule
+        module = cast(torch.nn.Module, module._orig_mod)  # torch.compile's OptimizedModule
     if not isinstance(module, GPT):
         what = "nothing" if module is None else type(module).__name__
         raise GrowthError(f"GrowthCallback(model_attr={attr!r}): the LightningModule holds {what} there, not a "
@@ -160,7 +163,7 @@ def path_among_several(pl_module: torch.nn.Module, gpt: torch.nn.Module) -> str 
 
 
 @torch.no_grad()
-def batch_loss(pl_module: torch.nn.Module, gpt: torch.nn.Module, batch: Any, backend: Any) -> float:
+def batch_loss(pl_module: torch.nn.Module, gpt: GPT, batch: Any, backend: Any) -> float:
     """Loss of ``gpt`` on a training batch: next-token cross-entropy of its first token tensor (:func:`token_batch`),
     or ``pl_module.growth_check_loss(batch)`` when the module defines it; the growth backend's
     ``forward_module`` runs it (a collective under a sharded strategy), eagerly on a compiled model."""

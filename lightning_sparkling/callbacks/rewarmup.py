@@ -83,7 +83,7 @@ def check_run_horizon(stages: Sequence[GrowthStage], max_steps: int | None) -> N
         raise GrowthError("the re-warmup of new entries decays to min_lr at trainer.max_steps: set "
                           "Trainer(max_steps=...) or use GrowthStage(rewarmup_ratio=None)")
     for s in stages:
-        if bounded and s.at_step >= max_steps:
+        if max_steps is not None and max_steps >= 0 and cast(int, s.at_step) >= max_steps:  # timed: at_step set
             raise GrowthError(f"GrowthStage(at_step={s.at_step}) is at or past trainer.max_steps={max_steps}: it would "
                               "never train the grown model; lower at_step or raise max_steps")
 

@@ -200,7 +200,7 @@ def check_keywords(cls: type) -> None:
     """Wrap ``cls.__init__`` (a dataclass') so that an unknown keyword is a ``TypeError`` naming the close key, as
     the CLI names it (``GrowthStage(20, n_embdd=64)``: did you mean 'n_embd'?), and a registered axis' key given
     as a field points at :meth:`GrowthStage.from_keys`."""
-    init = cls.__init__
+    init = cls.__init__  # type: ignore[misc]
     names = [f.name for f in dataclasses.fields(cls)]
 
     @functools.wraps(init)
@@ -215,4 +215,4 @@ def check_keywords(cls: type) -> None:
                             f"{did_you_mean(key, [n for n in names if n != FILLED] + list(plugin_key_fields()))}")
         init(self, *args, **kwargs)
 
-    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.__init__ = __init__  # type: ignore[misc]

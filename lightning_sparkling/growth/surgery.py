@@ -29,7 +29,7 @@ from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.types import UndoLog  # defined there (an axis' restructure writes through it)
 
 if TYPE_CHECKING:
-    pass
+    from litgpt import GPT
 
 
 #: prefixes that wrappers insert into parameter and module names: FSDP1, activation checkpointing, torch.compile
@@ -297,7 +297,7 @@ def _perturb_copies(x: torch.Tensor, dims: list, channels: Mapping[str, ChannelC
     return x
 
 
-def is_tied(model: nn.Module) -> bool:
+def is_tied(model: GPT) -> bool:
     """Whether the litgpt ``GPT`` ``model``'s output head and input embedding share one weight (tied embeddings).
 
     Example::
@@ -382,7 +382,7 @@ def grown_max_seq_length(max_seq_length: int, old_config, new_config) -> int:
     return min(max_seq_length, new_config.block_size)
 
 
-def derived_buffers(gpt: nn.Module, old_config, old_seq_len: int | None = None) -> dict[str, torch.Tensor]:
+def derived_buffers(gpt: GPT, old_config, old_seq_len: int | None = None) -> dict[str, torch.Tensor]:
     """The config-derived buffers of ``gpt`` (its config the grown one) that ``old_config`` derived otherwise:
     ``{"cos": ..., "sin": ...}`` (litgpt's RoPE cache, ``GPT.max_seq_length``'s setter builds it) recomputed from
     ``gpt.config`` at ``gpt.max_seq_length`` on the buffers' device and dtype, when an axis changed a field it
@@ -455,7 +455,7 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
                 swap.set(module, "normalized_shape", ref.normalized_shape)
         if _structure(model) != _structure(reference):
             raise GrowthError("the grown model's module structure differs from GPT(grown config)")
-        length = model.max_seq_length
+        length = cast(int, model.max_seq_length)
         if "_max_seq_length" in model.__dict__:  # litgpt's GPT; a target's block_size moves it (GPT(config)'s)
             swap.set(model, "_max_seq_length", grown_max_seq_length(length, old_config, plan.new_config))
         for name, value in derived_buffers(model, old_config, length).items():  # a config change, not a shape

@@ -293,7 +293,7 @@ def claim(axis, plan, model: nn.Module | None = None) -> bool | None:
 
 def function_words(kept: bool | None) -> str | None:
     """The growth log's words for :func:`keeps_function`'s answer."""
-    return {True: "function kept", False: "function changes"}.get(kept)
+    return None if kept is None else {True: "function kept", False: "function changes"}[kept]
 
 
 def size_pairs(old_config, new_config) -> dict[str, tuple]:

@@ -54,8 +54,8 @@ class Placement:
         """The variables a run started in ``slot`` gets: on GPUs ``CUDA_VISIBLE_DEVICES``, and its ``MASTER_PORT``
         when several run at a time (one job keeps the environment's own, e.g. a cluster's)."""
         env = {"MASTER_PORT": str(self.ports[slot])} if self.jobs > 1 else {}
-        if self.gpus[slot] is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus[slot])
+        if (gpus := self.gpus[slot]) is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         return env
 
     def describe(self) -> list[str | None]:
