@@ -295,7 +295,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--growth", choices=GROWTHS, default="width",
                         help="what grows: the widths 2x (default), the layers 2x, or both in one stage")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train and grow (default cpu)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where to train and grow (default cpu)")
     parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default=None,
                         help="training steps' precision (default: 32-true on cpu, bf16-mixed on cuda)")
     parser.add_argument("--out", default=None,
@@ -362,8 +363,9 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"torch": torch.__version__, "device": rows[0]["device"] if rows else args.device,
-                               "precision": args.precision, "growth": args.growth, "threads": args.threads, "batch": args.batch,
-                               "seq": args.seq, "steps": args.steps, "rows": rows, "table": table}, indent=2) + "\n")
+                               "precision": args.precision, "growth": args.growth, "threads": args.threads,
+                               "batch": args.batch, "seq": args.seq, "steps": args.steps, "rows": rows, "table": table},
+                              indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 

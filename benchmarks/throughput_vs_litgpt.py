@@ -398,9 +398,9 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"size": args.size, "model": model_config(size), "params": param_count(size),
               "batch": size["batch"], "seq": size["seq"], "steps": args.steps, "warmup": args.warmup,
               "accelerator": args.accelerator, "precision": args.precision, "compile": args.compile,
-              "rms_every": args.rms_every, "rms_steps_timed": rms_steps_timed(args), "threads": args.threads, "cpus": os.cpu_count(),
-              "torch": torch.__version__, "python": platform.python_version(), "variants": variants,
-              "repeats": args.repeats, "complete": False, "repeats_done": 0, "runs": []}
+              "rms_every": args.rms_every, "rms_steps_timed": rms_steps_timed(args), "threads": args.threads,
+              "cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+              "variants": variants, "repeats": args.repeats, "complete": False, "repeats_done": 0, "runs": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     try:

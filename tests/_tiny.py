@@ -103,11 +103,13 @@ class TinyModule(L.LightningModule):
         if self.schedule == "warmup_cosine":
             return torch.optim.lr_scheduler.LambdaLR(opt, WarmupCosineLambda(5, self.max_steps, self.min_lr_ratio))
         if self.schedule == "cosine":
-            return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=self.max_steps, eta_min=self.lr * self.min_lr_ratio)
+            return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=self.max_steps,
+                                                              eta_min=self.lr * self.min_lr_ratio)
         if self.schedule == "wsd":
             return torch.optim.lr_scheduler.LambdaLR(opt, WSDLambda(5, self.max_steps, self.min_lr_ratio))
         if self.schedule == "lambda":  # a user's own multiplier: warmup, then linear decay
-            return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 5) * (1 - 0.9 * s / self.max_steps))
+            return torch.optim.lr_scheduler.LambdaLR(
+                opt, lambda s: min(1.0, (s + 1) / 5) * (1 - 0.9 * s / self.max_steps))
         if self.schedule == "step":
             return torch.optim.lr_scheduler.StepLR(opt, step_size=10)
         return None

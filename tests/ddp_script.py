@@ -100,7 +100,8 @@ if __name__ == "__main__":
               GrowthStage(16, intermediate_size=191, init="random-copy", rewarmup_ratio=2.0, rewarmup_steps=3)]
     # float64 weights on CPU: one process and 2 ranks agree to ~5e-7 (float32: ~4e-5) unless something really differs
     module = TinyModule(max_steps=MAX_STEPS, accumulate=args.accumulate,
-                        emulate_ranks=args.ranks if args.mode == "single" else 0, dtype=torch.float32 if args.mode == "fsdp1-cuda" else torch.float64)
+                        emulate_ranks=args.ranks if args.mode == "single" else 0,
+                        dtype=torch.float32 if args.mode == "fsdp1-cuda" else torch.float64)
     callbacks = [WidthGrowthCallback(stages)]
     kwargs = {}
     if args.mode == "ddp":

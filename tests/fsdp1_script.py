@@ -159,8 +159,9 @@ def surgery(out: dict) -> None:
                 for fp in flat_pieces(tuple(shape), piece, start, stop):
                     fp(marker[start:stop]).add_(1.0)
             covered[name] = marker.tolist()
-    out.update(placement_diff=placement_diff, weight_diff=weight_diff, state_diff=state_diff, config=holder.model.config.n_embd,
-               covered=covered, new_entries=new_entries, steps_after=_steps_after(holder, opt))
+    out.update(placement_diff=placement_diff, weight_diff=weight_diff, state_diff=state_diff,
+               config=holder.model.config.n_embd, covered=covered, new_entries=new_entries,
+               steps_after=_steps_after(holder, opt))
 
 
 def _steps_after(holder: Holder, opt: torch.optim.Optimizer) -> list[float]:

@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from .sizes import RESULTS, SIZES, resolve_size, set_dotted, slug
-from .rows import AXES, DEPTH_AXES, DEPTH_REFERENCE, DEPTH_ROWS, ISO_FLOPS, REFERENCE, ROWS, SCRATCH_ROWS, comparisons, reference
+from .rows import (AXES, DEPTH_AXES, DEPTH_REFERENCE, DEPTH_ROWS, ISO_FLOPS, REFERENCE, ROWS, SCRATCH_ROWS, comparisons,
+                   reference)
 from .grid import is_done, plan_grid, run_grid
 from .tables import collect, markdown, plot
 from .scan import SCAN_AXES, SCAN_DEFAULT_AXES, SCAN_RATIOS, SCAN_SCHEDULES, plan_scan, scan_cells, scan_lines
@@ -97,7 +98,8 @@ def run_scan(args, parser, size_name: str, size: dict, seeds: list[int], out: Pa
 
 # ------------------------------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=sys.modules[__package__].__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=sys.modules[__package__].__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="cpu", help="model/data/length preset (default cpu)")
     parser.add_argument("--quick", action="store_true", help="same as --size quick")
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds, 1..N (default 3)")

@@ -119,9 +119,9 @@ def experts_markdown(lines: list[dict]) -> list[str]:
            "schedule, paired by seed. Load: the smallest and largest fraction of tokens one expert got among their "
            "top-K (every MoE block, every seed; the final checkpoint on 4 validation batches; uniform = K/E), the "
            "growth row's and the comparison MoE's. Cosine: the copies' last `symmetry/stage_0/experts`.", "",
-           "| axis | row | growth at | tokens / active param | comparison (steps) | Δ (paired mean ± sd) | seeds above | "
-           "per-seed Δ | load after (growth) | load (MoE scratch) | copies' cosine | growth s | growth peak MB | "
-           "loss after growth |",
+           "| axis | row | growth at | tokens / active param | comparison (steps) | Δ (paired mean ± sd) | "
+           "seeds above | per-seed Δ | load after (growth) | load (MoE scratch) | copies' cosine | growth s | "
+           "growth peak MB | loss after growth |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for ln in rows:
         diag = list(ln["experts"].values())
@@ -155,8 +155,8 @@ def scan_markdown(size_name: str, lines: list[dict], skipped: list[dict], refuse
     out += ["", "Δ: final validation loss of the growth row minus that of the grown shape trained from scratch on the "
             "same FLOPs with the same LR schedule, paired by seed (negative: growth paid); seeds above: seeds where "
             "growth ended above scratch.", ""]
-    out.append("| steps (x) | tokens / grown param | schedule | axis | row (recipe) | growth at | Δ vs iso-FLOPs scratch "
-               "(paired mean ± sd) | seeds above | growth loss | scratch loss (steps) | per-seed Δ |")
+    out.append("| steps (x) | tokens / grown param | schedule | axis | row (recipe) | growth at | Δ vs iso-FLOPs "
+               "scratch (paired mean ± sd) | seeds above | growth loss | scratch loss (steps) | per-seed Δ |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for ln in lines:
         if "tokens" not in ln:
@@ -190,7 +190,8 @@ def scan_markdown(size_name: str, lines: list[dict], skipped: list[dict], refuse
             sp = (f"{ln['speedup']:.2f}x ± {fmt(ln.get('speedup_sd'), 2)}" if ln.get("speedup") is not None
                   else "censored")
             per = ", ".join(v for _, v in sorted(ln["speedup_per_seed"].items()))
-            frac = ", ".join("never" if f is None else f"{f:.0%}" for _, f in sorted(ln["reach_fraction_per_seed"].items()))
+            frac = ", ".join("never" if f is None else f"{f:.0%}"
+                             for _, f in sorted(ln["reach_fraction_per_seed"].items()))
             h = ln.get("health", {})
             hs = [fmt(h.get(k), 2) for k in ("final_hidden_vs_scratch", "residual_vs_scratch",
                                             "final_hidden_vs_growth", "lr_new_vs_old")]

@@ -17,7 +17,8 @@ from lightning_sparkling.pretrain.measure.measure_stats import scratch_flops_at
 
 
 from .sizes import slug
-from .rows import AXES, AXIS_TIMING, DEPTH_REFERENCE, EXPERTS_2X_ROWS, EXPERT_AXES, ISO_FLOPS, ROWS, UPCYCLE_AXES, UPCYCLE_ROWS, axis_rows, axis_stages, comparisons, reference
+from .rows import (AXES, AXIS_TIMING, DEPTH_REFERENCE, EXPERT_AXES, EXPERTS_2X_ROWS, ISO_FLOPS, ROWS, UPCYCLE_AXES,
+                   UPCYCLE_ROWS, axis_rows, axis_stages, comparisons, reference)
 from .grid import build_config, check_config, plan_grid, read_symmetry
 from .tables import collect, mean_sd, paired_diff
 
@@ -34,7 +35,8 @@ SCAN_AXES = {"joint-25": "recommended recipe", "joint": "recommended recipe", "j
 """The scan's timings of each axis and the row each is measured with (``--scan-rows`` replaces it)."""
 SCAN_DEFAULT_AXES = ["joint-25", "joint", "joint-75", "depth-5", "depth", "depth-50"]
 SCAN_RECIPES = {"SPARKLING": "paper", "recommended recipe": "recommended", "random-zero + ratio 10": "random-zero",
-                "random-zero": "wsd", DEPTH_REFERENCE: "paper", **dict.fromkeys(UPCYCLE_ROWS + EXPERTS_2X_ROWS, "paper")}
+                "random-zero": "wsd", DEPTH_REFERENCE: "paper",
+                **dict.fromkeys(UPCYCLE_ROWS + EXPERTS_2X_ROWS, "paper")}
 """The map's ``recipe`` (a ``growth.recipe``) of a row. The row "random-zero" (random-zero init, the paper's 1.3x
 re-warmup) is the recipe ``wsd``, not the recipe ``random-zero`` (10x re-warmup: the row "random-zero + ratio 10").
 A stage that grows only n_layer gets no symmetry loop under ``recommended``, so the depth row is ``paper``."""

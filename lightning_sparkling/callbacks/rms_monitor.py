@@ -510,7 +510,8 @@ class ActivationRMSMonitor(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._check_depth(trainer, pl_module)  # a growth in an earlier callback's on_train_batch_end: layout at its step
+        # a growth in an earlier callback's on_train_batch_end: layout at its step
+        self._check_depth(trainer, pl_module)
         probe, step = self._probe, self._probe_step
         if probe is None or step is None:
             return

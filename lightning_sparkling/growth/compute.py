@@ -172,7 +172,8 @@ def phase_compute(configs: Sequence, at_steps: Sequence[int], *, total_steps: in
     flops = float(sum(6 * n * tokens_per_step * steps for n, steps in zip(active, phase_steps)))
     scratch = float(6 * active[-1] * tokens_per_step * total_steps)
     return ComputeEstimate(configs=tuple(configs), active_params=active, total_params=total, phase_steps=phase_steps,
-                           flops=flops, flops_from_scratch=scratch, flops_saved=1.0 - flops / scratch if scratch else 0.0)
+                           flops=flops, flops_from_scratch=scratch,
+                           flops_saved=1.0 - flops / scratch if scratch else 0.0)
 
 
 GSTACK_TIMING_FIT: tuple[float, float, float] = (0.88, 163.27, -5.74)

@@ -105,7 +105,8 @@ class OptimizerPatch:
     """A computed (not yet applied) patch of one optimizer. ``apply()`` then, if needed, ``undo()``."""
 
     optimizer: torch.optim.Optimizer
-    replacements: list[tuple[int, int, nn.Parameter, nn.Parameter]] = field(default_factory=list)  # group, idx, old, new
+    # group, idx, old, new
+    replacements: list[tuple[int, int, nn.Parameter, nn.Parameter]] = field(default_factory=list)
     additions: list[tuple[int, nn.Parameter]] = field(default_factory=list)  # group, new block's parameter
     new_state: dict[nn.Parameter, dict] = field(default_factory=dict)
     regrouped: dict[int, list[nn.Parameter]] = field(default_factory=dict)  # group -> its params after a depth growth

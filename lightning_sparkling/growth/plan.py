@@ -234,9 +234,8 @@ _DERIVED_FIELDS = ("rope_n_elem",)
 
 def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
     """``stage`` with its sizes explicit: a ``model_name`` / ``model_config`` stage becomes the stage of every size
-    that differs between ``config`` and the target (its other keys kept; the target stays named in
-    ``model_name`` / ``model_config`` so that the grown config takes its ``name`` and ``block_size``). Other stages
-    come back unchanged.
+    that differs between ``config`` and the target (its other keys kept; the target stays named in ``model_name`` /
+    ``model_config`` so that the grown config takes its ``name`` and ``block_size``). Other stages come back unchanged.
 
     Raises:
         GrowthError: naming the field and both values, for a difference that is not a size (``head_size``,
@@ -261,9 +260,10 @@ def resolve_stage(config, stage: GrowthStage) -> GrowthStage:
         if key in _FREE_FIELDS or key in _PER_BLOCK_FIELDS or key in _DERIVED_FIELDS or old == new:
             continue
         if key not in axis_of_size():  # every registered axis' sizes: e.g. an MoE target's n_expert
-            raise GrowthError(f"GrowthStage({what}): the target's {key}={new!r} differs from the model's {key}={old!r}; "
-                              "only sizes (n_embd, n_head, n_query_groups, intermediate_size, moe_intermediate_size, "
-                              f"n_layer, n_expert, n_expert_per_token) can grow; grow into a config with {key}={old!r}")
+            raise GrowthError(f"GrowthStage({what}): the target's {key}={new!r} differs from the model's "
+                              f"{key}={old!r}; only sizes (n_embd, n_head, n_query_groups, intermediate_size, "
+                              "moe_intermediate_size, n_layer, n_expert, n_expert_per_token) can grow; grow into a "
+                              f"config with {key}={old!r}")
         if new is None or old is None or new < old:
             raise GrowthError(f"GrowthStage({what}): the target's {key}={new} is smaller than the model's {key}={old}; "
                               "a growth can only make sizes larger")
@@ -418,8 +418,7 @@ def _values_by_axis(config, stage: GrowthStage) -> dict[str, dict[str, Any]]:
 def _check_axes_grow(config, stage: GrowthStage, values: dict[str, dict[str, Any]], grows: set[str]) -> None:
     """Refuse a stage with an active axis whose growth changes nothing: no ``litgpt.Config`` field set to a new value
     (``values``, by axis) and no tensor or channel dimension planned (``grows``: the axes that planned some). Such an
-    axis, e.g. one that forgot ``config_values``, would be a silent no-op: its size reported grown, the model as it
-    was.
+    axis, e.g. one that forgot ``config_values``, would be a silent no-op: its size reported grown, the model unchanged.
 
     Raises:
         GrowthError: naming the axis, its key and the fix, keyed by the axis' key.
@@ -470,7 +469,8 @@ def _check_model_kind(config, stage: GrowthStage) -> None:
             "have no exact width growth here; use CausalSelfAttention models"
         )
     if config.mlp_class_name not in SUPPORTED_MLPS:
-        raise GrowthError(f"config.mlp_class_name={config.mlp_class_name!r} is not supported: use one of {SUPPORTED_MLPS}")
+        raise GrowthError(f"config.mlp_class_name={config.mlp_class_name!r} is not supported: use one of "
+                          f"{SUPPORTED_MLPS}")
     if config.norm_class_name not in SUPPORTED_NORMS:
         raise GrowthError(
             f"config.norm_class_name={config.norm_class_name!r} is not supported: use one of {SUPPORTED_NORMS}"
@@ -536,7 +536,8 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     old_model = build_meta_gpt(config)
     old_shapes = _shapes(old_model)
     ctx = PlanContext(config=config, new_config=new_config, stage=stage, old_model=old_model, old_shapes=old_shapes,
-                      channels=channels, tensors={}, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings)
+                      channels=channels, tensors={}, seed=seed, stage_index=stage_index,
+                      tied_embeddings=tied_embeddings)
     ctx.tensors = channel_tensors(ctx)  # phase 2: every tensor on a growing channel dimension
     for axis in axes_of_stage:  # phase 3: each axis' own tensors (new blocks, new experts)
         contribution = axis.plan(ctx)
@@ -551,7 +552,8 @@ def plan_growth(config, stage: GrowthStage, *, seed: int = 0, stage_index: int =
     _check_axes_grow(config, stage, values, grows)
     plan = GrowthPlan(stage=stage, stage_index=stage_index, old_config=config, new_config=new_config, channels=channels,
                       tensors=ctx.tensors, tied_embeddings=tied_embeddings, seed=seed, changes=changes,
-                      active_axes=tuple(axis.name for axis in axes_of_stage), _old_shapes=old_shapes, _given_stage=given)
+                      active_axes=tuple(axis.name for axis in axes_of_stage), _old_shapes=old_shapes,
+                      _given_stage=given)
     _check_against_grown(plan)
     return plan
 
@@ -591,8 +593,8 @@ def checked_plan(plan: GrowthPlan | None, config, stage: GrowthStage, *, seed: i
         return plan_growth(config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings)
     if not plan.fits(config, stage, seed=seed, stage_index=stage_index, tied_embeddings=tied_embeddings):
         raise GrowthError(f"the given plan (stage {plan.stage_index}, seed {plan.seed}, tied_embeddings="
-                          f"{plan.tied_embeddings}) is not the plan of GrowthStage(at_step={stage.at_step}) at position "
-                          f"{stage_index} with seed {seed} on this model (tied_embeddings={tied_embeddings}"
+                          f"{plan.tied_embeddings}) is not the plan of GrowthStage(at_step={stage.at_step}) at "
+                          f"position {stage_index} with seed {seed} on this model (tied_embeddings={tied_embeddings}"
                           f"{', another config' if plan.old_config != config else ''}); plan it on the model as it is "
                           "now (plan_growth(model.config, stage, ...)) or leave plan=None")
     return plan

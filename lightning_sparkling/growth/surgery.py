@@ -455,7 +455,7 @@ def swap_in(model: GPT, plan: GrowthPlan, grown: Mapping[str, torch.Tensor]) -> 
                 swap.set(module, "normalized_shape", ref.normalized_shape)
         if _structure(model) != _structure(reference):
             raise GrowthError("the grown model's module structure differs from GPT(grown config)")
-        length = model.max_seq_length
+        length = cast(int, model.max_seq_length)
         if "_max_seq_length" in model.__dict__:  # litgpt's GPT; a target's block_size moves it (GPT(config)'s)
             swap.set(model, "_max_seq_length", grown_max_seq_length(length, old_config, plan.new_config))
         for name, value in derived_buffers(model, old_config, length).items():  # a config change, not a shape

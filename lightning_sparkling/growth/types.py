@@ -157,7 +157,8 @@ class TensorPlan:
             return [tuple(slice(0, size) for size in self.new_shape)]
         new_runs, old_runs = {}, {}
         for d in self.dims:
-            new_runs[d.dim] = d.new_runs if d.new_runs is not None else ((self.old_shape[d.dim], self.new_shape[d.dim]),)
+            new_runs[d.dim] = (d.new_runs if d.new_runs is not None
+                               else ((self.old_shape[d.dim], self.new_shape[d.dim]),))
             old_runs[d.dim] = d.old_runs if d.old_runs is not None else ((0, self.old_shape[d.dim]),)
         pieces = []
         grown = sorted(new_runs)

@@ -47,8 +47,8 @@ register_backend("fsdp2", "lightning_sparkling.parallel.fsdp2:FSDP2Backend",
                  usage="FSDP2 via ModelParallelStrategy(tensor_parallel_size=1)", cli_strategy="fsdp2",
                  cli_help="FSDP2 sharding")
 register_backend("fsdp1", "lightning_sparkling.parallel.fsdp1:FSDP1Backend",
-                 usage="FSDPStrategy(use_orig_params=True)", cli_strategy="fsdp1", cli_help="FSDP1", cuda_only=True, supports_compile=False,
-                 supports_activation_checkpointing=False, whole_matrices=False)
+                 usage="FSDPStrategy(use_orig_params=True)", cli_strategy="fsdp1", cli_help="FSDP1", cuda_only=True,
+                 supports_compile=False, supports_activation_checkpointing=False, whole_matrices=False)
 
 
 def select_backend(strategy: Any) -> GrowthBackend:

@@ -78,7 +78,8 @@ def test_tiny_mode_trains_appends_and_never_repeats_a_run(tmp_path, capsys):
         assert c["delta"] == pytest.approx(growth["loss"] - same["loss"], abs=1e-3)
         assert "speedup" in c and c["params"] > 0
         # three runs at a time on one machine: no wall-clock ratio, and the cell says why (issue 45)
-        assert c["wall_speedup"] is None and c["wall_clock_note"].startswith("not compared: the runs trained 3 at a time")
+        assert (c["wall_speedup"] is None
+                and c["wall_clock_note"].startswith("not compared: the runs trained 3 at a time"))
     assert all(e["jobs"] == 3 for e in lines)
     # a run finished on this machine but never recorded (e.g. the process died before appending): recorded, not
     # trained again

@@ -43,7 +43,8 @@ def _copy_gap(model: GPT, old_inner: int) -> float:
 def test_symmetry_lock_persists_under_symmetric_recipe(optimizer_state):
     """copy-copy + symmetric optimizer state + no re-warmup: copied channels stay equal to their sources."""
     module = TinyModule(max_steps=60)
-    stage = GrowthStage(10, intermediate_size=128, init="copy-copy", optimizer_state=optimizer_state, rewarmup_ratio=None)
+    stage = GrowthStage(10, intermediate_size=128, init="copy-copy", optimizer_state=optimizer_state,
+                        rewarmup_ratio=None)
     _fit(module, stage, max_steps=60)
     assert module.model.config.intermediate_size == 128
     assert _copy_gap(module.model, 64) < 1e-4
@@ -177,7 +178,8 @@ def test_throughput_and_lr_monitors_and_compiled_model(tmp_path):
                            callbacks=[LearningRateMonitor("step"), ThroughputMonitor(lambda b: 4)],
                            logger=CSVLogger(tmp_path), log_every_n_steps=1)
     summary = growth.summaries[0]
-    assert module.flops_per_batch == pytest.approx(1000.0 * summary["active_params_after"] / summary["active_params_before"])
+    assert module.flops_per_batch == pytest.approx(1000.0 * summary["active_params_after"]
+                                                   / summary["active_params_before"])
     assert module.model._orig_mod.config.n_embd == 64
     assert all(math.isfinite(x) for x in module.losses) and len(module.losses) == 12
     metrics = (Path(trainer.logger.log_dir) / "metrics.csv").read_text()

@@ -52,7 +52,8 @@ class _GradNorms(L.Callback):
 
         def record(optimizer, args, kwargs):
             grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-            self.norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
+            self.norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
+                                                                          for g in grads]))))
 
         opt.register_step_post_hook(record)
 
@@ -64,7 +65,8 @@ def _fit(kernel: str, max_norm: float | None, *, precision: str = "bf16-mixed", 
     trainer = L.Trainer(max_steps=STEPS, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[norms, *callbacks],
                         **kwargs)
-    data = torch.utils.data.DataLoader(torch.randint(0, 64, (4 * STEPS, 17), generator=torch.Generator().manual_seed(0)),
+    data = torch.utils.data.DataLoader(torch.randint(0, 64, (4 * STEPS, 17),
+                                                     generator=torch.Generator().manual_seed(0)),
                                        batch_size=4)
     trainer.fit(module, data)
     assert trainer.global_step == STEPS

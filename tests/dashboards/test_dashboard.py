@@ -21,7 +21,8 @@ from _tiny import TinyModule, make_trainer, paper_stage
 GROW_AT, MAX_STEPS = 10, 30
 
 
-def _run(tmp_path, stage: GrowthStage, monitor: bool = True) -> tuple[dict[str, list[tuple[int, float]]], EventAccumulator]:
+def _run(tmp_path, stage: GrowthStage,
+         monitor: bool = True) -> tuple[dict[str, list[tuple[int, float]]], EventAccumulator]:
     module = TinyModule(max_steps=MAX_STEPS)
     callbacks = [WidthGrowthCallback(stage), LearningRateMonitor("step")]
     if monitor:

@@ -166,8 +166,8 @@ def test_make_dashboard_image_script(tmp_path):
     shrink = ["--data.max_files", "10", "--data.max_bytes", "100000", "--data.vocab_size", "512", "--data.seq_len",
               "32", "--data.val_percent", "20", "--data.cache_dir", str(tmp_path / "cache"),
               "--model_config.block_size", "32", "--train.global_batch_size", "4", "--train.micro_batch_size", "4",
-              "--train.max_steps", "6", "--train.lr_warmup_steps", "1", "--train.save_interval", "null", "--eval.interval", "null",
-              "--eval.max_iters", "1", "--rms_monitor.every_n_steps", "1",
+              "--train.max_steps", "6", "--train.lr_warmup_steps", "1", "--train.save_interval", "null",
+              "--eval.interval", "null", "--eval.max_iters", "1", "--rms_monitor.every_n_steps", "1",
               "--growth.stages", "[{at_step: 3, n_embd: 128, intermediate_size: 512, rewarmup_steps: 1}]"]
     assert script["main"](["--out-dir", str(out_dir), "--image", str(image), "--", *shrink]) == 0
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -54,7 +54,8 @@ def expected_coverage() -> dict[int, list[dict[str, torch.Tensor]]]:
     config, masks, by_step = tiny_config(), [], {}
     for k, stage in enumerate(STAGES):
         plan = plan_growth(config, stage, seed=0, stage_index=k)
-        masks = [{plan.carry(name): (grow_tensor(m, plan.tensors[plan.carry(name)], plan.channels, mode="zero", scale=1.0)
+        masks = [{plan.carry(name): (grow_tensor(m, plan.tensors[plan.carry(name)], plan.channels, mode="zero",
+                                                 scale=1.0)
                                      if plan.carry(name) in plan.tensors else m) for name, m in mask.items()}
                  for mask in masks]
         mask = {}

@@ -297,7 +297,8 @@ def test_a_named_target_with_other_per_block_fields_is_refused_not_ignored(targe
     config = Config(**_WINDOWED)
     stage = GrowthStage(0, model_config={**_WINDOWED, **target})
     for call in (lambda: plan_growth(config, stage), lambda: stage_config(config, stage)):
-        with pytest.raises(GrowthError, match=f"the target's {key}=.*grown model \\({key}={grown!r}".replace("[", "\\[")):
+        with pytest.raises(GrowthError,
+                           match=f"the target's {key}=.*grown model \\({key}={grown!r}".replace("[", "\\[")):
             call()
     agreed = {**_WINDOWED, **target, key: grown}
     assert getattr(plan_growth(config, GrowthStage(0, model_config=agreed)).new_config, key) == grown

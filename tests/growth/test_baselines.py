@@ -257,7 +257,8 @@ def test_stage_args_mirror_growth_stage():
     args_fields = {f.name: f.default for f in dataclasses.fields(StageArgs)}
     for name, default in stage_fields.items():
         assert name in args_fields and args_fields[name] == default, name
-    assert "extra" not in args_fields  # a registered axis' keys are flat in the CLI (tests/pretrain/test_cli_late_axis.py)
+    # a registered axis' keys are flat in the CLI (tests/pretrain/test_cli_late_axis.py)
+    assert "extra" not in args_fields
 
 
 def test_cli_keys_plan_and_refusals(tmp_path, capsys):

@@ -134,7 +134,8 @@ def test_pythia_14m_to_31m_by_name_keeps_the_function_and_ends_with_31m_shapes()
     differs = [f.name for f in dataclasses.fields(target) if getattr(target, f.name) != getattr(model.config, f.name)]
     assert differs == []
     reference = GPT(target)
-    assert {n: t.shape for n, t in reference.state_dict().items()} == {n: t.shape for n, t in model.state_dict().items()}
+    assert ({n: t.shape for n, t in reference.state_dict().items()}
+            == {n: t.shape for n, t in model.state_dict().items()})
 
 
 def test_pythia_70m_to_160m_by_name_loads_strictly_into_160m():

@@ -152,7 +152,8 @@ def test_tensor_stats():
     assert TensorStats.of(torch.tensor([5.0])).std == 0.0
 
 
-@pytest.mark.parametrize("widths", [{"n_embd": 48}, {"intermediate_size": 100}, {"n_embd": 64, "intermediate_size": 96}])
+@pytest.mark.parametrize("widths", [{"n_embd": 48}, {"intermediate_size": 100},
+                                    {"n_embd": 64, "intermediate_size": 96}])
 def test_zero_state_growth_fast_path_equals_appending_zeros_dim_by_dim(widths):
     """``grow_tensor(mode="zero")`` (optimizer state) allocates the grown tensor once and copies the old block in; it
     equals appending zero slices dim by dim with :func:`expand_dim`, for every tensor of a model, any widths."""

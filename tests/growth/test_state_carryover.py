@@ -566,7 +566,8 @@ def test_failed_growth_restores_optimizer_state_and_groups_deeply(monkeypatch, f
         from lightning_sparkling.parallel.single import SingleBackend
 
         def fail(self, trainer_, pl_module):
-            applied["state_shape"] = tuple(trainer_.optimizers[0].state[pl_module.model.lm_head.weight]["exp_avg"].shape)
+            applied["state_shape"] = tuple(
+                trainer_.optimizers[0].state[pl_module.model.lm_head.weight]["exp_avg"].shape)
             raise RuntimeError("injected failure")
         monkeypatch.setattr(SingleBackend, "rewrap", fail)
 

@@ -126,8 +126,8 @@ def _cell(recipe: str, delta: float, seeds_above: int, seeds: int = 4) -> Measur
 def test_better_recipe_needs_most_seeds_below_scratch(seeds_above, seeds, switch):
     """A cell below scratch on average but above it in half its seeds (or more) is no reason to switch recipe."""
     cells = [_cell("paper", 0.05, seeds, seeds), _cell("wsd", -0.04, seeds_above, seeds)]
-    found = better_recipe(cells, category="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3,
-                          than=cells[0])
+    found = better_recipe(cells, category="joint", recipe="paper", schedule="wsd", growth_at=0.25,
+                          tokens_per_param=11.3, than=cells[0])
     if switch:
         assert found is cells[1]
     else:
@@ -222,8 +222,8 @@ def test_a_cell_level_with_scratch_but_above_its_start_model_is_said_to_be_above
 def test_better_recipe_switches_only_for_a_gap_larger_than_the_seeds_spread():
     """0.5 - (-0.25) = 0.75 exactly: a gap equal to the larger sd is inside the seeds' spread (no switch); a gap a
     little larger is not."""
-    run = MeasuredCell(category="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3, delta=0.5,
-                       sd=0.75, seeds=4, seeds_above=4, where="test")
+    run = MeasuredCell(category="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3,
+                       delta=0.5, sd=0.75, seeds=4, seeds_above=4, where="test")
     kw = dict(category="joint", recipe="paper", schedule="wsd", growth_at=0.25, tokens_per_param=11.3, than=run)
     level = _cell("wsd", -0.25, 0)
     assert better_recipe([run, level], **kw) is None

@@ -15,7 +15,8 @@ from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.data.bpe import save_tokenizer_dir, train_tokenizer
 from test_cli import tiny_config, write_config
 
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "birds", "sang", "in", "tall", "green", "trees"]
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "birds",
+         "sang", "in", "tall", "green", "trees"]
 
 
 # -------------------------------------------------------------------------------------------------------------- helpers

@@ -489,7 +489,8 @@ def test_fsdp2_two_cpu_ranks_through_the_console_script(config_file, tmp_path):
                              "--devices", "2", "--strategy", "fsdp2", "--train.tie_embeddings", "true",
                              "--precision", "bf16-mixed",  # a GPU user's path: fused AdamW, clipped at 1.0
                              "--train.max_steps", "8", "--train.save_interval", "null", "--rms_monitor", "null",
-                             "--growth.stages", "[{at_step: 6, n_embd: 64, intermediate_size: 128, rewarmup_steps: 1}]"],
+                             "--growth.stages",
+                             "[{at_step: 6, n_embd: 64, intermediate_size: 128, rewarmup_steps: 1}]"],
                             capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     for noise in ("GPU available:", "TPU available:", "litlogger", "LeafSpec", "exists and is not empty"):
@@ -548,5 +549,6 @@ def test_optimizer_mapping_on_the_command_line_replaces_the_files_optimizer(conf
     _, run, _ = parse(["--config", str(config_file), "--optimizer=AdamW"])  # a name still goes through jsonargparse
     assert run.optimizer == "AdamW"
     with pytest.raises(SystemExit) as info:  # and a bad one is still one error line
-        main(["plan", "--config", str(config_file), "--optimizer", "{class_path: torch.optim.SGD, init_args: {lrr: 1}}"])
+        main(["plan", "--config", str(config_file), "--optimizer",
+              "{class_path: torch.optim.SGD, init_args: {lrr: 1}}"])
     assert info.value.code == 2 and "error: optimizer.init_args" in capsys.readouterr().err

@@ -22,7 +22,8 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml
 _CONFIG_VALUES = '''    def config_values(self, config, stage):  # the growth itself: the grown litgpt.Config's fields
         return {"rope_base": stage.get("rope_base")}
 '''
-_CHECK_MODEL = '''            raise GrowthError(f"rope_base={config.rope_base} is the model's already", key="rope_base")'''
+_CHECK_MODEL = ('''            raise GrowthError(f"rope_base={config.rope_base} is the model's already", '''
+                '''key="rope_base")''')
 
 
 def _broken(old: str, new: str) -> str:

@@ -103,7 +103,8 @@ def test_resume_auto_refuses_when_no_checkpoint_is_readable(run, tmp_path, capsy
      "another growth.stages[0] than the config's (intermediate_size: checkpoint 128, config None)"),
     (["--growth.stages", "[]"], "was grown by 1 stage(s) but growth.stages has 0"),
     # same stages, other recipe: the message names the key that restores it
-    (["--growth.recipe", "paper"], "(init: checkpoint 'random-zero', config 'copy-copy', rewarmup_ratio: checkpoint 3.0"),
+    (["--growth.recipe", "paper"],
+     "(init: checkpoint 'random-zero', config 'copy-copy', rewarmup_ratio: checkpoint 3.0"),
     (["--growth.recipe", "paper"], "only the recipe's keys differ: growth.recipe: random-zero-3x"),  # as trained
     # another architecture: the checkpoint's would be silently used (then a KeyError a few steps later)
     (["--model_config.n_layer", "3"], "n_layer: checkpoint 2, config 3"),

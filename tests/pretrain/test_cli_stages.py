@@ -109,7 +109,8 @@ def test_a_plan_time_refusal_names_the_key_the_error_carries_not_one_its_text_me
 def test_one_stage_key_from_the_command_line_keeps_the_stages_other_keys(capsys):
     assert main(["plan", "--config", QUICKSTART, "--growth.stages.0.at_step", "50"]) == 0
     out = capsys.readouterr().out
-    assert "stage 0 at step 50 (102,400 tokens, 16.7% of the run): n_embd 64 -> 128, intermediate_size 256 -> 512" in out
+    assert ("stage 0 at step 50 (102,400 tokens, 16.7% of the run): n_embd 64 -> 128, intermediate_size 256 -> 512"
+            in out)
     assert "over 20 steps" in out  # the YAML's rewarmup_steps: 20 kept (the default 250 would not fit)
     _, run, dumped = parse(["--config", QUICKSTART, "--growth.stages[0].n_layer=6", "--growth.stages.0.at_step", "60",
                             "--growth.stages.0.rewarmup_ratio", "null"])

@@ -95,7 +95,8 @@ def test_tokenizer_roundtrip_through_litgpt(dm):
     assert tok.backend == "huggingface" and tok.use_bos is False
     assert tok.bos_id == tok.eos_id == 0 == tok.token_to_id(EOS_TOKEN)
     assert 257 < tok.vocab_size <= SMALL["vocab_size"] and tok.vocab_size == dm.vocab_size
-    for text in ["def f(x):\n    return {'a': [x, 1.5e-3]}  # ok\n", "  leading spaces\ttabs\n\n", "héllo wörld ✓ 漢字"]:
+    for text in ["def f(x):\n    return {'a': [x, 1.5e-3]}  # ok\n", "  leading spaces\ttabs\n\n",
+                 "héllo wörld ✓ 漢字"]:
         ids = tok.encode(text)
         assert ids.dtype == torch.int32 and tok.decode(ids) == text
     assert tok.encode("x = 1", eos=True)[-1].item() == tok.eos_id

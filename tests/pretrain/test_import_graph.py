@@ -271,7 +271,8 @@ def test_one_home_for_errors_counts_and_sharding():
     ``pretrain/``)."""
     assert _definitions("GrowthError") == ["growth/errors.py"]
     assert _definitions("active_parameter_count") == ["growth/compute.py"]
-    assert _definitions("shard_gpt") == ["parallel/sharding.py"] and _definitions("wrap_gpt") == ["parallel/sharding.py"]
+    assert (_definitions("shard_gpt") == ["parallel/sharding.py"]
+            and _definitions("wrap_gpt") == ["parallel/sharding.py"])
     import lightning_sparkling
     from lightning_sparkling.growth import errors, plan
     from lightning_sparkling.parallel import shard_gpt, wrap_gpt

@@ -23,7 +23,8 @@ from lightning_sparkling.pretrain.cli import main, parse
 from lightning_sparkling.pretrain.config.schema import check_keys
 from lightning_sparkling.pretrain.data.bpe import save_tokenizer_dir, train_tokenizer
 
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "birds", "sang", "in", "tall", "green", "trees", "near", "old", "stone", "walls"]
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "birds",
+         "sang", "in", "tall", "green", "trees", "near", "old", "stone", "walls"]
 
 
 def litgpt_printed_config() -> dict:
@@ -154,8 +155,9 @@ def textfiles_run(printed, text_dir, tmp_path_factory) -> Path:
     """litgpt's config + growth:, on litgpt.data.TextFiles (litdata.optimize on a local folder, offline)."""
     if os.environ.get("SPARKLING_REQUIRE_LITDATA"):  # CI (.ci/run) installs litdata: never skip there
         import litdata  # noqa: F401
-    pytest.importorskip("litdata", reason="litgpt.data.TextFiles needs litdata: pip install lightning-sparkling[litdata] "
-                                          "(on a CPU build of torch, without torchvision: see pyproject.toml)")
+    pytest.importorskip("litdata", reason="litgpt.data.TextFiles needs litdata: pip install "
+                                          "lightning-sparkling[litdata] (on a CPU build of torch, without torchvision: "
+                                          "see pyproject.toml)")
     out = tmp_path_factory.mktemp("textfiles") / "out"
     path = out.parent / "litgpt+growth.yaml"
     path.write_text(yaml.safe_dump(shrunk(printed, text_dir, out)))

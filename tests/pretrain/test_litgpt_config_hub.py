@@ -26,7 +26,8 @@ LAYERS = {"debug": 6, "tinyllama": 22, "microllama": 12, "tinystories": 6}  # ea
 LLAMA_2 = "checkpoints/meta-llama/Llama-2-7b-hf"
 TOKENIZERS = {"debug": "checkpoints/EleutherAI/pythia-14m", "tinyllama": LLAMA_2, "microllama": LLAMA_2,
               "tinystories": LLAMA_2}  # each file's tokenizer_dir
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "birds", "sang", "in", "tall", "green", "trees"]
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "birds",
+         "sang", "in", "tall", "green", "trees"]
 
 
 def source() -> dict[str, str]:

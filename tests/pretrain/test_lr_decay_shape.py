@@ -80,8 +80,9 @@ def test_cli_run_under_wsd_sqrt_applies_the_sqrt_decay(tmp_path):
     assert len(recorder.steps) == STEPS
     new_checked, old_checked = 0, {}
     for t, entries in enumerate(recorder.steps):
-        new = t >= AT and rewarmup_wsd_lr(t, growth_step=AT, lr_at_growth=sqrt_closed(AT), ratio=1.3, warmup_steps=REWARM,
-                              total_steps=STEPS, min_lr=MIN_LR, decay_start=DECAY_START, decay_shape="sqrt")
+        new = t >= AT and rewarmup_wsd_lr(t, growth_step=AT, lr_at_growth=sqrt_closed(AT), ratio=1.3,
+                                          warmup_steps=REWARM, total_steps=STEPS, min_lr=MIN_LR,
+                                          decay_start=DECAY_START, decay_shape="sqrt")
         for before, grad, after in entries:
             if t >= AT and before.shape == (128, 32):  # fc_1 / fc_2 of a grown block: rows 64.. are new channels
                 got = lr_of(before[64:], grad[64:], after[64:])

@@ -108,8 +108,8 @@ def test_a_cell_pays_only_at_or_below_both_scratch_and_the_model_it_grew_from():
     start fields come together or not at all."""
     from lightning_sparkling.pretrain.advice.measured import Advice, MeasuredCell
 
-    base = dict(category="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7, delta=-0.03,
-                sd=0.01, seeds=3, seeds_above=0, where="w", init="copy")
+    base = dict(category="upcycle", recipe="paper", schedule="cosine", growth_at=0.25, tokens_per_param=5.7,
+                delta=-0.03, sd=0.01, seeds=3, seeds_above=0, where="w", init="copy")
     assert MeasuredCell(**base).pays
     assert MeasuredCell(**base, start_delta=-0.01, start_sd=0.01, start_seeds_above=0).pays
     level = MeasuredCell(**base, start_delta=0.0, start_sd=0.01, start_seeds_above=1)  # a tie with the start model

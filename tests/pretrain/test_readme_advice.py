@@ -74,7 +74,8 @@ def test_the_suggest_example_prints_what_the_reference_shows(tmp_path, capsys):
                  if "model_name: pythia-160m" in b and "stages: []" in b]
     assert config["growth"] == {"stages": []} and config["train"]["lr_schedule"] == "wsd"
     path = write_config(tmp_path / "pythia_160m.yaml", config)
-    shown = re.search(r"sparkling plan --config pythia_160m.yaml --suggest\n```\n+```text\n(.*?)\n```", text, flags=re.S)
+    shown = re.search(r"sparkling plan --config pythia_160m.yaml --suggest\n```\n+```text\n(.*?)\n```", text,
+                      flags=re.S)
     assert shown, "docs/REFERENCE.md: the --suggest example's output block"
     assert main(["plan", "--config", str(path), "--suggest"]) == 0
     assert _flat(capsys.readouterr().out) == _flat(shown.group(1))

@@ -97,7 +97,8 @@ def test_recommended_gives_the_loop_to_width_and_head_copies_not_to_copied_block
 
 
 def test_unknown_recipe_is_refused():
-    with pytest.raises(ValueError, match="recipe='sparkling': choose one of paper, recommended, random-zero, wsd, random-zero-3x"):
+    with pytest.raises(ValueError,
+                       match="recipe='sparkling': choose one of paper, recommended, random-zero, wsd, random-zero-3x"):
         apply_recipe("sparkling", {})
 
 

@@ -109,7 +109,8 @@ def test_every_logged_tag_is_in_the_reference():
     assert not missing, f"docs/REFERENCE.md lacks {missing}"
 
 
-@pytest.mark.parametrize("tag", ["growth/symmetry_boost/stage_k", "symmetry/stage_k/attn_q", "epoch", "rms/final_hidden"])
+@pytest.mark.parametrize("tag", ["growth/symmetry_boost/stage_k", "symmetry/stage_k/attn_q", "epoch",
+                                 "rms/final_hidden"])
 def test_tags_the_issue_named_are_in_the_tag_table(tag):
     table = REFERENCE.read_text().split("## TensorBoard tags", 1)[1]
     assert f"`{tag}`" in table

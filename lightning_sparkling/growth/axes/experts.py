@@ -375,8 +375,8 @@ class ExpertsAxis(BaseAxis):
             per_group = E_old // config.n_expert_groups
             if E % per_group:
                 raise GrowthError(f"GrowthStage(n_expert={E}): the GroupedTopkRouter keeps {per_group} experts per "
-                                  f"group (n_expert_groups={config.n_expert_groups}), so n_expert must be a multiple of "
-                                  f"{per_group}; use e.g. {2 * E_old}", key="n_expert")
+                                  f"group (n_expert_groups={config.n_expert_groups}), so n_expert must be a multiple "
+                                  f"of {per_group}; use e.g. {2 * E_old}", key="n_expert")
             values["n_expert_groups"] = E // per_group
             top = config.n_topk_groups
             if K % K_old == 0 and top * (K // K_old) <= values["n_expert_groups"]:

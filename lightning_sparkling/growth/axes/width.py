@@ -137,7 +137,8 @@ class WidthAxis(BaseAxis):
 
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_embd": "alpha=0.7071"}``."""
-        return {name: f"alpha={plan.channels[name].alpha:.4f}" for name in plan.changes[self.name] if name in self.sizes}
+        return {name: f"alpha={plan.channels[name].alpha:.4f}" for name in plan.changes[self.name]
+                if name in self.sizes}
 
 
 # mypy reads the protocol's symmetry_key as settable; BaseAxis' is a read-only property

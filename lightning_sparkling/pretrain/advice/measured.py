@@ -120,8 +120,8 @@ class MeasuredCell:
         start = (self.start_delta, self.start_sd, self.start_seeds_above)
         if any(v is None for v in start) and any(v is not None for v in start):
             raise ValueError(f"measured cell {self.key()}: start_delta={self.start_delta!r}, "
-                             f"start_sd={self.start_sd!r}, start_seeds_above={self.start_seeds_above!r}: give all three "
-                             "(the comparison with the model it grew from continued on the same FLOPs) or none")
+                             f"start_sd={self.start_sd!r}, start_seeds_above={self.start_seeds_above!r}: give all "
+                             "three (the comparison with the model it grew from continued on the same FLOPs) or none")
         if self.ceiling is not None and (isinstance(self.ceiling, bool) or not isinstance(self.ceiling, (int, float))
                                          or not math.isfinite(self.ceiling) or self.ceiling < 1):
             raise ValueError(f"measured cell {self.key()}: ceiling={self.ceiling!r}: must be a number >= 1 (scratch "
@@ -358,8 +358,8 @@ class Advice:
                f"growth at {self.growth_at:.0%}, {self.tokens_per_param:.2f} training tokens per final active "
                f"parameter{note})")
         if self.cell is None:
-            return (f"nothing was measured for {run}: no seeded comparison of this growth category, recipe and schedule "
-                    f"against same-FLOPs scratch. Before counting on the FLOPs saved, {MEASURE_HINT}")
+            return (f"nothing was measured for {run}: no seeded comparison of this growth category, recipe and "
+                    f"schedule against same-FLOPs scratch. Before counting on the FLOPs saved, {MEASURE_HINT}")
         gap = self.describe_gap()
         if not self.near:
             return (f"nothing near {run} was measured; the nearest comparison, {self.cell.describe()}"
@@ -542,8 +542,9 @@ def advise(stages: Sequence[GrowthStage], *, total_steps: int, tokens_per_param:
     ceiling (printed beside the cell's).
 
     ``recipe``: the map's name of the run's recipe, or its
-    :class:`~lightning_sparkling.pretrain.advice.recipe_words.RecipeName` (:func:`~lightning_sparkling.pretrain.advice.recipe_words.recipe_name`
-    of the stages: its ``key`` is matched, its ``label`` and ``note`` are what the advice prints)."""
+    :class:`~lightning_sparkling.pretrain.advice.recipe_words.RecipeName`
+    (:func:`~lightning_sparkling.pretrain.advice.recipe_words.recipe_name` of the stages: its ``key`` is matched, its
+    ``label`` and ``note`` are what the advice prints)."""
     name = recipe if isinstance(recipe, RecipeName) else RecipeName(recipe, recipe)
     recipe = name.key
     category = classify_category(stages, sizes)

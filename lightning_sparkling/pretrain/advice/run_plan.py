@@ -149,8 +149,8 @@ def _advice(run: ResolvedRun, sizes: Sequence[dict[str, tuple[int, int]]], compu
     """What the project's measured map (:mod:`~lightning_sparkling.pretrain.advice.measured`) says about ``run``: the
     comparison nearest to its map category, recipe, schedule, timing, token ratio and model size, or that none is near;
     ``None`` without growth stages. The run's recipe is named once, by
-    :func:`~lightning_sparkling.pretrain.advice.recipe_words.recipe_name`: cells are matched on its ``key`` (what ``sparkling
-    measure`` writes for this run), the advice prints its ``label`` and ``note``."""
+    :func:`~lightning_sparkling.pretrain.advice.recipe_words.recipe_name`: cells are matched on its ``key`` (what
+    ``sparkling measure`` writes for this run), the advice prints its ``label`` and ``note``."""
     if not run.stages:
         return None
     from lightning_sparkling.pretrain.advice.measured import advise

@@ -108,7 +108,7 @@ def expand_litgpt_forms(config: Any) -> Any:
     return config
 
 
-# ------------------------------------------------------------------------------------------------------------ checkpoint
+# ----------------------------------------------------------------------------------------------------------- checkpoint
 def extend_checkpoint_dir(path: Path) -> Path:
     """litgpt's ``extend_checkpoint_dir``: ``checkpoints/<path>`` when ``path`` does not exist but that does."""
     from litgpt.utils import extend_checkpoint_dir as litgpt_extend
@@ -191,8 +191,8 @@ def check_logger(logger_name: str, log: Any) -> list[str]:
                                             f"set logger_name: {users[0]} or remove log.{key}")
     notes = []
     if name != "tensorboard":
-        notes.append(f"logger_name {name}: metrics (rms/..., growth/..., symmetry/...) go to {name}; the RMS "
-                     "dashboard (TensorBoard's custom-scalars layout) and `sparkling plot` need logger_name tensorboard")
+        notes.append(f"logger_name {name}: metrics (rms/..., growth/..., symmetry/...) go to {name}; the RMS dashboard "
+                     "(TensorBoard's custom-scalars layout) and `sparkling plot` need logger_name tensorboard")
     return notes
 
 

@@ -70,9 +70,9 @@ def resolve_data_class(class_path: str) -> type:
                                              "prompt/response dicts), not pretraining text: use one of "
                                              f"{', '.join(LITGPT_PRETRAIN_DATA)} or your own LightningDataModule")
     if not callable(getattr(cls, "connect", None)):
-        raise ConfigError("data.class_path", f"{path!r} has no connect(tokenizer, batch_size, max_seq_length) (litgpt's "
-                                             "DataModule interface), so the batch size and sequence length cannot "
-                                             "be handed to it")
+        raise ConfigError("data.class_path", f"{path!r} has no connect(tokenizer, batch_size, max_seq_length) "
+                                             "(litgpt's DataModule interface), so the batch size and sequence length "
+                                             "cannot be handed to it")
     return cls
 
 

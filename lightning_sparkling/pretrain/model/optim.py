@@ -232,8 +232,8 @@ def _restore_kernel(optimizer: torch.optim.Optimizer) -> None:
     if saved is not None and saved != ours:
         from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-        rank_zero_info(f"[sparkling] note: the checkpoint's {type(optimizer).__name__} ran {saved}; this run's optimizer spec "
-                       f"chooses {ours}, and the run goes on with it (the moments and step carry over)")
+        rank_zero_info(f"[sparkling] note: the checkpoint's {type(optimizer).__name__} ran {saved}; this run's "
+                       f"optimizer spec chooses {ours}, and the run goes on with it (the moments and step carry over)")
 
 
 def _split_muon_params(model: GPT) -> tuple[list[nn.Parameter], list[nn.Parameter]]:

@@ -112,7 +112,8 @@ def _announce_run(run: ResolvedRun, run_plan: RunPlan) -> None:
     if (advice := run_plan.advice) is not None:
         _info(advice.message() if advice.pays else f"warning: {advice.message()}")
     for k, (s, changes) in enumerate(zip(run.stages, run_plan.sizes)):
-        _info(f"growth stage {k}: at step {s.at_step}: " + ", ".join(f"{a} {o} -> {n}" for a, (o, n) in changes.items()))
+        _info(f"growth stage {k}: at step {s.at_step}: "
+              + ", ".join(f"{a} {o} -> {n}" for a, (o, n) in changes.items()))
     if run.resume_path is not None:
         _info(f"resuming from {run.resume_path}")
     elif run.initial_checkpoint_dir is not None:
