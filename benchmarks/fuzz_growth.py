@@ -26,7 +26,7 @@ Each failure comes with a minimal reproduction (:func:`shrink`: the fewest stage
 
 Example::
 
-    python benchmarks/fuzz_growth.py --seeds 0:200                        # rate and counts
+    python benchmarks/fuzz_growth.py --seeds 0:200                        # the rate, counts and failures
     python benchmarks/fuzz_growth.py --seeds 0:20000 --out benchmarks/results/fuzz_growth.json
     python benchmarks/fuzz_growth.py --repro '{"family": ..., "config": ..., "stages": [...]}'
 """
@@ -143,7 +143,7 @@ def _moe(rng):
 def _moe_grouped(rng):
     kw = _moe(rng)
     kw.update(name="moe-grouped-tiny", n_expert=4, n_expert_per_token=rng.choice((1, 2)), n_expert_groups=2,
-              n_topk_groups=rng.choice((1, 2)), n_topk_scores_per_group=rng.choice((1, 2)),
+              n_topk_groups=rng.choice((1, 1, 2)), n_topk_scores_per_group=rng.choice((1, 2)),
               norm_topk_prob=rng.random() < 0.7)
     return kw
 
@@ -217,7 +217,7 @@ def draw_stage(rng: random.Random, config: Config, index: int) -> dict[str, Any]
     moe = config.mlp_class_name == "LLaMAMoE"
     axes = ["n_embd", "intermediate_size", "heads", "depth", "experts", "target"]
     if moe:
-        axes.append("moe_intermediate_size")
+        axes += ["moe_intermediate_size", "experts"]  # the experts axis twice as often on MoE models
     chosen = rng.sample(axes, rng.choice((1, 1, 2, 3)))
     if "target" in chosen and rng.random() < 0.7:
         chosen = ["target"]
@@ -333,7 +333,7 @@ def build_model(program: Program) -> GPT:
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias") and program.bias != "zero":
                 draw = torch.randn(b.shape, generator=g)
-                b.copy_(draw.abs() * 0.3 if program.bias == "positive" else draw * 0.5)
+                b.copy_(draw.abs() * 0.3 if program.bias == "positive" else draw)  # signed: as load balancing trains it
     if program.tied:
         model.transformer.wte.weight = model.lm_head.weight
     _freeze(model, program.freeze, random.Random(program.seed + 2))
@@ -515,7 +515,7 @@ def run_program(program: Program, *, checks: bool = True) -> CaseResult:
         out.outcomes["bad-config"] += 1
         out.failures.append(Failure("fuzzer", -1, f"config refused by litgpt: {err}"))
         return out
-    tokens = torch.randint(0, VOCAB, (1, TOKENS + 1), generator=torch.Generator().manual_seed(program.seed))
+    tokens = torch.randint(0, VOCAB, (4, TOKENS + 1), generator=torch.Generator().manual_seed(program.seed))
     optimizer = build_optimizer(model, program.optimizer)
     if optimizer is not None:
         train_steps(model, optimizer, tokens, steps=1)
