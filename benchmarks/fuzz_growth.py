@@ -911,9 +911,11 @@ def reproduction(program: Program, stages: list[dict[str, Any]]) -> dict[str, An
 
 # ------------------------------------------------------------------------------------------------ the CLI
 def run_seeds(seeds: range, *, shrink_failures: bool = True, shrink_per_kind: int = 3,
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+              log: Callable[[str], None] | None = None,
+              checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run every seed: counts per family, axis and outcome, and the failures by ``(family, kind)``: every seed,
-    and the first ``shrink_per_kind`` with their minimal reproduction (:func:`shrink`)."""
+    and the first ``shrink_per_kind`` with their minimal reproduction (:func:`shrink`). ``checkpoint`` gets the
+    report so far every 200 cases (a long run stopped early keeps what it ran)."""
     families: Counter = Counter()
     axes: Counter = Counter()
     family_axes: dict[str, Counter] = {}
@@ -944,10 +946,17 @@ def run_seeds(seeds: range, *, shrink_failures: bool = True, shrink_per_kind: in
                                           "repro": reproduction(program, minimal)})
             if log:
                 log(f"seed {seed} {program.family} {kind}: {first.message[:300]}")
-        if log and (n + 1) % 200 == 0:
-            log(f"{n + 1} cases, {time.perf_counter() - start:.0f} s, {sum(e['count'] for e in failures.values())} "
-                "failures")
-    return {"seeds": f"{seeds.start}:{seeds.stop}", "cases": sum(families.values()),
+        if (n + 1) % 200 == 0:
+            if log:
+                log(f"{n + 1} cases, {time.perf_counter() - start:.0f} s, "
+                    f"{sum(e['count'] for e in failures.values())} failures")
+            if checkpoint:
+                checkpoint(_report(seeds, seed + 1, families, axes, family_axes, outcomes, failures, start))
+    return _report(seeds, seeds.stop, families, axes, family_axes, outcomes, failures, start)
+
+
+def _report(seeds: range, stop: int, families, axes, family_axes, outcomes, failures, start: float) -> dict[str, Any]:
+    return {"seeds": f"{seeds.start}:{stop}", "cases": sum(families.values()),
             "seconds": round(time.perf_counter() - start, 1), "families": dict(sorted(families.items())),
             "axes": dict(sorted(axes.items())),
             "family_axes": {f: dict(sorted(c.items())) for f, c in sorted(family_axes.items())},
@@ -977,12 +986,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"outcomes: {dict(result.outcomes)}")
         return 1 if result.failures else 0
     start, stop = (int(x) for x in args.seeds.split(":"))
-    report = run_seeds(range(start, stop), shrink_failures=not args.no_shrink,
+
+    def write(report: dict[str, Any]) -> None:
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(json.dumps(report, indent=1) + "\n")
+
+    report = run_seeds(range(start, stop), shrink_failures=not args.no_shrink, checkpoint=write,
                        log=lambda line: print(line, file=sys.stderr, flush=True))
-    text = json.dumps(report, indent=1)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    write(report)
     print(json.dumps({k: v for k, v in report.items() if k != "failures"}, indent=1))
     print(f"{sum(e['count'] for e in report['failures'])} failing cases")
     for entry in report["failures"]:
