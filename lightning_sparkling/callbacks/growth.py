@@ -480,7 +480,7 @@ class GrowthCallback(Callback):
         if not hasattr(pl_module, "update_flops_per_batch") and \
                 isinstance(getattr(pl_module, "flops_per_batch", None), (int, float)):
             pl_module.flops_per_batch = pl_module.flops_per_batch * params_after[0] / params_before[0]
-        self._summarize(trainer, pl_module, result, k, params_before, params_after, seconds, loss, device)
+        self._summarize(trainer, pl_module, gpt, result, k, params_before, params_after, seconds, loss, device)
         self.summaries[-1].update(compiled=recompiled, checkpointed_new_blocks=checkpointed)
         self._first_step = (k, trainer.global_step, time.perf_counter())
 
@@ -556,9 +556,9 @@ class GrowthCallback(Callback):
         return loss
 
     # ------------------------------------------------------------------ reporting
-    def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, result: GrowthResult, k: int,
-                   params_before: tuple[int, int], params_after: tuple[int, int], seconds: float, loss: float,
-                   device: torch.device) -> None:
+    def _summarize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gpt: torch.nn.Module,
+                   result: GrowthResult, k: int, params_before: tuple[int, int], params_after: tuple[int, int],
+                   seconds: float, loss: float, device: torch.device) -> None:
         sizes = size_pairs(result.old_config, result.new_config)  # every axis' sizes, a user's too
         if device.type == "cuda":
             peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
@@ -578,7 +578,7 @@ class GrowthCallback(Callback):
         self.summaries.append(summary)
         lines = [f"GrowthCallback: stage {k} grew the model at global step {trainer.global_step} in {seconds:.2f}s",
                  f"  {'recipe':<22} {self._recipe_line(k, result.plan)}"]
-        lines += growth_log_lines(result.plan, sizes)  # every axis' old -> new and details, then its own lines
+        lines += growth_log_lines(result.plan, sizes, gpt)  # every axis' old -> new and details, then its own lines
         lines.append(f"  {'parameters':<22} {params_before[1]:>8,} -> {params_after[1]:,} "
                      f"(active {params_before[0]:,} -> {params_after[0]:,})")
         lines.append(f"  {'FLOPs/token (6N)':<22} {6 * params_before[0]:>8,} -> {6 * params_after[0]:,}")

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_sparkling.growth.axes import plan_axes
-from lightning_sparkling.growth.plan import GrowthPlan
+from lightning_sparkling.growth.plan import GrowthPlan, build_meta_gpt
 
 
 @dataclass(frozen=True)
@@ -65,12 +65,15 @@ class CopySpec:
 def copy_specs(plan: GrowthPlan) -> dict[str, CopySpec]:
     """Per channel dimension of ``plan``, where its new channels were copied (channel dimensions with no
     copy-initialized tensor are left out); per axis that adds modules by copy (depth, experts), under its
-    ``symmetry_key``, the pairs of copied tensors."""
+    ``symmetry_key``, the pairs of copied tensors. Parameters only (what the backends read): a buffer grown
+    by copy, a grouped router's ``e_score_correction_bias``, is left out."""
     specs = {}
+    buffers = {name for name, _ in build_meta_gpt(plan.new_config).named_buffers()}  # e.g. a router's corrections
     for channel, change in plan.channels.items():
         tensors = tuple(
             (name, d.dim) for name, t in plan.tensors.items() for d in t.dims
             if d.channel == channel and d.mode == "copy" and not (plan.tied_embeddings and name == "lm_head.weight")
+            and name not in buffers
         )
         if tensors:
             positions = change.copy_positions() if change.layout is not None else None

@@ -6,7 +6,6 @@ docs/MUTATIONS.md lists each mutation and the failure line it gives here."""
 
 from __future__ import annotations
 
-import logging
 import warnings
 from pathlib import Path
 
@@ -103,15 +102,43 @@ def test_a_checkpoint_without_the_symmetry_keys_resumes_bit_for_bit(reference, t
 
 # --------------------------------------------------------------------------------- ExpertsChange.exact: the growth log
 @pytest.mark.parametrize("n_expert, k, verdict", [(6, 3, "function changes"), (12, 6, "function kept")])
-def test_growth_log_says_whether_more_experts_keep_the_function(caplog, n_expert, k, verdict):
+def test_growth_log_says_whether_more_experts_keep_the_function(monkeypatch, n_expert, k, verdict):
     """4 experts top-2 -> 6 top-3 copies experts 0 and 1 only (changes the function); -> 12 top-6 copies each 2 times
     (keeps it)."""
     config = tiny_config(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, moe_intermediate_size=16)
     module = TinyModule(config, max_steps=8)
-    with caplog.at_level(logging.INFO):
-        make_trainer([WidthGrowthCallback(GrowthStage(2, n_expert=n_expert, n_expert_per_token=k,
-                                                      rewarmup_steps=1))], max_steps=8).fit(module)
+    log = _growth_log(monkeypatch)
+    make_trainer([WidthGrowthCallback(GrowthStage(2, n_expert=n_expert, n_expert_per_token=k,
+                                                  rewarmup_steps=1))], max_steps=8).fit(module)
     assert module.model.config.n_expert == n_expert
-    lines = [r.getMessage() for r in caplog.records if "grew the model" in r.getMessage()]
-    assert len(lines) == 1, caplog.text
+    lines = [m for m in log if "grew the model" in m]
+    assert len(lines) == 1, log
     assert f"4 -> {n_expert} experts, top-2 -> top-{k}, copy" in lines[0] and lines[0].count(verdict) == 1, lines[0]
+
+
+@pytest.mark.parametrize("shift, verdict", [(-2.0, "function changes"), (0.0, "function kept")])
+def test_growth_log_reads_the_grouped_routers_corrections_from_the_model(monkeypatch, shift, verdict):
+    """Doubling a ``GroupedTopkRouter``'s experts and K keeps the function only while no score correction is below
+    0.0 (the masked groups' score): the growth log reads the trained model's corrections (``shift`` added to all)."""
+    config = tiny_config(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, moe_intermediate_size=16,
+                         n_expert_groups=2, n_topk_groups=1, n_topk_scores_per_group=2, norm_topk_prob=True)
+    module = TinyModule(config, max_steps=8)
+    with torch.no_grad():
+        for block in module.model.transformer.h:
+            block.mlp.gate.e_score_correction_bias.add_(shift)
+    log = _growth_log(monkeypatch)
+    make_trainer([WidthGrowthCallback(GrowthStage(2, n_expert=8, n_expert_per_token=4, rewarmup_steps=1))],
+                 max_steps=8).fit(module)
+    lines = [m for m in log if "grew the model" in m]
+    assert len(lines) == 1 and "4 -> 8 experts, top-2 -> top-4" in lines[0], log
+    assert lines[0].count(verdict) == 1 and "while every" not in lines[0], lines[0]
+
+
+def _growth_log(monkeypatch) -> list[str]:
+    """The messages ``GrowthCallback`` logs through ``rank_zero_info`` (read at the call: whatever the logging
+    configuration)."""
+    from lightning_sparkling.callbacks import growth
+
+    messages: list[str] = []
+    monkeypatch.setattr(growth, "rank_zero_info", lambda message, *a, **k: messages.append(str(message)))
+    return messages

@@ -282,8 +282,64 @@ def test_settings_that_change_the_function_say_so(factory, keys):
 def test_exact_settings_are_described_as_keeping_the_function(factory, keys):
     from lightning_sparkling.growth.axes.experts import EXPERTS
 
-    plan = plan_growth(factory(), GrowthStage(0, **keys))
-    assert EXPERTS.describe(plan).endswith("function kept")
+    config = factory()
+    plan = plan_growth(config, GrowthStage(0, **keys))
+    assert EXPERTS.describe(plan, make_gpt(config)).endswith("function kept")  # a grouped router's corrections 0
+
+
+def _set_score_corrections(model, signed: bool, seed: int = 0) -> None:
+    """Every grouped router's ``e_score_correction_bias``: normal(-0.3, 1) (signed, as load balancing trains it) or
+    uniform [0, 1)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for block in model.transformer.h[model.config.first_k_dense_replace or 0:]:
+            bias = block.mlp.gate.e_score_correction_bias
+            bias.copy_(torch.randn(bias.shape, generator=g) - 0.3 if signed else torch.rand(bias.shape, generator=g))
+
+
+GROUPED_CLAIMS = [  # (config, stage, signed corrections, the growth log's words)
+    ("doubled-signed", {}, dict(n_expert=8, n_expert_per_token=4), True, "function changes"),
+    ("doubled-nonnegative", {}, dict(n_expert=8, n_expert_per_token=4), False, "function kept"),
+    ("doubled-no-group-masked-signed", dict(n_topk_groups=2), dict(n_expert=8, n_expert_per_token=4), True,
+     "function kept"),
+    # 8 experts in 4 groups of 2, the top group kept, K = 4 > its 2 experts: masked experts are picked whatever the
+    # corrections
+    ("k-past-the-kept-groups", dict(n_expert=8, n_expert_groups=4, n_topk_groups=1, n_expert_per_token=4),
+     dict(n_expert=16, n_expert_per_token=8), False, "function changes"),
+    # K = 1 kept with 2 of 4 groups kept and a group scored by its best 2: the best expert can fall out
+    ("top1-two-groups-kept", dict(n_expert=8, n_expert_groups=4, n_topk_groups=2, n_expert_per_token=1),
+     dict(n_expert=16), False, "function changes"),
+]
+
+
+@pytest.mark.parametrize("overrides,keys,signed,verdict", [c[1:] for c in GROUPED_CLAIMS],
+                         ids=[c[0] for c in GROUPED_CLAIMS])
+def test_grouped_router_growth_log_says_kept_exactly_when_the_logits_are(overrides, keys, signed, verdict):
+    """A ``GroupedTopkRouter`` masks the groups it does not keep to 0.0 before its top-k: a kept expert whose score
+    plus (signed) correction is below 0.0, or a K past the kept groups, picks a masked expert, and the grown model
+    breaks that tie differently. The growth log reads the corrections from the grown model."""
+    from lightning_sparkling.growth.axes import describe_changes, growth_log_lines, size_pairs
+
+    config = grouped_config(**overrides)
+    model = make_gpt(config)
+    _set_score_corrections(model, signed)
+    tokens = make_tokens(config, batch=4, length=16)
+    before = logits(model, tokens)
+    result = grow_model(model, GrowthStage(0, **keys))
+    moved = ((logits(model, tokens) - before).abs().max() / before.abs().max()).item()
+    assert describe_changes(result.plan, model)["experts"].endswith(verdict)
+    log = "\n".join(growth_log_lines(result.plan, size_pairs(result.old_config, result.new_config), model))
+    assert log.count(verdict) == 1, log
+    assert moved <= 1e-4 if verdict == "function kept" else moved > 1e-3, moved
+
+
+def test_grouped_router_plan_without_the_model_names_the_corrections_it_depends_on():
+    """``sparkling plan`` has no trained corrections to read: the doubling is kept only while they are >= 0."""
+    from lightning_sparkling.growth.axes import describe_changes
+
+    plan = plan_growth(grouped_config(), GrowthStage(0, n_expert=8, n_expert_per_token=4))
+    assert describe_changes(plan)["experts"].endswith(
+        "function kept while every e_score_correction_bias >= 0, else it changes")
 
 
 # ---------------------------------------------------------------------------------------- the copies

@@ -33,11 +33,14 @@ divides by their sum only with ``norm_topk_prob``; ``routed_scaling_factor`` mul
 - MoE -> ``m`` times the experts *and* ``m`` times ``n_expert_per_token``, ``copy``: exact. Each of the K experts a
   token picked now has ``m - 1`` copies with the same router logit; the top ``mK`` are those ``m`` times K, and the
   softmax over them gives each copy ``1/m`` of its source's weight. With a ``GroupedTopkRouter`` exact when
-  ``norm_topk_prob`` (groups and top groups grow by ``m`` too); without it every copy keeps its source's full
-  sigmoid weight, so the routed output is ``m`` times what it was.
+  ``norm_topk_prob`` (groups and top groups grow by ``m`` too), no kept group's expert can score below the masked
+  groups' 0.0 (every ``e_score_correction_bias >= 0``, or no group masked) and K fits in the kept groups; without
+  ``norm_topk_prob`` every copy keeps its source's full sigmoid weight, so the routed output is ``m`` times what it
+  was (:func:`experts_keep_function` has every condition).
 - ``n_expert`` alone (K kept, K > 1): a token's top K now holds copies of its best expert instead of its K best,
-  which changes the function; K = 1 stays exact. ``drop-upcycle`` and ``random`` change it too. ``sparkling plan``
-  and the growth log print the loss after the growth.
+  which changes the function; K = 1 stays exact (a grouped router: see :func:`experts_keep_function`).
+  ``drop-upcycle`` and ``random`` change it too. ``sparkling plan`` and the growth log print the loss after the
+  growth; the growth log reads the grouped router's corrections from the grown model.
 
 ``router_init="zero"`` with ``expert_init="copy"`` is refused: every token would go to the first K experts and the
 copies would never part (their router gradient is zero while the experts are equal).
@@ -223,6 +226,56 @@ class ExpertsChange:
             return True
         copies, rest = divmod(self.new, self.old)
         return rest == 0 and self.new_k == self.old_k * copies
+
+
+def experts_keep_function(change: ExpertsChange, config, min_bias: float | None) -> bool | None:
+    """Whether the experts growth ``change`` of a model of ``config`` keeps the function: :attr:`ExpertsChange.exact`
+    and, for a ``GroupedTopkRouter``, what its top-k does with the copies.
+
+    The grouped router adds ``e_score_correction_bias`` to the sigmoid scores, keeps the top ``n_topk_groups``
+    groups, sets the other groups' experts to 0.0 and takes the top K of the result. Its weights are the sigmoid
+    scores, so where a masked expert (0.0) is picked, which one depends on how ``torch.topk`` breaks the tie, and a
+    grown model breaks it differently. A masked expert is picked when fewer than K kept experts score above 0.0:
+    never if every correction is ``>= 0`` (a sigmoid is > 0) and K <= the experts in the kept groups, nor when no
+    group is masked (``n_topk_groups == n_expert_groups``). Then:
+
+    - ``m`` times the experts and K (``m`` times the groups and the top groups): exact with ``norm_topk_prob``
+      (without it each copy keeps its source's full weight: ``m`` times the routed output);
+    - K = 1 kept (the top groups kept): the new top groups hold copies of the old top ``n_topk_groups / m`` only, so
+      the best expert stays among them only for ``n_topk_groups == 1`` or ``n_topk_scores_per_group == 1`` (a group's
+      score its best expert's), and only if every correction is ``>= 0`` (the grown model masks groups).
+
+    Args:
+        change: the stage's experts change. config: the model's config before the growth.
+        min_bias: the smallest ``e_score_correction_bias`` entry of the model (``None``: not known).
+
+    Returns:
+        ``True`` (kept), ``False`` (changes), or ``None`` where it is kept exactly when every correction is ``>= 0``
+        and ``min_bias`` is ``None``.
+    """
+    if not change.exact:
+        return False
+    if change.upcycle or not config.n_expert_groups:
+        return True
+    groups, top, per_group = config.n_expert_groups, config.n_topk_groups, config.n_expert // config.n_expert_groups
+    if change.new_k == change.old_k == 1:
+        if top != 1 and config.n_topk_scores_per_group != 1:
+            return False
+        needs_bias = True
+    else:
+        if not config.norm_topk_prob or change.old_k > top * per_group and top < groups:
+            return False
+        needs_bias = top < groups
+    if not needs_bias:
+        return True
+    return None if min_bias is None else min_bias >= 0
+
+
+def min_score_correction(model: nn.Module) -> float | None:
+    """The smallest ``e_score_correction_bias`` entry of ``model``'s grouped routers (``None``: it has none)."""
+    values = [b.min().item() for name, b in model.named_buffers()
+              if name.endswith("mlp.gate.e_score_correction_bias") and b.numel()]
+    return min(values) if values else None
 
 
 def _moe_blocks(n_layer: int, first_k_dense_replace: int | None) -> tuple[int, ...]:
@@ -492,20 +545,28 @@ class ExpertsAxis(BaseAxis):
                      if spec.fresh and spec.block_init == "copy" and len(spec.new_shape) >= 2
                      and _EXPERT_TENSOR.match(name))
 
-    def describe(self, plan) -> str:
-        """E.g. ``"experts 4 -> 8, top-2 -> top-4, copy (new 4<-0, 5<-1, 6<-2, 7<-3): function kept"``."""
+    def describe(self, plan, model: nn.Module | None = None) -> str:
+        """E.g. ``"experts 4 -> 8, top-2 -> top-4, copy (new 4<-0, 5<-1, 6<-2, 7<-3): function kept"`` (whether it
+        is kept: :meth:`keeps_function` on ``model``, where given)."""
         change: ExpertsChange = plan.changes[self.name]
         old = "dense MLP" if change.upcycle else f"{change.old}"
         init = change.init + (f" {change.reinit_fraction:g}" if change.init == "drop-upcycle" else "")
         copies = ", ".join(f"{change.old + i}<-{s}" for i, s in enumerate(change.source))
-        exact = change.exact and (plan.old_config.norm_topk_prob or not plan.old_config.n_expert_groups
-                                  or change.new_k == change.old_k == 1)
+        kept = self.keeps_function(plan, model)
         router = f", router {change.router_init}" if change.upcycle else ""
         if change.upcycle and change.blocks[0]:
             k = change.blocks[0]
             router += ", block 0 kept dense" if k == 1 else f", blocks 0-{k - 1} kept dense"
         return (f"{old} -> {change.new} experts, top-{change.old_k} -> top-{change.new_k}, {init}{router} "
-                f"(new {copies}): " + ("function kept" if exact else "function changes"))
+                f"(new {copies}): " + ("function kept" if kept else "function changes" if kept is False else
+                                       "function kept while every e_score_correction_bias >= 0, else it changes"))
+
+    def keeps_function(self, plan, model: nn.Module | None = None) -> bool | None:
+        """Whether the growth keeps the function (:func:`experts_keep_function`), the grouped router's score
+        corrections read from ``model`` (the model before or after the growth: the copies' are their sources'), or
+        ``None`` when that answer depends on them and ``model`` is not given."""
+        change: ExpertsChange = plan.changes[self.name]
+        return experts_keep_function(change, plan.old_config, None if model is None else min_score_correction(model))
 
 
 def plan_generator(plan, *keys: object) -> torch.Generator:

@@ -6,10 +6,15 @@ here, never naming one. It imports no axis: each axis module registers itself.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from lightning_sparkling.growth.axes.base import BaseAxis, GrowthAxis
 from lightning_sparkling.growth.errors import GrowthError, StageError
+
+if TYPE_CHECKING:
+    import torch.nn as nn
 
 __all__ = ["active_axes", "axis_key", "axis_of_size", "check_axis", "checked_model", "checked_stage",
            "describe_changes", "growth_log_lines", "plan_axes", "protocol_members", "register_axis", "registered_axes",
@@ -250,11 +255,20 @@ def checked_model(axis: GrowthAxis, config, stage) -> None:
         raise GrowthError(f"{err} ({type(err).__name__} from the {axis.name!r} axis' check_model)", key=key) from err
 
 
-def describe_changes(plan) -> dict[str, str]:
+def describe_changes(plan, model: nn.Module | None = None) -> dict[str, str]:
     """``{axis name: one line}`` for every axis of ``plan`` that describes itself in a line of its own
-    (``sparkling plan``, the growth log)."""
-    lines = {axis.name: axis.describe(plan) for axis in plan_axes(plan)}
+    (``sparkling plan``, the growth log). ``model`` (the grown model, in the growth log) goes to the axes whose
+    ``describe`` takes it (the experts': a grouped router's score corrections decide whether the function is
+    kept)."""
+    lines = {axis.name: _describe(axis, plan, model) for axis in plan_axes(plan)}
     return {name: line for name, line in lines.items() if line is not None}
+
+
+def _describe(axis, plan, model: nn.Module | None) -> str | None:
+    """``axis.describe(plan, model=model)`` where the axis' ``describe`` takes a model, else ``describe(plan)``."""
+    if model is not None and "model" in inspect.signature(axis.describe).parameters:
+        return axis.describe(plan, model=model)
+    return axis.describe(plan)
 
 
 def size_pairs(old_config, new_config) -> dict[str, tuple]:
@@ -264,12 +278,13 @@ def size_pairs(old_config, new_config) -> dict[str, tuple]:
             if getattr(old_config, size, None) != getattr(new_config, size, None)}
 
 
-def growth_log_lines(plan, sizes: dict[str, tuple]) -> list[str]:
+def growth_log_lines(plan, sizes: dict[str, tuple], model: nn.Module | None = None) -> list[str]:
     """The growth log's lines of ``plan``'s axes: each size of ``sizes`` (:func:`size_pairs`) as ``old -> new`` and
     its axis' detail (:meth:`GrowthAxis.details`), then each axis' line of its own (:meth:`GrowthAxis.describe`).
     A size whose axis has a line of its own and no detail (the experts'), or that the model did not have
-    (``moe_intermediate_size`` at dense -> MoE), is left to that line."""
-    details, own = size_details(plan), describe_changes(plan)
+    (``moe_intermediate_size`` at dense -> MoE), is left to that line. ``model``: the grown model
+    (:func:`describe_changes`)."""
+    details, own = size_details(plan), describe_changes(plan, model)
     lines = [f"  {size:<22} {a:>8} -> {b:<8} {details.get(size, '')}".rstrip() for size, (a, b) in sizes.items()
              if size in details or (axis_of_size()[size].name not in own and a is not None)]
     return lines + [f"  {name:<22} {line}" for name, line in own.items()]
