@@ -464,11 +464,11 @@ def contract_exact(stage: GrowthStage, old: Config, new: Config, router_bias_non
     return True
 
 
-def claims_kept(result) -> bool:
-    """Whether the growth's own lines say ``function kept``."""
+def claims_kept(result, model: GPT) -> bool:
+    """Whether the growth's own lines (the growth log's, of the grown ``model``) say ``function kept``."""
     from lightning_sparkling.growth.axes.registry import describe_changes
 
-    return any("function kept" in line for line in describe_changes(result.plan).values())
+    return any("function kept" in line for line in describe_changes(result.plan, model).values())
 
 
 # ------------------------------------------------------------------------------------------------ the checker
@@ -596,7 +596,7 @@ def _grow_and_check(model: GPT, stage: GrowthStage, k: int, program: Program, to
     after = logits_of(model, tokens)
     err = rel_error(after, before) if after.shape == before.shape else math.inf
     exact = contract_exact(stage, snap.config, new_config, bias_ok)
-    claimed = claims_kept(result)
+    claimed = claims_kept(result, model)
     out.outcomes["exact-by-contract" if exact else "not-exact-by-contract"] += 1
     out.outcomes["claimed-kept"] += claimed
     if exact and err > RTOL:
