@@ -963,6 +963,31 @@ def _report(seeds: range, stop: int, families, axes, family_axes, outcomes, fail
             "outcomes": dict(sorted(outcomes.items())), "failures": list(failures.values())}
 
 
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report of several (the parts of a seed range run in parallel processes): counts added, failures of the
+    same ``(family, kind, known)`` joined."""
+    def add(dicts):
+        total: Counter = Counter()
+        for d in dicts:
+            total.update(d)
+        return dict(sorted(total.items()))
+
+    failures: dict[tuple, dict[str, Any]] = {}
+    for report in reports:
+        for entry in report["failures"]:
+            key = (entry["family"], entry["kind"], entry["known"])
+            joined = failures.setdefault(key, {**entry, "count": 0, "seeds": [], "examples": []})
+            joined["count"] += entry["count"]
+            joined["seeds"] = (joined["seeds"] + entry["seeds"])[:50]
+            joined["examples"] = (joined["examples"] + entry["examples"])[:3]
+    families = sorted({f for r in reports for f in r["family_axes"]})
+    return {"seeds": " + ".join(r["seeds"] for r in reports), "cases": sum(r["cases"] for r in reports),
+            "seconds": round(sum(r["seconds"] for r in reports), 1), "families": add(r["families"] for r in reports),
+            "axes": add(r["axes"] for r in reports),
+            "family_axes": {f: add(r["family_axes"].get(f, {}) for r in reports) for f in families},
+            "outcomes": add(r["outcomes"] for r in reports), "failures": list(failures.values())}
+
+
 def describe_failure(failure: dict[str, Any]) -> str:
     """A failure and its reproduction, for an assertion message."""
     return (f"seed {failure['seed']} ({failure['family']}) {failure['kind']} at stage {failure['stage']}: "
@@ -976,7 +1001,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write the counts and failures here (JSON)")
     parser.add_argument("--repro", default=None, help="replay one program (the JSON of a failure's 'repro')")
     parser.add_argument("--no-shrink", action="store_true")
+    parser.add_argument("--merge", nargs="+", default=None, help="join these reports (parts of a range) into --out")
     args = parser.parse_args(argv)
+    if args.merge:
+        reports = []
+        for path in args.merge:
+            with open(path) as fh:
+                reports.append(json.load(fh))
+        merged = merge_reports(reports)
+        with open(args.out, "w") as fh:
+            fh.write(json.dumps(merged, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in merged.items() if k != "failures"}, indent=1))
+        return 0
     torch.set_num_threads(1)
     if args.repro:
         program = Program(**json.loads(args.repro))
