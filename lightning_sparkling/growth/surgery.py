@@ -345,18 +345,39 @@ def rope_cache_of(config, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     return GPT.rope_cache(SimpleNamespace(config=config, max_seq_length=seq_len), device=torch.device("cpu"))
 
 
-def derived_buffers(gpt: nn.Module, old_config) -> dict[str, torch.Tensor]:
+def grown_max_seq_length(max_seq_length: int, old_config, new_config) -> int:
+    """``GPT.max_seq_length`` after a growth to ``new_config``: a target's other ``block_size`` carries a model at
+    its full length (``GPT(config)``'s, the default) to the new one, and caps a shorter length set by the user at
+    it (litgpt's setter refuses a length past ``block_size``).
+
+    Example::
+
+        >>> from litgpt import Config
+        >>> old, longer, shorter = (Config(n_embd=8, n_head=2, block_size=n) for n in (16, 32, 8))
+        >>> [grown_max_seq_length(n, old, new) for n, new in ((16, longer), (12, longer), (12, shorter))]
+        [32, 12, 8]
+    """
+    if new_config.block_size == old_config.block_size:
+        return max_seq_length
+    if max_seq_length == old_config.block_size:
+        return new_config.block_size
+    return min(max_seq_length, new_config.block_size)
+
+
+def derived_buffers(gpt: nn.Module, old_config, old_seq_len: int | None = None) -> dict[str, torch.Tensor]:
     """The config-derived buffers of ``gpt`` (its config the grown one) that ``old_config`` derived otherwise:
     ``{"cos": ..., "sin": ...}`` (litgpt's RoPE cache, ``GPT.max_seq_length``'s setter builds it) recomputed from
-    ``gpt.config`` on the buffers' device and dtype, when an axis changed a field it depends on (``rope_base``,
-    ``rope_n_elem``, ``rope_adjustments``, ...); ``{}`` when the cache of both configs is the same, so an unchanged
-    cache is never recomputed (bit for bit what it was). litgpt's ``mask_cache`` and KV caches exist only for
-    inference, which growth refuses (:func:`check_plain_gpt`).
+    ``gpt.config`` at ``gpt.max_seq_length`` on the buffers' device and dtype, when an axis changed a field it
+    depends on (``rope_base``, ``rope_n_elem``, ``rope_adjustments``, ...) or the length changed (``old_seq_len``,
+    the length before the growth: a target's other ``block_size``); ``{}`` when the cache of both is the same, so an
+    unchanged cache is never recomputed (bit for bit what it was). litgpt's ``mask_cache`` and KV caches exist only
+    for inference, which growth refuses (:func:`check_plain_gpt`).
     """
     if "cos" not in gpt._buffers or "sin" not in gpt._buffers:
         return {}
     seq_len = gpt.max_seq_length
-    old, new = rope_cache_of(old_config, seq_len), rope_cache_of(gpt.config, seq_len)
+    old = rope_cache_of(old_config, seq_len if old_seq_len is None else old_seq_len)
+    new = rope_cache_of(gpt.config, seq_len)
     if all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(old, new)):
         return {}
     return {name: value.to(device=gpt._buffers[name].device, dtype=gpt._buffers[name].dtype)
@@ -415,7 +436,10 @@ def swap_in(model: nn.Module, plan: GrowthPlan, grown: Mapping[str, torch.Tensor
                 swap.set(module, "normalized_shape", ref.normalized_shape)
         if _structure(model) != _structure(reference):
             raise GrowthError("the grown model's module structure differs from GPT(grown config)")
-        for name, value in derived_buffers(model, old_config).items():  # a config change that is not a shape
+        length = model.max_seq_length
+        if "_max_seq_length" in model.__dict__:  # litgpt's GPT; a target's block_size moves it (GPT(config)'s)
+            swap.set(model, "_max_seq_length", grown_max_seq_length(length, old_config, plan.new_config))
+        for name, value in derived_buffers(model, old_config, length).items():  # a config change, not a shape
             swap.set(model, name, value)
         return swap
     except BaseException:

@@ -38,7 +38,7 @@ from lightning_sparkling.growth.plan import GrowthPlan
 from lightning_sparkling.growth.record import GROWTH_STATE_KEY, growth_state
 from lightning_sparkling.growth.stage import GrowthStage
 from lightning_sparkling.growth.surgery import (GrowthResult, UndoLog, clean_name, grow_model, grow_tensors,
-                                               result_params)
+                                               grown_max_seq_length, result_params)
 
 if TYPE_CHECKING:  # Lightning is imported once a fit runs, never by this module
     import lightning.pytorch as pl
@@ -394,8 +394,9 @@ def grown_values(plan: GrowthPlan, full: dict[str, torch.Tensor]) -> dict[str, t
 
 def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: torch.nn.Module, config: object,
                    swap: UndoLog) -> torch.nn.Module:
-    """Build ``GPT(config)`` on the meta device, tied and with the sequence length like ``old_gpt``, and put it in
-    ``where``'s place on the LightningModule (the GPT itself under FSDP2, its FSDP1 wrapper under FSDP1), in
+    """Build ``GPT(config)`` on the meta device, tied and with the sequence length of ``old_gpt``
+    (:func:`~lightning_sparkling.growth.surgery.grown_max_seq_length`: a target's ``block_size`` moves it), and put
+    it in ``where``'s place on the LightningModule (the GPT itself under FSDP2, its FSDP1 wrapper under FSDP1), in
     ``swap``."""
     from litgpt.model import GPT
 
@@ -421,7 +422,7 @@ def place_meta_gpt(pl_module: torch.nn.Module, where: torch.nn.Module, old_gpt: 
             setattr(new.get_submodule(owner), leaf, torch.nn.Parameter(param.to(dtype), param.requires_grad))
     if old_gpt.lm_head.weight is old_gpt.transformer.wte.weight:
         new.transformer.wte.weight = new.lm_head.weight
-    new.max_seq_length = old_gpt.max_seq_length
+    new.max_seq_length = grown_max_seq_length(old_gpt.max_seq_length, old_gpt.config, config)  # a target's block_size
     swap.set(parent, attr, new)
     return new
 

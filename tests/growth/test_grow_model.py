@@ -758,3 +758,60 @@ def test_gemma_scaled_embeddings_are_compensated():
     new = model.transformer.wte.weight.detach()
     torch.testing.assert_close(new * math.sqrt(64), torch.cat([old, old], dim=1) * math.sqrt(32), rtol=1e-6, atol=0)
     assert result.alpha["transformer.wte.weight"] == pytest.approx(math.sqrt(32 / 64))
+
+
+# ------------------------------------------------------------------ a target with another block_size
+def _target(config: Config, **changes) -> dict:
+    """``model_config`` of ``config`` with ``changes``: every field ``Config`` takes."""
+    import dataclasses
+
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    return {**fields, **changes}
+
+
+@pytest.mark.parametrize("block_size", [8, 32])
+@pytest.mark.parametrize("sizes", [dict(n_embd=64), dict(n_layer=4)], ids=["n_embd", "n_layer"])
+def test_a_target_with_another_block_size_grows_into_gpt_of_its_config(block_size, sizes):
+    """The grown model is ``GPT(model.config)``: the length and RoPE cache of the target's ``block_size`` (shorter:
+    ``max_seq_length`` within it; longer: a forward of the full length), a strict reload and the same logits; the
+    function is kept at a length both models take."""
+    config = llama_config(block_size=16)
+    model = make_gpt(config)
+    tokens = make_tokens(config, batch=2, length=min(16, block_size))
+    before = logits(model, tokens)
+    stage = GrowthStage(0, model_config=_target(config, block_size=block_size, **sizes))
+    grow_model(model, stage)
+    assert model.config.block_size == block_size and model.max_seq_length == block_size
+    reference = GPT(model.config)
+    reference.load_state_dict(model.state_dict(), strict=True)
+    assert model.max_seq_length == reference.max_seq_length
+    assert torch.equal(model.cos, reference.cos) and torch.equal(model.sin, reference.sin)
+    full = make_tokens(config, batch=2, length=block_size, seed=1)
+    torch.testing.assert_close(logits(model, full), logits(reference, full), rtol=0, atol=0)
+    torch.testing.assert_close(logits(model, tokens), before, rtol=1e-4, atol=1e-5)
+
+
+def test_a_shorter_max_seq_length_the_user_set_is_kept_within_the_targets_block_size():
+    config = llama_config(block_size=16)
+    model = make_gpt(config)
+    model.max_seq_length = 12
+    grow_model(model, GrowthStage(0, model_config=_target(config, block_size=32, n_embd=64)))
+    assert model.max_seq_length == 12 and model.cos.shape[0] == 12
+    model = make_gpt(config)
+    model.max_seq_length = 12
+    grow_model(model, GrowthStage(0, model_config=_target(config, block_size=8, n_embd=64)))
+    assert model.max_seq_length == 8 and model.cos.shape[0] == 8
+
+
+def test_a_failed_growth_to_another_block_size_restores_the_length_and_cache(monkeypatch):
+    config = llama_config(block_size=16)
+    model = make_gpt(config)
+    cos = model.cos
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(surgery, "_structure", fail)
+    with pytest.raises(RuntimeError, match="injected"):
+        grow_model(model, GrowthStage(0, model_config=_target(config, block_size=32, n_embd=64)))
+    assert model.max_seq_length == 16 and model.cos is cos and model.config.block_size == 16
