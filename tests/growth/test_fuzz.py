@@ -14,13 +14,20 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import fuzz_growth  # noqa: E402
-from fuzz_growth import FAMILY_NAMES, Program, describe_failure, draw_program, run_program, run_seeds  # noqa: E402
+import fuzz_growth
+from fuzz_growth import (
+    FAMILY_NAMES,
+    Program,
+    describe_failure,
+    draw_program,
+    run_program,
+    run_seeds,
+)
 
 CASES_PER_FAMILY = 12  # 132 programs; the seed of family f is f + 11 k (draw_program picks the family by seed)
 #: the known wrong growths (fuzz_growth.KNOWN) whose fix has not reached this branch: a failure that is one of them
 #: is an expected failure (xfail, its reproduction in the reason); anything else fails
-KNOWN_OPEN = {"target-block_size", "depth+experts-requires_grad", "dense->moe-routed_scaling_factor"}
+KNOWN_OPEN = {"depth+experts-requires_grad", "dense->moe-routed_scaling_factor"}
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
