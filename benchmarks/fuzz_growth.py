@@ -938,8 +938,8 @@ def run_seeds(seeds: range, *, shrink_failures: bool = True, shrink_per_kind: in
             if len(entry["seeds"]) < 50:
                 entry["seeds"].append(seed)
             if len(entry["examples"]) < shrink_per_kind:
-                # the first of each (family, kind, known case) shrunk, new findings all: a shrink costs replays
-                shrunk = shrink_failures and (known is None or not entry["examples"])
+                # new findings shrunk (a shrink costs up to 30 replays); a known case's stage is already named
+                shrunk = shrink_failures and known is None
                 minimal = shrink(program, result.stages, kind, budget=30) if shrunk else result.stages
                 entry["examples"].append({"seed": seed, "family": program.family, "kind": kind,
                                           "stage": first.stage_index, "message": first.message,
