@@ -468,7 +468,11 @@ def claims_kept(result, model: GPT) -> bool:
     """Whether the growth's own lines (the growth log's, of the grown ``model``) say ``function kept``."""
     from lightning_sparkling.growth.axes.registry import describe_changes
 
-    return any("function kept" in line for line in describe_changes(result.plan, model).values())
+    import inspect
+
+    takes_model = "model" in inspect.signature(describe_changes).parameters  # (older versions: the plan alone)
+    lines = describe_changes(result.plan, model) if takes_model else describe_changes(result.plan)
+    return any("function kept" in line for line in lines.values())
 
 
 # ------------------------------------------------------------------------------------------------ the checker
@@ -988,6 +992,27 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "outcomes": add(r["outcomes"] for r in reports), "failures": list(failures.values())}
 
 
+AXES = ("n_embd", "intermediate_size", "moe_intermediate_size", "heads", "depth", "experts", "dense->moe", "target",
+        "target-block_size")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report's counts as Markdown tables (``docs/BENCHMARKS.md``): stages per family and axis, outcomes,
+    failures by family, kind and known case."""
+    head = "| family | programs | " + " | ".join(f"`{a}`" for a in AXES) + " |"
+    lines = [head, "|" + "---|" * (len(AXES) + 2)]
+    for family, n in report["families"].items():
+        counts = report["family_axes"].get(family, {})
+        lines.append(f"| {family} | {n} | " + " | ".join(str(counts.get(a, 0)) for a in AXES) + " |")
+    lines.append(f"| **all** | {report['cases']} | " + " | ".join(str(report['axes'].get(a, 0)) for a in AXES) + " |")
+    lines += ["", "| outcome | stages |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in report["outcomes"].items()]
+    lines += ["", "| family | check | known case | programs | first seeds |", "|---|---|---|---|---|"]
+    lines += [f"| {e['family']} | {e['kind']} | {e['known'] or 'new'} | {e['count']} | "
+              f"{', '.join(map(str, e['seeds'][:5]))} |" for e in report["failures"]]
+    return "\n".join(lines)
+
+
 def describe_failure(failure: dict[str, Any]) -> str:
     """A failure and its reproduction, for an assertion message."""
     return (f"seed {failure['seed']} ({failure['family']}) {failure['kind']} at stage {failure['stage']}: "
@@ -1002,7 +1027,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repro", default=None, help="replay one program (the JSON of a failure's 'repro')")
     parser.add_argument("--no-shrink", action="store_true")
     parser.add_argument("--merge", nargs="+", default=None, help="join these reports (parts of a range) into --out")
+    parser.add_argument("--markdown", default=None, help="print this report's tables as Markdown")
     args = parser.parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as fh:
+            print(markdown(json.load(fh)))
+        return 0
     if args.merge:
         reports = []
         for path in args.merge:
