@@ -222,6 +222,36 @@ def test_experts_and_depth_in_one_stage_keep_logits_and_new_blocks_start_as_thei
             assert torch.equal(experts[-1].fc_1.weight, source.fc_1.weight)
 
 
+FROZEN_WITH_DEPTH = [  # (stage keys, the old block each grown block holds or copies)
+    ("more-experts+stack", pure_moe_config, dict(n_expert=8, n_expert_per_token=4, n_layer=4), (0, 1, 0, 1)),
+    ("more-experts+interleave", pure_moe_config,
+     dict(n_expert=8, n_expert_per_token=4, n_layer=4, depth_order="interleave"), (0, 0, 1, 1)),
+    ("more-experts+map", pure_moe_config, dict(n_expert=8, n_expert_per_token=4, depth_map=(0, 1, 1)), (0, 1, 1)),
+    ("upcycle+interleave", llama_config,
+     dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, n_layer=4, depth_order="interleave"),
+     (0, 0, 1, 1)),
+    ("upcycle+map", llama_config,
+     dict(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, depth_map=(0, 0, 1)), (0, 0, 1)),
+]
+
+
+@pytest.mark.parametrize("frozen", [0, 1])
+@pytest.mark.parametrize("factory,keys,source", [c[1:] for c in FROZEN_WITH_DEPTH],
+                         ids=[c[0] for c in FROZEN_WITH_DEPTH])
+def test_experts_and_depth_in_one_stage_keep_each_blocks_requires_grad(factory, keys, source, frozen):
+    """One old block frozen: every parameter of each grown block (kept, moved, or new, and its new experts and
+    router) trains exactly when the old block it holds or copies does; the rest of the model keeps its flags."""
+    model = make_gpt(factory())
+    for p in model.transformer.h[frozen].parameters():
+        p.requires_grad_(False)
+    grow_model(model, GrowthStage(0, **keys))
+    assert len(model.transformer.h) == len(source)
+    for j, block in enumerate(model.transformer.h):
+        flags = {n: p.requires_grad for n, p in block.named_parameters()}
+        assert set(flags.values()) == {source[j] != frozen}, (j, flags)
+    assert all(p.requires_grad for n, p in model.named_parameters() if not n.startswith("transformer.h."))
+
+
 def test_drop_upcycle_with_depth_keeps_each_new_blocks_expert_zero_its_mlp():
     """Drop-upcycle re-draws channels of the *new* experts only: a new block's expert 0 is that block's MLP (a copy of
     its source's), as a kept block's expert 0 is its own MLP."""

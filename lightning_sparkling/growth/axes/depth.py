@@ -164,6 +164,7 @@ class DepthAxis(BaseAxis):
 
         depth: DepthChange = plan.changes[self.name]
         old_blocks = list(model.transformer.h)
+        old_params = dict(model.named_parameters())  # by pre-growth name: what a new block's tensors start from
         blocks = []
         for j, (index, is_new) in enumerate(zip(depth.source, depth.fresh)):
             source = old_blocks[index]
@@ -178,8 +179,12 @@ class DepthAxis(BaseAxis):
             source_params = dict(source.named_parameters())
             for name, param in list(block.named_parameters()):
                 owner, _, attr = name.rpartition(".")
+                spec = plan.tensors.get(f"transformer.h.{j}.{name}")
+                # the tensor it starts from (a new expert: its source expert of the source block), else the source
+                # block's tensor of that name, else (a module neither has) its own flag
+                like = old_params.get(spec.source_name) if spec is not None else None
+                like = like if like is not None else source_params.get(name, param)
                 value = fresh[f"transformer.h.{j}.{name}"]
-                like = source_params.get(name, param)  # a module the source lacks (e.g. experts): its own flag
                 block.get_submodule(owner)._parameters[attr] = nn.Parameter(value, requires_grad=like.requires_grad)
             for name, buffer in source.named_buffers():
                 owner, _, attr = name.rpartition(".")

@@ -58,7 +58,7 @@ import torch
 import torch.nn as nn
 
 from lightning_sparkling.growth.axes.base import BaseAxis
-from lightning_sparkling.growth.axes.registry import register_axis
+from lightning_sparkling.growth.axes.registry import plan_axes, register_axis
 from lightning_sparkling.growth.depth_maps import litgpt_init_std
 from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
 from lightning_sparkling.growth.scaling import make_generator
@@ -506,11 +506,11 @@ class ExpertsAxis(BaseAxis):
             for rest, param in list(module.named_parameters()):
                 owner, _, attr = rest.rpartition(".")
                 target = module.get_submodule(owner) if owner else module
-                source = like.get(plan.tensors[f"{prefix}.{rest}"].source_name)
+                source = like.get(where_now(plan, plan.tensors[f"{prefix}.{rest}"].source_name))
                 grad = source.requires_grad if source is not None else param.requires_grad
                 target._parameters[attr] = nn.Parameter(fresh[f"{prefix}.{rest}"], requires_grad=grad)
 
-        params = dict(model.named_parameters())
+        params = dict(model.named_parameters())  # after the axes before this one (a depth growth moved blocks)
         for i in change.blocks:
             p = f"transformer.h.{i}"
             block = model.transformer.h[i]
@@ -567,6 +567,19 @@ class ExpertsAxis(BaseAxis):
         ``None`` when that answer depends on them and ``model`` is not given."""
         change: ExpertsChange = plan.changes[self.name]
         return experts_keep_function(change, plan.old_config, None if model is None else min_score_correction(model))
+
+
+def where_now(plan, name: str) -> str:
+    """The name that pre-growth tensor ``name`` has when the experts axis restructures the model: moved by the axes
+    that restructure before it (a depth growth in the same stage puts a kept block at its new position), not yet
+    by its own moves (a dense MLP into expert 0)."""
+    for axis in plan_axes(plan):
+        if axis is EXPERTS:
+            break
+        moved = axis.carry(plan, name)
+        if moved is not NotImplemented:
+            return name if moved is None else moved
+    return name
 
 
 def plan_generator(plan, *keys: object) -> torch.Generator:
