@@ -372,6 +372,28 @@ def test_grouped_router_plan_without_the_model_names_the_corrections_it_depends_
         "function kept while every e_score_correction_bias >= 0, else it changes")
 
 
+@pytest.mark.parametrize("router_init,expert_init", [("random", "copy"), ("zero", "drop-upcycle")])
+def test_upcycling_a_dense_config_with_a_routed_scaling_factor_keeps_the_function(router_init, expert_init):
+    """A dense config's ``routed_scaling_factor`` is inert (no router); the upcycled MoE gets 1.0, so its K weights
+    still sum to one: copies give the MLP's logits, and the growth log names the factor it reset."""
+    from lightning_sparkling.growth.axes import describe_changes
+
+    config = llama_config(routed_scaling_factor=2.5)
+    model = make_gpt(config)
+    tokens = make_tokens(config, batch=3, length=16)
+    before = logits(model, tokens)
+    result = grow_model(model, upcycle(expert_init=expert_init, router_init=router_init,
+                                       **({"expert_reinit_fraction": 0.0} if expert_init == "drop-upcycle" else {})))
+    assert model.config.routed_scaling_factor == 1.0
+    torch.testing.assert_close(logits(model, tokens), before, rtol=1e-4, atol=1e-5)
+    line = describe_changes(result.plan, model)["experts"]
+    assert "routed_scaling_factor 2.5 -> 1 (inert on the dense MLP)" in line
+    assert line.endswith("function kept" if expert_init == "copy" else "function changes")  # drop-upcycle 0: a copy
+    reference = GPT(model.config)
+    reference.load_state_dict(model.state_dict(), strict=True)
+    torch.testing.assert_close(logits(reference, tokens), before, rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------- the copies
 def test_new_experts_copy_expert_i_mod_e_and_their_router_rows():
     config = grouped_config()

@@ -28,8 +28,8 @@ soft-maxes *over those K*, so the K weights always sum to one; a ``GroupedTopkRo
 divides by their sum only with ``norm_topk_prob``; ``routed_scaling_factor`` multiplies either):
 
 - dense -> MoE with ``copy``: exact whatever the router (random or zero), since identical experts weighted by K
-  weights that sum to one give the MLP's output (the new config's ``routed_scaling_factor`` is the dense config's
-  own, 1.0 unless set).
+  weights that sum to one give the MLP's output (the new config's ``routed_scaling_factor`` is 1.0: a dense
+  config's own is inert, and carried it would scale every expert's output).
 - MoE -> ``m`` times the experts *and* ``m`` times ``n_expert_per_token``, ``copy``: exact. Each of the K experts a
   token picked now has ``m - 1`` copies with the same router logit; the top ``mK`` are those ``m`` times K, and the
   softmax over them gives each copy ``1/m`` of its source's weight. With a ``GroupedTopkRouter`` exact when
@@ -336,8 +336,10 @@ class ExpertsAxis(BaseAxis):
                                       f"{n_layer - 1} keep their dense MLP; use {DENSE_KEY} <= {n_layer - 1}",
                                       key=DENSE_KEY)
             inner = stage.intermediate_size or config.intermediate_size  # the MLP's, grown in the same stage
+            # routed_scaling_factor 1: the dense config's own is inert (no router), carried it would scale every
+            # expert's output and the upcycled MoE would not compute the MLP
             return {"mlp_class_name": MOE_CLASS, "n_expert": E, "n_expert_per_token": K,
-                    "moe_intermediate_size": inner, DENSE_KEY: k or None}
+                    "moe_intermediate_size": inner, DENSE_KEY: k or None, "routed_scaling_factor": 1.0}
         if not is_moe:
             raise GrowthError(f"GrowthStage(n_expert={E}): this model has no experts (mlp_class_name="
                               f"{config.mlp_class_name!r}); add mlp_class_name='LLaMAMoE' and n_expert_per_token to "
@@ -554,6 +556,9 @@ class ExpertsAxis(BaseAxis):
         copies = ", ".join(f"{change.old + i}<-{s}" for i, s in enumerate(change.source))
         kept = self.keeps_function(plan, model)
         router = f", router {change.router_init}" if change.upcycle else ""
+        factor = plan.old_config.routed_scaling_factor
+        if change.upcycle and factor != 1.0:  # set to 1 by config_values: say so
+            router += f", routed_scaling_factor {factor:g} -> 1 (inert on the dense MLP)"
         if change.upcycle and change.blocks[0]:
             k = change.blocks[0]
             router += ", block 0 kept dense" if k == 1 else f", blocks 0-{k - 1} kept dense"
