@@ -27,7 +27,7 @@ from fuzz_growth import (
 CASES_PER_FAMILY = 12  # 132 programs; the seed of family f is f + 11 k (draw_program picks the family by seed)
 #: the known wrong growths (fuzz_growth.KNOWN) whose fix has not reached this branch: a failure that is one of them
 #: is an expected failure (xfail, its reproduction in the reason); anything else fails
-KNOWN_OPEN = {"dense->moe-routed_scaling_factor"}
+KNOWN_OPEN: set[str] = set()
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
