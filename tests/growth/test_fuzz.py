@@ -1,8 +1,8 @@
-"""The growth fuzzer's CI slice (``benchmarks/fuzz_growth.py``): a fixed range of seeded random growth programs per
-block family, each checked against the growth contract (exact logits where it says so, clean refusals, strict reload
-into ``GPT(model.config)``, ``estimate_compute``'s counts, determinism, ``requires_grad``, rollback, the optimizer
-patch). A failure names its seed and prints a minimal reproduction. The last tests break a growth on purpose and
-check that the fuzzer's checks see it."""
+"""The growth fuzzer's CI slice (``benchmarks/fuzz_growth.py``, the package ``benchmarks/fuzz/``): a fixed range
+of seeded random growth programs per block family, each checked against the growth contract (exact logits where it
+says so, clean refusals, strict reload into ``GPT(model.config)``, ``estimate_compute``'s counts, determinism,
+``requires_grad``, rollback, the optimizer patch). A failure names its seed and prints a minimal reproduction. The
+last tests break a growth on purpose and check that the fuzzer's checks see it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import fuzz_growth
-from fuzz_growth import (
+import fuzz.checks  # noqa: E402
+from fuzz import (  # noqa: E402
     FAMILY_NAMES,
     Program,
     describe_failure,
@@ -102,7 +102,7 @@ def test_an_undo_that_forgets_fails_the_rollback_check(monkeypatch):
         real(self)
 
     monkeypatch.setattr(types.UndoLog, "undo", forgetful)
-    monkeypatch.setattr(fuzz_growth, "TWIN_EVERY", 1)
+    monkeypatch.setattr(fuzz.checks, "TWIN_EVERY", 1)
     failures = run_program(_llama(n_embd=32, init="copy-copy")).failures
     assert "rollback" in {f.kind for f in failures}, failures
 
