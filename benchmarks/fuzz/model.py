@@ -132,7 +132,8 @@ def _whole(old: int, new: int) -> bool:
 def contract_exact(stage: GrowthStage, old: Config, new: Config, router_bias_nonnegative: bool, *,
                    experts: bool = True) -> bool:
     """Whether the documented contract makes this growth keep the logits (``GrowthStage``'s and the axes' docs):
-    widths and heads by copy-copy with the RMS-preserving scale at whole ratios; depth by ``copy-zero`` /
+    widths and heads by copy-copy with the RMS-preserving scale at whole ratios (heads: of the groups and of the
+    heads per group); depth by ``copy-zero`` /
     ``random-zero`` without ``depth_scaling``; dense -> MoE by copies (its ``routed_scaling_factor`` 1); ``m x E``
     with ``m x K`` copies (a grouped router: with ``norm_topk_prob`` and, since unselected groups score 0, a
     router bias that is never negative); ``n_expert`` alone at top-1 (linear router). ``experts=False``: whether
@@ -144,9 +145,13 @@ def contract_exact(stage: GrowthStage, old: Config, new: Config, router_bias_non
     if grows_width:
         if stage.init != "copy-copy" or not stage.rms_preserving:
             return False
-        for k in ("n_embd", "intermediate_size", "moe_intermediate_size", "n_head", "n_query_groups"):
+        for k in ("n_embd", "intermediate_size", "moe_intermediate_size", "n_query_groups"):
             if getattr(old, k) and getattr(new, k) and not _whole(getattr(old, k), getattr(new, k)):
                 return False
+        # heads: the heads per group grow by a whole factor (each group's heads copied evenly; a whole n_head
+        # ratio is not enough: 2 heads in 1 group -> 6 in 2 copies head 0 three times and head 1 once)
+        if not _whole(old.n_head // old.n_query_groups, new.n_head // new.n_query_groups):
+            return False
     if new.n_layer != old.n_layer and (stage.depth_init == "copy" or stage.depth_scaling != "none"):
         return False
     if not experts:
