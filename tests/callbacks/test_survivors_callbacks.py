@@ -113,7 +113,9 @@ def test_growth_log_says_whether_more_experts_keep_the_function(monkeypatch, n_e
     assert module.model.config.n_expert == n_expert
     lines = [m for m in log if "grew the model" in m]
     assert len(lines) == 1, log
-    assert f"4 -> {n_expert} experts, top-2 -> top-{k}, copy" in lines[0] and lines[0].count(verdict) == 1, lines[0]
+    assert f"4 -> {n_expert} experts, top-2 -> top-{k}, copy" in lines[0], lines[0]
+    assert lines[0].count(verdict) == 2, lines[0]  # the experts line and the logits line
+    assert ["logits", *verdict.split()] in [line.split() for line in lines[0].splitlines()], lines[0]
 
 
 @pytest.mark.parametrize("shift, verdict", [(-2.0, "function changes"), (0.0, "function kept")])
@@ -131,7 +133,7 @@ def test_growth_log_reads_the_grouped_routers_corrections_from_the_model(monkeyp
                  max_steps=8).fit(module)
     lines = [m for m in log if "grew the model" in m]
     assert len(lines) == 1 and "4 -> 8 experts, top-2 -> top-4" in lines[0], log
-    assert lines[0].count(verdict) == 1 and "while every" not in lines[0], lines[0]
+    assert lines[0].count(verdict) == 2 and "while every" not in lines[0], lines[0]  # the experts and logits lines
 
 
 def _growth_log(monkeypatch) -> list[str]:

@@ -405,7 +405,7 @@ def test_the_growth_log_names_a_size_without_a_detail_and_leaves_the_experts_to_
     assert growth_log_lines(plan, size_pairs(config, plan.new_config)) == [f"  {'rope_base':<22} {10000:>8} -> 40000"]
     upcycle = plan_growth(config, GrowthStage(0, mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2))
     lines = growth_log_lines(upcycle, size_pairs(config, upcycle.new_config))
-    assert [line.split()[0] for line in lines] == ["experts"], lines
+    assert [line.split()[0] for line in lines] == ["experts", "logits"], lines  # then whether it keeps the function
     assert {"moe_intermediate_size", "n_expert", "n_expert_per_token"} <= set(size_pairs(config, upcycle.new_config))
 
 

@@ -359,7 +359,7 @@ def test_grouped_router_growth_log_says_kept_exactly_when_the_logits_are(overrid
     moved = ((logits(model, tokens) - before).abs().max() / before.abs().max()).item()
     assert describe_changes(result.plan, model)["experts"].endswith(verdict)
     log = "\n".join(growth_log_lines(result.plan, size_pairs(result.old_config, result.new_config), model))
-    assert log.count(verdict) == 1, log
+    assert log.count(verdict) == 2 and log.splitlines()[-1].split() == ["logits", *verdict.split()], log
     assert moved <= 1e-4 if verdict == "function kept" else moved > 1e-3, moved
 
 

@@ -24,4 +24,6 @@ def test_plan_says_whether_more_experts_keep_the_function(capsys, n_expert, k, l
     assert main(["plan", "--config", QUICKSTART, "--growth.stages", STAGES % (n_expert, k)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert line in out, out
-    assert out.count("function kept") == (1 if n_expert == 6 else 2)  # the upcycling keeps it in both runs
+    # the upcycling keeps it in both runs; each stage's experts line and its logits line say the same
+    assert out.count("function kept") == (2 if n_expert == 6 else 4)
+    assert out.count("logits: function kept") == (1 if n_expert == 6 else 2)

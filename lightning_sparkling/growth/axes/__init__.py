@@ -50,7 +50,9 @@ from lightning_sparkling.growth.axes.registry import (
     checked_model,
     checked_stage,
     describe_changes,
+    function_words,
     growth_log_lines,
+    keeps_function,
     plan_axes,
     register_axis,
     registered_axes,
@@ -75,8 +77,9 @@ BUILT_IN_AXES: tuple[GrowthAxis, ...] = (WIDTH, HEADS, DEPTH, EXPERTS)
 
 __all__ = ["BUILT_IN_AXES", "DEPTH", "EXPERTS", "HEADS", "SIZE_KEYS", "WIDTH", "AxisPlan", "BaseAxis", "GrowthAxis",
            "PlanContext", "active_axes", "axis_key", "axis_of_size", "check_axis", "checked_model", "checked_stage",
-           "describe_changes", "growth_log_lines", "plan_axes", "plugin_sizes", "register_axis", "registered_axes",
-           "size_details", "size_pairs", "structural_sizes", "unregister_axis", "reserve_stage_keys"]
+           "describe_changes", "function_words", "growth_log_lines", "keeps_function", "plan_axes", "plugin_sizes",
+           "register_axis", "registered_axes", "size_details", "size_pairs", "structural_sizes", "unregister_axis",
+           "reserve_stage_keys"]
 
 
 def plugin_sizes() -> dict[str, str]:

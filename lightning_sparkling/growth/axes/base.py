@@ -198,6 +198,12 @@ class BaseAxis:
     def describe(self, plan: PlanLike) -> str | None:
         return None
 
+    def keeps_function(self, plan: PlanLike, model: nn.Module | None = None) -> bool | None:
+        """Whether the axis' part of ``plan`` keeps the model's function (the logits): ``True`` kept, ``False``
+        changes, ``None`` no claim (the default; or it depends on values only ``model`` holds). What the growth log
+        and ``sparkling plan`` say comes from here (:func:`~lightning_sparkling.growth.axes.keeps_function`)."""
+        return None
+
     def report(self, plan: PlanLike, stage: StageLike) -> dict[str, Any]:
         return {}
 

@@ -212,6 +212,12 @@ class DepthAxis(BaseAxis):
                 pairs.append((block_name(copies[found[0]], found[1]), name))
         return tuple(pairs)
 
+    def keeps_function(self, plan, model=None) -> bool | None:
+        """Kept when every new block adds nothing (``copy-zero`` / ``random-zero``: output projections zeroed; the
+        old blocks keep their order) and no ``depth_scaling`` rescales the old ones; ``copy`` adds a block's output a
+        second time."""
+        return plan.stage.depth_init != "copy" and plan.stage.depth_scaling == "none"
+
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_layer": "stack, copy-zero: new 4<-0, 5<-1, 6<-2, 7<-3"}``."""
         depth: DepthChange = plan.changes[self.name]

@@ -58,7 +58,7 @@ import torch
 import torch.nn as nn
 
 from lightning_sparkling.growth.axes.base import BaseAxis
-from lightning_sparkling.growth.axes.registry import plan_axes, register_axis
+from lightning_sparkling.growth.axes.registry import function_words, plan_axes, register_axis
 from lightning_sparkling.growth.depth_maps import litgpt_init_std
 from lightning_sparkling.growth.errors import GrowthError, StageError, check_choice
 from lightning_sparkling.growth.scaling import make_generator
@@ -563,7 +563,7 @@ class ExpertsAxis(BaseAxis):
             k = change.blocks[0]
             router += ", block 0 kept dense" if k == 1 else f", blocks 0-{k - 1} kept dense"
         return (f"{old} -> {change.new} experts, top-{change.old_k} -> top-{change.new_k}, {init}{router} "
-                f"(new {copies}): " + ("function kept" if kept else "function changes" if kept is False else
+                f"(new {copies}): " + (function_words(kept) or
                                        "function kept while every e_score_correction_bias >= 0, else it changes"))
 
     def keeps_function(self, plan, model: nn.Module | None = None) -> bool | None:

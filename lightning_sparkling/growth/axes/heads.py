@@ -15,7 +15,7 @@ import torch
 
 from lightning_sparkling.growth.axes.base import BaseAxis
 from lightning_sparkling.growth.axes.registry import register_axis
-from lightning_sparkling.growth.axes.width import check_larger, check_positive_sizes
+from lightning_sparkling.growth.axes.width import check_larger, check_positive_sizes, copy_copy_keeps
 from lightning_sparkling.growth.errors import GrowthError
 from lightning_sparkling.growth.head_layout import describe_heads, head_layout, qkv_layout
 from lightning_sparkling.growth.scaling import fan_in_scale, make_generator
@@ -86,6 +86,14 @@ class HeadsAxis(BaseAxis):
             channels["attn_kv"] = channel("attn_kv", G * hs, q[q_channels:q_channels + kv_channels] - H * hs,
                                           q_fresh[q_channels:q_channels + kv_channels])
         return layout, channels
+
+    def keeps_function(self, plan, model=None) -> bool | None:
+        """New query heads: as a width (:func:`~lightning_sparkling.growth.axes.width.copy_copy_keeps` on the query
+        channels); new key/value groups alone: kept when they copy their source's rows (``fan_out_init`` copy)."""
+        q = plan.channels["attn_q"]
+        if q.new > q.old:
+            return copy_copy_keeps(plan.stage, [(q.old, q.new)])
+        return plan.stage.fan_out_init == "copy"
 
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_head": "alpha=0.7071: new q 2<-0, 3<-1"}`` for each head count that changed."""

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     import torch.nn as nn
 
 __all__ = ["active_axes", "axis_key", "axis_of_size", "check_axis", "checked_model", "checked_stage",
-           "describe_changes", "growth_log_lines", "plan_axes", "protocol_members", "register_axis", "registered_axes",
+           "describe_changes", "function_words", "growth_log_lines", "keeps_function", "plan_axes", "protocol_members",
+           "register_axis", "registered_axes",
            "reserve_stage_keys", "size_details", "size_pairs", "structural_sizes", "unregister_axis"]
 
 
@@ -271,6 +272,29 @@ def _describe(axis, plan, model: nn.Module | None) -> str | None:
     return axis.describe(plan)
 
 
+def keeps_function(plan, model: nn.Module | None = None) -> bool | None:
+    """Whether the growth ``plan`` keeps the model's function: every axis of the stage that makes a claim
+    (:meth:`BaseAxis.keeps_function`, ``model`` the grown model where known) says it is kept; ``False`` if one says
+    it changes; ``None`` when none claims, or one cannot tell without ``model``. The one source of the growth log's and
+    ``sparkling plan``'s "function kept" / "function changes"."""
+    claims = [claim(axis, plan, model) for axis in plan_axes(plan)]
+    if False in claims:
+        return False
+    return None if None in claims or not claims else True
+
+
+def claim(axis, plan, model: nn.Module | None = None) -> bool | None:
+    """``axis.keeps_function(plan, model)`` (``None`` for an axis without one: a user's axis written to the bare
+    protocol)."""
+    method = getattr(axis, "keeps_function", None)
+    return None if method is None else method(plan, model)
+
+
+def function_words(kept: bool | None) -> str | None:
+    """The growth log's words for :func:`keeps_function`'s answer."""
+    return {True: "function kept", False: "function changes"}.get(kept)
+
+
 def size_pairs(old_config, new_config) -> dict[str, tuple]:
     """``{size: (old, new)}`` of every registered axis' size (a user's axis' too) that differs between two litgpt
     configs (``None`` where a config lacks it): ``GrowthCallback.summaries[k]["sizes"]``."""
@@ -282,12 +306,14 @@ def growth_log_lines(plan, sizes: dict[str, tuple], model: nn.Module | None = No
     """The growth log's lines of ``plan``'s axes: each size of ``sizes`` (:func:`size_pairs`) as ``old -> new`` and
     its axis' detail (:meth:`GrowthAxis.details`), then each axis' line of its own (:meth:`GrowthAxis.describe`).
     A size whose axis has a line of its own and no detail (the experts'), or that the model did not have
-    (``moe_intermediate_size`` at dense -> MoE), is left to that line. ``model``: the grown model
-    (:func:`describe_changes`)."""
+    (``moe_intermediate_size`` at dense -> MoE), is left to that line. Last, whether the growth keeps the function
+    (:func:`keeps_function`), where the axes claim it. ``model``: the grown model (:func:`describe_changes`)."""
     details, own = size_details(plan), describe_changes(plan, model)
     lines = [f"  {size:<22} {a:>8} -> {b:<8} {details.get(size, '')}".rstrip() for size, (a, b) in sizes.items()
              if size in details or (axis_of_size()[size].name not in own and a is not None)]
-    return lines + [f"  {name:<22} {line}" for name, line in own.items()]
+    words = function_words(keeps_function(plan, model))
+    return lines + [f"  {name:<22} {line}" for name, line in own.items()] + ([f"  {'logits':<22} {words}"] if words
+                                                                               else [])
 
 
 def size_details(plan) -> dict[str, str]:

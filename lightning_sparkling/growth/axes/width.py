@@ -54,6 +54,25 @@ def check_larger(config, stage, sizes: tuple[str, ...]) -> None:
             )
 
 
+def copy_copy_keeps(stage, sizes: list[tuple[int, int]]) -> bool | None:
+    """Whether channels grown ``old -> new`` (each of ``sizes``) by ``stage``'s ``init`` keep the function:
+    ``copy-copy`` with ``rms_preserving`` at whole ratios (paper Eq. 9-12: ``alpha * k = 1``); ``None`` for
+    ``rms_preserving=False`` with a zero side (``alpha = 1`` and zero new entries: may keep it); else ``False``.
+
+    Example::
+
+        >>> from lightning_sparkling.growth.stage import GrowthStage
+        >>> stage = GrowthStage(0, n_embd=64)
+        >>> copy_copy_keeps(stage, [(32, 64)]), copy_copy_keeps(stage, [(32, 48)])
+        (True, False)
+    """
+    if stage.init == "copy-copy" and stage.rms_preserving and all(new % old == 0 for old, new in sizes):
+        return True
+    if not stage.rms_preserving and "zero" in (stage.fan_out_init, stage.fan_in_init):
+        return None
+    return False
+
+
 class WidthAxis(BaseAxis):
     """The width plug-in (:class:`~lightning_sparkling.growth.axes.GrowthAxis`)."""
 
@@ -109,6 +128,12 @@ class WidthAxis(BaseAxis):
                                  generator=make_generator(seed, "stage", stage_index, "axis", name, "split"))
             changes[name] = ChannelChange(name=name, old=old, new=new, alpha=alpha, src=src, split=split)
         return changes, changes
+
+    def keeps_function(self, plan, model=None) -> bool | None:
+        """Kept at ``copy-copy`` with the RMS-preserving ``alpha`` at whole ratios (``alpha * k = 1``; any
+        ``split`` or ``perturb`` keeps a group's sum); no claim for a naive growth with a zero side (zero new
+        inputs or outputs may keep it); else changes."""
+        return copy_copy_keeps(plan.stage, [(c.old, c.new) for c in plan.changes[self.name].values()])
 
     def details(self, plan) -> dict[str, str]:
         """E.g. ``{"n_embd": "alpha=0.7071"}``."""

@@ -95,7 +95,7 @@ def _gstack_timing(run: ResolvedRun, est: Any) -> dict[str, Any]:
 def _stage_report(run_plan: RunPlan, k: int) -> dict[str, Any]:
     """What stage ``k`` of the run does to the model of the phase before it (its plan, sizes and parameter counts of
     ``run_plan``): one entry of ``plan()["stages"]``."""
-    from lightning_sparkling.growth.axes import describe_changes, registered_axes
+    from lightning_sparkling.growth.axes import describe_changes, function_words, keeps_function, registered_axes
     from lightning_sparkling.growth.stage import WIDTH_SIZE_KEYS, grows_channels
 
     run, stage, gp, est = run_plan.run, run_plan.run.stages[k], run_plan.plans[k], run_plan.compute
@@ -118,6 +118,7 @@ def _stage_report(run_plan: RunPlan, k: int) -> dict[str, Any]:
         "active_params_before": est.active_params[k], "active_params_after": est.active_params[k + 1],
         "tensors": len(gp.tensors), "tensor_groups": _tensor_groups(gp),
         "axes": describe_changes(gp),  # plug-in axes (growth/axes): one line each
+        "function": function_words(keeps_function(gp)),  # the axes' claims: None where none claims
     }
     return report
 
@@ -251,6 +252,8 @@ def _print_stage(console: Any, run: ResolvedRun, s: dict[str, Any]) -> None:
         console.print(f"  heads: {s['heads']} ({how})")
     for name, line in s.get("axes", {}).items():
         console.print(f"  {name}: {line}")
+    if s.get("function"):
+        console.print(f"  logits: {s['function']}")
     if not s["new_entries"]:  # e.g. a config-field axis (rope_base): nothing the recipe's keys act on
         console.print("  no new entries (the growth sets litgpt.Config fields only): no init, new-entry optimizer "
                       "state or re-warmup applies")
