@@ -19,7 +19,10 @@ head ``p`` is in group ``g = p // q'`` at slot ``r = p % q'``.
   otherwise, as for width), and its slot ``r`` copies that group's head ``r % q``.
 
 Under copy-copy a copied head computes exactly its source's output, and ``attn.proj``'s fan-in columns (the head's
-channels) are scaled by ``alpha`` like any copied fan-in, so at integer ratios the model computes the same function.
+channels) are scaled by ``alpha`` like any copied fan-in, so at integer ratios of the groups (``G' / G``) and of the
+heads per group (``q' / q``) the model computes the same function. A whole ``n_head`` ratio alone is not enough: 2
+heads in 1 group -> 6 heads in 2 groups (``q`` 2 -> 3) copies head 0 three times and head 1 once, so the function
+changes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,22 @@
+"""The growth fuzzer's command line (the package is ``benchmarks/fuzz/``: :mod:`fuzz.programs` draws the programs,
+:mod:`fuzz.checks` grows and checks them, :mod:`fuzz.report` shrinks failures and writes the report).
+
+Example::
+
+    python benchmarks/fuzz_growth.py --seeds 0:200                        # the rate, counts and failures
+    python benchmarks/fuzz_growth.py --seeds 0:20000 --out benchmarks/results/fuzz_growth.json
+    python benchmarks/fuzz_growth.py --repro '{"seed": ..., "family": ..., "config": ..., "stages": [...]}'
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fuzz import *  # noqa: E402,F401,F403
+from fuzz import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
