@@ -35,6 +35,8 @@ CASES = [  # (id, config, stage keys, the claim: True kept, False changes)
     ("n_head-x1.5", lambda: llama_config(n_query_groups=1), dict(n_head=6), False),
     ("n_head-x2-random-copy", llama_config, dict(n_head=8, init="random-copy"), False),
     ("n_query_groups-x2", llama_config, dict(n_head=8, n_query_groups=4), True),
+    # a whole n_head ratio (x3) but not of the heads per group (2 -> 3): head 0 gets two copies, head 1 one
+    ("n_head-x3-groups-x2", lambda: llama_config(n_head=2, n_query_groups=1), dict(n_head=6, n_query_groups=2), False),
     ("n_query_groups-x2-random-copy", llama_config, dict(n_head=8, n_query_groups=4, init="random-copy"), False),
     ("n_layer-copy-zero", llama_config, dict(n_layer=4), True),
     ("n_layer-interleave-random-zero", llama_config, dict(n_layer=4, depth_order="interleave",

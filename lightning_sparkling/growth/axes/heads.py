@@ -93,10 +93,16 @@ class HeadsAxis(BaseAxis):
 
     def keeps_function(self, plan, model=None) -> bool | None:
         """New query heads: as a width (:func:`~lightning_sparkling.growth.axes.width.copy_copy_keeps` on the query
-        channels); new key/value groups alone: kept when they copy their source's rows (``fan_out_init`` copy)."""
+        channels), and only at whole ratios of the groups and of the heads per group (2 heads in 1 group -> 6 in 2
+        copies head 0 twice as often as head 1); new key/value groups alone: kept when they copy their source's rows
+        (``fan_out_init`` copy)."""
         q = plan.channels["attn_q"]
         if q.new > q.old:
-            return copy_copy_keeps(plan.stage, [(q.old, q.new)])
+            old, new = plan.old_config, plan.new_config
+            whole = (new.n_query_groups % old.n_query_groups == 0
+                     and (new.n_head // new.n_query_groups) % (old.n_head // old.n_query_groups) == 0)
+            keeps = copy_copy_keeps(plan.stage, [(q.old, q.new)])
+            return False if keeps and not whole else keeps
         return plan.stage.fan_out_init == "copy"
 
     def details(self, plan) -> dict[str, str]:
