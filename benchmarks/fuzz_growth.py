@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fuzz import *  # noqa: E402,F401,F403
-from fuzz import main  # noqa: E402
+from fuzz import *  # noqa: F403
+from fuzz import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -47,7 +47,7 @@ def _freeze(model: GPT, how: str, rng: random.Random) -> None:
         elif how == "embeddings":
             frozen = name in ("transformer.wte.weight", "lm_head.weight")
         elif how == "norms":
-            frozen = p.ndim == 1 and "norm" in name or ".ln_f." in name or name.startswith("transformer.ln_f")
+            frozen = (p.ndim == 1 and "norm" in name) or ".ln_f." in name or name.startswith("transformer.ln_f")
         elif how == "random":
             frozen = rng.random() < 0.3
         else:

@@ -65,7 +65,7 @@ def shrink(program: Program, stages: list[dict[str, Any]], kind: str, budget: in
         runs += 1
         try:
             return kind in failure_kinds(replay(program, candidate))
-        except Exception:  # noqa: BLE001 - a candidate that breaks the fuzzer itself is not a reproduction
+        except Exception:
             return False
 
     changed = True

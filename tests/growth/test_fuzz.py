@@ -14,8 +14,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import fuzz.checks  # noqa: E402
-from fuzz import (  # noqa: E402
+import fuzz.checks
+from fuzz import (
     FAMILY_NAMES,
     Program,
     describe_failure,
