@@ -6,6 +6,8 @@ test files can reuse it. Configs are tiny (n_embd 32, 2 layers, vocab 100) so a 
 
 from __future__ import annotations
 
+import logging
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +15,11 @@ import pytest
 import torch
 import torch.nn as nn
 from litgpt import GPT, Config
+
+# litgpt imports Lightning here, before pytest's log capture is on the root logger, and Lightning then stops its
+# loggers propagating: the tests read its rank_zero_info lines with caplog, as when Lightning is imported in a test
+for _name in ("lightning.pytorch", "lightning.fabric"):
+    logging.getLogger(_name).propagate = True
 
 VOCAB = 100
 

@@ -385,7 +385,7 @@ class GrowthCallback(Callback):
         if self._prepared != id(gpt):
             self._prepare(trainer, gpt)
         self._resolve_recipes(trainer, pl_module)
-        check_new_entries_train(gpt, [self._plans[k] for k in range(self._grown, len(self.stages))],
+        check_new_entries_train(gpt, [self._plans[k] for k in range(self._grown, len(self.stages)) if k in self._plans],
                                 trainer.optimizers)
         self.backend.check_model(pl_module, self._gpt(pl_module))
         for optimizer in trainer.optimizers:

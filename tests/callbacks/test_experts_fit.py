@@ -112,8 +112,8 @@ def test_resume_bit_exact_across_upcycling_more_experts_and_depth(tmp_path: Path
 @pytest.mark.parametrize("first_k", [None, 1])
 def test_checkpoint_after_upcycling_is_a_plain_litgpt_state_dict(tmp_path: Path, first_k):
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=UPCYCLE_AT + 1, save_top_k=-1, filename="{step}")
-    module = TinyModule(max_steps=6)
-    _fit(module, _stages(first_k)[:1], max_steps=6, callbacks=[ckpt], enable_checkpointing=True)
+    module = TinyModule(max_steps=7)  # the re-warmup (2 steps from step 4) ends before max_steps
+    _fit(module, _stages(first_k)[:1], max_steps=7, callbacks=[ckpt], enable_checkpointing=True)
     state = torch.load(tmp_path / f"step={UPCYCLE_AT + 1}.ckpt", weights_only=False)["state_dict"]
     gpt = GPT(tiny_config(mlp_class_name="LLaMAMoE", n_expert=4, n_expert_per_token=2, moe_intermediate_size=64,
                           first_k_dense_replace=first_k))

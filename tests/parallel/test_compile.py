@@ -155,7 +155,7 @@ def test_a_trainer_users_whole_compiled_gpt_recompiles_alone_and_the_log_says_so
     backend, user_backend = Counting(), Counting()
     module = ReadmeUser(backend)
     user = CallsUserFunction(torch.compile(lambda x: 2 * torch.sin(x), backend=user_backend))
-    growth = GrowthCallback(GrowthStage(2, n_embd=64, intermediate_size=128))
+    growth = GrowthCallback(GrowthStage(2, n_embd=64, intermediate_size=128, rewarmup_steps=1))
     lines: list[str] = []
     handler = logging.Handler(logging.INFO)
     handler.emit = lambda record: lines.append(record.getMessage())

@@ -1,11 +1,6 @@
-"""Resolving a ``sparkling pretrain`` / ``sparkling plan`` configuration: :func:`resolve` checks every value of the
-parsed keys (:mod:`~lightning_sparkling.pretrain.config.schema`) and derives what a run needs (:class:`ResolvedRun`:
-model ``Config``, steps, gradient accumulation, growth stages, the checkpoint to resume) *before* anything starts: no
-tokenizer is trained and no weight is allocated here. Every error names the key it is about (:class:`ConfigError`).
-
-:func:`resolve` reads as its steps, one helper per section in this order: hardware, litgpt-only keys, initial
-checkpoint, data, model, length, optimizer (:mod:`~lightning_sparkling.pretrain.model.optim`), growth stages
-(:mod:`~lightning_sparkling.pretrain.config.stages`), resume (:mod:`~lightning_sparkling.pretrain.config.resume`).
+"""Resolving a ``sparkling pretrain`` / ``plan`` configuration: :func:`resolve` checks every parsed value and derives
+what a run needs (:class:`ResolvedRun`) before anything starts, each error naming its key (:class:`ConfigError`); one
+helper per section: hardware, litgpt-only keys, initial checkpoint, data, model, length, optimizer, stages, resume.
 """
 
 from __future__ import annotations
@@ -153,8 +148,7 @@ def resolve(ns: Any, *, dry_run: bool = False) -> ResolvedRun:
 
 # ------------------------------------------------------------------------------------------------------------ hardware
 def _strategy_choices(fits: Any = None) -> str:
-    """The CLI's ``strategy`` values for messages, from the backend registry: ``"auto, ddp, fsdp2 (FSDP2 sharding) or
-    fsdp1 (FSDP1, CUDA only)"``; ``fits``: only the backends (registry entries) it is true of, ``auto`` left out."""
+    """The CLI's ``strategy`` values for messages, from the backend registry (``fits``: those it is true of)."""
     entries = [e for e in registered_backends() if e.cli_strategy is not None and (fits is None or fits(e))]
     labels = (["auto"] if fits is None else []) + [e.cli_label() for e in entries]
     return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} or {labels[-1]}"
@@ -243,9 +237,7 @@ def _cpu_cores() -> int:
 
 
 def _cpu_processes_note(accelerator: str, num_devices: int, num_threads: int | None) -> list[str]:
-    """A warning when a CPU run starts more processes than this machine has cores. Not refused: the processes
-    share the cores and the run is correct, only slower than on fewer processes (a multi-process run tried on a
-    laptop is a fair use); but it is rarely what a user asking for speed meant."""
+    """A warning when a CPU run starts more processes than this machine has cores (correct, only slower)."""
     cores = _cpu_cores()
     if accelerator != "cpu" or num_devices <= cores:
         return []
@@ -321,8 +313,7 @@ def _read_initial_checkpoint(ns: Any) -> tuple[Path | None, Any, Any, Path | Non
 # ------------------------------------------------------------------------------------------------------------ data
 def _resolve_data(ns: Any, data: DataArgs, train: TrainArgs, initial_dir: Path | None, initial_config: Any,
                   notes: list[str], *, dry_run: bool = False) -> tuple[Any, Path | None, int | None]:
-    """``(litgpt data class or None, tokenizer_dir, vocabulary size the data needs or None)``; ``dry_run``: data or a
-    tokenizer not on disk is a note (:func:`_missing_noted`), ``tokenizer_dir`` then ``None``."""
+    """``(litgpt data class or None, tokenizer_dir, vocabulary size or None)``; ``dry_run``: missing ones are notes."""
     data_class = _data_class(data)
     _check_corpus_keys(data, train)
     _missing_noted(lambda: _check_data_dir(data), dry_run, notes)
@@ -340,8 +331,7 @@ def _resolve_data(ns: Any, data: DataArgs, train: TrainArgs, initial_dir: Path |
 
 
 def _missing_noted(check: Callable[[], Any], dry_run: bool, notes: list[str]) -> Any:
-    """``check()``; with ``dry_run``, a :class:`MissingInputError` it raises becomes the note ``pretrain will need
-    PATH (missing: KEY)`` and ``None`` is returned (``sparkling plan`` runs before the data is prepared)."""
+    """``check()``; ``dry_run``: a :class:`MissingInputError` is the note ``pretrain will need PATH (missing: KEY)``."""
     try:
         return check()
     except MissingInputError as err:
@@ -352,8 +342,7 @@ def _missing_noted(check: Callable[[], Any], dry_run: bool, notes: list[str]) ->
 
 
 def _data_class(data: DataArgs) -> Any:
-    """The litgpt data module class of ``data.class_path`` (its ``init_args`` checked), or ``None`` for the embedded
-    corpus (whose keys ``data.class_path`` leaves unset)."""
+    """The litgpt data module class of ``data.class_path`` (``init_args`` checked), ``None`` for the embedded corpus."""
     if data.class_path is None:
         if data.init_args is not None:
             raise ConfigError("data.init_args", "is only read with data.class_path (a litgpt data module)")
@@ -388,8 +377,7 @@ def _check_corpus_keys(data: DataArgs, train: TrainArgs) -> None:
 
 
 def _tokenizer_dir(ns: Any, data: DataArgs, data_class: Any, initial_dir: Path | None, notes: list[str]) -> Path | None:
-    """The run's ``tokenizer_dir`` (litgpt's ``checkpoints/`` prefix added as litgpt does): the given one, else the
-    initial checkpoint's; ``None`` without either (refused when the litgpt data module tokenizes)."""
+    """The run's ``tokenizer_dir`` (litgpt's ``checkpoints/`` prefix): the given one, else the initial checkpoint's."""
     tokenizer_dir = _get(ns, "tokenizer_dir")
     if tokenizer_dir is None and initial_dir is not None and (initial_dir / "tokenizer.json").is_file():
         tokenizer_dir = initial_dir  # the model's own tokenizer: its token ids are what its weights were trained on
