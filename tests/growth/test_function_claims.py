@@ -79,3 +79,23 @@ def test_the_function_claim_matches_the_logits(factory, keys, kept):
     assert ("function changes" if kept else "function kept") not in log, log
     experts = describe_changes(result.plan, model).get("experts")
     assert experts is None or experts.endswith(words)  # the experts' own line: the same predicate
+
+
+def test_more_experts_under_a_router_whose_old_rows_tie_say_the_function_changes():
+    """A frozen router keeps an earlier copy's row equal to its source's while the two experts train apart; a token
+    then gets whichever ``torch.topk``'s tie-break picks, and a grown router may break the tie otherwise (the fuzzer's
+    seed 7456 moved the logits by 0.022 so; here the tie-break happens to agree), so no "function kept"."""
+    config = pure_moe_config(n_expert_per_token=1)
+    model = make_gpt(config)
+    tokens = make_tokens(config, batch=4, length=16)
+    grow_model(model, GrowthStage(0, n_expert=5, recipe="paper"))  # expert 4 copies 0, its router row too
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".experts." in name:  # the experts train, the router is frozen
+                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
+        before = model(tokens)
+    result = grow_model(model, GrowthStage(0, n_expert=6, recipe="paper"), stage_index=1)
+    with torch.no_grad():
+        moved = ((model(tokens) - before).abs().max() / before.abs().max()).item()
+    assert keeps_function(result.plan, model) is False, moved
+    assert describe_changes(result.plan, model)["experts"].endswith("function changes")

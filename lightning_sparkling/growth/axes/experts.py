@@ -17,11 +17,8 @@ stage keys                 what happens
                            key may only repeat the model's own value)
 =========================  ===================================================================================
 
-``expert_init``: ``copy``; ``drop-upcycle`` (Drop-Upcycling, Nakamura et al., ICLR 2025: a copy whose
-``expert_reinit_fraction`` of inner channels, chosen per new expert, are re-drawn from normal(mean, std) of that
-weight: rows of ``fc_1`` / ``fc_2``, columns of ``proj``); ``random`` (litgpt's pretraining init,
-normal(0, sqrt(2 / (5 n_embd))), for the new experts and, on MoE -> more experts, router rows drawn from the
-router's own mean and std).
+``expert_init``: ``copy``; ``drop-upcycle`` (Nakamura et al., ICLR 2025: a copy with ``expert_reinit_fraction`` of
+its inner channels re-drawn from the weight's mean and std); ``random`` (litgpt's init; router rows from its own).
 
 What keeps the function (litgpt's ``LLaMAMoE.forward``: an ``nn.Linear`` router takes the top ``K`` logits and
 soft-maxes *over those K*, so the K weights always sum to one; a ``GroupedTopkRouter`` takes sigmoid scores and
@@ -30,20 +27,16 @@ divides by their sum only with ``norm_topk_prob``; ``routed_scaling_factor`` mul
 - dense -> MoE with ``copy``: exact whatever the router (random or zero), since identical experts weighted by K
   weights that sum to one give the MLP's output (the new config's ``routed_scaling_factor`` is 1.0: a dense
   config's own is inert, and carried it would scale every expert's output).
-- MoE -> ``m`` times the experts *and* ``m`` times ``n_expert_per_token``, ``copy``: exact. Each of the K experts a
-  token picked now has ``m - 1`` copies with the same router logit; the top ``mK`` are those ``m`` times K, and the
-  softmax over them gives each copy ``1/m`` of its source's weight. With a ``GroupedTopkRouter`` exact when
-  ``norm_topk_prob`` (groups and top groups grow by ``m`` too), no kept group's expert can score below the masked
-  groups' 0.0 (every ``e_score_correction_bias >= 0``, or no group masked) and K fits in the kept groups; without
-  ``norm_topk_prob`` every copy keeps its source's full sigmoid weight, so the routed output is ``m`` times what it
-  was (:func:`experts_keep_function` has every condition).
+- MoE -> ``m`` times the experts *and* ``m`` times ``n_expert_per_token``, ``copy``: exact (each picked expert's
+  ``m - 1`` copies tie its logit; the softmax over the top ``mK`` gives each ``1/m`` of its weight). A
+  ``GroupedTopkRouter``: see :func:`experts_keep_function`. Where two old experts' router rows already tie (a
+  frozen router after an earlier copy), the tie-break picks between different experts: "function changes".
 - ``n_expert`` alone (K kept, K > 1): a token's top K now holds copies of its best expert instead of its K best,
   which changes the function; K = 1 stays exact (a grouped router: see :func:`experts_keep_function`).
   ``drop-upcycle`` and ``random`` change it too. ``sparkling plan`` and the growth log print the loss after the
   growth; the growth log reads the grouped router's corrections from the grown model.
 
-``router_init="zero"`` with ``expert_init="copy"`` is refused: every token would go to the first K experts and the
-copies would never part (their router gradient is zero while the experts are equal).
+``router_init="zero"`` with ``expert_init="copy"`` is refused: the copies would never part (zero router gradient).
 """
 
 from __future__ import annotations
@@ -235,12 +228,9 @@ def experts_keep_function(change: ExpertsChange, config, min_bias: float | None)
     """Whether the experts growth ``change`` of a model of ``config`` keeps the function: :attr:`ExpertsChange.exact`
     and, for a ``GroupedTopkRouter``, what its top-k does with the copies.
 
-    The grouped router adds ``e_score_correction_bias`` to the sigmoid scores, keeps the top ``n_topk_groups``
-    groups, sets the other groups' experts to 0.0 and takes the top K of the result. Its weights are the sigmoid
-    scores, so where a masked expert (0.0) is picked, which one depends on how ``torch.topk`` breaks the tie, and a
-    grown model breaks it differently. A masked expert is picked when fewer than K kept experts score above 0.0:
-    never if every correction is ``>= 0`` (a sigmoid is > 0) and K <= the experts in the kept groups, nor when no
-    group is masked (``n_topk_groups == n_expert_groups``). Then:
+    The grouped router masks the experts of the groups it does not keep to 0.0 before its top K: a masked expert is
+    picked (by ``torch.topk``'s tie-break, which a grown model breaks otherwise) when fewer than K kept experts score
+    above 0.0, never if every ``e_score_correction_bias >= 0`` and K <= the kept groups' experts. Then:
 
     - ``m`` times the experts and K (``m`` times the groups and the top groups): exact with ``norm_topk_prob``
       (without it each copy keeps its source's full weight: ``m`` times the routed output);
@@ -571,10 +561,21 @@ class ExpertsAxis(BaseAxis):
 
     def keeps_function(self, plan, model: nn.Module | None = None) -> bool | None:
         """Whether the growth keeps the function (:func:`experts_keep_function`), the grouped router's score
-        corrections read from ``model`` (the model before or after the growth: the copies' are their sources'), or
-        ``None`` when that answer depends on them and ``model`` is not given."""
+        corrections read from ``model`` (before or after the growth), or ``None`` when it depends on them and
+        ``model`` is not given. ``False`` where two old experts' router rows of ``model`` tie (a frozen router keeps a
+        copy's row its source's while the experts train apart): ``torch.topk``'s tie-break then picks between them,
+        and a grown router breaks ties otherwise."""
         change: ExpertsChange = plan.changes[self.name]
+        if model is not None and not change.upcycle and _old_router_rows_tie(model, change):
+            return False
         return experts_keep_function(change, plan.old_config, None if model is None else min_score_correction(model))
+
+
+def _old_router_rows_tie(model: nn.Module, change: ExpertsChange) -> bool:
+    """Whether two of the ``change.old`` experts' router rows of an MoE block of ``model`` are equal."""
+    gates = [m.get_parameter("gate.weight") for m in model.modules() if hasattr(m, "gate") and hasattr(m, "experts")]
+    rows = [w[: change.old].detach().float().cpu() for w in gates]  # each MoE's old rows: (E_old, n_embd)
+    return any(torch.unique(r, dim=0).shape[0] < r.shape[0] for r in rows)
 
 
 def where_now(plan, name: str) -> str:
