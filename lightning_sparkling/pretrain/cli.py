@@ -182,11 +182,7 @@ def _rewrite_data_args(argv: list[str]) -> list[str]:
 
     rest, i = [], 0
     while i < len(argv):
-        arg, value, width = argv[i], None, 1
-        if arg == "--data" and i + 1 < len(argv):
-            value, width = argv[i + 1], 2
-        elif arg.startswith("--data="):
-            value = arg.split("=", 1)[1]
+        value, width = _option_at(argv, i, "data")
         expanded = expand_data_short_form(value)
         if isinstance(expanded, dict):
             rest += ["--data.class_path", expanded["class_path"], "--data.init_args", "null"]
@@ -194,6 +190,15 @@ def _rewrite_data_args(argv: list[str]) -> list[str]:
             rest.extend(argv[i:i + width])
         i += width
     return rest
+
+
+def _option_at(argv: list[str], i: int, name: str) -> tuple[str | None, int]:
+    """``(value, how many arguments)`` of ``--NAME VALUE`` or ``--NAME=VALUE`` at ``argv[i]``; ``(None, 1)`` else."""
+    if argv[i] == f"--{name}" and i + 1 < len(argv):
+        return argv[i + 1], 2
+    if argv[i].startswith(f"--{name}="):
+        return argv[i].split("=", 1)[1], 1
+    return None, 1
 
 
 def _rewrite_optimizer_args(argv: list[str]) -> list[str]:
@@ -214,11 +219,7 @@ def _take_optimizer_mapping(argv: list[str]) -> tuple[list[str], dict | None]:
     rest, given = [], None
     i = 0
     while i < len(argv):
-        arg, value, width = argv[i], None, 1
-        if arg == "--optimizer" and i + 1 < len(argv):
-            value, width = argv[i + 1], 2
-        elif arg.startswith("--optimizer="):
-            value = arg.split("=", 1)[1]
+        value, width = _option_at(argv, i, "optimizer")
         try:
             parsed = yaml.safe_load(value) if value is not None else None
         except yaml.YAMLError:
