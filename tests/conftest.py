@@ -298,6 +298,7 @@ HEAVY_FIRST = (
     "tests/growth/test_depth_operating_points.py", "tests/benchmarks/test_reproduce_harness.py",
     "tests/distributed/test_experts_with_widths_distributed.py", "tests/distributed/test_fsdp1.py",
     "tests/distributed/test_experts_dense_first_distributed.py", "tests/pretrain/test_litgpt_compat.py",
+    "tests/pretrain/test_litgpt_config_hub.py", "tests/callbacks/test_user_module.py", "tests/growth/test_fuzz.py",
     "tests/pretrain/test_gpu_path.py", "tests/pretrain/test_measure.py",
     "tests/distributed/test_due_at_once_distributed.py", "tests/pretrain/test_atomic_checkpoints.py",
     "tests/benchmarks/test_gpu_checks.py", "tests/pretrain/test_recipe_name.py", "tests/pretrain/test_cli.py",
