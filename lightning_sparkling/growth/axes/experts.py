@@ -560,11 +560,8 @@ class ExpertsAxis(BaseAxis):
                                        "function kept while every e_score_correction_bias >= 0, else it changes"))
 
     def keeps_function(self, plan, model: nn.Module | None = None) -> bool | None:
-        """Whether the growth keeps the function (:func:`experts_keep_function`), the grouped router's score
-        corrections read from ``model`` (before or after the growth), or ``None`` when it depends on them and
-        ``model`` is not given. ``False`` where two old experts' router rows of ``model`` tie (a frozen router keeps a
-        copy's row its source's while the experts train apart): ``torch.topk``'s tie-break then picks between them,
-        and a grown router breaks ties otherwise."""
+        """Whether the growth keeps the function (:func:`experts_keep_function`; the grouped router's corrections read
+        from ``model``, ``None`` without it); ``False`` where two old router rows of ``model`` tie (see the module)."""
         change: ExpertsChange = plan.changes[self.name]
         if model is not None and not change.upcycle and _old_router_rows_tie(model, change):
             return False
@@ -574,7 +571,9 @@ class ExpertsAxis(BaseAxis):
 def _old_router_rows_tie(model: nn.Module, change: ExpertsChange) -> bool:
     """Whether two of the ``change.old`` experts' router rows of an MoE block of ``model`` are equal."""
     gates = [m.get_parameter("gate.weight") for m in model.modules() if hasattr(m, "gate") and hasattr(m, "experts")]
-    rows = [w[: change.old].detach().float().cpu() for w in gates]  # each MoE's old rows: (E_old, n_embd)
+    # whole rows only: a sharded router (DTensor, FSDP1 views) is not read
+    rows = [w[: change.old].detach().float().cpu() for w in gates
+            if type(w) in (torch.Tensor, nn.Parameter) and w.dim() == 2 and w.shape[0] >= change.old]
     return any(torch.unique(r, dim=0).shape[0] < r.shape[0] for r in rows)
 
 
